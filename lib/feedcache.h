@@ -1,0 +1,349 @@
+/* feedcache.h -- paginated feeds from a bounded Redis sorted set per owner,
+ * kept in front of PostgreSQL in the cache-aside pattern.
+ *
+ * This header is the manual. Every public name starts with feed_ or FEED_.
+ *
+ * The model in one paragraph: a feed is the rows (score, id) of one owner uid
+ * in a PostgreSQL table, ordered by score DESC, id DESC. feedcache keeps the
+ * top of each feed (at most max_len entries) in one Redis sorted set, and
+ * keeps it an *exact prefix* of the feed: every row at or above the lowest
+ * cached entry is cached, so a page cut from the cache is the page SQL would
+ * give. An end marker says the whole feed is cached; a page past a cache that
+ * is not complete comes from a keyset query. Write paths call the hooks below
+ * after their SQL transaction commits. See README.md, "How it works".
+ *
+ * Threads: a handle is one Redis connection and one PostgreSQL connection.
+ * Use each handle from one thread at a time; open one handle per thread.
+ *
+ * Errors: every function that can fail returns FEED_OK (0) or a negative
+ * FEED_E* code; functions that take a handle also leave a message on it,
+ * read with feed_errmsg(). Nothing here aborts or prints.
+ */
+#ifndef FEEDCACHE_H
+#define FEEDCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FEED_VERSION_MAJOR 0
+#define FEED_VERSION_MINOR 1
+#define FEED_VERSION_PATCH 0
+
+#define FEED_FIRST     INT64_MAX            /* last_score meaning "first page" */
+#define FEED_SCORE_MAX 9007199254740991LL   /* 2^53 - 1; scores lie in [-FEED_SCORE_MAX, FEED_SCORE_MAX] */
+
+typedef struct feed feed;   /* opaque; one handle = one Redis + one PostgreSQL connection;
+                               use a handle from one thread at a time */
+
+/* Configuration. Always start from feed_config_init(), then set what you
+ * need: fields added in later versions then keep their defaults. Strings are
+ * copied by feed_open(); the caller may free them afterwards. */
+typedef struct feed_config {
+    const char *redis_host;       /* default "127.0.0.1" */
+    int         redis_port;       /* default 6379 */
+    const char *redis_password;   /* default NULL: no AUTH */
+    const char *pg_conninfo;      /* libpq connection string; default "" (libpq defaults / PG* env) */
+    const char *key_prefix;       /* default "feed": keys look like "feed:{42}" */
+    const char *table;            /* default "feed_entry" */
+    const char *owner_column;     /* default "uid" */
+    const char *score_column;     /* default "score" */
+    const char *id_column;        /* default "id" */
+    uint32_t    max_len;          /* default 1000: most entries cached per feed */
+    uint32_t    max_page;         /* default 100: largest limit accepted */
+    uint32_t    ttl_seconds;      /* default 604800 (7 days); 0 = never expire */
+    uint32_t    redis_timeout_ms; /* default 250: connect and command timeout */
+    uint32_t    lease_ms;         /* default 3000: how long a rebuild lease lives */
+    /* --- additions to the contract of api.md --- */
+    const char *redis_user;       /* default NULL: AUTH <password> (the "default" user);
+                                     set with redis_password for an ACL user: AUTH <user> <password> */
+    uint32_t    lease_wait_ms;    /* default 100: how long a reader that missed while another
+                                     handle rebuilds waits for that rebuild before it reads
+                                     its page from PostgreSQL; 0 = do not wait */
+    uint32_t    retry_ms;         /* default 1000: least time between two attempts to reconnect
+                                     a lost Redis or PostgreSQL connection (no connect storms) */
+} feed_config;
+
+typedef struct feed_item { int64_t score; int64_t id; } feed_item;
+
+typedef enum feed_source {
+    FEED_SOURCE_CACHE = 1,   /* answered by Redis alone */
+    FEED_SOURCE_REBUILD = 2, /* a miss: the feed was rebuilt from SQL and the page cut from those rows */
+    FEED_SOURCE_DB = 3       /* answered by a keyset query (cache short, lease busy, or Redis down) */
+} feed_source;
+
+typedef struct feed_result {
+    feed_item  *items;       /* count items in (score DESC, id DESC) order; owned by the result */
+    size_t      count;
+    int         has_more;    /* 1 if at least one more item exists after the last one */
+    int64_t     next_score;  /* when has_more: pass these back as last_score, last_id */
+    int64_t     next_id;
+    feed_source source;
+} feed_result;
+
+enum {
+    FEED_OK           =  0,
+    FEED_EINVAL       = -1,  /* bad argument: NULL, limit 0 or > max_page, negative id, bad token */
+    FEED_ERANGE       = -2,  /* score outside [-FEED_SCORE_MAX, FEED_SCORE_MAX] */
+    FEED_EREDIS       = -3,  /* Redis failed where only Redis could do the work (a hook) */
+    FEED_EPG          = -4,  /* PostgreSQL failed where only PostgreSQL could do the work */
+    FEED_ENOMEM       = -5,
+    FEED_EUNAVAILABLE = -6   /* neither store could answer */
+};
+
+/* ------------------------------------------------------------------------
+ * Handles
+ * ------------------------------------------------------------------------ */
+
+/* Fill every field of *cfg with its default (see feed_config). */
+void feed_config_init(feed_config *cfg);
+
+/* Open a handle: copy the config, connect to Redis and PostgreSQL, load the
+ * Lua scripts and prepare the SQL statements.
+ *
+ * Returns FEED_OK when at least one store answers: a backend that starts while
+ * Redis (or PostgreSQL) is down still serves, and the missing connection is
+ * retried by later calls, at most once per retry_ms. Otherwise *out is NULL and:
+ *   FEED_EINVAL       out or cfg NULL, a NULL string where a value is needed,
+ *                     max_len 0, max_page 0, redis_port outside 1..65535,
+ *                     redis_timeout_ms 0, lease_ms 0, an empty identifier
+ *                     (max_page may exceed max_len: deep pages come from SQL)
+ *   FEED_EREDIS       Redis answered but refused (wrong password, no such user)
+ *   FEED_EPG          PostgreSQL answered but refused (authentication, missing
+ *                     table or columns)
+ *   FEED_EUNAVAILABLE neither store answered
+ *   FEED_ENOMEM       out of memory
+ * On failure there is no handle to read a message from; the message of the
+ * last failed feed_open() in this thread is feed_errmsg(NULL). */
+int feed_open(feed **out, const feed_config *cfg);
+
+/* Close the connections and free the handle. NULL is fine. */
+void feed_close(feed *f);
+
+/* Static English text for a FEED_* code; never NULL. */
+const char *feed_strerror(int code);
+
+/* Detail of this handle's last error ("" if none). The text stays valid until
+ * the next call on the handle. feed_errmsg(NULL) gives the detail of the last
+ * failed feed_open() in the calling thread. A call that succeeds in a degraded
+ * way (a page answered by PostgreSQL because Redis failed) also leaves the
+ * Redis error here. */
+const char *feed_errmsg(const feed *f);
+
+/* ------------------------------------------------------------------------
+ * Read path
+ * ------------------------------------------------------------------------ */
+
+/* One page of uid's feed: the items strictly after (last_score, last_id) in
+ * (score DESC, id DESC) order; last_score == FEED_FIRST for the first page
+ * (last_id is then ignored). The cursor item need not exist any more.
+ *
+ * limit is 1..max_page. On FEED_OK *out holds up to limit items, owned by it;
+ * free with feed_result_free(). On error *out is zeroed (freeing it is safe).
+ *
+ * Where the page comes from: the cache (one Redis round trip); on a miss the
+ * feed is rebuilt from SQL under a lease and the page cut from those rows;
+ * when the cache does not reach the page, or another handle holds the lease
+ * longer than lease_wait_ms, or Redis fails, from a keyset query. A Redis
+ * failure on this path is not an error: the page comes from PostgreSQL.
+ *
+ * Errors: FEED_EINVAL (f or out NULL, limit 0 or > max_page, last_id < 0),
+ * FEED_ERANGE (last_score out of range and not FEED_FIRST; or a score out of
+ * range found in SQL), FEED_EPG (the page needed SQL and PostgreSQL failed,
+ * Redis being up), FEED_EUNAVAILABLE (both failed), FEED_ENOMEM. */
+int  feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
+               size_t limit, feed_result *out);
+
+/* Free the items of a result and zero it. NULL and a zeroed result are fine. */
+void feed_result_free(feed_result *r);
+
+/* ------------------------------------------------------------------------
+ * Write hooks: call after the SQL transaction that changed the row commits.
+ *
+ * Each is one atomic script call (feed_fanout: one pipelined round trip) and
+ * cancels any rebuild of the feed in flight, so a rebuild that read SQL before
+ * the write can never install. A feed that is not cached is left alone: the
+ * next read rebuilds it. Errors: FEED_EINVAL (f NULL, id < 0), FEED_ERANGE
+ * (score out of range), FEED_EREDIS (Redis unreachable or refused: nothing is
+ * lost, PostgreSQL has the row; call feed_invalidate() later, or let the TTL
+ * and the next rebuild repair it).
+ * ------------------------------------------------------------------------ */
+
+/* A new row (score, id) in uid's feed, or a new score for an existing row. */
+int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id);
+
+/* Row id left uid's feed. */
+int feed_on_delete(feed *f, int64_t uid, int64_t id);
+
+/* feed_on_insert(f, uids[i], score, id) for each of n feeds, pipelined in one
+ * round trip. n == 0 is a no-op. On FEED_EREDIS some feeds may have been
+ * updated and others not. */
+int feed_fanout(feed *f, const int64_t *uids, size_t n,
+                int64_t score, int64_t id);
+
+/* Rebuild uid's cached copy from SQL now (under a lease, like a miss). If a
+ * write hook cancels the rebuild, the cached copy is dropped instead, which is
+ * always safe. Errors: FEED_EINVAL, FEED_EREDIS, FEED_EPG, FEED_ERANGE (a row
+ * in SQL with an out-of-range score). */
+int feed_reload(feed *f, int64_t uid);
+
+/* Drop uid's cached copy (and any lease). Errors: FEED_EINVAL, FEED_EREDIS. */
+int feed_invalidate(feed *f, int64_t uid);
+
+/* ------------------------------------------------------------------------
+ * Cursor tokens
+ * ------------------------------------------------------------------------ */
+
+#define FEED_CURSOR_LEN 24   /* characters in a token, without the NUL */
+
+/* Write an opaque URL-safe token ([A-Za-z0-9_-], FEED_CURSOR_LEN characters,
+ * NUL-terminated) for the cursor (score, id) into buf. Returns FEED_EINVAL if
+ * buf is NULL, buflen < 32 or id < 0, FEED_ERANGE if score is out of range. */
+int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen);
+
+/* Read a token made by feed_cursor_encode(). Returns FEED_EINVAL for NULL
+ * arguments or a malformed token (wrong length, characters, version or
+ * check byte, out-of-range fields); *score and *id are then untouched. */
+int feed_cursor_decode(const char *token, int64_t *score, int64_t *id);
+
+/* ---- composite scores ---- */
+/* ------------------------------------------------------------------------
+ * Composite scores: several ordering fields in one exact score
+ *
+ * Feeds often order by several fields: hot replies by likes, then replies,
+ * then latest reply day; a leaderboard by points, then paid first, then
+ * earliest time first. Redis has one double per entry, exact for integers
+ * only up to 2^53. A layout lists the fields from most to least significant,
+ * each with a width in bits and a direction; the widths sum to at most
+ * FEED_SCORE_BITS (53), so a packed score lies in [0, 2^53 - 1], inside
+ * [0, FEED_SCORE_MAX], and survives Redis unchanged. Comparing two packed
+ * scores compares their tuples field by field, each in its direction, so
+ * (score DESC, id DESC) is (fields in their directions, then id DESC).
+ * A value too wide for its field is refused with FEED_ERANGE, never masked.
+ *
+ * sql/score.sql computes the same scores in PostgreSQL, for a generated
+ * column: score bigint GENERATED ALWAYS AS (feed_score_pack(...)) STORED.
+ *
+ *     static const feed_field hot[] = {               most significant first
+ *         { "likes",   20, FEED_LARGER_FIRST },       0 .. 1048575
+ *         { "replies", 17, FEED_LARGER_FIRST },       0 .. 131071
+ *         { "day",     16, FEED_LARGER_FIRST },       0 .. 65535
+ *     };
+ *     feed_layout l;
+ *     uint64_t v[3] = { likes, replies, day };
+ *     int64_t score;
+ *     feed_layout_init(&l, hot, 3);
+ *     if (feed_score_pack(&l, v, &score) == FEED_OK)
+ *         feed_on_insert(f, uid, score, id);
+ *
+ * A layout is plain data: no allocation, nothing to free. Copy it freely and
+ * share it read-only between threads. Nothing here needs a handle.
+ * ------------------------------------------------------------------------ */
+
+#define FEED_SCORE_BITS        53  /* most bits the fields of a layout may use in all */
+#define FEED_LAYOUT_MAX_FIELDS 16
+
+typedef enum feed_order {
+    FEED_LARGER_FIRST  = 0,  /* a larger value ranks higher (comes first) */
+    FEED_SMALLER_FIRST = 1   /* a smaller value ranks higher, e.g. an earlier time;
+                                stored inverted as (2^bits - 1 - value) */
+} feed_order;
+
+typedef struct feed_field {
+    const char *name;   /* the caller's label (messages, docs); may be NULL.
+                           Not used by the library; the pointer is copied,
+                           not the string */
+    unsigned    bits;   /* 1..53: the field holds the values 0 .. 2^bits - 1 */
+    feed_order  order;
+} feed_field;
+
+/* Fill with feed_layout_init(); the functions below recheck it anyway. */
+typedef struct feed_layout {
+    size_t     nfields;                         /* 1..FEED_LAYOUT_MAX_FIELDS */
+    feed_field fields[FEED_LAYOUT_MAX_FIELDS];  /* most significant first */
+    unsigned   total_bits;                      /* sum of the widths, 1..53 */
+} feed_layout;
+
+/* Check fields[0..n), most significant first, and copy them into *l (the
+ * array may be freed afterwards; the name strings are not copied).
+ *
+ * Returns FEED_OK, or FEED_EINVAL when l or fields is NULL, n is 0 or more
+ * than FEED_LAYOUT_MAX_FIELDS, a width is 0 or more than 53, the widths sum
+ * to more than FEED_SCORE_BITS, or an order is neither FEED_LARGER_FIRST nor
+ * FEED_SMALLER_FIRST. On error *l is untouched. */
+int feed_layout_init(feed_layout *l, const feed_field *fields, size_t n);
+
+/* Pack values[0..l->nfields), one per field in the layout's order, into
+ * *score, a number in [0, 2^l->total_bits - 1]. For two tuples a and b,
+ * score(a) > score(b) exactly when a ranks higher: the first field where they
+ * differ decides, by its direction.
+ *
+ * Returns FEED_OK; FEED_EINVAL when an argument is NULL or *l is not a valid
+ * layout (not made by feed_layout_init()); FEED_ERANGE when some values[i]
+ * does not fit field i (values[i] > 2^bits - 1): nothing is masked or
+ * clamped. On error *score is untouched. */
+int feed_score_pack(const feed_layout *l, const uint64_t *values,
+                    int64_t *score);
+
+/* The inverse of feed_score_pack(): write the l->nfields values packed into
+ * score to values[0..l->nfields). Every score in [0, 2^l->total_bits - 1] is
+ * the packing of exactly one tuple.
+ *
+ * Returns FEED_OK; FEED_EINVAL when l or values is NULL or *l is not a valid
+ * layout; FEED_ERANGE when score is negative or above 2^l->total_bits - 1, so
+ * not a score of this layout. On error values is untouched. */
+int feed_score_unpack(const feed_layout *l, int64_t score, uint64_t *values);
+
+/* The score of a row in a time-ordered feed whose ids are snowflakes: the
+ * id's creation time in unix milliseconds, (snowflake_id >> timestamp_shift)
+ * + epoch_ms. Store the row as (score, snowflake_id).
+ *
+ * Why this is exact: the score is a non-decreasing function of the id, so a
+ * larger id never has a smaller score, and where two ids share a millisecond
+ * the id breaks the tie. Ordering by (score DESC, id DESC) is therefore
+ * ordering by snowflake id DESC, exactly. The score (about 2^41 for times in
+ * this century) is exact in a double; the id, which may exceed 2^53, travels
+ * as the sorted-set member and never as a score. Do not use the id itself as
+ * the score: ids above 2^53 would round and collide.
+ *
+ * timestamp_shift is the number of bits below the time field (22 for
+ * Twitter- and Discord-style ids), 0..63; epoch_ms is the scheme's epoch in
+ * unix milliseconds (1288834974657 for Twitter, 1420070400000 for Discord),
+ * 0..FEED_SCORE_MAX. For schemes whose time counts units other than
+ * milliseconds the order argument holds all the same; the score is then not
+ * unix milliseconds.
+ *
+ * Returns FEED_OK; FEED_EINVAL when score is NULL, snowflake_id is negative,
+ * or timestamp_shift or epoch_ms is out of its range; FEED_ERANGE when the
+ * result exceeds FEED_SCORE_MAX. On error *score is untouched. */
+int feed_snowflake_score(int64_t snowflake_id, int timestamp_shift,
+                         int64_t epoch_ms, int64_t *score);
+/* ---- end composite scores ---- */
+
+/* ------------------------------------------------------------------------
+ * Statistics
+ * ------------------------------------------------------------------------ */
+
+typedef struct feed_stats {
+    uint64_t pages;          /* feed_page calls that returned FEED_OK */
+    uint64_t cache_pages;    /* ... answered with FEED_SOURCE_CACHE */
+    uint64_t rebuilds;       /* rebuilds installed in Redis */
+    uint64_t db_pages;       /* ... answered with FEED_SOURCE_DB */
+    uint64_t sql_queries;    /* statements sent to PostgreSQL */
+    uint64_t redis_calls;    /* round trips to Redis */
+    uint64_t lease_waits;    /* times a reader waited on another's rebuild */
+    uint64_t redis_errors;
+    uint64_t pg_errors;
+} feed_stats;
+
+/* Copy the handle's counters (since feed_open) into *out. */
+void feed_stats_get(const feed *f, feed_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FEEDCACHE_H */

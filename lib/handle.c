@@ -1,0 +1,296 @@
+/* handle.c -- the feed handle: config, open and close, errors, statistics. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* The message of the last failed feed_open() in this thread: there is no
+ * handle to carry it. */
+static _Thread_local char open_errmsg[512];
+
+void feed_config_init(feed_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->redis_host = "127.0.0.1";
+    cfg->redis_port = 6379;
+    cfg->redis_password = NULL;
+    cfg->pg_conninfo = "";
+    cfg->key_prefix = "feed";
+    cfg->table = "feed_entry";
+    cfg->owner_column = "uid";
+    cfg->score_column = "score";
+    cfg->id_column = "id";
+    cfg->max_len = 1000;
+    cfg->max_page = 100;
+    cfg->ttl_seconds = 604800;
+    cfg->redis_timeout_ms = 250;
+    cfg->lease_ms = 3000;
+    cfg->redis_user = NULL;
+    cfg->lease_wait_ms = 100;
+    cfg->retry_ms = 1000;
+}
+
+const char *feed_strerror(int code)
+{
+    switch (code) {
+    case FEED_OK:           return "success";
+    case FEED_EINVAL:       return "invalid argument";
+    case FEED_ERANGE:       return "score out of range";
+    case FEED_EREDIS:       return "Redis failed";
+    case FEED_EPG:          return "PostgreSQL failed";
+    case FEED_ENOMEM:       return "out of memory";
+    case FEED_EUNAVAILABLE: return "neither Redis nor PostgreSQL could answer";
+    default:                return "unknown error code";
+    }
+}
+
+const char *feed_errmsg(const feed *f)
+{
+    return f ? f->errmsg : open_errmsg;
+}
+
+/* Record code and a message on the handle; returns code, so that error
+ * paths read "return feed__error(f, FEED_EINVAL, ...)". */
+int feed__error(feed *f, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(f->errmsg, sizeof f->errmsg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void feed__clear_error(feed *f)
+{
+    f->errmsg[0] = '\0';
+}
+
+int64_t feed__now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void feed_stats_get(const feed *f, feed_stats *out)
+{
+    if (!out)
+        return;
+    if (f)
+        *out = f->stats;
+    else
+        memset(out, 0, sizeof *out);
+}
+
+void feed_result_free(feed_result *r)
+{
+    if (!r)
+        return;
+    free(r->items);
+    memset(r, 0, sizeof *r);
+}
+
+/* "<prefix>:{<uid>}" and "<prefix>:{<uid>}:lease". The braces are a Redis
+ * Cluster hash tag: both keys of a feed live on one slot, so one script can
+ * touch both. */
+void feed__set_keys(feed *f, int64_t uid)
+{
+    char num[21];
+
+    feed__i64_to_str(uid, num);
+    snprintf(f->key, f->key_cap, "%s:{%s}", f->cfg.key_prefix, num);
+    snprintf(f->lease_key, f->key_cap, "%s:{%s}:lease", f->cfg.key_prefix, num);
+}
+
+/* splitmix64: a well-mixed 64-bit value from a counter. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* A lease token unique across handles and processes: a random seed per
+ * handle, then a counter. It needs to be unguessable only by accident. */
+static void hex64(uint64_t v, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = digits[v & 15];
+}
+
+void feed__lease_token(feed *f, char buf[33])
+{
+    uint64_t seq = ++f->token_seq;
+
+    hex64(mix64(f->token_seed ^ seq), buf);
+    hex64(mix64(f->token_seed + seq), buf + 16);
+    buf[32] = '\0';
+}
+
+static uint64_t random_seed(const void *salt)
+{
+    uint64_t seed = 0;
+    FILE *urandom = fopen("/dev/urandom", "rb");
+
+    if (urandom) {
+        if (fread(&seed, sizeof seed, 1, urandom) != 1)
+            seed = 0;
+        fclose(urandom);
+    }
+    /* Without /dev/urandom, time, pid and an address still differ between
+     * handles; tokens only have to differ. */
+    seed ^= (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)salt;
+    return mix64(seed);
+}
+
+static int bad_identifier(const char *s)
+{
+    return !s || !*s;
+}
+
+static const char *check_config(const feed_config *c)
+{
+    if (!c->redis_host || !*c->redis_host)
+        return "redis_host is NULL or empty";
+    if (c->redis_port < 1 || c->redis_port > 65535)
+        return "redis_port must be 1..65535";
+    if (c->redis_user && !c->redis_password)
+        return "redis_user needs redis_password";
+    if (!c->pg_conninfo)
+        return "pg_conninfo is NULL (use \"\" for libpq defaults)";
+    if (!c->key_prefix || !*c->key_prefix)
+        return "key_prefix is NULL or empty";
+    /* A brace in the prefix would become the Redis Cluster hash tag instead
+     * of the uid, putting every feed on one slot. */
+    if (strpbrk(c->key_prefix, "{}"))
+        return "key_prefix must not contain '{' or '}'";
+    if (bad_identifier(c->table) || bad_identifier(c->owner_column) ||
+        bad_identifier(c->score_column) || bad_identifier(c->id_column))
+        return "table and column names must be non-empty strings";
+    if (c->max_len == 0 || c->max_len > 10000000)
+        return "max_len must be 1..10000000";
+    if (c->max_page == 0 || c->max_page > 100000)
+        return "max_page must be 1..100000";
+    if (c->redis_timeout_ms == 0)
+        return "redis_timeout_ms must be > 0";
+    if (c->lease_ms == 0)
+        return "lease_ms must be > 0";
+    return NULL;
+}
+
+/* Copy the config's strings into the handle, so the caller's may go. */
+static int copy_config(feed *f, const feed_config *cfg)
+{
+    const char **fields[] = {
+        &f->cfg.redis_host, &f->cfg.redis_password, &f->cfg.pg_conninfo,
+        &f->cfg.key_prefix, &f->cfg.table, &f->cfg.owner_column,
+        &f->cfg.score_column, &f->cfg.id_column, &f->cfg.redis_user,
+    };
+
+    f->cfg = *cfg;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (!*fields[i])
+            continue;
+        f->owned[i] = strdup(*fields[i]);
+        if (!f->owned[i])
+            return FEED_ENOMEM;
+        *fields[i] = f->owned[i];
+    }
+    f->key_cap = strlen(f->cfg.key_prefix) + sizeof ":{-9223372036854775808}:lease";
+    f->key = malloc(f->key_cap);
+    f->lease_key = malloc(f->key_cap);
+    return f->key && f->lease_key ? FEED_OK : FEED_ENOMEM;
+}
+
+/* feed_open succeeds when one store answers; a store that answered and
+ * refused (bad password, missing table) is a configuration error worth
+ * failing for, since retrying will not fix it. */
+static int open_outcome(int redis_rc, int pg_rc)
+{
+    if (redis_rc == FEED_ENOMEM || pg_rc == FEED_ENOMEM)
+        return FEED_ENOMEM;
+    if (redis_rc == FEED_EREDIS)
+        return FEED_EREDIS;
+    if (pg_rc == FEED_EPG || pg_rc == FEED_ERANGE)
+        return FEED_EPG;
+    if (redis_rc != FEED_OK && pg_rc != FEED_OK)
+        return FEED_EUNAVAILABLE;
+    return FEED_OK;
+}
+
+int feed_open(feed **out, const feed_config *cfg)
+{
+    const char *bad;
+    char redis_msg[sizeof open_errmsg] = "", pg_msg[sizeof open_errmsg] = "";
+    int rc, redis_rc, pg_rc;
+    feed *f;
+
+    open_errmsg[0] = '\0';
+    if (!out || !cfg) {
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out or cfg is NULL");
+        if (out)
+            *out = NULL;
+        return FEED_EINVAL;
+    }
+    *out = NULL;
+    if ((bad = check_config(cfg)) != NULL) {
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: %s", bad);
+        return FEED_EINVAL;
+    }
+    f = calloc(1, sizeof *f);
+    if (!f) {
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out of memory");
+        return FEED_ENOMEM;
+    }
+    if (copy_config(f, cfg) != FEED_OK) {
+        feed_close(f);
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out of memory");
+        return FEED_ENOMEM;
+    }
+    f->token_seed = random_seed(f);
+    feed__i64_to_str((int64_t)f->cfg.ttl_seconds * 1000, f->ttl_ms);
+    feed__i64_to_str((int64_t)f->cfg.lease_ms, f->lease_ms);
+
+    redis_rc = feed__redis_connect(f);
+    if (redis_rc != FEED_OK)
+        snprintf(redis_msg, sizeof redis_msg, "%s", f->errmsg);
+    pg_rc = feed__pg_connect(f);
+    if (pg_rc != FEED_OK)
+        snprintf(pg_msg, sizeof pg_msg, "%s", f->errmsg);
+
+    rc = open_outcome(redis_rc, pg_rc);
+    snprintf(f->errmsg, sizeof f->errmsg, "%s%s%s", redis_msg,
+             *redis_msg && *pg_msg ? "; " : "", pg_msg);
+    if (rc != FEED_OK) {
+        snprintf(open_errmsg, sizeof open_errmsg, "%s", f->errmsg);
+        feed_close(f);
+        return rc;
+    }
+    *out = f;
+    return FEED_OK;
+}
+
+void feed_close(feed *f)
+{
+    if (!f)
+        return;
+    feed__redis_drop(f);
+    feed__pg_drop(f);
+    for (size_t i = 0; i < sizeof f->owned / sizeof f->owned[0]; i++)
+        free(f->owned[i]);
+    free(f->sql_top);
+    free(f->sql_after);
+    free(f->key);
+    free(f->lease_key);
+    free(f);
+}

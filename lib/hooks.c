@@ -1,0 +1,181 @@
+/* hooks.c -- the write path: what an application calls after its SQL
+ * transaction commits. Each hook is one script call (fan-out: one pipeline)
+ * that keeps the cache an exact prefix of the feed; lua/insert.lua and
+ * lua/delete.lua say how. Every hook also deletes the feed's lease, which
+ * is what stops a rebuild that read SQL before this write from installing.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int check_item(feed *f, const char *hook, int64_t score, int64_t id)
+{
+    if (id < 0)
+        return feed__error(f, FEED_EINVAL, "%s: id %lld is negative", hook, (long long)id);
+    if (!feed__score_ok(score))
+        return feed__error(f, FEED_ERANGE, "%s: score %lld is outside +/-(2^53-1)",
+                           hook, (long long)score);
+    return FEED_OK;
+}
+
+/* A script's reply must be an integer; anything else is a Redis fault. */
+static int integer_reply(feed *f, redisReply *r, const char *what)
+{
+    int rc = FEED_OK;
+
+    if (!r)
+        return FEED_EREDIS;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        f->stats.redis_errors++;
+        rc = feed__error(f, FEED_EREDIS, "Redis %s: unexpected reply type %d", what, r->type);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* The arguments of insert.lua for one feed; the keys are rewritten per feed
+ * in a fan-out (hiredis copies each command as it is appended). */
+typedef struct insert_args {
+    feed          *f;
+    const int64_t *uids;
+    char           score[21];
+    char           member[FEED_MEMBER_LEN + 1];
+    char           max_len[21];
+} insert_args;
+
+static void insert_args_init(insert_args *a, feed *f, int64_t score, int64_t id)
+{
+    a->f = f;
+    a->uids = NULL;
+    feed__i64_to_str(score, a->score);
+    feed__member_encode(id, a->member);
+    feed__i64_to_str((int64_t)f->cfg.max_len, a->max_len);
+}
+
+static void insert_argv(insert_args *a, const char **argv, size_t *lens)
+{
+    argv[0] = a->f->key;
+    argv[1] = a->f->lease_key;
+    argv[2] = a->score;
+    argv[3] = a->member;
+    argv[4] = a->max_len;
+    for (int i = 0; i < 5; i++)
+        lens[i] = strlen(argv[i]);
+}
+
+int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
+{
+    const char *argv[5];
+    size_t lens[5];
+    insert_args a;
+    int rc;
+
+    if (!f)
+        return FEED_EINVAL;
+    feed__clear_error(f);
+    if ((rc = check_item(f, "feed_on_insert", score, id)) != FEED_OK)
+        return rc;
+    feed__set_keys(f, uid);
+    insert_args_init(&a, f, score, id);
+    insert_argv(&a, argv, lens);
+    return integer_reply(f, feed__redis_script(f, FEED_SCRIPT_INSERT, 2, 5, argv, lens),
+                         "insert.lua");
+}
+
+static void fanout_fill(void *arg, size_t i, const char **argv, size_t *lens)
+{
+    insert_args *a = arg;
+
+    feed__set_keys(a->f, a->uids[i]);
+    insert_argv(a, argv, lens);
+}
+
+int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id)
+{
+    insert_args a;
+    int rc;
+
+    if (!f)
+        return FEED_EINVAL;
+    feed__clear_error(f);
+    if (!uids && n > 0)
+        return feed__error(f, FEED_EINVAL, "feed_fanout: uids is NULL");
+    if ((rc = check_item(f, "feed_fanout", score, id)) != FEED_OK)
+        return rc;
+    insert_args_init(&a, f, score, id);
+    a.uids = uids;
+    rc = feed__redis_script_many(f, FEED_SCRIPT_INSERT, n, 2, 5, fanout_fill, &a);
+    return rc == FEED_OK || rc == FEED_ENOMEM ? rc : FEED_EREDIS;
+}
+
+int feed_on_delete(feed *f, int64_t uid, int64_t id)
+{
+    char member[FEED_MEMBER_LEN + 1];
+    const char *argv[3];
+
+    if (!f)
+        return FEED_EINVAL;
+    feed__clear_error(f);
+    if (id < 0)
+        return feed__error(f, FEED_EINVAL, "feed_on_delete: id %lld is negative",
+                           (long long)id);
+    feed__set_keys(f, uid);
+    feed__member_encode(id, member);
+    argv[0] = f->key;
+    argv[1] = f->lease_key;
+    argv[2] = member;
+    return integer_reply(f, feed__redis_script(f, FEED_SCRIPT_DELETE, 2, 3, argv, NULL),
+                         "delete.lua");
+}
+
+/* DEL of the feed, with or without its lease. */
+static int drop_keys(feed *f, int with_lease)
+{
+    const char *argv[3] = { "DEL", f->key, f->lease_key };
+
+    return integer_reply(f, feed__redis_command(f, with_lease ? 3 : 2, argv, NULL), "DEL");
+}
+
+int feed_invalidate(feed *f, int64_t uid)
+{
+    if (!f)
+        return FEED_EINVAL;
+    feed__clear_error(f);
+    feed__set_keys(f, uid);
+    return drop_keys(f, 1);
+}
+
+/* A reload takes the lease outright (a reader's rebuild in flight then fails
+ * to install, harmlessly) and rebuilds as a miss would. If a write cancels
+ * it, the cached copy may predate this reload's reason to exist, so it is
+ * dropped: an absent feed is always correct. */
+int feed_reload(feed *f, int64_t uid)
+{
+    char token[33];
+    const char *argv[5];
+    feed_rows rows;
+    redisReply *r;
+    int installed, rc;
+
+    if (!f)
+        return FEED_EINVAL;
+    feed__clear_error(f);
+    feed__set_keys(f, uid);
+    feed__lease_token(f, token);
+    argv[0] = "SET";
+    argv[1] = f->lease_key;
+    argv[2] = token;
+    argv[3] = "PX";
+    argv[4] = f->lease_ms;
+    r = feed__redis_command(f, 5, argv, NULL);
+    if (!r)
+        return FEED_EREDIS;
+    freeReplyObject(r);
+
+    rc = feed__rebuild(f, uid, token, &rows, &installed);
+    feed__rows_free(&rows);
+    if (rc == FEED_OK && !installed)
+        rc = drop_keys(f, 0);
+    return rc;
+}

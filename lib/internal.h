@@ -1,0 +1,128 @@
+/* internal.h -- what the files of the library share; not installed.
+ *
+ * The files, one job each:
+ *   handle.c   config, open/close, error messages, stats
+ *   redis.c    the Redis transport: connect, AUTH, scripts by SHA, NOSCRIPT
+ *   pg.c       the PostgreSQL side: connect, prepared statements, row fetch
+ *   codec.c    members, scores and integers as bytes, parsed strictly
+ *   page.c     the read path: feed_page
+ *   rebuild.c  a miss or a reload: top rows from SQL installed under a lease
+ *   hooks.c    the write path: insert, delete, fanout, reload, invalidate
+ *   cursor.c   opaque cursor tokens
+ *   score.c    composite scores
+ * and the Lua scripts in lua/, embedded as feed_lua_<name> (build/lib/scripts.c).
+ */
+#ifndef FEED_INTERNAL_H
+#define FEED_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+
+#include "feedcache.h"
+
+/* Member encoding: an id as 19 zero-padded decimal digits (INT64_MAX has
+ * 19), so that Redis, which orders equal scores by member bytes, orders ties
+ * by id exactly as SQL does. The end marker is a member no id can encode to;
+ * its score is -inf, below every real score. */
+#define FEED_MEMBER_LEN 19
+#define FEED_END_MEMBER "end"
+
+/* The Lua scripts: lua/<name>.lua becomes feed_lua_<name> at build time
+ * (tools/embed.c writes build/lib/scripts.c). */
+enum feed_script {
+    FEED_SCRIPT_PAGE,           /* lua/page.lua    the read path */
+    FEED_SCRIPT_REBUILD,        /* lua/rebuild.lua install rows under a lease */
+    FEED_SCRIPT_INSERT,         /* lua/insert.lua  insert or rescore hook */
+    FEED_SCRIPT_DELETE,         /* lua/delete.lua  delete hook */
+    FEED_SCRIPT_COUNT
+};
+extern const char feed_lua_page[], feed_lua_rebuild[], feed_lua_insert[],
+                  feed_lua_delete[];
+
+/* A batch of rows from SQL, in (score DESC, id DESC) order. */
+typedef struct feed_rows {
+    feed_item *items;
+    size_t     count;
+} feed_rows;
+
+struct feed {
+    feed_config cfg;            /* strings point into owned copies below */
+    char       *owned[9];   /* one per string field of feed_config */
+
+    /* Redis: ctx is NULL while disconnected. */
+    redisContext *redis;
+    int64_t       redis_attempt_ms;   /* last connect attempt, monotonic */
+    char          sha[FEED_SCRIPT_COUNT][41];
+
+    /* PostgreSQL: pg is NULL while disconnected. */
+    PGconn  *pg;
+    int64_t  pg_attempt_ms;
+    char    *sql_top;           /* SELECT ... WHERE owner=$1 ORDER ... LIMIT $2 */
+    char    *sql_after;         /* ... AND (score, id) < ($2, $3) ... LIMIT $4 */
+
+    /* Keys of the feed last named: "<prefix>:{<uid>}" and its ":lease". */
+    char    *key;
+    char    *lease_key;
+    size_t   key_cap;
+
+    char     ttl_ms[24];        /* cfg.ttl_seconds * 1000 as text, "0" = no TTL */
+    char     lease_ms[24];      /* cfg.lease_ms as text */
+
+    uint64_t token_seed;        /* lease tokens: seed from the OS, then a counter */
+    uint64_t token_seq;
+
+    feed_stats stats;
+    char       errmsg[512];
+
+    /* Tests only: called between a rebuild's SQL read and its install. */
+    void (*test_before_install)(feed *f, int64_t uid, void *arg);
+    void  *test_arg;
+};
+
+/* handle.c */
+int  feed__error(feed *f, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void feed__clear_error(feed *f);
+int64_t feed__now_ms(void);
+void feed__set_keys(feed *f, int64_t uid);
+void feed__lease_token(feed *f, char buf[33]);
+
+/* redis.c -- every function returns with the connection either healthy or
+ * dropped (NULL), never half-read. */
+int  feed__redis_connect(feed *f);
+int  feed__redis_ready(feed *f);
+void feed__redis_drop(feed *f);
+redisReply *feed__redis_command(feed *f, int argc, const char **argv,
+                                const size_t *lens);
+redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
+                               int argc, const char **argv, const size_t *lens);
+/* Fills argv[0..argc) and lens for the i-th call of a pipeline. */
+typedef void feed__args_fn(void *arg, size_t i, const char **argv, size_t *lens);
+int  feed__redis_script_many(feed *f, enum feed_script script, size_t n,
+                             int nkeys, int argc, feed__args_fn *fill, void *arg);
+
+/* pg.c */
+int  feed__pg_connect(feed *f);
+int  feed__pg_ready(feed *f);
+void feed__pg_drop(feed *f);
+int  feed__pg_top(feed *f, int64_t uid, size_t limit, feed_rows *rows);
+int  feed__pg_after(feed *f, int64_t uid, int64_t score, int64_t id,
+                    size_t limit, feed_rows *rows);
+void feed__rows_free(feed_rows *rows);
+
+/* codec.c */
+int  feed__score_ok(int64_t score);
+size_t feed__i64_to_str(int64_t v, char *buf);          /* buf >= 21 bytes */
+void feed__member_encode(int64_t id, char buf[FEED_MEMBER_LEN + 1]);
+int  feed__member_decode(const char *s, size_t len, int64_t *id);
+int  feed__parse_i64(const char *s, size_t len, int64_t *out);
+int  feed__parse_score(const char *s, size_t len, int64_t *out);
+int  feed__item_after(feed_item item, int64_t score, int64_t id);
+
+/* rebuild.c */
+int feed__rebuild(feed *f, int64_t uid, const char *token, feed_rows *rows,
+                  int *installed);
+
+#endif /* FEED_INTERNAL_H */

@@ -1,0 +1,400 @@
+/* redis.c -- the Redis transport, and the only file that talks to hiredis.
+ *
+ * One blocking connection per handle, with the configured timeout on connect
+ * and on every command. A connection that fails (I/O error, timeout,
+ * protocol error) is dropped at once and never reused half-read; the next
+ * call reconnects, at most once per retry_ms, so a Redis outage cannot turn
+ * into a connect storm. Scripts are loaded once per connection (SCRIPT LOAD,
+ * pipelined) and called by SHA; a NOSCRIPT answer (SCRIPT FLUSH, a restart
+ * behind a proxy) loads the script again and retries once.
+ *
+ * A later step adds Redis Cluster routing here: every key a call names lives
+ * on one slot (the {uid} hash tag), so routing is by the first key.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *script_source(enum feed_script s)
+{
+    switch (s) {
+    case FEED_SCRIPT_PAGE:    return feed_lua_page;
+    case FEED_SCRIPT_REBUILD: return feed_lua_rebuild;
+    case FEED_SCRIPT_INSERT:  return feed_lua_insert;
+    case FEED_SCRIPT_DELETE:  return feed_lua_delete;
+    default:                  return NULL;
+    }
+}
+
+static const char *script_name(enum feed_script s)
+{
+    switch (s) {
+    case FEED_SCRIPT_PAGE:    return "page.lua";
+    case FEED_SCRIPT_REBUILD: return "rebuild.lua";
+    case FEED_SCRIPT_INSERT:  return "insert.lua";
+    case FEED_SCRIPT_DELETE:  return "delete.lua";
+    default:                  return "?";
+    }
+}
+
+static struct timeval ms_to_timeval(uint32_t ms)
+{
+    struct timeval tv;
+
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    return tv;
+}
+
+void feed__redis_drop(feed *f)
+{
+    if (f->redis) {
+        redisFree(f->redis);
+        f->redis = NULL;
+    }
+}
+
+/* The connection failed under a call: keep the reason, drop the socket. */
+static void io_failed(feed *f, const char *what)
+{
+    f->stats.redis_errors++;
+    feed__error(f, FEED_EREDIS, "Redis %s: %s", what,
+                f->redis && f->redis->errstr[0] ? f->redis->errstr : "connection lost");
+    feed__redis_drop(f);
+}
+
+/* A reply must be a bulk string holding a 40-hex SHA1. */
+static int take_sha(feed *f, redisReply *r, char sha[41])
+{
+    if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        f->stats.redis_errors++;
+        feed__error(f, FEED_EREDIS, "Redis SCRIPT LOAD refused: %s",
+                    r && r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        return FEED_EREDIS;
+    }
+    memcpy(sha, r->str, 40);
+    sha[40] = '\0';
+    return FEED_OK;
+}
+
+static int authenticate(feed *f)
+{
+    const char *argv[3] = { "AUTH", NULL, NULL };
+    int argc = 1, rc = FEED_OK;
+    redisReply *r;
+
+    if (f->cfg.redis_user)
+        argv[argc++] = f->cfg.redis_user;
+    argv[argc++] = f->cfg.redis_password;
+    r = redisCommandArgv(f->redis, argc, argv, NULL);
+    f->stats.redis_calls++;
+    if (!r) {
+        io_failed(f, "AUTH");
+        return FEED_EUNAVAILABLE;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        f->stats.redis_errors++;
+        rc = feed__error(f, FEED_EREDIS, "Redis refused AUTH: %s", r->str);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* All scripts in one round trip. */
+static int load_scripts(feed *f)
+{
+    int rc = FEED_OK;
+
+    for (int s = 0; s < FEED_SCRIPT_COUNT; s++) {
+        if (redisAppendCommand(f->redis, "SCRIPT LOAD %s", script_source(s)) != REDIS_OK) {
+            io_failed(f, "SCRIPT LOAD");
+            return FEED_ENOMEM;
+        }
+    }
+    f->stats.redis_calls++;
+    for (int s = 0; s < FEED_SCRIPT_COUNT; s++) {
+        redisReply *r = NULL;
+        if (redisGetReply(f->redis, (void **)&r) != REDIS_OK) {
+            io_failed(f, "SCRIPT LOAD");
+            return FEED_EUNAVAILABLE;
+        }
+        /* Read every reply even after a refusal: the pipeline stays in step. */
+        if (rc == FEED_OK)
+            rc = take_sha(f, r, f->sha[s]);
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+/* Returns FEED_OK, FEED_EUNAVAILABLE (no answer) or FEED_EREDIS (answered
+ * and refused: a wrong password, NOAUTH, ...). */
+int feed__redis_connect(feed *f)
+{
+    struct timeval tv = ms_to_timeval(f->cfg.redis_timeout_ms);
+    int rc;
+
+    feed__redis_drop(f);
+    f->redis_attempt_ms = feed__now_ms();
+    f->redis = redisConnectWithTimeout(f->cfg.redis_host, f->cfg.redis_port, tv);
+    if (!f->redis)
+        return feed__error(f, FEED_ENOMEM, "Redis connect: out of memory");
+    if (f->redis->err || redisSetTimeout(f->redis, tv) != REDIS_OK) {
+        f->stats.redis_errors++;
+        feed__error(f, FEED_EUNAVAILABLE, "Redis connect to %s:%d: %s",
+                    f->cfg.redis_host, f->cfg.redis_port, f->redis->errstr);
+        feed__redis_drop(f);
+        return FEED_EUNAVAILABLE;
+    }
+    rc = f->cfg.redis_password ? authenticate(f) : FEED_OK;
+    if (rc == FEED_OK)
+        rc = load_scripts(f);
+    if (rc != FEED_OK)
+        feed__redis_drop(f);
+    return rc;
+}
+
+/* Connected, or reconnected if the last attempt is old enough. */
+int feed__redis_ready(feed *f)
+{
+    int64_t since;
+
+    if (f->redis)
+        return FEED_OK;
+    since = feed__now_ms() - f->redis_attempt_ms;
+    if (since < (int64_t)f->cfg.retry_ms)
+        return feed__error(f, FEED_EUNAVAILABLE,
+                           "Redis is down; next reconnect in %lld ms",
+                           (long long)(f->cfg.retry_ms - since));
+    return feed__redis_connect(f);
+}
+
+/* Did the server close a connection that worked (a restart)? Then one retry
+ * on a fresh connection is worth it. A timeout is not retried: a frozen
+ * server would only double the wait. */
+static int closed_by_peer(const redisContext *c)
+{
+    return c->err == REDIS_ERR_EOF ||
+           (c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
+}
+
+/* One command, one round trip. Returns the reply, which may be an error
+ * reply, or NULL with the connection dropped and the reason on f. */
+static redisReply *round_trip(feed *f, int argc, const char **argv,
+                              const size_t *lens)
+{
+    redisReply *r;
+    int retried = 0;
+
+    for (;;) {
+        if (feed__redis_ready(f) != FEED_OK)
+            return NULL;
+        f->stats.redis_calls++;
+        r = redisCommandArgv(f->redis, argc, argv, lens);
+        if (r)
+            return r;
+        if (retried || !closed_by_peer(f->redis)) {
+            io_failed(f, argv[0]);
+            return NULL;
+        }
+        feed__redis_drop(f);
+        f->redis_attempt_ms = 0;   /* the server went away under us: try now */
+        retried = 1;
+    }
+}
+
+/* An error reply becomes NULL plus a message; anything else is returned. */
+static redisReply *no_error(feed *f, redisReply *r, const char *what)
+{
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        f->stats.redis_errors++;
+        feed__error(f, FEED_EREDIS, "Redis %s: %s", what, r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+redisReply *feed__redis_command(feed *f, int argc, const char **argv,
+                                const size_t *lens)
+{
+    return no_error(f, round_trip(f, argc, argv, lens), argv[0]);
+}
+
+static int is_noscript(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+static int reload_script(feed *f, enum feed_script s)
+{
+    const char *argv[3] = { "SCRIPT", "LOAD", script_source(s) };
+    redisReply *r = feed__redis_command(f, 3, argv, NULL);
+    int rc;
+
+    if (!r)
+        return FEED_EREDIS;
+    rc = take_sha(f, r, f->sha[s]);
+    freeReplyObject(r);
+    return rc;
+}
+
+/* EVALSHA <sha> <nkeys> args... : argv gets three leading slots. */
+typedef struct evalsha_args {
+    const char **argv;
+    size_t      *lens;
+    const char  *small_argv[16];
+    size_t       small_lens[16];
+    char         nkeys[12];
+    enum feed_script script;
+} evalsha_args;
+
+static int evalsha_init(evalsha_args *e, feed *f, enum feed_script s,
+                        int nkeys, int argc)
+{
+    size_t n = (size_t)argc + 3;
+
+    if (n <= 16) {
+        e->argv = e->small_argv;
+        e->lens = e->small_lens;
+    } else {
+        e->argv = malloc(n * sizeof *e->argv);
+        e->lens = malloc(n * sizeof *e->lens);
+        if (!e->argv || !e->lens) {
+            free(e->argv);
+            free(e->lens);
+            return feed__error(f, FEED_ENOMEM, "out of memory building a Redis call");
+        }
+    }
+    e->script = s;
+    snprintf(e->nkeys, sizeof e->nkeys, "%d", nkeys);
+    e->argv[0] = "EVALSHA";
+    e->lens[0] = 7;
+    e->argv[1] = f->sha[s];
+    e->lens[1] = 40;
+    e->argv[2] = e->nkeys;
+    e->lens[2] = strlen(e->nkeys);
+    return FEED_OK;
+}
+
+static void evalsha_set(evalsha_args *e, int argc, const char **argv,
+                        const size_t *lens)
+{
+    for (int i = 0; i < argc; i++) {
+        e->argv[i + 3] = argv[i];
+        e->lens[i + 3] = lens ? lens[i] : strlen(argv[i]);
+    }
+}
+
+static void evalsha_free(evalsha_args *e)
+{
+    if (e->argv != e->small_argv) {
+        free(e->argv);
+        free(e->lens);
+    }
+}
+
+redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
+                               int argc, const char **argv, const size_t *lens)
+{
+    evalsha_args e;
+    redisReply *r;
+
+    if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK)
+        return NULL;
+    evalsha_set(&e, argc, argv, lens);
+    r = round_trip(f, argc + 3, e.argv, e.lens);
+    if (is_noscript(r)) {
+        freeReplyObject(r);
+        r = NULL;
+        if (reload_script(f, script) == FEED_OK) {
+            e.argv[1] = f->sha[script];
+            r = round_trip(f, argc + 3, e.argv, e.lens);
+        }
+    }
+    evalsha_free(&e);
+    return no_error(f, r, script_name(script));
+}
+
+/* Send the calls not yet done (done[i] == 0) in one pipeline and read every
+ * reply. A NOSCRIPT leaves done[i] at 0 for another pass; any other error
+ * reply marks the call done and failed. */
+static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
+                         feed__args_fn *fill, void *arg, unsigned char *done,
+                         int *noscript)
+{
+    int rc = FEED_OK;
+    size_t sent = 0;
+
+    if (feed__redis_ready(f) != FEED_OK)
+        return FEED_EREDIS;
+    for (size_t i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        fill(arg, i, e->argv + 3, e->lens + 3);
+        if (redisAppendCommandArgv(f->redis, argc + 3, e->argv, e->lens) != REDIS_OK) {
+            io_failed(f, "pipeline");
+            return FEED_EREDIS;
+        }
+        sent++;
+    }
+    f->stats.redis_calls++;
+    *noscript = 0;
+    for (size_t i = 0; i < n && sent > 0; i++) {
+        redisReply *r = NULL;
+        if (done[i])
+            continue;
+        sent--;
+        if (redisGetReply(f->redis, (void **)&r) != REDIS_OK) {
+            io_failed(f, "pipeline");
+            return FEED_EREDIS;
+        }
+        if (is_noscript(r)) {
+            *noscript = 1;
+        } else {
+            done[i] = 1;
+            if (r->type == REDIS_REPLY_ERROR && rc == FEED_OK) {
+                f->stats.redis_errors++;
+                rc = feed__error(f, FEED_EREDIS, "Redis %s: %s",
+                                 script_name(e->script), r->str);
+            }
+        }
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+/* The same script for n feeds, pipelined: one round trip, plus one more if
+ * the server lost the script. */
+int feed__redis_script_many(feed *f, enum feed_script script, size_t n,
+                            int nkeys, int argc, feed__args_fn *fill, void *arg)
+{
+    evalsha_args e;
+    unsigned char *done;
+    int rc, noscript = 0;
+
+    if (n == 0)
+        return FEED_OK;
+    done = calloc(n, 1);
+    if (!done)
+        return feed__error(f, FEED_ENOMEM, "out of memory for a pipeline of %zu", n);
+    if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK) {
+        free(done);
+        return FEED_ENOMEM;
+    }
+    rc = pipeline_pass(f, &e, n, argc, fill, arg, done, &noscript);
+    if (noscript && f->redis) {
+        if (reload_script(f, script) == FEED_OK) {
+            e.argv[1] = f->sha[script];
+            int again = pipeline_pass(f, &e, n, argc, fill, arg, done, &noscript);
+            if (rc == FEED_OK)
+                rc = again;
+        }
+        if (noscript && rc == FEED_OK)
+            rc = feed__error(f, FEED_EREDIS, "Redis %s: NOSCRIPT twice", script_name(script));
+    }
+    evalsha_free(&e);
+    free(done);
+    return rc;
+}

@@ -1,0 +1,309 @@
+/* testutil.c -- see testutil.h. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tap.h"
+#include "testutil.h"
+
+static void bail(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    tap_bail(buf);
+    exit(255);
+}
+
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+
+    return v && *v ? v : dflt;
+}
+
+void tu_config(feed_config *cfg)
+{
+    feed_config_init(cfg);
+    cfg->redis_host = env_or("FEED_REDIS_HOST", "127.0.0.1");
+    cfg->redis_port = atoi(env_or("FEED_REDIS_PORT", "6379"));
+    cfg->pg_conninfo = env_or("FEED_PG_CONNINFO", "");
+}
+
+feed *tu_open(const feed_config *cfg)
+{
+    feed_config dflt;
+    feed *f = NULL;
+    int rc;
+
+    if (!cfg) {
+        tu_config(&dflt);
+        cfg = &dflt;
+    }
+    rc = feed_open(&f, cfg);
+    if (rc != FEED_OK)
+        bail("feed_open: %s: %s", feed_strerror(rc), feed_errmsg(NULL));
+    return f;
+}
+
+PGconn *tu_pg(void)
+{
+    PGconn *pg = PQconnectdb(env_or("FEED_PG_CONNINFO", ""));
+
+    if (PQstatus(pg) != CONNECTION_OK)
+        bail("PostgreSQL: %s", PQerrorMessage(pg));
+    return pg;
+}
+
+static PGresult *vexec(PGconn *pg, const char *fmt, va_list ap)
+{
+    char *sql;
+    int len;
+    va_list ap2;
+    PGresult *res;
+
+    va_copy(ap2, ap);
+    len = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    sql = malloc((size_t)len + 1);
+    if (!sql)
+        bail("out of memory");
+    vsnprintf(sql, (size_t)len + 1, fmt, ap);
+    res = PQexec(pg, sql);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+        bail("SQL failed: %.200s: %s", sql, PQerrorMessage(pg));
+    free(sql);
+    return res;
+}
+
+void tu_sql(PGconn *pg, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    PQclear(vexec(pg, fmt, ap));
+    va_end(ap);
+}
+
+long long tu_sql_int(PGconn *pg, const char *fmt, ...)
+{
+    va_list ap;
+    PGresult *res;
+    long long v;
+
+    va_start(ap, fmt);
+    res = vexec(pg, fmt, ap);
+    va_end(ap);
+    if (PQntuples(res) != 1)
+        bail("tu_sql_int: %d rows", PQntuples(res));
+    v = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return v;
+}
+
+redisContext *tu_redis(void)
+{
+    struct timeval tv = { 5, 0 };
+    redisContext *r = redisConnectWithTimeout(env_or("FEED_REDIS_HOST", "127.0.0.1"),
+                                              atoi(env_or("FEED_REDIS_PORT", "6379")), tv);
+
+    if (!r || r->err)
+        bail("Redis: %s", r ? r->errstr : "out of memory");
+    return r;
+}
+
+redisReply *tu_redis_cmd(redisContext *r, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *reply;
+
+    va_start(ap, fmt);
+    reply = redisvCommand(r, fmt, ap);
+    va_end(ap);
+    if (!reply)
+        bail("Redis command failed: %s", r->errstr);
+    return reply;
+}
+
+void tu_reset(PGconn *pg, redisContext *r)
+{
+    tu_sql(pg, "TRUNCATE feed_entry");
+    freeReplyObject(tu_redis_cmd(r, "FLUSHDB"));
+}
+
+size_t tu_sql_feed(PGconn *pg, int64_t uid, feed_item **out)
+{
+    PGresult *res;
+    size_t n;
+
+    char num[32];
+    const char *params[1] = { num };
+
+    snprintf(num, sizeof num, "%lld", (long long)uid);
+    res = PQexecParams(pg, "SELECT score, id FROM feed_entry WHERE uid = $1::int8"
+                           " ORDER BY score DESC, id DESC",
+                       1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        bail("tu_sql_feed: %s", PQerrorMessage(pg));
+    n = (size_t)PQntuples(res);
+    *out = malloc((n + 1) * sizeof **out);
+    if (!*out)
+        bail("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        (*out)[i].score = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+        (*out)[i].id = strtoll(PQgetvalue(res, (int)i, 1), NULL, 10);
+    }
+    PQclear(res);
+    return n;
+}
+
+static int before(feed_item a, feed_item b)   /* a strictly before b */
+{
+    return a.score > b.score || (a.score == b.score && a.id > b.id);
+}
+
+int tu_walk(feed *f, int64_t uid, size_t limit, feed_item **out, size_t *n,
+            tu_walk_info *info)
+{
+    int64_t score = FEED_FIRST, id = 0;
+    size_t cap = 64, count = 0;
+    feed_item *all = malloc(cap * sizeof *all);
+
+    memset(info, 0, sizeof *info);
+    if (!all)
+        bail("out of memory");
+    for (;;) {
+        feed_result r;
+        int rc = feed_page(f, uid, score, id, limit, &r);
+        if (rc != FEED_OK) {
+            snprintf(info->why, sizeof info->why, "page %zu: %s: %s", info->pages,
+                     feed_strerror(rc), feed_errmsg(f));
+            free(all);
+            return rc;
+        }
+        info->pages++;
+        if (r.source >= 1 && r.source <= 3)
+            info->sources[r.source]++;
+        for (size_t i = 0; i < r.count; i++) {
+            feed_item prev = count ? all[count - 1] : (feed_item){ 0, 0 };
+            if ((count && !before(prev, r.items[i])) || r.count > limit ||
+                (i == 0 && score != FEED_FIRST &&
+                 !(r.items[0].score < score || (r.items[0].score == score && r.items[0].id < id)))) {
+                snprintf(info->why, sizeof info->why,
+                         "page %zu item %zu (%lld,%lld) out of order", info->pages, i,
+                         (long long)r.items[i].score, (long long)r.items[i].id);
+                feed_result_free(&r);
+                free(all);
+                return -100;
+            }
+            if (count == cap) {
+                feed_item *bigger = realloc(all, 2 * cap * sizeof *all);
+                if (!bigger)
+                    bail("out of memory");
+                all = bigger;
+                cap *= 2;
+            }
+            all[count++] = r.items[i];
+        }
+        if (!r.has_more) {
+            feed_result_free(&r);
+            break;
+        }
+        if (r.count == 0 || r.next_score != r.items[r.count - 1].score ||
+            r.next_id != r.items[r.count - 1].id || r.count != limit) {
+            snprintf(info->why, sizeof info->why,
+                     "page %zu: has_more with %zu items or a cursor that is not the last item",
+                     info->pages, r.count);
+            feed_result_free(&r);
+            free(all);
+            return -100;
+        }
+        score = r.next_score;
+        id = r.next_id;
+        feed_result_free(&r);
+        if (info->pages > 10000000) {
+            snprintf(info->why, sizeof info->why, "walk does not end");
+            free(all);
+            return -100;
+        }
+    }
+    *out = all;
+    *n = count;
+    return FEED_OK;
+}
+
+int tu_walk_equals_sql(feed *f, PGconn *pg, int64_t uid, size_t limit,
+                       tu_walk_info *info)
+{
+    feed_item *want, *got = NULL;
+    size_t nwant = tu_sql_feed(pg, uid, &want), ngot = 0;
+    int rc = tu_walk(f, uid, limit, &got, &ngot, info), same = 0;
+
+    if (rc == FEED_OK) {
+        same = ngot == nwant;
+        for (size_t i = 0; same && i < ngot; i++) {
+            if (got[i].score != want[i].score || got[i].id != want[i].id) {
+                snprintf(info->why, sizeof info->why,
+                         "item %zu: got (%lld,%lld), SQL has (%lld,%lld)", i,
+                         (long long)got[i].score, (long long)got[i].id,
+                         (long long)want[i].score, (long long)want[i].id);
+                same = 0;
+            }
+        }
+        if (ngot != nwant)
+            snprintf(info->why, sizeof info->why, "walk has %zu items, SQL %zu", ngot, nwant);
+    }
+    if (!same)
+        tap_diag("uid %lld limit %zu: %s", (long long)uid, limit, info->why);
+    free(want);
+    free(got);
+    return same;
+}
+
+void tu_insert_rows(PGconn *pg, int64_t uid, size_t n,
+                    int64_t (*score_of)(size_t), int64_t (*id_of)(size_t))
+{
+    size_t cap = 64 * 1000 + 64;
+    char *sql = malloc(cap);
+
+    if (!sql)
+        bail("out of memory");
+    for (size_t done = 0; done < n;) {
+        size_t len = (size_t)snprintf(sql, cap, "INSERT INTO feed_entry (uid, score, id) VALUES ");
+        size_t batch = n - done < 1000 ? n - done : 1000;
+        for (size_t i = 0; i < batch; i++, done++)
+            len += (size_t)snprintf(sql + len, cap - len, "%s(%lld,%lld,%lld)", i ? "," : "",
+                                    (long long)uid, (long long)score_of(done),
+                                    (long long)id_of(done));
+        tu_sql(pg, "%s", sql);
+    }
+    free(sql);
+}
+
+void tu_insert(PGconn *pg, int64_t uid, int64_t score, int64_t id)
+{
+    tu_sql(pg, "INSERT INTO feed_entry (uid, score, id) VALUES (%lld,%lld,%lld)"
+               " ON CONFLICT (uid, id) DO UPDATE SET score = EXCLUDED.score",
+           (long long)uid, (long long)score, (long long)id);
+}
+
+feed_stats tu_stats_since(feed *f, const feed_stats *before_stats)
+{
+    feed_stats now, d;
+
+    feed_stats_get(f, &now);
+    d.pages = now.pages - before_stats->pages;
+    d.cache_pages = now.cache_pages - before_stats->cache_pages;
+    d.rebuilds = now.rebuilds - before_stats->rebuilds;
+    d.db_pages = now.db_pages - before_stats->db_pages;
+    d.sql_queries = now.sql_queries - before_stats->sql_queries;
+    d.redis_calls = now.redis_calls - before_stats->redis_calls;
+    d.lease_waits = now.lease_waits - before_stats->lease_waits;
+    d.redis_errors = now.redis_errors - before_stats->redis_errors;
+    d.pg_errors = now.pg_errors - before_stats->pg_errors;
+    return d;
+}

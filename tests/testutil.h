@@ -1,0 +1,53 @@
+/* testutil.h -- what the C tests share: connections to the throwaway test
+ * servers (tests/run.sh exports where they are), SQL set-up, and full walks
+ * compared with SQL. Every helper that cannot do its job bails out: a test
+ * that cannot reach its servers must fail, not pass quietly. */
+#ifndef FEED_TESTUTIL_H
+#define FEED_TESTUTIL_H
+
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+
+#include "feedcache.h"
+
+/* Defaults plus the test servers from the environment. */
+void tu_config(feed_config *cfg);
+feed *tu_open(const feed_config *cfg);          /* bails on failure */
+
+PGconn *tu_pg(void);
+void tu_sql(PGconn *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+long long tu_sql_int(PGconn *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+redisContext *tu_redis(void);
+redisReply *tu_redis_cmd(redisContext *r, const char *fmt, ...);
+
+/* Empty the table and the Redis database. */
+void tu_reset(PGconn *pg, redisContext *r);
+
+/* uid's whole feed from SQL, in order; *out is malloc'd. */
+size_t tu_sql_feed(PGconn *pg, int64_t uid, feed_item **out);
+
+/* Walk uid's whole feed through feed_page with page size limit. Checks that
+ * each page is strictly ordered, continues its cursor and has_more agrees.
+ * Returns FEED_OK or the failing rc (or -100 for a broken page, with why). */
+typedef struct tu_walk_info {
+    size_t pages;
+    int    sources[4];       /* pages by feed_source */
+    char   why[256];
+} tu_walk_info;
+int tu_walk(feed *f, int64_t uid, size_t limit, feed_item **out, size_t *n,
+            tu_walk_info *info);
+
+/* 1 when the walk equals SQL's feed; otherwise 0 and a diagnostic. */
+int tu_walk_equals_sql(feed *f, PGconn *pg, int64_t uid, size_t limit,
+                       tu_walk_info *info);
+
+/* Insert n rows for uid with score = score_of(i), id = id_of(i), in one
+ * statement per 1000 rows. */
+void tu_insert_rows(PGconn *pg, int64_t uid, size_t n,
+                    int64_t (*score_of)(size_t), int64_t (*id_of)(size_t));
+void tu_insert(PGconn *pg, int64_t uid, int64_t score, int64_t id);
+
+/* Counters moved since a snapshot. */
+feed_stats tu_stats_since(feed *f, const feed_stats *before);
+
+#endif
