@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Test runner for `make check`: throwaway Redis + PostgreSQL, then prove.
+#
+#   tests/run.sh [TEST...]   default: every executable $BUILD/tests/t_* and
+#                            every tests/*.t (bash scripts printing TAP)
+# Env: BUILD (default build); PROVE_QUIET=1 drops -v; FEED_KEEP=1 keeps the
+# servers' folder (logs, data) and prints its path; FEED_TEST_WRAPPER, e.g.
+# "valgrind --error-exitcode=99 -q", wraps the C test binaries (not .t files).
+# Tests run from the repo root with DIR/env sourced (see tools/servers.sh).
+set -euo pipefail
+
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+
+# prove runs every test as `run.sh --exec-one PATH` (see --exec below): .t
+# files go to bash, binaries through the optional wrapper.
+if [[ ${1:-} == --exec-one ]]; then
+    [[ $2 == *.t ]] && exec bash "$2"
+    # shellcheck disable=SC2086  # the wrapper is a command line: split it
+    exec ${FEED_TEST_WRAPPER:-} "$2"
+fi
+
+ROOT=$(cd "$(dirname "$SELF")/.." && pwd)
+if (($#)); then
+    tests=()
+    for t in "$@"; do   # named relative to the caller's folder
+        if [[ $PWD != "$ROOT" && $t != /* ]]; then t=$PWD/$t; fi
+        tests+=("$t")
+    done
+fi
+cd "$ROOT"
+BUILD=${BUILD:-build}
+
+if ((!$#)); then
+    tests=()
+    for t in "$BUILD"/tests/t_* tests/*.t; do
+        [[ -f $t && ( -x $t || $t == *.t ) ]] && tests+=("$t")
+    done
+    ((${#tests[@]})) || { echo "run.sh: no tests found (did you run make?)" >&2; exit 1; }
+fi
+
+DIR=$(mktemp -d -t feedcache-test.XXXXXX)
+# shellcheck disable=SC2317  # invoked by the trap
+cleanup() {
+    local rc=$?
+    tools/servers.sh stop "$DIR" || true
+    if [[ ${FEED_KEEP:-} == 1 ]]; then
+        echo "run.sh: kept $DIR (restart with: tools/servers.sh start $DIR)" >&2
+    else
+        rm -rf "$DIR"
+    fi
+    exit "$rc"
+}
+# prove runs in the background so that a signal to this script is handled at
+# once (bash defers traps while a foreground child runs): stop prove, then the
+# EXIT trap stops the servers.
+PROVE_PID=
+trap cleanup EXIT
+# shellcheck disable=SC2317  # invoked by the traps
+stop_prove() {  # the running test (prove's child), then prove
+    [[ -n $PROVE_PID ]] || return 0
+    pkill -TERM -P "$PROVE_PID" 2>/dev/null || true
+    kill "$PROVE_PID" 2>/dev/null || true
+}
+trap 'stop_prove; exit 130' INT
+trap 'stop_prove; exit 143' TERM
+
+tools/servers.sh start "$DIR"
+# shellcheck source=/dev/null
+. "$DIR/env"
+
+opts=(-f)
+[[ ${PROVE_QUIET:-} == 1 ]] || opts+=(-v)
+rc=0
+prove "${opts[@]}" --exec "$SELF --exec-one" "${tests[@]}" &
+PROVE_PID=$!
+wait "$PROVE_PID" || rc=$?
+exit "$rc"
