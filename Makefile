@@ -46,7 +46,7 @@ TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 STATIC    := $(BUILD)/libfeedcache.a
 SHARED    := $(BUILD)/libfeedcache.so.$(VERSION)
 
-.PHONY: all lib tests check install uninstall clean demo demo-stop bench soak fuzz valgrind
+.PHONY: all lib tests check install uninstall clean
 all: lib tests
 
 lib: $(STATIC) $(SHARED)
@@ -105,4 +105,8 @@ uninstall:
 	      $(DESTDIR)$(PCDIR)/feedcache.pc
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-*
+
+# Each part of the project keeps its own rules: examples/examples.mk,
+# bench/bench.mk, tests/fuzz/fuzz.mk (demo, bench, fuzz, soak, ...).
+-include $(wildcard */*.mk tests/*/*.mk)

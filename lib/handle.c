@@ -269,8 +269,7 @@ int feed_open(feed **out, const feed_config *cfg)
         snprintf(pg_msg, sizeof pg_msg, "%s", f->errmsg);
 
     rc = open_outcome(redis_rc, pg_rc);
-    snprintf(f->errmsg, sizeof f->errmsg, "%s%s%s", redis_msg,
-             *redis_msg && *pg_msg ? "; " : "", pg_msg);
+    feed__error(f, rc, "%s%s%s", redis_msg, *redis_msg && *pg_msg ? "; " : "", pg_msg);
     if (rc != FEED_OK) {
         snprintf(open_errmsg, sizeof open_errmsg, "%s", f->errmsg);
         feed_close(f);

@@ -1,0 +1,220 @@
+/* t_lease.c -- leases: a stampede of handles missing one cold feed rebuilds
+ * it once; a rebuild whose lease a write cancelled does not install; a reader
+ * that finds another's lease waits for it, then falls back to SQL. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"   /* test_before_install */
+#include "tap.h"
+#include "testutil.h"
+
+#define THREADS 16
+
+static PGconn *pg;
+static redisContext *r;
+
+static int64_t score_of(size_t i) { return (int64_t)(i / 4); }
+static int64_t id_of(size_t i) { return (int64_t)i; }
+
+typedef struct reader {
+    pthread_t   thread;
+    feed       *f;
+    int         rc;
+    feed_result res;
+} reader;
+
+static pthread_barrier_t start_line;
+
+static void *read_first_page(void *arg)
+{
+    reader *rd = arg;
+
+    pthread_barrier_wait(&start_line);
+    rd->rc = feed_page(rd->f, 10, FEED_FIRST, 0, 20, &rd->res);
+    return NULL;
+}
+
+static void stampede(void)
+{
+    reader rd[THREADS];
+    feed_item *want;
+    size_t nwant;
+    feed_stats total = { 0 };
+    int pages_ok = 1, by_source[4] = { 0 };
+    feed_config cfg;
+
+    tu_insert_rows(pg, 10, 5000, score_of, id_of);
+    nwant = tu_sql_feed(pg, 10, &want);
+    tu_config(&cfg);
+    cfg.lease_wait_ms = 2000;        /* long enough that nobody falls back */
+    for (int i = 0; i < THREADS; i++)
+        rd[i].f = tu_open(&cfg);
+    pthread_barrier_init(&start_line, NULL, THREADS);
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&rd[i].thread, NULL, read_first_page, &rd[i]);
+    for (int i = 0; i < THREADS; i++) {
+        feed_stats s;
+        pthread_join(rd[i].thread, NULL);
+        feed_stats_get(rd[i].f, &s);
+        total.rebuilds += s.rebuilds;
+        total.lease_waits += s.lease_waits;
+        total.db_pages += s.db_pages;
+        if (rd[i].rc != FEED_OK || rd[i].res.count != 20 || nwant < 20) {
+            pages_ok = 0;
+        } else {
+            by_source[rd[i].res.source]++;
+            for (size_t k = 0; k < 20; k++)
+                if (rd[i].res.items[k].score != want[k].score ||
+                    rd[i].res.items[k].id != want[k].id)
+                    pages_ok = 0;
+        }
+        feed_result_free(&rd[i].res);
+        feed_close(rd[i].f);
+    }
+    pthread_barrier_destroy(&start_line);
+    ok(pages_ok, "%d handles missed one cold feed at once: every page equals SQL", THREADS);
+    is_int(total.rebuilds, 1, "  exactly one rebuild");
+    is_int(by_source[FEED_SOURCE_REBUILD], 1, "  one page answered by the rebuild");
+    is_int(total.db_pages, 0, "  no reader fell back to SQL");
+    tap_diag("stampede: %llu lease waits, %d pages from cache after waiting",
+             (unsigned long long)total.lease_waits, by_source[FEED_SOURCE_CACHE]);
+    free(want);
+}
+
+/* Called by the rebuilding handle after its SQL read, before its install:
+ * a writer commits a row and calls its hook right there. */
+static void write_in_between(feed *rebuilder, int64_t uid, void *arg)
+{
+    feed *writer = arg;
+
+    (void)rebuilder;
+    tu_insert(pg, uid, 1000000, 424242);
+    if (feed_on_insert(writer, uid, 1000000, 424242) != FEED_OK)
+        tap_diag("hook failed: %s", feed_errmsg(writer));
+}
+
+static void cancelled_rebuild(void)
+{
+    feed *f = tu_open(NULL), *writer = tu_open(NULL);
+    feed_result res;
+    redisReply *rep;
+    tu_walk_info info;
+    int rc;
+
+    tu_insert_rows(pg, 11, 50, score_of, id_of);
+    f->test_before_install = write_in_between;
+    f->test_arg = writer;
+    rc = feed_page(f, 11, FEED_FIRST, 0, 10, &res);
+    f->test_before_install = NULL;
+    is_int(rc, FEED_OK, "a miss whose rebuild a write cancels still answers");
+    is_int(res.source, FEED_SOURCE_DB, "  from the rows it read (source db)");
+    ok(res.count == 10 && res.items[0].id != 424242,
+       "  its page is the feed as read before the write");
+    feed_result_free(&res);
+    is_int(f->stats.rebuilds, 0, "  the rebuild did not install");
+    rep = tu_redis_cmd(r, "EXISTS feed:{11}");
+    is_int(rep->integer, 0, "  so no stale copy is in Redis");
+    freeReplyObject(rep);
+    ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "the next walk equals SQL, new row included");
+
+    /* The same race around feed_reload: the copy is dropped, never stale. */
+    f->test_before_install = write_in_between;
+    tu_sql(pg, "DELETE FROM feed_entry WHERE id = 424242");
+    is_int(feed_reload(f, 11), FEED_OK, "a reload cancelled by a write");
+    f->test_before_install = NULL;
+    rep = tu_redis_cmd(r, "EXISTS feed:{11}");
+    is_int(rep->integer, 0, "  drops the cached copy instead of installing");
+    freeReplyObject(rep);
+    ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "  walk equals SQL");
+    feed_close(f);
+    feed_close(writer);
+}
+
+static void busy_lease(void)
+{
+    feed_config cfg;
+    feed *f;
+    feed_result res;
+    struct timespec t0, t1;
+    double ms;
+
+    tu_insert_rows(pg, 12, 30, score_of, id_of);
+    tu_config(&cfg);
+    cfg.lease_wait_ms = 50;
+    f = tu_open(&cfg);
+    /* Someone else's lease, and no rebuild coming. */
+    freeReplyObject(tu_redis_cmd(r, "SET feed:{12}:lease another-handle PX 10000"));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    is_int(feed_page(f, 12, FEED_FIRST, 0, 10, &res), FEED_OK,
+           "a miss while another handle holds the lease");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    is_int(res.source, FEED_SOURCE_DB, "  falls back to SQL after waiting");
+    is_int(f->stats.lease_waits, 1, "  counted as one lease wait");
+    is_int(f->stats.rebuilds, 0, "  and does not rebuild");
+    ok(ms >= 50, "  it waited lease_wait_ms first (%.1f ms)", ms);
+    feed_result_free(&res);
+    feed_close(f);
+
+    /* With lease_wait_ms 0 the reader does not wait at all. */
+    cfg.lease_wait_ms = 0;
+    f = tu_open(&cfg);
+    is_int(feed_page(f, 12, FEED_FIRST, 0, 10, &res), FEED_OK, "lease_wait_ms 0");
+    is_int(res.source, FEED_SOURCE_DB, "  straight to SQL");
+    feed_result_free(&res);
+    feed_close(f);
+}
+
+typedef struct late_reload { feed *f; int64_t uid; } late_reload;
+
+static void *reload_later(void *arg)
+{
+    late_reload *lr = arg;
+    struct timespec pause = { 0, 30 * 1000000L };
+
+    nanosleep(&pause, NULL);
+    feed_reload(lr->f, lr->uid);      /* takes the lease over and installs */
+    return NULL;
+}
+
+static void waiter_served_by_cache(void)
+{
+    feed_config cfg;
+    feed *f, *other;
+    feed_result res;
+    pthread_t t;
+    late_reload lr;
+
+    tu_insert_rows(pg, 13, 30, score_of, id_of);
+    tu_config(&cfg);
+    cfg.lease_wait_ms = 3000;
+    f = tu_open(&cfg);
+    other = tu_open(NULL);
+    freeReplyObject(tu_redis_cmd(r, "SET feed:{13}:lease another-handle PX 10000"));
+    lr.f = other;
+    lr.uid = 13;
+    pthread_create(&t, NULL, reload_later, &lr);
+    is_int(feed_page(f, 13, FEED_FIRST, 0, 10, &res), FEED_OK, "a reader waits on a rebuild");
+    pthread_join(t, NULL);
+    is_int(res.source, FEED_SOURCE_CACHE, "  and is served by the cache it installed");
+    is_int(f->stats.sql_queries - 2, 0, "  without any SQL of its own (beyond 2 prepares)");
+    feed_result_free(&res);
+    feed_close(f);
+    feed_close(other);
+}
+
+int main(void)
+{
+    pg = tu_pg();
+    r = tu_redis();
+    tu_reset(pg, r);
+    stampede();
+    cancelled_rebuild();
+    busy_lease();
+    waiter_served_by_cache();
+    PQfinish(pg);
+    redisFree(r);
+    return tap_done();
+}
