@@ -2,9 +2,9 @@
  *
  * A token is 18 bytes in base64url (RFC 4648 section 5, no padding: 18 bytes
  * are exactly 24 characters): a version byte, the score and the id as 8-byte
- * big-endian two's complement, and a check byte over the rest. The check
- * turns a truncated, edited or mistyped token into FEED_EINVAL rather than
- * into a page from somewhere else. It is not a signature: a client can still
+ * big-endian two's complement, and a CRC-8 over the rest. The check turns
+ * a truncated, edited or mistyped token into FEED_EINVAL rather than into a
+ * page from somewhere else. It is not a signature: a client can still
  * forge a token, and a forged cursor only ever selects a page of the feed the
  * server already chose by uid.
  */
@@ -25,14 +25,20 @@ static int b64_value(char c)
     return p ? (int)(p - b64) : -1;
 }
 
-/* FNV-1a over the first 17 bytes, folded to one byte. */
+/* CRC-8 (polynomial x^8 + x^2 + x + 1) over the first 17 bytes. A CRC of
+ * degree 8 detects every burst of up to 8 flipped bits, and one edited
+ * base64 character flips at most 6 adjacent bits: so no single-character
+ * edit of a token decodes to another cursor. */
 static unsigned char check_byte(const unsigned char *raw)
 {
-    uint32_t h = 2166136261u;
+    unsigned crc = 0;
 
-    for (int i = 0; i < TOKEN_BYTES - 1; i++)
-        h = (h ^ raw[i]) * 16777619u;
-    return (unsigned char)(h ^ (h >> 8) ^ (h >> 16) ^ (h >> 24));
+    for (int i = 0; i < TOKEN_BYTES - 1; i++) {
+        crc ^= raw[i];
+        for (int bit = 0; bit < 8; bit++)
+            crc = (crc & 0x80) ? ((crc << 1) ^ 0x07) & 0xff : (crc << 1) & 0xff;
+    }
+    return (unsigned char)crc;
 }
 
 static void put64(unsigned char *p, int64_t v)

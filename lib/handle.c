@@ -63,6 +63,11 @@ int feed__error(feed *f, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(f->errmsg, sizeof f->errmsg, fmt, ap);
     va_end(ap);
+    /* One line, whatever the servers said (libpq adds "LINE 1: ..."):
+     * messages end up in logs. */
+    for (char *p = f->errmsg; *p; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            *p = ' ';
     return code;
 }
 

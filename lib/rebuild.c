@@ -8,6 +8,7 @@
  * overwrite it. The rows stay with the caller, who cuts the page that missed
  * from them: no second read.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,20 @@ out:
     return rc;
 }
 
+/* The SQL read failed: let the next reader try at once rather than wait out
+ * lease_ms. Best effort, and without a token check: if the lease already
+ * passed to someone else, their install fails and their page is still
+ * answered, so deleting it costs nothing worse than a later miss. */
+static void release_lease(feed *f)
+{
+    char msg[sizeof f->errmsg];
+    const char *argv[2] = { "DEL", f->lease_key };
+
+    snprintf(msg, sizeof msg, "%s", f->errmsg);   /* keep the SQL error */
+    freeReplyObject(feed__redis_command(f, 2, argv, NULL));
+    snprintf(f->errmsg, sizeof f->errmsg, "%s", msg);
+}
+
 /* Read the feed's top rows into *rows and install them if token is still the
  * feed's lease. feed__set_keys(f, uid) must have been called.
  *
@@ -78,8 +93,10 @@ int feed__rebuild(feed *f, int64_t uid, const char *token, feed_rows *rows,
 
     *installed = 0;
     rc = feed__pg_top(f, uid, (size_t)f->cfg.max_len + 1, rows);
-    if (rc != FEED_OK)
+    if (rc != FEED_OK) {
+        release_lease(f);
         return rc;
+    }
     if (f->test_before_install)
         f->test_before_install(f, uid, f->test_arg);
     return install(f, token, rows, rows->count <= f->cfg.max_len, installed);

@@ -20,12 +20,18 @@ static inline int tap_ok_at(int pass, const char *file, int line,
                             const char *fmt, ...)
 {
     va_list ap;
+    char name[1024];
+
     tap_count++;
-    printf("%sok %d - ", pass ? "" : "not ", tap_count);
+
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    printf("\n");
+    /* A newline inside a name would end the TAP line early. */
+    for (char *p = name; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    printf("%sok %d - %s\n", pass ? "" : "not ", tap_count, name);
     if (!pass) {
         tap_failed++;
         printf("#   failed at %s line %d\n", file, line);

@@ -1,0 +1,147 @@
+/* t_range.c -- exactness at the edges: scores at +/-(2^53-1) and ids near
+ * INT64_MAX survive the round trip through Redis bit for bit; anything out of
+ * range is refused, never masked; the reply parsers are strict. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "tap.h"
+#include "testutil.h"
+
+static PGconn *pg;
+static redisContext *r;
+
+static void extremes_round_trip(void)
+{
+    const int64_t scores[] = { FEED_SCORE_MAX, FEED_SCORE_MAX - 1, 0, -FEED_SCORE_MAX + 1,
+                               -FEED_SCORE_MAX, FEED_SCORE_MAX };
+    const int64_t ids[] = { INT64_MAX, INT64_MAX - 1, 9007199254740993LL /* 2^53 + 1 */, 0, 1,
+                            INT64_MAX - 2 };
+    feed *f = tu_open(NULL);
+    feed_result res;
+    tu_walk_info info;
+    redisReply *rep;
+
+    for (int i = 0; i < 6; i++)
+        tu_insert(pg, 1, scores[i], ids[i]);
+    ok(tu_walk_equals_sql(f, pg, 1, 2, &info), "extreme scores and ids: cold walk equals SQL");
+    ok(tu_walk_equals_sql(f, pg, 1, 2, &info), "warm walk equals SQL");
+    is_int(info.sources[FEED_SOURCE_CACHE], (long long)info.pages, "  every page from the cache");
+
+    is_int(feed_page(f, 1, FEED_FIRST, 0, 10, &res), FEED_OK, "one page of all six");
+    ok(res.count == 6 && res.items[0].score == FEED_SCORE_MAX && res.items[0].id == INT64_MAX &&
+       res.items[1].score == FEED_SCORE_MAX && res.items[1].id == INT64_MAX - 2 &&
+       res.items[2].score == FEED_SCORE_MAX - 1 && res.items[2].id == INT64_MAX - 1 &&
+       res.items[3].score == 0 && res.items[3].id == 9007199254740993LL &&
+       res.items[5].score == -FEED_SCORE_MAX && res.items[5].id == 1,
+       "  +/-(2^53-1) and INT64_MAX come back bit for bit");
+    feed_result_free(&res);
+
+    /* The cursor at the extremes. */
+    is_int(feed_page(f, 1, FEED_SCORE_MAX, INT64_MAX, 10, &res), FEED_OK,
+           "cursor (2^53-1, INT64_MAX)");
+    ok(res.count == 5 && res.items[0].id == INT64_MAX - 2, "  continues after it");
+    feed_result_free(&res);
+    is_int(feed_page(f, 1, -FEED_SCORE_MAX, 1, 10, &res), FEED_OK, "cursor at the very last item");
+    ok(res.count == 0 && !res.has_more, "  empty, nothing more");
+    feed_result_free(&res);
+
+    /* What Redis holds is the exact decimal. */
+    rep = tu_redis_cmd(r, "ZSCORE feed:{1} %019lld", (long long)INT64_MAX);
+    is_str(rep->str, "9007199254740991", "Redis holds 2^53-1 exactly for member INT64_MAX");
+    freeReplyObject(rep);
+
+    is_int(feed_on_insert(f, 1, FEED_SCORE_MAX, 5), FEED_OK, "insert hook at 2^53-1");
+    is_int(feed_on_insert(f, 1, FEED_SCORE_MAX + 1, 5), FEED_ERANGE, "2^53 refused (ERANGE)");
+    ok(strstr(feed_errmsg(f), "outside") != NULL, "  with a message: %s", feed_errmsg(f));
+    is_int(feed_on_insert(f, 1, -FEED_SCORE_MAX - 1, 5), FEED_ERANGE, "-(2^53) refused");
+    is_int(feed_on_insert(f, 1, INT64_MIN, 5), FEED_ERANGE, "INT64_MIN refused");
+    is_int(feed_fanout(f, (int64_t[]){ 1 }, 1, FEED_SCORE_MAX + 1, 5), FEED_ERANGE,
+           "fanout with 2^53 refused");
+    is_int(feed_page(f, 1, FEED_SCORE_MAX + 1, 0, 10, &res), FEED_ERANGE,
+           "a cursor score of 2^53 refused");
+    ok(res.items == NULL && res.count == 0, "  and the result is zeroed");
+    is_int(feed_page(f, 1, INT64_MIN, 0, 10, &res), FEED_ERANGE, "a cursor score of INT64_MIN");
+    feed_close(f);
+}
+
+/* A row SQL holds but Redis could not: a clear error, not a rounded page. */
+static void out_of_range_row_in_sql(void)
+{
+    feed *f = tu_open(NULL);
+    feed_result res;
+
+    tu_insert(pg, 2, 10, 1);
+    tu_insert(pg, 2, 9007199254740992LL, 2);   /* 2^53 */
+    is_int(feed_page(f, 2, FEED_FIRST, 0, 10, &res), FEED_ERANGE,
+           "a row with score 2^53 in SQL: FEED_ERANGE");
+    ok(strstr(feed_errmsg(f), "owner 2") && strstr(feed_errmsg(f), "id 2"),
+       "  the message names the owner and the id: %s", feed_errmsg(f));
+    {
+        redisReply *rep = tu_redis_cmd(r, "EXISTS feed:{2}:lease");
+        is_int(rep->integer, 0, "  the failed rebuild released its lease");
+        freeReplyObject(rep);
+    }
+    is_int(feed_reload(f, 2), FEED_ERANGE, "  feed_reload refuses it too");
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 2 AND id = 2");
+    is_int(feed_page(f, 2, FEED_FIRST, 0, 10, &res), FEED_OK, "  fixed in SQL: pages work again");
+    feed_result_free(&res);
+    tu_insert(pg, 2, 10, 1);
+    tu_sql(pg, "UPDATE feed_entry SET id = -5 WHERE uid = 2 AND id = 1");
+    feed_invalidate(f, 2);
+    is_int(feed_page(f, 2, FEED_FIRST, 0, 10, &res), FEED_ERANGE, "a negative id in SQL: refused");
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 2");
+    feed_close(f);
+}
+
+static void parsers(void)
+{
+    int64_t v = 0;
+    char m[FEED_MEMBER_LEN + 1], num[21];
+
+    is_int(feed__parse_score("9007199254740991", 16, &v), FEED_OK, "parse 2^53-1");
+    is_int(v, FEED_SCORE_MAX, "  exactly");
+    is_int(feed__parse_score("-9007199254740991", 17, &v), FEED_OK, "parse -(2^53-1)");
+    is_int(feed__parse_score("9007199254740992", 16, &v), FEED_ERANGE, "2^53 is out of range");
+    is_int(feed__parse_score("1e+15", 5, &v), FEED_OK, "another spelling of a whole number");
+    is_int(v, 1000000000000000LL, "  read exactly");
+    is_int(feed__parse_score("1.5", 3, &v), FEED_ERANGE, "a fraction is refused");
+    is_int(feed__parse_score("9.1e15", 6, &v), FEED_ERANGE, "a spelling beyond 2^53 is refused");
+    is_int(feed__parse_score("inf", 3, &v), FEED_EINVAL, "inf is refused");
+    is_int(feed__parse_score("-inf", 4, &v), FEED_EINVAL, "-inf is refused");
+    is_int(feed__parse_score("nan", 3, &v), FEED_EINVAL, "nan is refused");
+    is_int(feed__parse_score("", 0, &v), FEED_EINVAL, "empty is refused");
+    is_int(feed__parse_score("12 ", 3, &v), FEED_EINVAL, "trailing space is refused");
+    is_int(feed__parse_score("12\0003", 4, &v), FEED_EINVAL, "an embedded NUL is refused");
+    is_int(feed__parse_i64("9223372036854775807", 19, &v), FEED_OK, "INT64_MAX parses");
+    is_int(feed__parse_i64("9223372036854775808", 19, &v), FEED_ERANGE, "INT64_MAX+1 overflows");
+    is_int(feed__parse_i64("-9223372036854775808", 20, &v), FEED_OK, "INT64_MIN parses");
+    is_int(v, INT64_MIN, "  exactly");
+    is_int(feed__parse_i64("-", 1, &v), FEED_EINVAL, "a lone minus is refused");
+
+    feed__member_encode(INT64_MAX, m);
+    is_str(m, "9223372036854775807", "member of INT64_MAX");
+    feed__member_encode(42, m);
+    is_str(m, "0000000000000000042", "member of 42 is zero-padded to 19 digits");
+    is_int(feed__member_decode(m, 19, &v), FEED_OK, "decodes");
+    is_int(v, 42, "  to 42");
+    is_int(feed__member_decode("9999999999999999999", 19, &v), FEED_EINVAL, "19 nines > INT64_MAX");
+    is_int(feed__member_decode("000000000000000042", 18, &v), FEED_EINVAL, "18 digits refused");
+    is_int(feed__member_decode("-000000000000000042", 19, &v), FEED_EINVAL, "a sign refused");
+    is_int(feed__member_decode("end", 3, &v), FEED_EINVAL, "the end marker is not an id");
+    feed__i64_to_str(INT64_MIN, num);
+    is_str(num, "-9223372036854775808", "INT64_MIN as text");
+}
+
+int main(void)
+{
+    pg = tu_pg();
+    r = tu_redis();
+    tu_reset(pg, r);
+    extremes_round_trip();
+    out_of_range_row_in_sql();
+    parsers();
+    PQfinish(pg);
+    redisFree(r);
+    return tap_done();
+}
