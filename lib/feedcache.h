@@ -327,6 +327,9 @@ int feed_snowflake_score(int64_t snowflake_id, int timestamp_shift,
  * Statistics
  * ------------------------------------------------------------------------ */
 
+/* Counters of one handle since feed_open. sql_queries counts every statement
+ * sent, the two PREPAREs of each new PostgreSQL connection included; tests
+ * compare deltas. redis_calls counts round trips: a pipeline is one. */
 typedef struct feed_stats {
     uint64_t pages;          /* feed_page calls that returned FEED_OK */
     uint64_t cache_pages;    /* ... answered with FEED_SOURCE_CACHE */

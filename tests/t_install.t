@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# t_install.t -- `make install` with PREFIX and DESTDIR gives a header, both
+# libraries and a pkg-config file with which an outside program builds (shared
+# and static) and reads a page from the test servers.
+set -u
+n=0; failed=0
+ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+prefix=/opt/feedcache-test
+make -s install PREFIX=$prefix DESTDIR="$stage" BUILD="${BUILD:-build}" >/dev/null 2>&1
+ok $? "make install PREFIX=$prefix DESTDIR=..."
+root=$stage$prefix
+for f in include/feedcache.h lib/libfeedcache.a lib/libfeedcache.so lib/libfeedcache.so.0 \
+         lib/pkgconfig/feedcache.pc; do
+    test -e "$root/$f"; ok $? "installed $f"
+done
+grep -q "^prefix=$prefix\$" "$root/lib/pkgconfig/feedcache.pc"
+ok $? "feedcache.pc names the real prefix, not the staging folder"
+
+cat > "$stage/app.c" <<'C'
+#include <feedcache.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(void)
+{
+    feed_config cfg;
+    feed *f;
+    feed_result r;
+    feed_config_init(&cfg);
+    cfg.redis_port = atoi(getenv("FEED_REDIS_PORT"));
+    cfg.pg_conninfo = getenv("FEED_PG_CONNINFO");
+    if (feed_open(&f, &cfg) != FEED_OK) { fprintf(stderr, "%s\n", feed_errmsg(NULL)); return 1; }
+    if (feed_page(f, 424242, FEED_FIRST, 0, 10, &r) != FEED_OK) { fprintf(stderr, "%s\n", feed_errmsg(f)); return 1; }
+    printf("%zu %d\n", r.count, (int)r.source);
+    feed_result_free(&r);
+    feed_close(f);
+    return 0;
+}
+C
+export PKG_CONFIG_PATH=$root/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$stage
+psql "$FEED_PG_CONNINFO" -qc "DELETE FROM feed_entry WHERE uid = 424242;
+    INSERT INTO feed_entry VALUES (424242, 1, 1), (424242, 2, 2)" >/dev/null
+redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" DEL 'feed:{424242}' >/dev/null
+cc -std=c11 -Wall -Werror "$stage/app.c" -o "$stage/app" $(pkg-config --cflags --libs feedcache) 2>&1
+ok $? "an outside program builds with pkg-config (shared)"
+out=$(LD_LIBRARY_PATH=$root/lib "$stage/app" 2>&1)
+[ "$out" = "2 2" ]; ok $? "  and reads a page of 2 items, rebuilt (got: $out)"
+cc -std=c11 -Wall -Werror "$stage/app.c" -o "$stage/app-static" \
+    $(pkg-config --cflags feedcache) "$root/lib/libfeedcache.a" $(pkg-config --libs-only-l --static feedcache | sed "s/-lfeedcache //") 2>&1
+ok $? "builds against the static library with pkg-config --static"
+out=$("$stage/app-static" 2>&1)
+[ "$out" = "2 1" ]; ok $? "  and reads the same page from the cache (got: $out)"
+psql "$FEED_PG_CONNINFO" -qc "DELETE FROM feed_entry WHERE uid = 424242" >/dev/null
+
+echo "1..$n"
+[ $failed = 0 ]
