@@ -36,9 +36,10 @@
 --   a << 33 + b means a << (33 + b). The field-by-field form does not check
 --   that the widths sum to at most 53; feed_score_pack() does.
 --
---   A leaderboard: points, then paid first, then earliest time first:
---   { "points", 22, LARGER }, { "paid", 1, LARGER }, { "t", 30, SMALLER }
---   feed_score_pack(ARRAY[points, paid::int, t], '{22,1,30}', '{f,f,t}')
+--   A leaderboard: points, then paid first, then earliest time first
+--   (examples/leaderboard.sql: t = seconds since 2025-01-01):
+--   { "points", 24, LARGER }, { "paid", 1, LARGER }, { "t", 28, SMALLER }
+--   feed_score_pack(ARRAY[points, paid::int, t], '{24,1,28}', '{f,f,t}')
 --
 --   A time-ordered feed with snowflake ids (feed_snowflake_score() in C):
 --   score bigint NOT NULL GENERATED ALWAYS AS (
