@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# examples/demo.sh -- the example feed service with sample data, for `make demo`.
+#
+#   examples/demo.sh start   start (or reuse) Redis + PostgreSQL in .demo/, load
+#                            examples/sample_data.sql once, (re)start
+#                            feed_server in the background, walk through it
+#   examples/demo.sh stop    stop feed_server and both servers (make demo-stop)
+#
+# `make demo` installs the packages and builds first; run this directly only
+# after `make`. Env: BUILD (default build), DEMO_PORT (HTTP port; default
+# 8080, or any free port when 8080 is taken).
+# Everything lives in .demo/: the servers' data and logs (tools/servers.sh),
+# feed_server.pid, feed_server.log, http.port. `rm -rf .demo` after a stop
+# starts from scratch.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+BUILD=${BUILD:-build}
+DIR=.demo
+SERVER=$BUILD/examples/feed_server
+PIDFILE=$DIR/feed_server.pid
+
+die() { echo "demo: $*" >&2; exit 1; }
+
+server_pid() {   # the pid of our feed_server, if it runs
+    local p
+    p=$(cat "$PIDFILE" 2>/dev/null) || return 1
+    [[ -n $p && $(cat "/proc/$p/comm" 2>/dev/null) == feed_server ]] && echo "$p"
+}
+
+stop_server() {
+    local p i
+    if p=$(server_pid); then
+        kill -TERM "$p" 2>/dev/null || true
+        for ((i = 0; i < 100; i++)); do
+            [[ -d /proc/$p && $(ps -o stat= -p "$p" 2>/dev/null) != Z* ]] || break
+            sleep 0.1
+        done
+        kill -KILL "$p" 2>/dev/null || true
+        echo "demo: stopped feed_server (pid $p)"
+    fi
+    rm -f "$PIDFILE"
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+case ${1:-} in
+stop)
+    stop_server
+    tools/servers.sh stop "$DIR"
+    echo "demo: stopped Redis and PostgreSQL of $DIR/ (their data stays; rm -rf $DIR to drop it)"
+    exit 0
+    ;;
+start) ;;
+*) die "usage: $0 start|stop" ;;
+esac
+
+[[ -x $SERVER && -x $BUILD/examples/jget ]] || die "$SERVER is missing: run make demo (or make) first"
+
+# ---------------------------------------------------------------- servers
+# Ports in the caller's environment belong to some other servers.
+unset FEED_REDIS_PORT FEED_PG_PORT FEED_REDIS_PASSWORD FEED_HTTP_PORT
+echo "demo: starting Redis and PostgreSQL in $DIR/ (reused when already running)"
+tools/servers.sh start "$DIR"
+# shellcheck source=/dev/null
+. "$DIR/env"
+
+loaded() {   # rows of the last completed load, or nothing
+    [[ $(psql -XAtqc "SELECT to_regclass('feedcache_demo') IS NOT NULL") == t ]] &&
+        psql -XAtqc 'SELECT rows FROM feedcache_demo'
+}
+if rows=$(loaded) && [[ -n $rows ]]; then
+    echo "demo: sample data already loaded ($rows rows)"
+else
+    echo "demo: loading examples/sample_data.sql (1,000 users, ~190,000 rows)..."
+    PGOPTIONS='-c client_min_messages=warning' psql -Xq -f examples/sample_data.sql
+    # A cache left from an earlier data set would not match this one.
+    redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" flushdb >/dev/null
+    echo "demo: loaded $(loaded) rows"
+fi
+
+# ---------------------------------------------------------------- service
+stop_server   # a second `make demo` restarts it with the binary just built
+port=${DEMO_PORT:-}
+if [[ -z $port ]]; then
+    port=$(cat "$DIR/http.port" 2>/dev/null || echo 8080)
+    port_free "$port" || port=0
+fi
+: >"$DIR/feed_server.out"
+# setsid: the service outlives this script and ignores the terminal's ^C.
+setsid "$SERVER" --port "$port" </dev/null >"$DIR/feed_server.out" 2>>"$DIR/feed_server.log" &
+echo $! >"$PIDFILE"
+for ((i = 0; i < 100; i++)); do
+    port=$(sed -n 's/^listening on \([0-9][0-9]*\)$/\1/p' "$DIR/feed_server.out")
+    [[ -n $port ]] && break
+    server_pid >/dev/null || { tail -n 5 "$DIR/feed_server.log" >&2; die "feed_server did not start"; }
+    sleep 0.1
+done
+[[ -n $port ]] || die "feed_server did not say which port it listens on"
+echo "$port" >"$DIR/http.port"
+URL=http://127.0.0.1:$port
+for ((i = 0; i < 100; i++)); do
+    curl -sf "$URL/healthz" >/dev/null && break
+    sleep 0.1
+done
+
+# ---------------------------------------------------------------- the walk
+# show 'COMMAND': print it as the user would type it, run it, print its
+# output with long lines cut.
+show() {
+    printf '\n  $ %s\n' "$1"
+    bash -c "$1" 2>&1 | cut -c1-400 | sed -e 's/^/  /' -e '/^  .\{398\}/s/$/ .../'
+}
+if [[ -t 1 ]]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
+step() {   # title, then more lines
+    printf '\n%s%s%s\n' "$BOLD" "$1" "$PLAIN"
+    shift
+    (($# == 0)) || printf '%s\n' "$@"
+}
+cursor_of='sed -n '\''s/.*"next_cursor":"\([^"]*\)".*/\1/p'\'''
+
+cat <<EOF
+
+================================================================================
+ feedcache demo: feed_server at $URL   (pid $(server_pid), log $DIR/feed_server.log)
+ Data: 1,000 users. User 1 has 100,000 items (ids are snowflakes above 2^53,
+ 8 items a minute share a score); users 900..999 have none. Each feed keeps its
+ newest 1,000 items in one Redis sorted set in front of PostgreSQL.
+================================================================================
+EOF
+
+redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" del 'feed:{1}' >/dev/null  # a cold start for step 1
+step "1. Page 1 of user 1's feed." \
+     "   Not cached yet: feedcache rebuilds it from PostgreSQL under a lease, \"source\":\"rebuild\"." \
+     "   Ids are strings (they exceed 2^53); scores are exact JSON integers (ms)."
+show "curl -s '$URL/users/1/feed?limit=3'"
+
+step "2. The same page again: one Redis round trip, \"source\":\"cache\"."
+show "curl -s '$URL/users/1/feed?limit=3'"
+
+step "3. The next page: pass next_cursor back as cursor (an opaque token of the last item)."
+show "C=\$(curl -s '$URL/users/1/feed?limit=3' | $cursor_of); curl -s \"$URL/users/1/feed?limit=3&cursor=\$C\""
+
+step "4. Deep pages: past the 1,000 cached items a keyset query answers, \"source\":\"db\"."
+show "C=; for i in 1 2 3 4 5 6 7 8 9 10; do C=\$(curl -s \"$URL/users/1/feed?limit=100\${C:+&cursor=\$C}\" | $cursor_of); done; curl -s \"$URL/users/1/feed?limit=3&cursor=\$C\""
+
+now=$(date +%s%3N)
+id=$(((now - 1288834974657) << 22))
+step "5. Insert an item scored now (ms). The row is written in a PostgreSQL" \
+     "   transaction, then feed_on_insert updates the cached feed; page 1 shows it first."
+show "curl -s -X POST '$URL/users/1/items' -d '{\"id\":\"$id\",\"score\":$now}'"
+show "curl -s '$URL/users/1/feed?limit=3'"
+
+step "6. Delete it (the row, then feed_on_delete); page 1 is as before."
+show "curl -s -X DELETE '$URL/users/1/items/$id'"
+show "curl -s '$URL/users/1/feed?limit=3'"
+
+step "7. A user with no items: an empty page, cached too (the end marker)."
+show "curl -s '$URL/users/950/feed'"
+
+step "8. Bad input gets a 4xx with a JSON message."
+show "curl -s -w ' HTTP %{http_code}\\n' '$URL/users/1/feed?limit=0'"
+
+step "9. What the library did, summed over the worker threads (Prometheus text)."
+show "curl -s '$URL/metrics' | grep -E '^feedcache_(pages|rebuilds|sql_queries|redis_calls)'"
+
+step "10. Health: whether Redis and PostgreSQL answer."
+show "curl -s '$URL/healthz'"
+
+cat <<EOF
+
+--------------------------------------------------------------------------------
+ The service keeps running. Also try:
+   curl -s -X PUT    $URL/users/1/items/ID -d '{"score":123}'     new score
+   curl -s -X POST   $URL/items/42/fanout -d '{"score":1,"uids":[2,3,4]}'
+   tail -f $DIR/feed_server.log                                 one line per request
+ Endpoints and options: examples/README.md. Stop everything: make demo-stop
+--------------------------------------------------------------------------------
+EOF

@@ -1,0 +1,36 @@
+# examples/examples.mk -- included by the main Makefile.
+#
+#   make                  also builds $(BUILD)/examples/feed_server (the HTTP
+#                         service) and $(BUILD)/examples/jget (a tiny JSON
+#                         picker used by tests/t_http.t and the demo)
+#   make demo             install what is missing, build, start Redis and
+#                         PostgreSQL in .demo/, load the sample data, start the
+#                         service and walk through it (examples/demo.sh)
+#   make demo-stop        stop the service and both servers of .demo/
+
+EX_PKGS   := libmicrohttpd jansson
+EX_CFLAGS := $(shell pkg-config --cflags $(EX_PKGS) 2>/dev/null)
+EX_LIBS   := $(shell pkg-config --libs $(EX_PKGS) 2>/dev/null || echo -lmicrohttpd -ljansson)
+JSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
+EX_BIN    := $(BUILD)/examples/feed_server $(BUILD)/examples/jget
+
+.PHONY: examples demo demo-stop
+examples: $(EX_BIN)
+all: examples
+tests: examples      # tests/t_http.t drives both binaries
+
+$(BUILD)/examples/feed_server: examples/feed_server.c $(STATIC) lib/feedcache.h | $(BUILD)/examples
+	$(CC) $(CPPFLAGS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(EX_LIBS) $(LIBS)
+
+$(BUILD)/examples/jget: examples/jget.c | $(BUILD)/examples
+	$(CC) $(CPPFLAGS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(JSON_LIBS)
+
+# Packages first (a fresh machine has no libmicrohttpd), then the build, then
+# the script, which does the rest and returns with the service running.
+demo:
+	tools/deps.sh
+	$(MAKE) $(EX_BIN)
+	BUILD=$(BUILD) examples/demo.sh start
+
+demo-stop:
+	BUILD=$(BUILD) examples/demo.sh stop

@@ -1,0 +1,606 @@
+#!/usr/bin/env bash
+# t_http.t -- the example service (examples/feed_server.c) end to end, over
+# HTTP only, against the test servers that tests/run.sh started: whole feeds
+# walked page by page and compared with SQL, every write route and its
+# effect, the JSON shapes, the status of every kind of bad input, /metrics
+# counters, outages of Redis and PostgreSQL, concurrency, logging, shutdown.
+#
+# Needs: curl, psql, redis-cli, and $BUILD/examples/{feed_server,jget}
+# (jget: a tiny JSON picker built with jansson, see examples/jget.c).
+# Data: uids 7000000..7999999 only; set up here, since other tests may
+# TRUNCATE feed_entry and FLUSHDB before this one runs.
+set -uo pipefail
+
+BUILD=${BUILD:-build}
+SERVER=$BUILD/examples/feed_server
+JGET=$BUILD/examples/jget
+MAX_LEN=40
+MAX_PAGE=50
+THREADS=4
+
+# ------------------------------------------------------------------ TAP
+n=0
+failed=0
+pass() { n=$((n + 1)); echo "ok $n - $1"; }
+fail() {
+    local d
+    n=$((n + 1)); failed=$((failed + 1))
+    echo "not ok $n - $1"
+    shift
+    for d in "$@"; do printf '#   %s\n' "${d:0:600}"; done
+}
+is() {   # got want name
+    if [[ $1 == "$2" ]]; then pass "$3"; else fail "$3" "got:  $1" "want: $2"; fi
+}
+like() {   # got regex name
+    if [[ $1 =~ $2 ]]; then pass "$3"; else fail "$3" "got:  $1" "want: /$2/"; fi
+}
+ok() {   # name command...: passes when the command succeeds
+    local name=$1
+    shift
+    if "$@"; then pass "$name"; else fail "$name" "failed: $*"; fi
+}
+bail() { echo "Bail out! $*"; exit 1; }
+
+for v in FEED_REDIS_HOST FEED_REDIS_PORT FEED_PG_CONNINFO FEED_SERVERS FEED_SERVERS_DIR; do
+    [[ -n ${!v:-} ]] || bail "$v is not set: run through tests/run.sh"
+done
+[[ -x $SERVER && -x $JGET ]] || bail "$SERVER or $JGET missing: run make"
+command -v curl >/dev/null || bail "curl is not installed (tools/deps.sh)"
+
+TMP=$(mktemp -d -t feedcache-http.XXXXXX)
+SPID=
+sql() { psql "$FEED_PG_CONNINFO" -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
+rcli() { redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" "$@"; }
+
+# Whatever happens, leave the shared servers as the next test expects them.
+# shellcheck disable=SC2317  # invoked by the trap
+cleanup() {
+    [[ -n $SPID ]] && kill -KILL "$SPID" 2>/dev/null
+    "$FEED_SERVERS" redis-thaw "$FEED_SERVERS_DIR" >/dev/null 2>&1
+    rcli acl setuser default on nopass '~*' '&*' +@all >/dev/null 2>&1
+    rcli acl deluser feedtest >/dev/null 2>&1
+    "$FEED_SERVERS" pg-start "$FEED_SERVERS_DIR" >/dev/null 2>&1
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# ------------------------------------------------------------------ HTTP
+# req METHOD PATH [curl args...]: sets STATUS, CTYPE, BODY, HEADERS.
+req() {
+    local method=$1 path=$2 out
+    shift 2
+    out=$(curl -sS --max-time 30 -o "$TMP/body" -D "$TMP/headers" \
+        -w '%{http_code}\t%{content_type}' -X "$method" "$@" "$BASE$path" 2>"$TMP/curl.err") ||
+        out="000	"
+    STATUS=${out%%$'\t'*}
+    CTYPE=${out#*$'\t'}
+    BODY=$(cat "$TMP/body" 2>/dev/null)
+    HEADERS=$(tr -d '\r' <"$TMP/headers" 2>/dev/null)
+}
+post() { req "$1" "$2" -H 'Content-Type: application/json' --data-binary "$3"; }
+j() { "$JGET" "$@" <<<"$BODY"; }        # fields of the last body
+jq_() { "$JGET" "$@"; }                 # fields of stdin
+
+# A metric's value from the last scrape ($M), 0 when absent.
+scrape() { req GET /metrics; M=$BODY; }
+metric() {
+    local v
+    v=$(awk -v k="$1" '$1 == k { print $2; exit }' <<<"$M")
+    echo "${v:-0}"
+}
+
+# delta NAME: how much a metric moved from scrape $M0 to scrape $M1.
+delta() { echo $(($(M=$M1 metric "$1") - $(M=$M0 metric "$1"))); }
+
+# uid's whole feed from SQL, one item a line, as the service must print it.
+sql_feed() {
+    sql "SELECT format('{\"id\":\"%s\",\"score\":%s}', id, score) FROM feed_entry
+         WHERE uid = $1 ORDER BY score DESC, id DESC"
+}
+
+# walk UID LIMIT: every page through HTTP into $TMP/walk (one item a line);
+# sets PAGES, SOURCES (one per page), WHY (empty when every page was
+# well-formed: status 200, JSON with exactly items/next_cursor/source,
+# full pages whenever a cursor follows, the last one without).
+walk() {
+    local uid=$1 limit=$2 cursor='' q count keys
+    : >"$TMP/walk"
+    PAGES=0 SOURCES='' WHY=''
+    while :; do
+        q="limit=$limit"
+        [[ -n $cursor ]] && q+="&cursor=$cursor"
+        req GET "/users/$uid/feed?$q"
+        if [[ $STATUS != 200 ]]; then WHY="page $PAGES: status $STATUS: $BODY"; return 1; fi
+        PAGES=$((PAGES + 1))
+        keys=$(j @keys) || { WHY="page $PAGES: not JSON: $BODY"; return 1; }
+        [[ $keys == items,next_cursor,source ]] || { WHY="page $PAGES: keys $keys"; return 1; }
+        SOURCES+="$(j source) "
+        j 'items.*' >>"$TMP/walk"
+        count=$(j items.@len)
+        cursor=$(j next_cursor)
+        if [[ $cursor == null ]]; then
+            ((count <= limit)) || { WHY="last page $PAGES has $count items"; return 1; }
+            return 0
+        fi
+        [[ $cursor =~ ^[A-Za-z0-9_-]{24}$ ]] || { WHY="page $PAGES: cursor '$cursor'"; return 1; }
+        [[ $count == "$limit" ]] || { WHY="page $PAGES: $count items and a next cursor"; return 1; }
+        ((PAGES < 10000)) || { WHY="runaway walk"; return 1; }
+    done
+}
+
+# walk_is UID LIMIT NAME: the walk equals SQL's feed.
+walk_is() {
+    local want
+    want=$(sql_feed "$1")
+    if ! walk "$1" "$2"; then
+        fail "$3" "$WHY"
+        return 1
+    fi
+    if [[ $(cat "$TMP/walk") == "$want" ]]; then
+        pass "$3 ($(wc -l <"$TMP/walk") items, $PAGES pages)"
+    else
+        fail "$3" "walk and SQL differ:" \
+            "$(diff <(echo "$want") "$TMP/walk" | head -n 8 | tr '\n' '|')"
+        return 1
+    fi
+}
+
+# first_ids UID N: IDS = the ids of page 1 (limit N) through HTTP, space-separated
+# (a function, not a $(...), so that STATUS and BODY stay for the next check).
+first_ids() { req GET "/users/$1/feed?limit=$2"; IDS=$(j 'items.*.id' | tr '\n' ' '); }
+sql_first_ids() {
+    sql "SELECT id FROM feed_entry WHERE uid = $1 ORDER BY score DESC, id DESC LIMIT $2" | tr '\n' ' '
+}
+
+# error_is STATUS NAME: the last response was STATUS with a JSON error body.
+error_is() {
+    local msg
+    msg=$(j error 2>/dev/null)
+    if [[ $STATUS == "$1" && $CTYPE == application/json* && $(j @keys 2>/dev/null) == error &&
+          $(j error.@type 2>/dev/null) == string && -n $msg ]]; then
+        pass "$2 -> $1 (${msg:0:60})"
+    else
+        fail "$2 -> $1" "got status $STATUS, type $CTYPE, body $BODY"
+    fi
+}
+
+# ------------------------------------------------------------------ data
+U_TIES=7000001      # 230 rows, scores in groups of 4, scattered ids: past max_len
+U_BIG=7000002       # ids above 2^53 and the extreme scores
+U_EMPTY=7000003     # no rows
+U_FITS=7000004      # exactly max_len rows
+U_WRITE=7000010     # insert / update / delete
+U_FAN=(7000020 7000021 7000022)   # fan-out: cached, not cached, empty
+U_COLD=7000030      # metrics: a feed nobody read
+U_ACL=7000040       # failed hooks
+U_OUT=7000050       # outages
+U_CROWD=7000060     # concurrent cold reads
+ALL_UIDS="7000000 AND 7999999"
+
+sql "DELETE FROM feed_entry WHERE uid BETWEEN $ALL_UIDS" || bail "psql failed"
+sql "INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_TIES, 1700000000000 + (g / 4) * 1000, (g::bigint * 2654435761) % 4294967296
+       FROM generate_series(1, 230) g;
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_BIG, CASE WHEN g % 3 = 0 THEN 9007199254740991 WHEN g % 3 = 1 THEN 0
+                         ELSE -9007199254740991 END, 9007199254740993 + g * 1000003
+       FROM generate_series(1, 24) g;
+     INSERT INTO feed_entry VALUES ($U_BIG, 5, 9223372036854775807), ($U_BIG, 5, 0);
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_FITS, g % 7, g FROM generate_series(1, $MAX_LEN) g;
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT u, g * 10, g FROM unnest(ARRAY[$U_WRITE, ${U_FAN[0]}, ${U_FAN[1]}, $U_COLD, $U_ACL, $U_OUT]) u,
+            generate_series(1, 60) g;
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_CROWD, g / 2, g FROM generate_series(1, 200) g" || bail "loading test data failed"
+# Drop whatever an earlier run left cached for these feeds.
+for u in $U_TIES $U_BIG $U_EMPTY $U_FITS $U_WRITE "${U_FAN[@]}" $U_COLD $U_ACL $U_OUT $U_CROWD; do
+    rcli del "feed:{$u}" "feed:{$u}:lease" >/dev/null
+done
+
+# ------------------------------------------------------------------ start
+# FEED_TEST_WRAPPER (e.g. valgrind) wraps the server too.
+start_server() {   # extra args...; sets SPID, PORT, BASE
+    local i
+    # shellcheck disable=SC2086  # the wrapper is a command line
+    ${FEED_TEST_WRAPPER:-} "$SERVER" --port 0 --max-len $MAX_LEN --max-page $MAX_PAGE \
+        --threads $THREADS --max-body 65536 "$@" >"$TMP/out" 2>"$TMP/log" &
+    SPID=$!
+    PORT=
+    for ((i = 0; i < 600; i++)); do
+        PORT=$(sed -n 's/^listening on \([0-9][0-9]*\)$/\1/p' "$TMP/out")
+        [[ -n $PORT ]] && break
+        kill -0 "$SPID" 2>/dev/null || break
+        sleep 0.1
+    done
+    BASE=http://127.0.0.1:$PORT
+    [[ -n $PORT ]]
+}
+stop_server() {   # SIGTERM; returns the exit status
+    local rc
+    kill -TERM "$SPID" 2>/dev/null
+    wait "$SPID"
+    rc=$?
+    SPID=
+    return $rc
+}
+
+start_server || bail "feed_server did not start: $(tail -n 5 "$TMP/log")"
+pass "feed_server started on a free port ($PORT)"
+req GET /healthz
+is "$STATUS $(j status redis postgres | tr '\n' ' ')" "200 ok up up " "GET /healthz: 200, both stores up"
+like "$CTYPE" '^application/json' "  as application/json"
+
+# Every worker opens its feedcache handle on its first request; reach them
+# all now so that counters later move by the requests under test only.
+for ((i = 0; i < 400; i++)); do
+    scrape
+    [[ $(metric feed_server_workers) == "$THREADS" ]] && break
+done
+is "$(metric feed_server_workers)" $THREADS "all $THREADS worker threads answered"
+
+# ------------------------------------------------------------------ reads
+req GET "/users/$U_TIES/feed?limit=7"
+is "$STATUS" 200 "page 1 of a feed: 200"
+like "$CTYPE" '^application/json' "  Content-Type application/json"
+is "$(j @keys)" "items,next_cursor,source" "  keys: items, next_cursor, source"
+is "$(j items.@type next_cursor.@type source | tr '\n' ' ')" "array string rebuild " \
+    "  items an array, next_cursor a string, source rebuild (a cold feed)"
+is "$(j items.0.@keys items.0.id.@type items.0.score.@type | tr '\n' ' ')" "id,score string integer " \
+    "  an item is {id: string, score: integer}"
+like "$(j 'items.*.id' | tr '\n' ' ')" '^([0-9]+ ){7}$' "  7 ids, each a string of decimal digits"
+is "$(j 'items.*' | tr '\n' ' ')" "$(sql_feed $U_TIES | head -n 7 | tr '\n' ' ')" "  page 1 equals SQL"
+req GET "/users/$U_TIES/feed?limit=7"
+is "$(j source)" cache "page 1 again: source cache"
+
+walk_is $U_TIES 7 "walk of 230 rows (max_len $MAX_LEN), pages of 7"
+like "$SOURCES" '^(cache ){5}db ' "  pages within max_len from the cache, past it from the db"
+walk_is $U_TIES $MAX_PAGE "walk of 230 rows, pages of $MAX_PAGE (max_page)"
+walk_is $U_TIES 1 "walk of 230 rows, pages of 1"
+walk_is $U_BIG 5 "ids above 2^53 and scores at +/-(2^53-1) come back exact"
+req GET "/users/$U_BIG/feed?limit=1"
+is "$(j items.0.id items.0.score | tr '\n' ' ')" \
+    "$(sql "SELECT id || ' ' || score || ' ' FROM feed_entry WHERE uid = $U_BIG ORDER BY score DESC, id DESC LIMIT 1")" \
+    "  the largest score, exactly; the id as a string"
+walk "$U_BIG" 50 && grep -q '"id":"9223372036854775807"' "$TMP/walk"
+is "$?" 0 "  id 9223372036854775807 (INT64_MAX) round-trips"
+
+req GET "/users/$U_EMPTY/feed"
+is "$STATUS $BODY" '200 {"items":[],"next_cursor":null,"source":"rebuild"}' "an empty feed: no items, null cursor"
+req GET "/users/$U_EMPTY/feed"
+is "$(j source)" cache "  the empty feed is cached (end marker): source cache"
+walk_is $U_FITS 7 "walk of a feed of exactly max_len rows"
+walk_is $U_FITS 7 "  again"
+is "$SOURCES" "cache cache cache cache cache cache " "  every page from the cache"
+req GET "/users/$U_TIES/feed"
+is "$(j items.@len)" 20 "no limit: 20 items"
+req GET "/users/$U_TIES/feed?limit=$MAX_PAGE"
+is "$STATUS $(j items.@len)" "200 $MAX_PAGE" "limit=$MAX_PAGE (max_page) is accepted"
+req HEAD "/users/$U_TIES/feed?limit=3" -I
+is "$STATUS" 200 "HEAD on a feed: 200"
+
+# ------------------------------------------------------------------ writes
+walk_is $U_WRITE 9 "a feed to write to (now cached)"
+TOP=$(sql "SELECT max(score) FROM feed_entry WHERE uid = $U_WRITE")
+post POST "/users/$U_WRITE/items" "{\"id\":5000001,\"score\":$((TOP + 1))}"
+is "$STATUS" 201 "POST an item: 201"
+is "$BODY" "{\"id\":\"5000001\",\"score\":$((TOP + 1)),\"cache\":\"ok\"}" "  reply {id (a string), score, cache: ok}"
+like "$HEADERS" "Location: /users/$U_WRITE/items/5000001" "  Location of the new item"
+is "$(sql "SELECT score FROM feed_entry WHERE uid = $U_WRITE AND id = 5000001")" $((TOP + 1)) "  the row is in PostgreSQL"
+first_ids $U_WRITE 3
+is "$IDS" "5000001 $(sql_first_ids $U_WRITE 3 | cut -d' ' -f2-)" "  first on page 1"
+is "$(j source)" cache "  served from the cache, which the hook updated"
+post POST "/users/$U_WRITE/items" "{\"id\":5000001,\"score\":1}"
+error_is 409 "POST an id that is already in the feed"
+is "$(sql "SELECT score FROM feed_entry WHERE uid = $U_WRITE AND id = 5000001")" $((TOP + 1)) "  the row is unchanged"
+post POST "/users/$U_WRITE/items" "{\"id\":\"9007199254740993\",\"score\":$((TOP + 2))}"
+is "$STATUS $(j id)" "201 9007199254740993" "POST an id above 2^53 as a string: exact"
+first_ids $U_WRITE 2
+is "$IDS" "9007199254740993 5000001 " "  page 1 shows it exactly"
+walk_is $U_WRITE 9 "  walk equals SQL after the inserts"
+
+post PUT "/users/$U_WRITE/items" '{"id":5000001,"score":-100}'
+is "$STATUS $BODY" '200 {"id":"5000001","score":-100,"cache":"ok"}' "PUT a new score: 200"
+is "$(sql "SELECT score FROM feed_entry WHERE uid = $U_WRITE AND id = 5000001")" -100 "  PostgreSQL has it"
+first_ids $U_WRITE 20
+like "$IDS" '^9007199254740993 ' "  no longer second on page 1"
+walk_is $U_WRITE 9 "  walk equals SQL (the item moved to the end)"
+post PUT "/users/$U_WRITE/items/5000001" "{\"score\":$((TOP + 5))}"
+is "$STATUS $(j score)" "200 $((TOP + 5))" "PUT /users/{uid}/items/{id} with the score only"
+first_ids $U_WRITE 1
+is "$IDS" "5000001 " "  back to the top"
+post PUT "/users/$U_WRITE/items/5000001" '{"id":5000002,"score":1}'
+error_is 400 "PUT whose body id differs from the path's"
+post PUT "/users/$U_WRITE/items/424242" '{"score":1}'
+error_is 404 "PUT a score for an item not in the feed"
+is "$(sql "SELECT count(*) FROM feed_entry WHERE uid = $U_WRITE AND id = 424242")" 0 "  and nothing was inserted"
+
+req DELETE "/users/$U_WRITE/items/5000001"
+is "$STATUS $BODY" "200 {\"id\":\"5000001\",\"score\":$((TOP + 5)),\"cache\":\"ok\"}" "DELETE an item: 200 with what was deleted"
+is "$(sql "SELECT count(*) FROM feed_entry WHERE uid = $U_WRITE AND id = 5000001")" 0 "  the row is gone"
+first_ids $U_WRITE 1
+is "$IDS" "9007199254740993 " "  gone from page 1"
+walk_is $U_WRITE 9 "  walk equals SQL after the delete"
+req DELETE "/users/$U_WRITE/items/5000001"
+error_is 404 "DELETE it again"
+
+# Below the cached window of a long feed: not cached, yet in the walk.
+post POST "/users/$U_TIES/items" '{"id":5000003,"score":-5}'
+is "$STATUS" 201 "POST an item below the cached window"
+walk_is $U_TIES 25 "  walk equals SQL: the item is at the end"
+
+req GET "/users/${U_FAN[0]}/feed?limit=5"      # cached
+req GET "/users/${U_FAN[2]}/feed?limit=5"      # cached, empty
+post POST /items/5000004/fanout "{\"score\":$((TOP + 10)),\"uids\":[${U_FAN[0]},\"${U_FAN[1]}\",${U_FAN[2]},${U_FAN[0]}]}"
+is "$STATUS $BODY" "200 {\"id\":\"5000004\",\"score\":$((TOP + 10)),\"cache\":\"ok\",\"users\":3}" \
+    "POST fanout to 3 users (one listed twice): 200, users 3"
+is "$(sql "SELECT string_agg(uid::text, ' ' ORDER BY uid) FROM feed_entry WHERE id = 5000004")" "${U_FAN[*]}" \
+    "  one row per user in PostgreSQL"
+for u in "${U_FAN[@]}"; do
+    first_ids "$u" 1
+is "$IDS" "5000004 " "  first on page 1 of $u"
+done
+is "$(j source)" cache "  the empty cached feed got it through the hook"
+post POST /items/5000004/fanout "{\"score\":-7,\"uids\":[${U_FAN[0]},${U_FAN[2]}]}"
+is "$STATUS $(sql "SELECT string_agg(score::text, ' ' ORDER BY uid) FROM feed_entry WHERE id = 5000004")" \
+    "200 -7 $((TOP + 10)) -7" "fanout again: an upsert of the score"
+walk_is "${U_FAN[0]}" 7 "  walk of a fanned-out feed equals SQL"
+walk_is "${U_FAN[2]}" 7 "  walk of the formerly empty feed equals SQL"
+
+# ------------------------------------------------------------------ bad input
+CHECKSUM="SELECT count(*) || ' ' || sum(score) || ' ' || sum(id % 1000003) FROM feed_entry WHERE uid BETWEEN $ALL_UIDS"
+BEFORE=$(sql "$CHECKSUM")
+req GET /nope;                               error_is 404 "unknown path"
+req GET /users/1/feed/more;                  error_is 404 "a path one segment too long"
+req GET /users//feed;                        error_is 404 "an empty uid segment"
+req GET /metrics/;                           error_is 404 "a trailing slash"
+req PATCH "/users/$U_TIES/feed";             error_is 405 "PATCH on a feed"
+like "$HEADERS" $'\nAllow: GET, HEAD' "  Allow: GET, HEAD"
+req DELETE /metrics;                         error_is 405 "DELETE /metrics"
+req GET /items/1/fanout;                     error_is 405 "GET on fanout"
+req POST "/users/$U_TIES/feed";              error_is 405 "POST on a feed"
+req GET /users/abc/feed;                     error_is 400 "non-numeric uid"
+req GET /users/-1/feed;                      error_is 400 "negative uid"
+req GET /users/1.5/feed;                     error_is 400 "fractional uid"
+req GET /users/9223372036854775808/feed;     error_is 400 "uid above INT64_MAX"
+req GET "/users/$U_TIES/feed?limit=0";       error_is 400 "limit 0"
+req GET "/users/$U_TIES/feed?limit=$((MAX_PAGE + 1))"; error_is 400 "limit above max_page"
+req GET "/users/$U_TIES/feed?limit=-1";      error_is 400 "negative limit"
+req GET "/users/$U_TIES/feed?limit=ten";     error_is 400 "non-numeric limit"
+req GET "/users/$U_TIES/feed?limit=";        error_is 400 "empty limit"
+req GET "/users/$U_TIES/feed?limit=99999999999999999999999"; error_is 400 "huge limit"
+req GET "/users/$U_TIES/feed?limit=3"
+CUR=$(j next_cursor)
+req GET "/users/$U_TIES/feed?limit=3&cursor=$CUR"
+is "$STATUS" 200 "a real cursor is accepted"
+req GET "/users/$U_TIES/feed?cursor=garbage";            error_is 400 "malformed cursor"
+BAD=${CUR:0:10}$([[ ${CUR:10:1} == A ]] && echo B || echo A)${CUR:11}
+req GET "/users/$U_TIES/feed?cursor=$BAD";               error_is 400 "a cursor with one character changed"
+req GET "/users/$U_TIES/feed?cursor=${CUR:0:23}";        error_is 400 "a truncated cursor"
+req GET "/users/$U_TIES/feed?cursor=";                   error_is 400 "an empty cursor"
+req GET "/users/$U_TIES/feed?cursor=${CUR:0:20}%2B%2F%3D%3D"; error_is 400 "a cursor with base64 +/="
+W=/users/$U_WRITE/items
+post POST "$W" '{"id":1,"score":1';                 error_is 400 "malformed JSON"
+post POST "$W" '';                                  error_is 400 "empty body"
+post POST "$W" '[{"id":1,"score":1}]';              error_is 400 "a JSON array, not an object"
+post POST "$W" '{"id":1,"score":1} {}';             error_is 400 "trailing data after the JSON"
+post POST "$W" '{"id":1,"id":2,"score":1}';         error_is 400 "a duplicate key"
+post POST "$W" '{"id":1}';                          error_is 400 "missing score"
+post POST "$W" '{"score":1}';                       error_is 400 "missing id"
+post POST "$W" '{"id":1,"score":1,"extra":true}';   error_is 400 "an unknown field"
+post POST "$W" '{"id":-1,"score":1}';               error_is 400 "negative id"
+post POST "$W" '{"id":"-1","score":1}';             error_is 400 "negative id as a string"
+post POST "$W" '{"id":"12a","score":1}';            error_is 400 "id string with a non-digit"
+post POST "$W" '{"id":"","score":1}';               error_is 400 "empty id string"
+post POST "$W" '{"id":1.0,"score":1}';              error_is 400 "id as a real number"
+post POST "$W" '{"id":"9223372036854775808","score":1}'; error_is 400 "id above INT64_MAX"
+post POST "$W" '{"id":9223372036854775808,"score":1}';   error_is 400 "id above INT64_MAX as a number"
+post POST "$W" '{"id":1,"score":1.5}';              error_is 400 "fractional score"
+post POST "$W" '{"id":1,"score":"5"}';              error_is 400 "score as a string"
+post POST "$W" '{"id":1,"score":9007199254740992}'; error_is 400 "score 2^53"
+post POST "$W" '{"id":1,"score":-9007199254740992}'; error_is 400 "score -2^53"
+post POST "$W" '{"id":1,"score":null}';             error_is 400 "score null"
+req DELETE "$W/-1";                                 error_is 400 "DELETE a negative id"
+req DELETE "$W/x1";                                 error_is 400 "DELETE a non-numeric id"
+post POST /items/-1/fanout '{"score":1,"uids":[1]}'; error_is 400 "fanout of a negative id"
+post POST /items/1/fanout '{"score":1,"uids":[]}';   error_is 400 "fanout to no users"
+post POST /items/1/fanout '{"score":1,"uids":5}';    error_is 400 "fanout uids not an array"
+post POST /items/1/fanout '{"score":1,"uids":[1,-2]}'; error_is 400 "fanout to a negative uid"
+post POST /items/1/fanout '{"uids":[1]}';            error_is 400 "fanout without a score"
+is "$(sql "$CHECKSUM")" "$BEFORE" "no bad request changed a row"
+head -c 70000 /dev/zero | tr '\0' ' ' >"$TMP/big"
+req POST "$W" -H 'Expect: 100-continue' --data-binary @"$TMP/big"; error_is 413 "a body over --max-body (Content-Length)"
+req POST "$W" -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/big"; error_is 413 "a body over --max-body (chunked)"
+{ printf '{"id":5000009,"score":1,"pad":"'; head -c 60000 /dev/zero | tr '\0' x; printf '"}'; } >"$TMP/near"
+req POST "$W" --data-binary @"$TMP/near"; error_is 400 "a body just under the limit is read (and its bad field refused)"
+kill -0 "$SPID" 2>/dev/null
+is "$?" 0 "the server is still up after all that"
+
+# ------------------------------------------------------------------ metrics
+scrape
+like "$CTYPE" '^text/plain; version=0.0.4' "GET /metrics: Prometheus text"
+like "$M" $'# TYPE feedcache_pages_total counter\nfeedcache_pages_total\\{source="cache"\\} [0-9]+' "  pages by source"
+for k in feedcache_rebuilds_total feedcache_sql_queries_total feedcache_redis_calls_total \
+    feedcache_lease_waits_total 'feedcache_errors_total{store="redis"}' 'feedcache_errors_total{store="postgres"}' \
+    'feed_server_request_duration_seconds_bucket{le="+Inf"}' feed_server_request_duration_seconds_count; do
+    like "$(awk -v k="$k" '$1 == k' <<<"$M")" '^[^ ]+ [0-9.]+$' "  has $k"
+done
+is "$(metric 'feed_server_request_duration_seconds_bucket{le="+Inf"}')" \
+    "$(metric feed_server_request_duration_seconds_count)" "  histogram: +Inf bucket = count"
+M0=$M
+req GET "/users/$U_COLD/feed?limit=10"
+is "$(j source)" rebuild "a cold read"
+scrape
+M1=$M
+is "$(delta 'feedcache_pages_total{source="rebuild"}') $(delta feedcache_rebuilds_total) $(delta feedcache_sql_queries_total)" \
+    "1 1 1" "  moved rebuild pages +1, rebuilds +1, SQL queries +1"
+is "$(delta 'feedcache_pages_total{source="cache"}') $(delta 'feedcache_pages_total{source="db"}')" "0 0" \
+    "  and no cache or db page"
+is "$(delta feed_server_request_duration_seconds_count)" 2 "  requests +2 (the read and the scrape before it)"
+is "$(delta 'feed_server_requests_total{route="/users/{uid}/feed",code="200"}')" 1 "  feed 200s +1"
+M0=$M1
+req GET "/users/$U_COLD/feed?limit=10"
+is "$(j source)" cache "a warm read"
+scrape
+M1=$M
+is "$(delta 'feedcache_pages_total{source="cache"}') $(delta feedcache_sql_queries_total) $(delta feedcache_redis_calls_total)" \
+    "1 0 1" "  moved cache pages +1, SQL queries +0, Redis calls +1"
+M0=$M1
+walk "$U_TIES" 10
+is "$WHY" "" "a walk of pages of 10, past the cache"
+scrape
+M1=$M
+is "$(delta 'feedcache_pages_total{source="db"}')" "$(grep -o db <<<"$SOURCES" | wc -l)" \
+    "  db pages moved by the pages of the walk past the cache"
+is "$(delta feedcache_sql_queries_total)" "$(grep -o db <<<"$SOURCES" | wc -l)" "  one SQL query per db page"
+M0=$M1
+req GET /users/abc/feed
+req GET "/users/$U_TIES/feed?limit=0"
+scrape
+M1=$M
+is "$(delta 'feed_server_requests_total{route="/users/{uid}/feed",code="400"}')" 2 "  feed 400s +2"
+
+# ------------------------------------------------------------------ concurrency
+scrape
+M0=$M
+pids=()
+for ((i = 0; i < 32; i++)); do
+    curl -sS --max-time 30 "$BASE/users/$U_CROWD/feed?limit=20" -o "$TMP/crowd.$i" &
+    pids+=($!)
+done
+crowd_rc=0
+for p in "${pids[@]}"; do wait "$p" || crowd_rc=1; done
+is "$crowd_rc" 0 "32 concurrent cold reads of one feed all answered"
+want=$(sql_feed $U_CROWD | head -n 20)
+same=0
+for ((i = 0; i < 32; i++)); do
+    [[ $("$JGET" 'items.*' <"$TMP/crowd.$i") == "$want" ]] && same=$((same + 1))
+done
+is "$same" 32 "  every one got page 1 exactly"
+scrape
+M1=$M
+is "$(($(delta 'feedcache_pages_total{source="cache"}') + $(delta 'feedcache_pages_total{source="rebuild"}') +
+       $(delta 'feedcache_pages_total{source="db"}')))" 32 "  32 pages counted"
+is "$(delta feedcache_rebuilds_total)" 1 "  one rebuild for all of them (the lease)"
+walk_is $U_CROWD 20 "  the feed walks equal to SQL afterwards"
+
+# ------------------------------------------------------------------ failed hooks
+# Redis refuses the hook's script (ACL) while keeping the connection: the
+# cached copy is now stale, so the server must read that feed from SQL until
+# it can drop the copy, and never serve the stale one.
+walk_is $U_ACL 20 "a cached feed"
+rcli acl setuser default -evalsha -del >/dev/null
+post POST "/users/$U_ACL/items" '{"id":5000010,"score":100000}'
+is "$STATUS $(j cache)" "201 repair-pending" "POST while Redis refuses the hook: 201, cache repair-pending"
+is "$(rcli zscore "feed:{$U_ACL}" 0000000000005000010)" "" "  (the cached copy lacks the item)"
+scrape
+is "$(metric feed_server_dirty_feeds) $(metric feed_server_hook_failures_total)" "1 1" "  one dirty feed, one failed hook"
+first_ids $U_ACL 1
+is "$IDS" "5000010 " "  page 1 has the item anyway"
+is "$(j source)" db "  read from SQL"
+walk_is $U_ACL 20 "  the whole walk equals SQL"
+req DELETE "/users/$U_ACL/items/10"
+is "$STATUS $(j cache)" "200 repair-pending" "DELETE while Redis refuses: 200, repair-pending"
+walk_is $U_ACL 20 "  walk equals SQL"
+rcli acl setuser default +evalsha +del >/dev/null
+walk_is $U_ACL 20 "Redis accepts again: walk equals SQL"
+scrape
+is "$(metric feed_server_dirty_feeds)" 0 "  no dirty feed left"
+like "$(metric feed_server_invalidations_total)" '^[1-9]' "  it was repaired by an invalidation"
+walk_is $U_ACL 20 "  walk equals SQL"
+like "$SOURCES" '^cache ' "  from the cache again"
+
+# ------------------------------------------------------------------ outages
+walk_is $U_OUT 20 "a cached feed before the outages"
+"$FEED_SERVERS" redis-freeze "$FEED_SERVERS_DIR" || bail "cannot freeze Redis"
+walk_is $U_OUT 20 "Redis frozen: walk equals SQL"
+like "$SOURCES" '^(db )+$' "  every page from the db"
+req GET /healthz
+is "$STATUS $(j status redis postgres | tr '\n' ' ')" "200 degraded down up " "  /healthz: 200 degraded, redis down"
+post POST "/users/$U_OUT/items" '{"id":5000020,"score":100000}'
+is "$STATUS $(j cache)" "201 repair-pending" "  POST: 201, cache repair-pending"
+walk_is $U_OUT 20 "  walk equals SQL with the new item"
+"$FEED_SERVERS" redis-thaw "$FEED_SERVERS_DIR" || bail "cannot thaw Redis"
+walk_is $U_OUT 20 "Redis thawed: walk equals SQL"
+for ((i = 0; i < 50; i++)); do
+    scrape
+    [[ $(metric feed_server_dirty_feeds) == 0 ]] && break
+    sleep 0.1
+    req GET "/users/$U_OUT/feed?limit=5"
+done
+is "$(metric feed_server_dirty_feeds)" 0 "  the dirty feed was repaired"
+walk_is $U_OUT 20 "  walk equals SQL"
+# A worker whose Redis connection broke in the freeze reconnects at most once
+# per retry_ms (1 s), answering from SQL meanwhile; let that pass before
+# PostgreSQL goes away, or such a worker would answer 503 below.
+sleep 1.2
+
+WANT_FITS=$(sql_feed $U_FITS)
+WANT_OUT=$(sql_feed $U_OUT | head -n 20)
+"$FEED_SERVERS" pg-stop "$FEED_SERVERS_DIR" || bail "cannot stop PostgreSQL"
+walk "$U_FITS" 7
+is "$WHY|$(cat "$TMP/walk")" "|$WANT_FITS" "PostgreSQL down: a feed cached whole walks as before"
+like "$SOURCES" '^(cache )+$' "  every page from the cache"
+req GET "/users/$U_OUT/feed?limit=20"
+is "$STATUS $(j source)|$(j 'items.*')" "200 cache|$WANT_OUT" "  page 1 of a long feed, from the cache"
+req GET "/users/$U_OUT/feed?limit=20&cursor=$(j next_cursor)"
+error_is 503 "  page 2 needs SQL (the cache holds $MAX_LEN, not the 41st): 503"
+req GET "/users/7000099/feed"
+error_is 503 "  a feed that is not cached: 503"
+like "$HEADERS" $'\nRetry-After: 1' "  with Retry-After"
+post POST "/users/$U_OUT/items" '{"id":5000021,"score":1}'; error_is 503 "  POST: 503"
+post PUT "/users/$U_OUT/items" '{"id":5000020,"score":1}';  error_is 503 "  PUT: 503"
+req DELETE "/users/$U_OUT/items/5000020";                    error_is 503 "  DELETE: 503"
+post POST /items/5000022/fanout "{\"score\":1,\"uids\":[$U_OUT]}"; error_is 503 "  fanout: 503"
+req GET /healthz
+is "$STATUS $(j status redis postgres | tr '\n' ' ')" "200 degraded up down " "  /healthz: 200 degraded, postgres down"
+"$FEED_SERVERS" redis-freeze "$FEED_SERVERS_DIR" || bail "cannot freeze Redis"
+req GET "/users/$U_OUT/feed"
+error_is 503 "both down: a read gets 503"
+req GET /healthz
+is "$STATUS $(j status redis postgres | tr '\n' ' ')" "503 down down down " "  /healthz: 503 down"
+"$FEED_SERVERS" redis-thaw "$FEED_SERVERS_DIR" || bail "cannot thaw Redis"
+"$FEED_SERVERS" pg-start "$FEED_SERVERS_DIR" || bail "cannot restart PostgreSQL"
+for ((i = 0; i < 50; i++)); do
+    post POST "/users/$U_OUT/items" '{"id":5000021,"score":100001}'
+    [[ $STATUS == 503 ]] || break
+    sleep 0.1
+done
+is "$STATUS" 201 "PostgreSQL back: POST 201 (a worker reconnects within a second)"
+for ((i = 0; i < 50; i++)); do
+    walk "$U_OUT" 20 >/dev/null && [[ $(cat "$TMP/walk") == "$(sql_feed $U_OUT)" ]] && break
+    sleep 0.1
+done
+walk_is $U_OUT 20 "  walk equals SQL"
+first_ids $U_OUT 1
+is "$IDS" "5000021 " "  with the new item first"
+
+# ------------------------------------------------------------------ log, stop
+like "$(cat "$TMP/log")" $'\nGET /users/'"$U_TIES"$'/feed 200 rebuild [0-9]+us\n' \
+    "the log has one line per request: method, path, status, source, microseconds"
+like "$(cat "$TMP/log")" $'\nGET /nope 404 - [0-9]+us\n' "  an unknown path is logged with its 404"
+kill -0 "$SPID" 2>/dev/null
+is "$?" 0 "the server never crashed"
+stop_server
+is "$?" 0 "SIGTERM: the server stops cleanly, exit status 0"
+like "$(tail -n 1 "$TMP/log")" 'SIGTERM: stopping' "  and says so"
+
+start_server --quiet || bail "feed_server --quiet did not start: $(tail -n 5 "$TMP/log" | tr "\n" " ")"
+req GET "/users/$U_TIES/feed"
+is "$STATUS" 200 "--quiet: the service answers"
+stop_server
+is "$(grep -c '^GET ' "$TMP/log")" 0 "  and logs no request"
+
+"$SERVER" --port 0 --redis-port "$FEED_REDIS_PORT" --pg "host=127.0.0.1 port=1 dbname=none" --max-len 0 \
+    >/dev/null 2>"$TMP/bad.log"
+is "$?" 2 "a bad flag value (--max-len 0): exit status 2"
+rcli acl setuser feedtest on '>secret' '~*' '&*' +@all >/dev/null
+"$SERVER" --port 0 --redis-user feedtest --redis-password wrong >/dev/null 2>"$TMP/bad.log"
+is "$?" 1 "a wrong Redis password: refuses to start (exit status 1)"
+like "$(cat "$TMP/bad.log")" 'AUTH' "  and says why"
+rcli acl deluser feedtest >/dev/null
+
+sql "DELETE FROM feed_entry WHERE uid BETWEEN $ALL_UIDS" >/dev/null
+echo "1..$n"
+((failed == 0))
