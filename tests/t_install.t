@@ -40,14 +40,17 @@ int main(void)
 }
 C
 export PKG_CONFIG_PATH=$root/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$stage
+# Under `make check SANITIZE=1` the installed library is the sanitized one,
+# and a program linking it needs the sanitizer runtimes too.
+case "${BUILD:-build}" in *asan*) san=-fsanitize=address,undefined ;; *) san= ;; esac
 psql "$FEED_PG_CONNINFO" -qc "DELETE FROM feed_entry WHERE uid = 424242;
     INSERT INTO feed_entry VALUES (424242, 1, 1), (424242, 2, 2)" >/dev/null
 redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" DEL 'feed:{424242}' >/dev/null
-cc -std=c11 -Wall -Werror "$stage/app.c" -o "$stage/app" $(pkg-config --cflags --libs feedcache) 2>&1
+cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app" $(pkg-config --cflags --libs feedcache) 2>&1
 ok $? "an outside program builds with pkg-config (shared)"
 out=$(LD_LIBRARY_PATH=$root/lib "$stage/app" 2>&1)
 [ "$out" = "2 2" ]; ok $? "  and reads a page of 2 items, rebuilt (got: $out)"
-cc -std=c11 -Wall -Werror "$stage/app.c" -o "$stage/app-static" \
+cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app-static" \
     $(pkg-config --cflags feedcache) "$root/lib/libfeedcache.a" $(pkg-config --libs-only-l --static feedcache | sed "s/-lfeedcache //") 2>&1
 ok $? "builds against the static library with pkg-config --static"
 out=$("$stage/app-static" 2>&1)
