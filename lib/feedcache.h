@@ -168,8 +168,17 @@ void feed_result_free(feed_result *r);
  * the write can never install. A feed that is not cached is left alone: the
  * next read rebuilds it. Errors: FEED_EINVAL (f NULL, id < 0), FEED_ERANGE
  * (score out of range), FEED_EREDIS (Redis unreachable or refused: nothing is
- * lost, PostgreSQL has the row; call feed_invalidate() later, or let the TTL
- * and the next rebuild repair it).
+ * lost, PostgreSQL has the row).
+ *
+ * When a hook, feed_reload() or feed_invalidate() fails because the handle
+ * could not reach Redis (down, timed out, or not retried yet: retry_ms), the
+ * library remembers the feed, process-wide, and the first handle on the same
+ * Redis and key_prefix that reaches Redis again drops that cached copy before
+ * anything else (feed_stats.repairs counts them), so the next read rebuilds
+ * it from SQL. Up to 65536 feeds; past that, and when Redis answered but
+ * refused (an error reply), the message says so and feed_invalidate() is the
+ * caller's to call later. A copy another process reads meanwhile, or one
+ * whose process exits first, is not covered: those need feed_invalidate().
  * ------------------------------------------------------------------------ */
 
 /* A new row (score, id) in uid's feed, or a new score for an existing row. */
@@ -340,6 +349,12 @@ typedef struct feed_stats {
     uint64_t lease_waits;    /* times a reader waited on another's rebuild */
     uint64_t redis_errors;
     uint64_t pg_errors;
+    /* --- additions to the contract of api.md --- */
+    uint64_t redis_connects; /* attempts to connect to Redis, feed_open's included;
+                                during an outage at most one per retry_ms */
+    uint64_t pg_connects;    /* attempts to connect to PostgreSQL, likewise */
+    uint64_t repairs;        /* cached copies this handle dropped because some write
+                                hook (or reload, invalidate) could not reach Redis */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

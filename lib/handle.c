@@ -105,13 +105,18 @@ void feed_result_free(feed_result *r)
 /* "<prefix>:{<uid>}" and "<prefix>:{<uid>}:lease". The braces are a Redis
  * Cluster hash tag: both keys of a feed live on one slot, so one script can
  * touch both. */
-void feed__set_keys(feed *f, int64_t uid)
+void feed__keys_of(const feed *f, int64_t uid, char *key, char *lease_key)
 {
     char num[21];
 
     feed__i64_to_str(uid, num);
-    snprintf(f->key, f->key_cap, "%s:{%s}", f->cfg.key_prefix, num);
-    snprintf(f->lease_key, f->key_cap, "%s:{%s}:lease", f->cfg.key_prefix, num);
+    snprintf(key, f->key_cap, "%s:{%s}", f->cfg.key_prefix, num);
+    snprintf(lease_key, f->key_cap, "%s:{%s}:lease", f->cfg.key_prefix, num);
+}
+
+void feed__set_keys(feed *f, int64_t uid)
+{
+    feed__keys_of(f, uid, f->key, f->lease_key);
 }
 
 /* splitmix64: a well-mixed 64-bit value from a counter. */

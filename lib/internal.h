@@ -87,6 +87,7 @@ int  feed__error(feed *f, int code, const char *fmt, ...)
 void feed__clear_error(feed *f);
 int64_t feed__now_ms(void);
 void feed__set_keys(feed *f, int64_t uid);
+void feed__keys_of(const feed *f, int64_t uid, char *key, char *lease_key); /* f->key_cap each */
 void feed__lease_token(feed *f, char buf[33]);
 
 /* redis.c -- every function returns with the connection either healthy or
@@ -102,6 +103,12 @@ redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
 typedef void feed__args_fn(void *arg, size_t i, const char **argv, size_t *lens);
 int  feed__redis_script_many(feed *f, enum feed_script script, size_t n,
                              int nkeys, int argc, feed__args_fn *fill, void *arg);
+/* A write for uid could not reach Redis: remember, process-wide, to drop
+ * uid's cached copy as soon as any handle on the same Redis and key prefix
+ * reaches it. Returns 0 when the list (FEED_REPAIR_MAX feeds) is full. */
+#define FEED_REPAIR_MAX 65536
+int  feed__redis_remember(feed *f, int64_t uid);
+void feed__redis_forget_repairs(void);   /* tests only */
 
 /* pg.c */
 int  feed__pg_connect(feed *f);

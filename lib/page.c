@@ -50,34 +50,59 @@ static int is_str(const redisReply *r)
     return r->type == REDIS_REPLY_STRING;
 }
 
-/* {1, ended, member, score, ...} or {0, leased}; checked element by element. */
-static int parse_answer(feed *f, const redisReply *r, size_t limit, cache_answer *a)
+/* {member, score, ..., ended, hit} or {leased, 0}, the status last (page.lua
+ * extends the ZREVRANGE reply in place, bench/: no copy in Lua); checked
+ * element by element. hit = 2: the first pair is the cursor item itself,
+ * fetched by the seek to check its score; it is checked and skipped here. */
+static int parse_answer(feed *f, const redisReply *r, const page_req *q,
+                        cache_answer *a)
 {
-    size_t n;
+    const redisReply *status, *flag;
+    size_t n, first = 0;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-        !is_int(r->element[0]) || !is_int(r->element[1]))
-        return bad_reply(f, "not {status, flag, ...}");
-    a->hit = r->element[0]->integer == 1;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2)
+        return bad_reply(f, "not {..., flag, status}");
+    flag = r->element[r->elements - 2];
+    status = r->element[r->elements - 1];
+    if (!is_int(flag) || !is_int(status) || status->integer < 0 || status->integer > 2)
+        return bad_reply(f, "not {..., flag, status}");
+    a->hit = status->integer != 0;
     if (!a->hit) {
-        a->leased = r->element[1]->integer == 1;
+        a->leased = flag->integer == 1;
         return r->elements == 2 ? FEED_OK : bad_reply(f, "miss with items");
     }
-    a->ended = r->element[1]->integer == 1;
-    n = (r->elements - 2) / 2;
-    if ((r->elements - 2) % 2 != 0 || n > limit + 1)
+    a->ended = flag->integer == 1;
+    if (status->integer == 2) {
+        int64_t id;
+        const redisReply *m = r->element[0];
+        if (q->first || r->elements < 4 || !is_str(m) ||
+            feed__member_decode(m->str, m->len, &id) != FEED_OK || id != q->id)
+            return bad_reply(f, "the first pair is not the cursor item");
+        first = 2;
+    }
+    n = (r->elements - 2 - first) / 2;
+    if ((r->elements - 2 - first) % 2 != 0 || n > q->limit + 1)
         return bad_reply(f, "item count");
     a->rows.items = malloc((n + 1) * sizeof *a->rows.items);
     if (!a->rows.items)
         return feed__error(f, FEED_ENOMEM, "out of memory for %zu items", n);
     for (size_t i = 0; i < n; i++) {
-        const redisReply *m = r->element[2 + 2 * i], *s = r->element[3 + 2 * i];
+        const redisReply *m = r->element[first + 2 * i], *s = r->element[first + 1 + 2 * i];
         feed_item *it = &a->rows.items[i];
         if (!is_str(m) || !is_str(s) ||
             feed__member_decode(m->str, m->len, &it->id) != FEED_OK ||
             feed__parse_score(s->str, s->len, &it->score) != FEED_OK) {
             feed__rows_free(&a->rows);
             return bad_reply(f, "member or score is not a feedcache item");
+        }
+        /* Never serve a page out of order or from before the cursor, even
+         * if the server says so (a broken script, a foreign writer, a
+         * hostile server): an unexpected reply, and SQL answers instead.
+         * Found by tests/fuzz/fuzz_session.c. */
+        if (i > 0 ? !feed__item_after(*it, it[-1].score, it[-1].id)
+                  : !q->first && !feed__item_after(*it, q->score, q->id)) {
+            feed__rows_free(&a->rows);
+            return bad_reply(f, "items out of order or not after the cursor");
         }
     }
     a->rows.count = n;
@@ -111,7 +136,7 @@ static int ask_cache(feed *f, const page_req *q, cache_answer *a)
     r = feed__redis_script(f, FEED_SCRIPT_PAGE, 2, 8, argv, NULL);
     if (!r)
         return FEED_EREDIS;
-    rc = parse_answer(f, r, q->limit, a);
+    rc = parse_answer(f, r, q, a);
     freeReplyObject(r);
     return rc;
 }

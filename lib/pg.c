@@ -119,6 +119,64 @@ static int prepare(feed *f, PGconn *conn, const char *name, const char *sql,
     return rc;
 }
 
+/* The score and id columns must be integers. The statements read them as
+ * ::int8, which is exact for smallint, integer and bigint but would round a
+ * numeric or double score (1.5 -> 2) and so order the cache differently from
+ * SQL: refuse such a table (or view) at once, with its column types named.
+ * Costs one prepare and one describe per connection. */
+static int check_types(feed *f, PGconn *conn)
+{
+    const char *names[3] = { f->cfg.score_column, f->cfg.id_column, f->cfg.table };
+    char *q[3] = { NULL, NULL, NULL }, *sql = NULL;
+    PGresult *res = NULL;
+    int rc = FEED_OK;
+
+    for (int i = 0; i < 3 && rc == FEED_OK; i++) {
+        q[i] = PQescapeIdentifier(conn, names[i], strlen(names[i]));
+        if (!q[i])
+            rc = pg_error(f, FEED_EPG, "quoting an identifier", PQerrorMessage(conn));
+    }
+    if (rc == FEED_OK) {
+        size_t cap = strlen(q[0]) + strlen(q[1]) + strlen(q[2]) + 40;
+        if (!(sql = malloc(cap)))
+            rc = feed__error(f, FEED_ENOMEM, "out of memory building SQL");
+        else
+            snprintf(sql, cap, "SELECT %s, %s FROM %s WHERE false", q[0], q[1], q[2]);
+    }
+    if (rc == FEED_OK) {
+        /* Part of connecting, like libpq's own start-up: not counted in
+         * sql_queries (statements that prepare or read feeds). */
+        res = PQprepare(conn, "", sql, 0, NULL);
+        if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+            PQclear(res);
+            res = PQdescribePrepared(conn, "");
+        }
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+            rc = pg_error(f, PQstatus(conn) == CONNECTION_OK ? FEED_EPG : FEED_EUNAVAILABLE,
+                          "prepare", PQerrorMessage(conn));
+        } else {
+            for (int i = 0; i < 2 && rc == FEED_OK; i++) {
+                Oid t = PQftype(res, i);
+                const char *name = t == 1700 ? "numeric" : t == 700 ? "real" :
+                                   t == 701 ? "double precision" : t == 25 ? "text" :
+                                   t == 1043 ? "varchar" : "another type";
+                if (t != 20 && t != 21 && t != 23)   /* int8, int2, int4 */
+                    rc = feed__error(f, FEED_EPG, "PostgreSQL: column %s of %s is %s (oid %u);"
+                                     " the score and id columns must be integer types"
+                                     " (smallint, integer or bigint)", q[i], q[2], name,
+                                     (unsigned)t);
+            }
+        }
+        if (rc == FEED_EPG)
+            f->stats.pg_errors++;
+    }
+    PQclear(res);
+    free(sql);
+    for (int i = 0; i < 3; i++)
+        PQfreemem(q[i]);
+    return rc;
+}
+
 /* Returns FEED_OK, FEED_EUNAVAILABLE (no answer) or FEED_EPG (answered and
  * refused: authentication, no such database, table or column). */
 int feed__pg_connect(feed *f)
@@ -128,6 +186,7 @@ int feed__pg_connect(feed *f)
 
     feed__pg_drop(f);
     f->pg_attempt_ms = feed__now_ms();
+    f->stats.pg_connects++;
     conn = PQconnectdb(f->cfg.pg_conninfo);
     if (!conn)
         return feed__error(f, FEED_ENOMEM, "PostgreSQL connect: out of memory");
@@ -140,6 +199,8 @@ int feed__pg_connect(feed *f)
         return rc;
     }
     rc = build_sql(f, conn);
+    if (rc == FEED_OK)
+        rc = check_types(f, conn);
     if (rc == FEED_OK)
         rc = prepare(f, conn, "feedcache_top", f->sql_top, 2);
     if (rc == FEED_OK)

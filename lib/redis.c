@@ -8,10 +8,19 @@
  * pipelined) and called by SHA; a NOSCRIPT answer (SCRIPT FLUSH, a restart
  * behind a proxy) loads the script again and retries once.
  *
+ * A write (hook, reload, invalidate) that cannot reach Redis leaves that
+ * feed's cached copy possibly stale, and Redis may well keep the copy through
+ * the outage (a freeze, a partition, a restart from disk). So the feed is
+ * remembered, and the first handle of the process to reach that Redis again
+ * drops the copy before anything else (repair() below); the next read
+ * rebuilds it from SQL.
+ *
  * A later step adds Redis Cluster routing here: every key a call names lives
  * on one slot (the {uid} hash tag), so routing is by the first key.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +137,179 @@ static int load_scripts(feed *f)
     return rc;
 }
 
+/* ---- Repairs after lost writes --------------------------------------
+ *
+ * One list for the whole process, so that whichever handle reaches Redis
+ * first after an outage drops the copies, not only the handle whose write
+ * failed (it may sit idle for long, and its late DEL would then throw away a
+ * copy rebuilt correctly in between). An entry is (store, uid), store naming
+ * the Redis server and key prefix; sorted, without duplicates, so a long
+ * outage under many writes to the same feeds costs one entry per feed. */
+typedef struct repair_entry {
+    uint64_t store;
+    int64_t  uid;
+} repair_entry;
+
+static pthread_mutex_t repair_lock = PTHREAD_MUTEX_INITIALIZER;
+static repair_entry   *repair_list;
+static size_t          repair_count, repair_cap;
+static atomic_size_t   repair_pending;   /* repair_count, read without the lock */
+
+/* FNV-1a over host, port and key prefix: which copies an entry names. */
+static uint64_t store_of(const feed *f)
+{
+    const char *parts[2] = { f->cfg.redis_host, f->cfg.key_prefix };
+    uint64_t h = 14695981039346656037ULL ^ (uint64_t)f->cfg.redis_port;
+
+    for (int i = 0; i < 2; i++) {
+        for (const char *p = parts[i]; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+        h = (h ^ 0xff) * 1099511628211ULL;   /* separator */
+    }
+    return h;
+}
+
+static int entry_before(repair_entry a, repair_entry b)
+{
+    return a.store < b.store || (a.store == b.store && a.uid < b.uid);
+}
+
+/* Lock held. */
+static int remember_locked(repair_entry e)
+{
+    size_t lo = 0, hi = repair_count;
+
+    while (lo < hi) {           /* the first entry not before e */
+        size_t mid = lo + (hi - lo) / 2;
+        if (entry_before(repair_list[mid], e))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < repair_count && repair_list[lo].store == e.store && repair_list[lo].uid == e.uid)
+        return 1;
+    if (repair_count == FEED_REPAIR_MAX)
+        return 0;
+    if (repair_count == repair_cap) {
+        size_t cap = repair_cap ? 2 * repair_cap : 16;
+        repair_entry *bigger = realloc(repair_list, cap * sizeof *bigger);
+        if (!bigger)
+            return 0;
+        repair_list = bigger;
+        repair_cap = cap;
+    }
+    memmove(repair_list + lo + 1, repair_list + lo, (repair_count - lo) * sizeof *repair_list);
+    repair_list[lo] = e;
+    repair_count++;
+    atomic_store(&repair_pending, repair_count);
+    return 1;
+}
+
+int feed__redis_remember(feed *f, int64_t uid)
+{
+    repair_entry e = { store_of(f), uid };
+    int done;
+
+    pthread_mutex_lock(&repair_lock);
+    done = remember_locked(e);
+    pthread_mutex_unlock(&repair_lock);
+    return done;
+}
+
+/* Tests only (the fuzz targets): forget every pending repair, so that each
+ * run starts from the same state. */
+void feed__redis_forget_repairs(void)
+{
+    pthread_mutex_lock(&repair_lock);
+    repair_count = 0;
+    atomic_store(&repair_pending, 0);
+    pthread_mutex_unlock(&repair_lock);
+}
+
+/* Take this store's entries off the list: *n uids in a new array. */
+static int64_t *take_repairs(uint64_t store, size_t *n)
+{
+    int64_t *uids = NULL;
+    size_t kept = 0;
+
+    *n = 0;
+    pthread_mutex_lock(&repair_lock);
+    for (size_t i = 0; i < repair_count; i++)
+        *n += repair_list[i].store == store;
+    if (*n > 0 && (uids = malloc(*n * sizeof *uids)) != NULL) {
+        *n = 0;
+        for (size_t i = 0; i < repair_count; i++) {
+            if (repair_list[i].store == store)
+                uids[(*n)++] = repair_list[i].uid;
+            else
+                repair_list[kept++] = repair_list[i];
+        }
+        repair_count = kept;
+        atomic_store(&repair_pending, repair_count);
+    } else {
+        *n = 0;                 /* none, or no memory: try again next call */
+    }
+    pthread_mutex_unlock(&repair_lock);
+    return uids;
+}
+
+static void put_back(feed *f, const int64_t *uids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        feed__redis_remember(f, uids[i]);
+}
+
+/* On a working connection, before the caller's command: DEL each remembered
+ * feed of this store and its lease, in one pipeline. Dropping a cached copy
+ * is always safe (the next read rebuilds it from SQL), and dropping the
+ * lease stops a rebuild that read SQL before the lost write from installing.
+ * If the connection fails meanwhile, the entries go back on the list. */
+static int repair(feed *f)
+{
+    size_t n;
+    int64_t *uids = take_repairs(store_of(f), &n);
+    char *key, *lease_key;
+
+    if (!uids)
+        return FEED_OK;
+    key = malloc(2 * f->key_cap);
+    if (!key) {
+        put_back(f, uids, n);
+        free(uids);
+        return feed__error(f, FEED_ENOMEM, "out of memory repairing feeds");
+    }
+    lease_key = key + f->key_cap;
+    for (size_t i = 0; i < n; i++) {
+        const char *argv[3] = { "DEL", key, lease_key };
+        feed__keys_of(f, uids[i], key, lease_key);
+        if (redisAppendCommandArgv(f->redis, 3, argv, NULL) != REDIS_OK) {
+            free(key);
+            io_failed(f, "DEL");
+            put_back(f, uids, n);
+            free(uids);
+            return FEED_ENOMEM;
+        }
+    }
+    free(key);
+    f->stats.redis_calls++;
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(f->redis, (void **)&r) != REDIS_OK) {
+            io_failed(f, "DEL");
+            put_back(f, uids, n);
+            free(uids);
+            return FEED_EUNAVAILABLE;
+        }
+        if (r->type == REDIS_REPLY_ERROR)
+            f->stats.redis_errors++;    /* refused (ACL...): nothing more to do */
+        else
+            f->stats.repairs++;
+        freeReplyObject(r);
+    }
+    free(uids);
+    return FEED_OK;
+}
+
 /* Returns FEED_OK, FEED_EUNAVAILABLE (no answer) or FEED_EREDIS (answered
  * and refused: a wrong password, NOAUTH, ...). */
 int feed__redis_connect(feed *f)
@@ -137,6 +319,7 @@ int feed__redis_connect(feed *f)
 
     feed__redis_drop(f);
     f->redis_attempt_ms = feed__now_ms();
+    f->stats.redis_connects++;
     f->redis = redisConnectWithTimeout(f->cfg.redis_host, f->cfg.redis_port, tv);
     if (!f->redis)
         return feed__error(f, FEED_ENOMEM, "Redis connect: out of memory");
@@ -155,19 +338,23 @@ int feed__redis_connect(feed *f)
     return rc;
 }
 
-/* Connected, or reconnected if the last attempt is old enough. */
+/* Connected, or reconnected if the last attempt is old enough; then any
+ * repairs pending for this store go first. */
 int feed__redis_ready(feed *f)
 {
     int64_t since;
+    int rc;
 
-    if (f->redis)
-        return FEED_OK;
-    since = feed__now_ms() - f->redis_attempt_ms;
-    if (since < (int64_t)f->cfg.retry_ms)
-        return feed__error(f, FEED_EUNAVAILABLE,
-                           "Redis is down; next reconnect in %lld ms",
-                           (long long)(f->cfg.retry_ms - since));
-    return feed__redis_connect(f);
+    if (!f->redis) {
+        since = feed__now_ms() - f->redis_attempt_ms;
+        if (since < (int64_t)f->cfg.retry_ms)
+            return feed__error(f, FEED_EUNAVAILABLE,
+                               "Redis is down; next reconnect in %lld ms",
+                               (long long)(f->cfg.retry_ms - since));
+        if ((rc = feed__redis_connect(f)) != FEED_OK)
+            return rc;
+    }
+    return atomic_load(&repair_pending) > 0 ? repair(f) : FEED_OK;
 }
 
 /* Did the server close a connection that worked (a restart)? Then one retry

@@ -1,36 +1,62 @@
--- insert.lua: the hook for a new row, or a new score for a row.
+-- insert.lua: the hook for a new row, or a new score for a row, in one feed
+-- or, for a fan-out, in a batch of feeds.
 --
--- KEYS[1]  the feed's sorted set       KEYS[2]  its rebuild lease
+-- KEYS     feed, lease, feed, lease, ...: each feed's sorted set and its
+--          rebuild lease
 -- ARGV[1]  score, a decimal integer    ARGV[2]  member (the id as 19 digits)
 -- ARGV[3]  max_len
+-- ARGV[4]  how many feeds of KEYS to update; the keys after them only pad a
+--          fan-out's last batch to the size of the others. Default: all.
 --
 -- Keeps the invariant: the cached items are exactly the feed's rows at or
 -- above the lowest cached one, and the end marker is there only when they
--- are the whole feed. Returns 1 when the item is cached after the call, 0
--- when the feed is not cached, 2 when the item falls below a partial window.
+-- are the whole feed. For one feed, returns 1 when the item is cached after
+-- the call, 0 when the feed is not cached, 2 when the item falls below a
+-- partial window; for several, how many of them cache the item.
+--
+-- Cost (bench/results/latest.md, "Fan-out"): a script call costs Redis a few
+-- microseconds before its first line, and each redis.call about one more. A
+-- fan-out pays that per feed, so it sends its feeds in batches (hooks.c), all
+-- of a batch's leases go in one DEL, and ZCARD alone says whether a feed is
+-- cached and how big it is.
 
-local feed, lease = KEYS[1], KEYS[2]
+local n = tonumber(ARGV[4]) or #KEYS / 2
+local score, member, max_len = ARGV[1], ARGV[2], tonumber(ARGV[3])
+
 -- Cancel any rebuild in flight: it may have read SQL before this write.
-redis.call('DEL', lease)
--- Not cached: nothing to keep right; the next read rebuilds with this row.
-if redis.call('EXISTS', feed) == 0 then return 0 end
+local leases = {}
+for k = 1, n do leases[k] = KEYS[2 * k] end
+redis.call('DEL', unpack(leases))
 
-local complete = redis.call('ZSCORE', feed, 'end') ~= false
-redis.call('ZADD', feed, ARGV[1], ARGV[2])
--- Below every other cached item of a partial window: the rows between it and
--- the window are not cached, so caching it would open a gap. (In a complete
--- feed rank 0 is the end marker, so this never fires there.)
-if not complete and redis.call('ZRANK', feed, ARGV[2]) == 0 then
-    redis.call('ZREM', feed, ARGV[2])
-    return 2
+local function insert(feed)
+    -- Not cached: nothing to keep right; the next read rebuilds with this
+    -- row. (A cached feed is never an empty set: an empty feed holds the end
+    -- marker. So ZCARD is 0 exactly when the feed is not cached.)
+    local size = redis.call('ZCARD', feed)
+    if size == 0 then return 0 end
+
+    local complete = redis.call('ZSCORE', feed, 'end') ~= false
+    size = size + redis.call('ZADD', feed, score, member)   -- +1 when new
+    -- Below every other cached item of a partial window: the rows between it
+    -- and the window are not cached, so caching it would open a gap. (In a
+    -- complete feed rank 0 is the end marker, so this never fires there.)
+    if not complete and redis.call('ZRANK', feed, member) == 0 then
+        redis.call('ZREM', feed, member)
+        return 2
+    end
+
+    -- Keep max_len items: trimming drops the lowest entries, the end marker
+    -- first, so completeness goes away by itself.
+    local items = complete and size - 1 or size
+    if items > max_len then
+        redis.call('ZREMRANGEBYRANK', feed, 0, size - max_len - 1)
+    end
+    return 1
 end
 
--- Keep max_len items: trimming drops the lowest entries, the end marker
--- first, so completeness goes away by itself.
-local size = redis.call('ZCARD', feed)
-local items = complete and size - 1 or size
-local max_len = tonumber(ARGV[3])
-if items > max_len then
-    redis.call('ZREMRANGEBYRANK', feed, 0, size - max_len - 1)
+if n == 1 and #KEYS == 2 then return insert(KEYS[1]) end
+local cached = 0
+for k = 1, n do
+    if insert(KEYS[2 * k - 1]) == 1 then cached = cached + 1 end
 end
-return 1
+return cached
