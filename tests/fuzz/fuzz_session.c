@@ -1,0 +1,178 @@
+/* fuzz_session.c -- a hostile or broken Redis server. The input is a small
+ * header and then every byte "Redis" sends back, over a socketpair, to a
+ * sequence of library calls on one handle: pages (first and after a cursor),
+ * feed_on_insert, feed_on_delete, feed_fanout, feed_reload, feed_invalidate.
+ * So every path that reads a reply runs on those bytes: page.lua's answer,
+ * the hooks' integers, the pipelines, NOSCRIPT and SCRIPT LOAD, the rebuild's
+ * WATCH/GET/MULTI/EXEC, the repairs' DELs. PostgreSQL is fake_pg.c.
+ *
+ * Header: bytes 0-1 four calls (3 bits each), byte 2 the page limit (1..20)
+ * and, in its top bit, PostgreSQL down; byte 3 the uid.
+ *
+ * Whatever the bytes, every call returns one of the documented codes, and a
+ * page that comes back OK is well formed: at most limit items, scores in
+ * range, ids >= 0, has_more only on a full page with the cursor on its last
+ * item, and every item strictly after the cursor and strictly ordered (a
+ * reply that breaks the order is an unexpected reply: FEED_EREDIS, then SQL
+ * answers). Leaks and memory errors are the sanitizers' to catch. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "internal.h"
+#include "fuzz.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A handle wired to fd, as feed_open would make it, without connecting:
+ * no reconnects (retry_ms is huge), and PostgreSQL is the fake. */
+static feed *fake_handle(int fd)
+{
+    feed *f = calloc(1, sizeof *f);
+
+    if (!f)
+        return NULL;
+    feed_config_init(&f->cfg);
+    f->cfg.redis_port = 1;
+    f->cfg.max_len = 8;
+    f->cfg.max_page = 20;
+    f->cfg.ttl_seconds = 60;
+    f->cfg.lease_wait_ms = 0;
+    f->cfg.retry_ms = UINT32_MAX;
+    f->key_cap = strlen(f->cfg.key_prefix) + sizeof ":{-9223372036854775808}:lease";
+    f->key = malloc(f->key_cap);
+    f->lease_key = malloc(f->key_cap);
+    strcpy(f->ttl_ms, "60000");
+    strcpy(f->lease_ms, "3000");
+    f->token_seed = 1;
+    for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
+        memset(f->sha[s], 'a' + s, 40);
+    f->redis_attempt_ms = f->pg_attempt_ms = feed__now_ms();
+    f->redis = redisConnectFd(fd);
+    if (!f->key || !f->lease_key || !f->redis || f->redis->err) {
+        if (!f->redis)
+            close(fd);
+        feed_close(f);
+        return NULL;
+    }
+    {
+        struct timeval tv = { 0, 200 * 1000 };
+        redisSetTimeout(f->redis, tv);
+    }
+    return f;
+}
+
+static int known_code(int rc)
+{
+    return rc == FEED_OK || rc == FEED_EINVAL || rc == FEED_ERANGE || rc == FEED_EREDIS ||
+           rc == FEED_EPG || rc == FEED_ENOMEM || rc == FEED_EUNAVAILABLE;
+}
+
+static int before(feed_item a, feed_item b)   /* a strictly before b */
+{
+    return a.score > b.score || (a.score == b.score && a.id > b.id);
+}
+
+static void check_page(int rc, const feed_result *r, size_t limit, int first,
+                       int64_t score, int64_t id)
+{
+    FUZZ_CHECK(known_code(rc));
+    if (rc != FEED_OK) {
+        FUZZ_CHECK(r->items == NULL && r->count == 0);
+        return;
+    }
+    FUZZ_CHECK(r->count <= limit);
+    FUZZ_CHECK(r->source == FEED_SOURCE_CACHE || r->source == FEED_SOURCE_REBUILD ||
+               r->source == FEED_SOURCE_DB);
+    FUZZ_CHECK(!r->has_more || (r->count == limit && r->next_score == r->items[r->count - 1].score &&
+                               r->next_id == r->items[r->count - 1].id));
+    for (size_t i = 0; i < r->count; i++) {
+        FUZZ_CHECK(feed__score_ok(r->items[i].score) && r->items[i].id >= 0);
+        if (i > 0)
+            FUZZ_CHECK(before(r->items[i - 1], r->items[i]));
+    }
+    if (!first && r->count > 0)
+        FUZZ_CHECK(before((feed_item){ score, id }, r->items[0]));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    int sv[2];
+    feed *f;
+    unsigned ops;
+    size_t limit;
+    int64_t uid;
+
+    if (size < 4 || !fuzz_counts_sane(data + 4, size - 4) || size > 60000)
+        return 0;
+    ops = (unsigned)data[0] | (unsigned)data[1] << 8;
+    limit = 1 + (data[2] & 0x7f) % 20;
+    fuzz_pg_down = (data[2] & 0x80) != 0;
+    uid = data[3];
+    feed__redis_forget_repairs();
+
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return 0;
+    /* Everything "Redis" will say, then end of stream. */
+    for (size_t at = 4; at < size;) {
+        ssize_t n = write(sv[1], data + at, size - at);
+        if (n <= 0)
+            break;
+        at += (size_t)n;
+    }
+    shutdown(sv[1], SHUT_WR);
+    f = fake_handle(sv[0]);
+    if (!f) {
+        close(sv[1]);
+        return 0;
+    }
+
+    for (int k = 0; k < 4; k++) {
+        feed_result res;
+        int64_t uids[3] = { uid, uid + 1, -uid };
+        int64_t cscore = (int64_t)data[3] * 3 - 50, cid = (int64_t)data[3] + 90;
+        int rc;
+
+        switch ((ops >> (3 * k)) & 7) {
+        case 0:
+        case 7:
+            rc = feed_page(f, uid, FEED_FIRST, 0, limit, &res);
+            check_page(rc, &res, limit, 1, 0, 0);
+            feed_result_free(&res);
+            break;
+        case 1:
+            rc = feed_page(f, uid, cscore, cid, limit, &res);
+            check_page(rc, &res, limit, 0, cscore, cid);
+            feed_result_free(&res);
+            break;
+        case 2:
+            rc = feed_on_insert(f, uid, 10, 105);
+            FUZZ_CHECK(rc == FEED_OK || rc == FEED_EREDIS);
+            break;
+        case 3:
+            rc = feed_on_delete(f, uid, 105);
+            FUZZ_CHECK(rc == FEED_OK || rc == FEED_EREDIS);
+            break;
+        case 4:
+            rc = feed_fanout(f, uids, 3, 10, 106);
+            FUZZ_CHECK(rc == FEED_OK || rc == FEED_EREDIS);
+            break;
+        case 5:
+            rc = feed_reload(f, uid);
+            FUZZ_CHECK(known_code(rc) && rc != FEED_EINVAL);
+            break;
+        default:
+            rc = feed_invalidate(f, uid);
+            FUZZ_CHECK(rc == FEED_OK || rc == FEED_EREDIS);
+            break;
+        }
+        FUZZ_CHECK(strlen(feed_errmsg(f)) < 512);
+    }
+    feed_close(f);
+    close(sv[1]);
+    return 0;
+}

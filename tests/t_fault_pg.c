@@ -1,0 +1,288 @@
+/* t_fault_pg.c -- the PostgreSQL half of the failure model (design.md),
+ * against the real test server stopped (immediate shutdown) and started
+ * again under running handles:
+ *
+ *   - during the outage, pages the cache holds keep coming from it, equal to
+ *     SQL as it was; a page that needs SQL (past a partial cache, or a cold
+ *     feed) returns FEED_EPG with a message; nothing hangs; reconnects are
+ *     rate-limited (feed_stats.pg_connects); both stores down: FEED_EUNAVAILABLE;
+ *   - afterwards the handle reconnects by itself and prepares its statements
+ *     again: the same calls answer, equal to SQL;
+ *   - PostgreSQL restarted between two calls: the next call reconnects at
+ *     once and succeeds; restarted in the middle of a walk: the walk resumes
+ *     from its cursor. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tap.h"
+#include "testutil.h"
+#include "fault.h"
+
+#define SMALL   600      /* 30 rows: cached whole (end marker) */
+#define BIG     601      /* 200 rows: the cache holds the top MAX_LEN */
+#define COLD    602      /* 20 rows: never read before the outage */
+#define MAX_LEN 50
+#define LIMIT   10
+#define RETRY   400
+
+static PGconn *pg;
+
+static int64_t score_of(size_t i) { return (int64_t)(i / 2) * 3; }
+static int64_t id_of(size_t i) { return (int64_t)i + 1; }
+
+typedef struct snapshot {
+    feed_item *items;
+    size_t     n;
+} snapshot;
+
+static snapshot snap[3];   /* SMALL, BIG, COLD as SQL has them */
+
+static snapshot *snap_of(int64_t uid) { return &snap[uid - SMALL]; }
+
+static void take_snapshots(void)
+{
+    for (int i = 0; i < 3; i++) {
+        free(snap[i].items);
+        snap[i].n = tu_sql_feed(pg, SMALL + i, &snap[i].items);
+    }
+}
+
+static feed *open_handle(void)
+{
+    feed_config cfg;
+
+    tu_config(&cfg);
+    cfg.max_len = MAX_LEN;
+    cfg.retry_ms = RETRY;
+    cfg.lease_ms = 600;          /* a rebuild that failed holds its lease this long */
+    cfg.lease_wait_ms = 50;
+    return tu_open(&cfg);
+}
+
+/* Is res the page of uid's snapshot starting at index at? */
+static int matches(int64_t uid, const feed_result *res, size_t at)
+{
+    snapshot *s = snap_of(uid);
+    size_t expect = s->n - at < LIMIT ? s->n - at : LIMIT;
+
+    if (res->count != expect || res->has_more != (at + expect < s->n))
+        return 0;
+    for (size_t i = 0; i < expect; i++)
+        if (res->items[i].score != s->items[at + i].score || res->items[i].id != s->items[at + i].id)
+            return 0;
+    return 1;
+}
+
+/* Walk uid page by page; stop at the first error. Returns the number of
+ * pages that came back, each checked against the snapshot; *rc is the first
+ * error (FEED_OK if none) and *wrong counts pages unequal to the snapshot. */
+typedef struct walk {
+    int    pages, rc, wrong, from_cache, from_db;
+    size_t at;           /* items seen */
+    int64_t score, id;   /* where to continue */
+    double worst_ms;
+} walk;
+
+static void walk_on(feed *f, int64_t uid, walk *w, int max_pages)
+{
+    for (int n = 0; n < max_pages; n++) {
+        feed_result res;
+        double t0 = fault_now_ms(), ms;
+
+        w->rc = feed_page(f, uid, w->score, w->id, LIMIT, &res);
+        ms = fault_now_ms() - t0;
+        if (ms > w->worst_ms)
+            w->worst_ms = ms;
+        if (w->rc != FEED_OK)
+            return;
+        w->pages++;
+        if (!matches(uid, &res, w->at))
+            w->wrong++;
+        w->from_cache += res.source == FEED_SOURCE_CACHE;
+        w->from_db += res.source == FEED_SOURCE_DB;
+        w->at += res.count;
+        if (!res.has_more) {
+            w->score = INT64_MIN;    /* done */
+            feed_result_free(&res);
+            return;
+        }
+        w->score = res.next_score;
+        w->id = res.next_id;
+        feed_result_free(&res);
+    }
+}
+
+static walk walk_start(void)
+{
+    walk w;
+
+    memset(&w, 0, sizeof w);
+    w.score = FEED_FIRST;
+    return w;
+}
+
+static int walk_done(const walk *w, int64_t uid)
+{
+    return w->rc == FEED_OK && w->score == INT64_MIN && w->wrong == 0 && w->at == snap_of(uid)->n;
+}
+
+static void reconnect_test_pg(void)
+{
+    PQfinish(pg);
+    pg = tu_pg();
+}
+
+static void outage(void)
+{
+    feed *f = open_handle();
+    feed_stats s0, s1;
+    feed_result res;
+    walk w;
+    int rc, bad = 0, calls = 0;
+    double t0, elapsed, worst = 0;
+    unsigned long long connects;
+
+    /* Warm: SMALL wholly cached, BIG's top MAX_LEN cached. */
+    for (int64_t uid = SMALL; uid <= BIG; uid++) {
+        w = walk_start();
+        walk_on(f, uid, &w, 1000);
+        ok(walk_done(&w, uid), "warm feed %lld: the walk equals SQL", (long long)uid);
+    }
+
+    fault_inject("pg-stop");
+    w = walk_start();
+    walk_on(f, SMALL, &w, 1000);
+    ok(walk_done(&w, SMALL) && w.from_cache == w.pages,
+       "PostgreSQL down: a cached feed still walks from the cache, equal to SQL (%d pages)",
+       w.pages);
+
+    w = walk_start();
+    walk_on(f, BIG, &w, 1000);
+    /* The page that holds the last cached item also needs the item after it
+     * (to know has_more), which the cache does not have: it needs SQL. */
+    ok(w.rc == FEED_EPG && w.pages == (MAX_LEN - 1) / LIMIT && w.wrong == 0 &&
+       w.from_cache == w.pages,
+       "  a partly cached feed: its %d whole cached pages come from the cache, equal to SQL",
+       (MAX_LEN - 1) / LIMIT);
+    is_int(w.rc, FEED_EPG, "  the page past the cache needs SQL: FEED_EPG");
+    ok(strstr(feed_errmsg(f), "PostgreSQL") != NULL, "  with a message: %s", feed_errmsg(f));
+    ok(w.worst_ms < fault_slack_ms(), "  no call hung (slowest %.1f ms)", w.worst_ms);
+
+    rc = feed_page(f, COLD, FEED_FIRST, 0, LIMIT, &res);
+    is_int(rc, FEED_EPG, "  a cold feed (a miss, whose rebuild needs SQL): FEED_EPG");
+    ok(strstr(feed_errmsg(f), "PostgreSQL") != NULL, "  with a message: %s", feed_errmsg(f));
+    feed_result_free(&res);
+
+    /* Keep calling: the handle must not hammer the dead server. */
+    feed_stats_get(f, &s0);
+    t0 = fault_now_ms();
+    while (fault_now_ms() - t0 < 6 * RETRY) {
+        double c0 = fault_now_ms(), ms;
+        rc = feed_page(f, BIG, w.score, w.id, LIMIT, &res);
+        ms = fault_now_ms() - c0;
+        worst = ms > worst ? ms : worst;
+        bad += rc != FEED_EPG;
+        feed_result_free(&res);
+        calls++;
+        fault_sleep_ms(5);
+    }
+    elapsed = fault_now_ms() - t0;
+    feed_stats_get(f, &s1);
+    connects = (unsigned long long)(s1.pg_connects - s0.pg_connects);
+    ok(bad == 0, "%d deep pages during the outage: each FEED_EPG", calls);
+    ok(worst < fault_slack_ms(), "  none hung (slowest %.1f ms)", worst);
+    ok(connects >= 1 && (double)connects <= elapsed / RETRY + 2,
+       "  reconnects rate-limited: %llu attempts for %d calls in %.0f ms (retry_ms %d)",
+       connects, calls, elapsed, RETRY);
+
+    /* Both stores down. */
+    fault_inject("redis-stop");
+    rc = feed_page(f, SMALL, FEED_FIRST, 0, LIMIT, &res);
+    is_int(rc, FEED_EUNAVAILABLE, "Redis down too: FEED_EUNAVAILABLE");
+    ok(strstr(feed_errmsg(f), "Redis") && strstr(feed_errmsg(f), "PostgreSQL"),
+       "  the message names both: %s", feed_errmsg(f));
+    feed_result_free(&res);
+    fault_inject("redis-start");
+
+    /* Back: the same handle recovers with no action but calling it. */
+    fault_inject("pg-start");
+    fault_sleep_ms(RETRY);
+    reconnect_test_pg();
+    feed_stats_get(f, &s0);
+    walk_on(f, BIG, &w, 1000);
+    feed_stats_get(f, &s1);
+    ok(walk_done(&w, BIG), "PostgreSQL back: the interrupted walk resumes from its cursor"
+       " and ends equal to SQL");
+    ok(s1.pg_connects - s0.pg_connects == 1,
+       "  after one reconnect (%llu), statements prepared again (%llu statements sent)",
+       (unsigned long long)(s1.pg_connects - s0.pg_connects),
+       (unsigned long long)(s1.sql_queries - s0.sql_queries));
+    for (int64_t uid = SMALL; uid <= COLD; uid++) {
+        w = walk_start();
+        walk_on(f, uid, &w, 1000);
+        ok(walk_done(&w, uid), "  feed %lld walks equal to SQL (%d pages, %d from the cache)",
+           (long long)uid, w.pages, w.from_cache);
+        if (!walk_done(&w, uid))
+            tap_diag("rc %d wrong %d at %zu: %s", w.rc, w.wrong, w.at, feed_errmsg(f));
+    }
+    feed_close(f);
+}
+
+static void restart_between_calls(void)
+{
+    feed *f = open_handle();
+    feed_stats s0, s1;
+    walk w = walk_start();
+
+    walk_on(f, BIG, &w, (MAX_LEN - 1) / LIMIT + 2);   /* two pages past the cache */
+    ok(w.rc == FEED_OK && w.wrong == 0 && w.from_db == 2, "a walk reaches past the cache");
+
+    fault_inject("pg-stop");
+    fault_inject("pg-start");
+    reconnect_test_pg();
+    feed_stats_get(f, &s0);
+    walk_on(f, BIG, &w, 1);
+    feed_stats_get(f, &s1);
+    ok(w.rc == FEED_OK && w.wrong == 0 && w.from_db == 3,
+       "PostgreSQL restarted between two calls: the next deep page just works");
+    is_int(s1.pg_connects - s0.pg_connects, 1, "  one reconnect, at once (the query was resent)");
+
+    /* Restarted in the middle of a walk: the walk picks up where it was. */
+    fault_inject("pg-stop");
+    walk_on(f, BIG, &w, 1);
+    is_int(w.rc, FEED_EPG, "stopped mid-walk: the next deep page is FEED_EPG");
+    fault_inject("pg-start");
+    reconnect_test_pg();
+    fault_sleep_ms(RETRY);
+    walk_on(f, BIG, &w, 1000);
+    ok(walk_done(&w, BIG), "started again: the walk resumes from its cursor and ends equal"
+       " to SQL (%d pages)", w.pages);
+    feed_close(f);
+}
+
+int main(void)
+{
+    redisContext *r;
+
+    fault_setup();
+    pg = tu_pg();
+    r = tu_redis();
+    tu_reset(pg, r);
+    redisFree(r);
+    /* The test cluster runs with synchronous_commit = off: an immediate
+     * shutdown would lose the last commits. These rows must survive it. */
+    tu_sql(pg, "SET synchronous_commit = on");
+    tu_insert_rows(pg, SMALL, 30, score_of, id_of);
+    tu_insert_rows(pg, BIG, 200, score_of, id_of);
+    tu_insert_rows(pg, COLD, 20, score_of, id_of);
+    take_snapshots();
+
+    outage();
+    restart_between_calls();
+
+    tap_diag("faults injected: %d (PostgreSQL and Redis stops)", fault_count);
+    for (int i = 0; i < 3; i++)
+        free(snap[i].items);
+    PQfinish(pg);
+    return tap_done();
+}
