@@ -1,0 +1,44 @@
+# bench/bench.mk -- included by the main Makefile.
+#
+#   make bench        install what is missing, build the library and the
+#                     benchmark programs, start throwaway Redis + PostgreSQL,
+#                     load 1,000,000 rows, measure everything against its
+#                     peers, write bench/results/latest.md and the charts
+#                     (bench/results/*.png), stop the servers (bench/run.sh)
+#   make bench-build  only build $(BUILD)/bench/feedbench and client_cpu
+#
+# BENCH_QUICK=1 make bench   a short run (fewer, shorter rounds) for trying
+#                            things out; its figures are noisier.
+
+BENCH_DIR  := $(BUILD)/bench
+BENCH_LUA  := $(sort $(wildcard bench/lua/*.lua))
+BENCH_HDR  := $(wildcard bench/*.h) lib/feedcache.h
+BENCH_OBJ  := $(patsubst bench/%.c,$(BENCH_DIR)/%.o,$(filter-out bench/client_cpu.c,$(wildcard bench/*.c)))
+BENCH_BIN  := $(BENCH_DIR)/feedbench $(BENCH_DIR)/client_cpu
+
+.PHONY: bench bench-build
+bench-build: $(BENCH_BIN)
+
+bench:
+	tools/deps.sh
+	$(MAKE) lib bench-build
+	BUILD=$(BUILD) bench/run.sh
+
+$(BENCH_DIR):
+	mkdir -p $@
+
+# The peers' Lua scripts become C strings (feed_lua_peer_*), like lua/*.lua.
+$(BENCH_DIR)/peers.c: $(BENCH_LUA) $(BUILD)/tools/embed | $(BENCH_DIR)
+	$(BUILD)/tools/embed $(BENCH_LUA) > $@.tmp && mv $@.tmp $@
+
+$(BENCH_DIR)/peers.o: $(BENCH_DIR)/peers.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BENCH_DIR)/%.o: bench/%.c $(BENCH_HDR) | $(BENCH_DIR)
+	$(CC) $(CPPFLAGS) -Ibench $(CFLAGS) -c -o $@ $<
+
+$(BENCH_DIR)/feedbench: $(filter-out $(BENCH_DIR)/client_cpu.o,$(BENCH_OBJ)) $(BENCH_DIR)/peers.o $(STATIC)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) $(LIBS)
+
+$(BENCH_DIR)/client_cpu: $(BENCH_DIR)/client_cpu.o $(BENCH_DIR)/util.o $(BENCH_DIR)/peers.o $(STATIC)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) $(LIBS)

@@ -1,0 +1,83 @@
+/* client_cpu.c -- the client's instructions per call, for callgrind.
+ *
+ *   client_cpu page DEPTH N   N cached pages of uid 2 through feed_page
+ *   client_cpu raw DEPTH N    N bare hiredis ZREVRANGE calls and their parse
+ *
+ * bench/run.sh runs each under `valgrind --tool=callgrind` for two values of
+ * N and takes the difference per call, which removes start-up (connecting,
+ * loading scripts). The cursor of depth d is the item at rank d-1, read once
+ * from Redis before the timed part. Needs the feed cached (run.sh warms it). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+int main(int argc, char **argv)
+{
+    redisContext *c;
+    feed *f;
+    size_t depth;
+    long n;
+    int64_t score = 0, id = 0;
+    char start[24], stop[24];
+
+    if (argc != 4 || (strcmp(argv[1], "page") && strcmp(argv[1], "raw")))
+        die("usage: client_cpu page|raw DEPTH N");
+    depth = (size_t)atol(argv[2]);
+    n = atol(argv[3]);
+    c = b_redis();
+    f = b_open("feed", 1000);
+    {   /* warm the feed: the first call may be a miss */
+        feed_result r;
+        if (feed_page(f, UID_1K, FEED_FIRST, 0, PAGE_LIMIT, &r) != FEED_OK)
+            die("feed_page: %s", feed_errmsg(f));
+        feed_result_free(&r);
+    }
+    if (depth > 0) {   /* the cursor: the item at rank depth - 1 */
+        redisReply *r = b_cmd(c, "ZREVRANGE feed:{%d} %lld %lld WITHSCORES", UID_1K,
+                              (long long)depth - 1, (long long)depth - 1);
+        if (r->elements != 2)
+            die("feed:{%d} is not cached", UID_1K);
+        id = strtoll(r->element[0]->str, NULL, 10);
+        score = strtoll(r->element[1]->str, NULL, 10);
+        freeReplyObject(r);
+    }
+    if (strcmp(argv[1], "page") == 0) {
+        for (long i = 0; i < n; i++) {
+            feed_result r;
+            int rc = feed_page(f, UID_1K, depth ? score : FEED_FIRST, id, PAGE_LIMIT, &r);
+            if (rc != FEED_OK || r.source != FEED_SOURCE_CACHE)
+                die("feed_page: rc %d source %d", rc, (int)r.source);
+            feed_result_free(&r);
+        }
+    } else {
+        const char *av[5] = { "ZREVRANGE", "feed:{2}", start, stop, "WITHSCORES" };
+        snprintf(start, sizeof start, "%zu", depth);
+        snprintf(stop, sizeof stop, "%zu", depth + PAGE_LIMIT);
+        for (long i = 0; i < n; i++) {
+            feed_item items[PAGE_LIMIT + 1];
+            size_t k = 0;
+            redisReply *r = redisCommandArgv(c, 5, av, NULL);
+            if (!r || r->type != REDIS_REPLY_ARRAY)
+                die("ZREVRANGE failed");
+            /* the same parse as the library: fixed-width member, score digits */
+            for (size_t e = 0; e + 1 < r->elements && k <= PAGE_LIMIT; e += 2) {
+                const redisReply *m = r->element[e];
+                int64_t v = 0;
+                if (m->len != 19)
+                    break;
+                for (size_t j = 0; j < m->len; j++)
+                    v = v * 10 + (m->str[j] - '0');
+                items[k].id = v;
+                items[k].score = strtoll(r->element[e + 1]->str, NULL, 10);
+                k++;
+            }
+            freeReplyObject(r);
+            if (k == 0 || items[0].id < 0)
+                die("ZREVRANGE: nothing parsed");
+        }
+    }
+    feed_close(f);
+    redisFree(c);
+    return 0;
+}

@@ -1,0 +1,628 @@
+/* reads.c -- the read path against its peers, and memory per cached item.
+ *
+ *   section "pages":  a cached page (feed_page) at depth 0 / 500 / 990 of a
+ *     1,000-item feed and inside a 10,000-item tie group, against a bare
+ *     ZREVRANGE from hiredis (the raw ceiling), a Lua script doing only that
+ *     ZREVRANGE (the floor of a scripted read) and the common next-page
+ *     script; pages/s, per-call p50/p99, Redis server time per call (INFO
+ *     commandstats) and Redis process CPU per call. Then the common script
+ *     against feed_page on a 100,000-item cache (max_len 100,000).
+ *   section "memory": MEMORY USAGE per item for max_len 127 and 1,000, in
+ *     the default encoding and with zset-max-listpack-entries raised to fit,
+ *     our members against plain decimal ids; page cost in both encodings.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "reads.h"
+
+/* ------------------------------------------------------------ the calls */
+
+/* The client's share of a bare read: turn WITHSCORES pairs into items, the
+ * way the library does (fixed-width member digits, score digits). */
+static int parse_pairs(const redisReply *r, size_t first, feed_item *out, size_t cap)
+{
+    size_t n = 0;
+
+    if (!r || r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = first; i + 1 < r->elements && n < cap; i += 2) {
+        const redisReply *m = r->element[i], *s = r->element[i + 1];
+        int64_t id = 0;
+        if (m->type != REDIS_REPLY_STRING || s->type != REDIS_REPLY_STRING)
+            return -1;
+        if (m->len != 19)        /* the end marker */
+            break;
+        for (size_t k = 0; k < m->len; k++)
+            id = id * 10 + (m->str[k] - '0');
+        out[n].id = id;
+        out[n].score = strtoll(s->str, NULL, 10);
+        n++;
+    }
+    return (int)n;
+}
+
+typedef struct raw_ctx {
+    redisContext *c;
+    const char   *argv[6];
+    size_t        lens[6];
+    char          start[24], stop[24];
+    char          sha[41];
+} raw_ctx;
+
+static int op_raw(void *arg)
+{
+    raw_ctx *x = arg;
+    feed_item items[PAGE_LIMIT + 1];
+    redisReply *r = redisCommandArgv(x->c, 5, x->argv, x->lens);
+    int n = parse_pairs(r, 0, items, PAGE_LIMIT + 1);
+
+    freeReplyObject(r);
+    return n < 0;
+}
+
+static int op_lua(void *arg)
+{
+    raw_ctx *x = arg;
+    feed_item items[PAGE_LIMIT + 1];
+    redisReply *r = redisCommandArgv(x->c, 6, x->argv, x->lens);
+    int n = parse_pairs(r, 0, items, PAGE_LIMIT + 1);
+
+    freeReplyObject(r);
+    return n < 0;
+}
+
+static void raw_init(raw_ctx *x, redisContext *c, const char *key, size_t depth)
+{
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    snprintf(x->start, sizeof x->start, "%zu", depth);
+    snprintf(x->stop, sizeof x->stop, "%zu", depth + PAGE_LIMIT);
+    x->argv[0] = "ZREVRANGE";
+    x->argv[1] = key;
+    x->argv[2] = x->start;
+    x->argv[3] = x->stop;
+    x->argv[4] = "WITHSCORES";
+    for (int i = 0; i < 5; i++)
+        x->lens[i] = strlen(x->argv[i]);
+}
+
+static void lua_init(raw_ctx *x, redisContext *c, const char *key, size_t depth,
+                     const char *sha)
+{
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    snprintf(x->start, sizeof x->start, "%zu", depth);
+    snprintf(x->stop, sizeof x->stop, "%zu", depth + PAGE_LIMIT);
+    memcpy(x->sha, sha, 41);
+    x->argv[0] = "EVALSHA";
+    x->argv[1] = x->sha;
+    x->argv[2] = "1";
+    x->argv[3] = key;
+    x->argv[4] = x->start;
+    x->argv[5] = x->stop;
+    for (int i = 0; i < 6; i++)
+        x->lens[i] = strlen(x->argv[i]);
+}
+
+typedef struct next_ctx {
+    redisContext *c;
+    const char   *argv[7];
+    char          score[32], member[20], want[8];
+    char          sha[41];
+} next_ctx;
+
+static int op_next(void *arg)
+{
+    next_ctx *x = arg;
+    feed_item items[PAGE_LIMIT + 1];
+    redisReply *r = redisCommandArgv(x->c, 7, x->argv, NULL);
+    int n = parse_pairs(r, 0, items, PAGE_LIMIT + 1);
+
+    freeReplyObject(r);
+    return n < 0;
+}
+
+static void next_init(next_ctx *x, redisContext *c, const char *key,
+                      const page_pos *p, const char *sha)
+{
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    memcpy(x->sha, sha, 41);
+    if (p->first) {
+        snprintf(x->score, sizeof x->score, "+inf");
+        x->member[0] = '\0';
+    } else {
+        snprintf(x->score, sizeof x->score, "%lld", (long long)p->score);
+        member_of(p->id, x->member);
+    }
+    snprintf(x->want, sizeof x->want, "%d", PAGE_LIMIT + 1);
+    x->argv[0] = "EVALSHA";
+    x->argv[1] = x->sha;
+    x->argv[2] = "1";
+    x->argv[3] = key;
+    x->argv[4] = x->score;
+    x->argv[5] = x->member;
+    x->argv[6] = x->want;
+}
+
+int op_page(void *arg)
+{
+    page_ctx *x = arg;
+    feed_result r;
+    int rc = feed_page(x->f, x->uid, x->pos.first ? FEED_FIRST : x->pos.score,
+                       x->pos.id, PAGE_LIMIT, &r);
+
+    if (rc != FEED_OK)
+        die("feed_page: %s: %s", feed_strerror(rc), feed_errmsg(x->f));
+    if (r.source != FEED_SOURCE_CACHE)
+        die("feed_page uid %lld depth %zu: not answered by the cache (source %d)",
+            (long long)x->uid, x->pos.depth, (int)r.source);
+    feed_result_free(&r);
+    return 0;
+}
+
+/* The cursor that makes the next page start at rank depth. */
+page_pos pos_at(const feed_item *items, size_t n, size_t depth)
+{
+    page_pos p = { depth, depth == 0, 0, 0 };
+
+    if (depth > 0) {
+        if (depth > n)
+            die("depth %zu beyond a feed of %zu", depth, n);
+        p.score = items[depth - 1].score;
+        p.id = items[depth - 1].id;
+    }
+    return p;
+}
+
+/* Fill uid's cache through the library and check its size. */
+void warm(feed *f, redisContext *c, int64_t uid, const char *prefix, long long want_card)
+{
+    feed_result r;
+    long long card;
+    int rc;
+
+    b_cmd_ok(c, "DEL %s:{%lld} %s:{%lld}:lease", prefix, (long long)uid,
+             prefix, (long long)uid);
+    rc = feed_page(f, uid, FEED_FIRST, 0, PAGE_LIMIT, &r);
+    if (rc != FEED_OK || r.source != FEED_SOURCE_REBUILD)
+        die("warming %s uid %lld: rc %d source %d: %s", prefix, (long long)uid, rc,
+            (int)r.source, feed_errmsg(f));
+    feed_result_free(&r);
+    card = b_cmd_int(c, "ZCARD %s:{%lld}", prefix, (long long)uid);
+    if (card != want_card)
+        die("warming %s uid %lld: %lld entries, expected %lld", prefix,
+            (long long)uid, card, want_card);
+}
+
+/* ------------------------------------------------------------ section pages */
+
+typedef struct depth_case {
+    const char *label;
+    const char *short_label;   /* for the chart */
+    int64_t     uid;
+    feed       *f;
+    const char *prefix;
+    page_pos    pos;
+    int         targeted;      /* counts for the >= 0.9x / <= 1.3x targets */
+} depth_case;
+
+enum { V_RAW, V_LUA, V_FEED, V_NEXT, NV };
+static const char *const vname[NV] = {
+    "raw ZREVRANGE (hiredis)", "bare Lua ZREVRANGE", "feedcache feed_page",
+    "common next-page script"
+};
+
+void section_pages(void)
+{
+    redisContext *c = b_redis(), *stats = b_redis();
+    PGconn *pg = b_pg();
+    pid_t rpid = redis_pid(stats);
+    feed *f1k = b_open("feed", 1000), *ftie = b_open("tie", 10000),
+         *fbig = b_open("big", 100000);
+    feed_item *k1, *tie;
+    size_t n1k = sql_feed(pg, UID_1K, &k1), ntie = sql_feed(pg, UID_TIE, &tie);
+    char lua_sha[41], next_sha[41];
+    depth_case cases[5];
+    size_t ncases = 0;
+    int rounds = q_rounds(17);
+    double secs = q_secs(0.12);
+    FILE *md = out_section("pages"), *dat = out_data("pages");
+    double worst_rate = INFINITY, worst_srv = 0;
+    const char *worst_rate_case = "", *worst_srv_case = "";
+    double next_ratio0 = NAN, worst_floor_raw = 0;
+
+    note("pages: warming the caches");
+    if (n1k != 1000 || ntie != 10000)
+        die("data set: uid %d has %zu rows, uid %d %zu (run bench/load.sql)",
+            UID_1K, n1k, UID_TIE, ntie);
+    b_script_load(c, feed_lua_peer_zrevrange, lua_sha);
+    b_script_load(c, feed_lua_peer_next_page, next_sha);
+    warm(f1k, c, UID_1K, "feed", 1001);
+    warm(ftie, c, UID_TIE, "tie", 10001);
+
+    cases[ncases++] = (depth_case){ "1,000-item feed, depth 0", "depth 0", UID_1K, f1k,
+                                    "feed", pos_at(k1, n1k, 0), 1 };
+    cases[ncases++] = (depth_case){ "1,000-item feed, depth 500", "depth 500", UID_1K, f1k,
+                                    "feed", pos_at(k1, n1k, 500), 1 };
+    cases[ncases++] = (depth_case){ "1,000-item feed, depth 990", "depth 990", UID_1K, f1k,
+                                    "feed", pos_at(k1, n1k, 990), 1 };
+    cases[ncases++] = (depth_case){ "10,000-item tie group, depth 5,000", "tie 5,000",
+                                    UID_TIE, ftie, "tie", pos_at(tie, ntie, 5000), 1 };
+    /* The same page, after a cursor whose item is gone (an odd id does not
+     * exist): page.lua binary-searches the tie group. Not a target row. */
+    cases[ncases] = (depth_case){ "tie group, depth 5,000, cursor item deleted",
+                                  "tie, deleted", UID_TIE, ftie, "tie",
+                                  pos_at(tie, ntie, 5000), 0 };
+    cases[ncases].pos.id -= 1;
+    ncases++;
+
+    fprintf(md, "## Cached page against the raw ceiling and the common script\n\n"
+            "Single connection, pages of %d (%d items fetched: one more tells"
+            " whether more exist), %d interleaved rounds of %.2f s per variant;"
+            " pages/s is the median over rounds, the ratio the median of the"
+            " per-round ratios; p50/p99 are per call over all rounds. The raw"
+            " ZREVRANGE and the bare Lua script fetch ranks d..d+%d directly;"
+            " feedcache is `feed_page` with the cursor of the item at rank d-1;"
+            " the common script gets the same cursor.\n\n",
+            PAGE_LIMIT, PAGE_LIMIT + 1, rounds, secs, PAGE_LIMIT);
+    fprintf(md, "| case | raw ZREVRANGE | bare Lua ZREVRANGE | **feedcache** | common next-page"
+            " | feedcache / raw (target >= 0.9) | the floor: bare Lua / raw | feedcache / common |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    fprintf(dat, "# case raw lua feedcache common (pages/s, medians)\n");
+
+    FILE *lat = tmpfile(), *srv = tmpfile();
+    if (!lat || !srv)
+        die("tmpfile failed");
+    fprintf(lat, "| case | raw p50 / p99 | bare Lua p50 / p99 | **feedcache** p50 / p99"
+            " | common p50 / p99 |\n| --- | ---: | ---: | ---: | ---: |\n");
+    fprintf(srv, "| case | raw ZREVRANGE | bare Lua ZREVRANGE | **feedcache** | common next-page"
+            " | feedcache / bare Lua (target <= 1.3) | Redis process CPU per call:"
+            " raw / bare Lua / feedcache |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+
+    for (size_t i = 0; i < ncases; i++) {
+        depth_case *dc = &cases[i];
+        char key[64];
+        raw_ctx raw, lua;
+        next_ctx next;
+        page_ctx page = { dc->f, dc->uid, dc->pos };
+        variant v[NV];
+        double r_raw, r_srv, r_next;
+
+        note("pages: %s", dc->label);
+        snprintf(key, sizeof key, "%s:{%lld}", dc->prefix, (long long)dc->uid);
+        raw_init(&raw, c, key, dc->pos.depth);
+        lua_init(&lua, c, key, dc->pos.depth, lua_sha);
+        next_init(&next, c, key, &dc->pos, next_sha);
+        memset(v, 0, sizeof v);
+        v[V_RAW] = (variant){ .name = vname[V_RAW], .op = op_raw, .ctx = &raw, .cmd = "zrevrange" };
+        v[V_LUA] = (variant){ .name = vname[V_LUA], .op = op_lua, .ctx = &lua, .cmd = "evalsha" };
+        v[V_FEED] = (variant){ .name = vname[V_FEED], .op = op_page, .ctx = &page, .cmd = "evalsha" };
+        v[V_NEXT] = (variant){ .name = vname[V_NEXT], .op = op_next, .ctx = &next, .cmd = "evalsha" };
+        run_rounds(v, NV, rounds, secs, 3, stats, rpid);
+
+        r_raw = paired_ratio(&v[V_FEED], &v[V_RAW]);
+        r_next = paired_ratio(&v[V_FEED], &v[V_NEXT]);
+        r_srv = paired_ratio_srv(&v[V_FEED], &v[V_LUA]);
+        if (i == 0)
+            next_ratio0 = r_next;
+        if (dc->targeted && r_raw < worst_rate) {
+            worst_rate = r_raw;
+            worst_rate_case = dc->label;
+        }
+        if (dc->targeted && r_srv > worst_srv) {
+            worst_srv = r_srv;
+            worst_srv_case = dc->label;
+        }
+        fprintf(md, "| %s | %s | %s | **%s** | %s | %.2fx %s | %.2fx | %.1fx |\n", dc->label,
+                NUM(sm_median(&v[V_RAW].rate)), NUM(sm_median(&v[V_LUA].rate)),
+                NUM(sm_median(&v[V_FEED].rate)), NUM(sm_median(&v[V_NEXT].rate)),
+                r_raw, dc->targeted ? verdict(r_raw >= 0.9) : "(no target)",
+                paired_ratio(&v[V_LUA], &v[V_RAW]), r_next);
+        if (dc->targeted && paired_ratio(&v[V_LUA], &v[V_RAW]) > worst_floor_raw)
+            worst_floor_raw = paired_ratio(&v[V_LUA], &v[V_RAW]);
+        fprintf(lat, "| %s | %s / %s µs | %s / %s µs | **%s / %s µs** | %s / %s µs |\n",
+                dc->label,
+                NUM(sm_pct(&v[V_RAW].lat_us, 50)), NUM(sm_pct(&v[V_RAW].lat_us, 99)),
+                NUM(sm_pct(&v[V_LUA].lat_us, 50)), NUM(sm_pct(&v[V_LUA].lat_us, 99)),
+                NUM(sm_pct(&v[V_FEED].lat_us, 50)), NUM(sm_pct(&v[V_FEED].lat_us, 99)),
+                NUM(sm_pct(&v[V_NEXT].lat_us, 50)), NUM(sm_pct(&v[V_NEXT].lat_us, 99)));
+        fprintf(srv, "| %s | %s µs | %s µs | **%s µs** | %s µs | %.2fx %s | %s / %s / %s µs |\n",
+                dc->label,
+                NUM(sm_median(&v[V_RAW].srv_us)), NUM(sm_median(&v[V_LUA].srv_us)),
+                NUM(sm_median(&v[V_FEED].srv_us)), NUM(sm_median(&v[V_NEXT].srv_us)),
+                r_srv, dc->targeted ? verdict(r_srv <= 1.3) : "(no target)",
+                NUM(sm_median(&v[V_RAW].cpu_us)), NUM(sm_median(&v[V_LUA].cpu_us)),
+                NUM(sm_median(&v[V_FEED].cpu_us)));
+        fprintf(dat, "\"%s\" %.1f %.1f %.1f %.1f %.3f %.3f %.3f %.3f\n", dc->short_label,
+                sm_median(&v[V_RAW].rate), sm_median(&v[V_LUA].rate),
+                sm_median(&v[V_FEED].rate), sm_median(&v[V_NEXT].rate),
+                sm_median(&v[V_RAW].srv_us), sm_median(&v[V_LUA].srv_us),
+                sm_median(&v[V_FEED].srv_us), sm_median(&v[V_NEXT].srv_us));
+        for (int k = 0; k < NV; k++)
+            variant_free(&v[k]);
+    }
+
+    fprintf(md, "\nPer-call latency, client side (µs):\n\n");
+    rewind(lat);
+    for (int ch; (ch = getc(lat)) != EOF;)
+        putc(ch, md);
+    fprintf(md, "\nRedis server time per call, from INFO commandstats (`cmdstat_zrevrange`"
+            " for the raw call, `cmdstat_evalsha` for the scripts: the script's whole run),"
+            " median over rounds; and the CPU time of the whole redis-server process per"
+            " call (/proc schedstat: also reading, parsing and replying):\n\n");
+    rewind(srv);
+    for (int ch; (ch = getc(srv)) != EOF;)
+        putc(ch, md);
+    fclose(lat);
+    fclose(srv);
+
+    out_summary("pages_raw", "cached page vs raw ZREVRANGE, pages/s, single connection,"
+                " depth 0/500/990 of 1,000 and inside a 10,000 tie group",
+                ">= 0.9x at every depth", verdict(worst_rate >= 0.9),
+                "worst %.2fx (%s); the floor of a scripted read, a bare Lua ZREVRANGE,"
+                " reaches at best %.2fx", worst_rate, worst_rate_case, worst_floor_raw);
+    out_summary("srv_cpu", "Redis server time per cached page (INFO commandstats) vs bare"
+                " Lua ZREVRANGE script", "<= 1.3x", verdict(worst_srv <= 1.3),
+                "worst %.2fx (%s)", worst_srv, worst_srv_case);
+    out_summary("next_1k", "cached page vs common next-page script, 1,000-item feed,"
+                " depth 0, pages/s", ">= 4x", verdict(next_ratio0 >= 4),
+                "%.1fx", next_ratio0);
+
+    /* ---- max_len 100,000: the common script reads the whole tail ---- */
+    {
+        feed_item *big;
+        size_t nbig = sql_feed(pg, UID_BIG, &big);
+        page_pos p0 = pos_at(big, nbig, 0);
+        page_ctx page = { fbig, UID_BIG, p0 };
+        next_ctx next;
+        raw_ctx raw;
+        variant v[3];
+        double r_next;
+        int brounds = q_rounds(7);
+
+        note("pages: max_len 100,000 (installing 100,000 items)");
+        if (nbig != 100000)
+            die("data set: uid %d has %zu rows", UID_BIG, nbig);
+        warm(fbig, c, UID_BIG, "big", 100001);
+        raw_init(&raw, c, "big:{1}", 0);
+        next_init(&next, c, "big:{1}", &p0, next_sha);
+        memset(v, 0, sizeof v);
+        v[0] = (variant){ .name = "raw", .op = op_raw, .ctx = &raw, .cmd = "zrevrange" };
+        v[1] = (variant){ .name = "feedcache", .op = op_page, .ctx = &page, .cmd = "evalsha" };
+        v[2] = (variant){ .name = "common", .op = op_next, .ctx = &next, .cmd = "evalsha" };
+        run_rounds(v, 3, brounds, q_secs(0.3), 3, stats, rpid);
+        r_next = paired_ratio(&v[1], &v[2]);
+        fprintf(md, "\n### max_len 100,000: a 100,000-item cached feed, depth 0\n\n"
+                "%d interleaved rounds of %.2f s (at least 3 calls).\n\n"
+                "| variant | pages/s | p50 / p99 latency | Redis server time per call |\n"
+                "| --- | ---: | ---: | ---: |\n", brounds, q_secs(0.3));
+        for (int k = 0; k < 3; k++)
+            fprintf(md, "| %s | %s | %s / %s µs | %s µs |\n",
+                    k == 0 ? "raw ZREVRANGE" : k == 1 ? "**feedcache**" : "common next-page script",
+                    NUM(sm_median(&v[k].rate)), NUM(sm_pct(&v[k].lat_us, 50)),
+                    NUM(sm_pct(&v[k].lat_us, 99)), NUM(sm_median(&v[k].srv_us)));
+        fprintf(md, "\nfeedcache / common next-page: **%sx** pages/s (target >= 300x: %s).\n",
+                NUM(r_next), verdict(r_next >= 300));
+        out_summary("next_100k", "cached page vs common next-page script, max_len 100,000,"
+                    " depth 0, pages/s", ">= 300x", verdict(r_next >= 300), "%sx", NUM(r_next));
+        for (int k = 0; k < 3; k++)
+            variant_free(&v[k]);
+        b_cmd_ok(c, "DEL big:{1}");   /* 100,000 entries: give the memory back */
+        free(big);
+    }
+
+    fclose(md);
+    fclose(dat);
+    free(k1);
+    free(tie);
+    feed_close(f1k);
+    feed_close(ftie);
+    feed_close(fbig);
+    PQfinish(pg);
+    redisFree(c);
+    redisFree(stats);
+}
+
+/* ------------------------------------------------------------ section memory */
+
+static long long config_get_int(redisContext *c, const char *name)
+{
+    redisReply *r = b_cmd(c, "CONFIG GET %s", name);
+    long long v;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        die("CONFIG GET %s: unexpected reply", name);
+    v = atoll(r->element[1]->str);
+    freeReplyObject(r);
+    return v;
+}
+
+static char *encoding_of(redisContext *c, const char *key, char *buf, size_t cap)
+{
+    redisReply *r = b_cmd(c, "OBJECT ENCODING %s", key);
+
+    snprintf(buf, cap, "%s", r->type == REDIS_REPLY_STRING ? r->str : "?");
+    freeReplyObject(r);
+    return buf;
+}
+
+/* One variadic ZADD of n items (and the end marker when marker), members in
+ * the given style, into a fresh key. */
+enum id_style { ID_OURS, ID_PLAIN, ID_SNOWFLAKE };
+static void build_set(redisContext *c, const char *key, const feed_item *items, size_t n,
+                      enum id_style style, int marker)
+{
+    size_t argc = 2 + 2 * n + (marker ? 2 : 0), a = 0;
+    const char **argv = malloc(argc * sizeof *argv);
+    char *text = malloc(n * 64 + 1);
+
+    if (!argv || !text)
+        die("out of memory");
+    b_cmd_ok(c, "DEL %s", key);
+    argv[a++] = "ZADD";
+    argv[a++] = key;
+    for (size_t i = 0; i < n; i++) {
+        char *s = text + i * 64, *m = s + 24;
+        snprintf(s, 24, "%lld", (long long)items[i].score);
+        if (style == ID_OURS)
+            member_of(items[i].id, m);
+        else if (style == ID_PLAIN)
+            snprintf(m, 40, "%lld", (long long)items[i].id);
+        else   /* an 18-digit snowflake-sized id */
+            snprintf(m, 40, "%lld", 150000000000000000LL + (long long)items[i].id * 4194304LL);
+        argv[a++] = s;
+        argv[a++] = m;
+    }
+    if (marker) {
+        argv[a++] = "-inf";
+        argv[a++] = "end";
+    }
+    freeReplyObject(b_argv(c, (int)a, argv, NULL));
+    free(argv);
+    free(text);
+}
+
+static long long memory_usage(redisContext *c, const char *key)
+{
+    redisReply *r = b_cmd(c, "MEMORY USAGE %s SAMPLES 0", key);
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+
+    freeReplyObject(r);
+    return v;
+}
+
+void section_memory(void)
+{
+    redisContext *c = b_redis(), *stats = b_redis();
+    PGconn *pg = b_pg();
+    pid_t rpid = redis_pid(stats);
+    feed_item *k1;
+    size_t n1k = sql_feed(pg, UID_1K, &k1);
+    long long orig = config_get_int(c, "zset-max-listpack-entries");
+    static const size_t lens[2] = { 127, 1000 };
+    FILE *md = out_section("memory"), *dat = out_data("memory");
+    int rounds = q_rounds(11);
+    double secs = q_secs(0.1);
+    double per_item[2][2][3];   /* [len][raised][style] */
+    char enc[2][2][3][16];
+
+    note("memory: MEMORY USAGE by encoding");
+    fprintf(md, "## Memory per cached item, and the zset encoding\n\n"
+            "`MEMORY USAGE key SAMPLES 0` divided by the item count, for a feed of"
+            " max_len items built with one variadic ZADD (as the library's install does; ours with"
+            " the end marker). Ids are the data set's (6 digits): \"ours\" stores them as"
+            " 19 zero-padded digits (what makes equal scores order by id in Redis),"
+            " \"plain\" as decimal text (which Redis keeps as an integer inside a"
+            " listpack); \"snowflake\" is plain decimal ids of 18 digits, for scale."
+            " Default `zset-max-listpack-entries` is %lld.\n\n", orig);
+    fprintf(md, "| max_len | zset-max-listpack-entries | ours | plain decimal ids | plain 18-digit ids |\n"
+            "| ---: | --- | ---: | ---: | ---: |\n");
+    fprintf(dat, "# max_len raised ours plain snowflake (bytes/item)\n");
+    for (int li = 0; li < 2; li++) {
+        for (int raised = 0; raised < 2; raised++) {
+            long long entries = raised ? (long long)lens[li] + 1 : orig;
+            if (raised && entries <= orig)
+                entries = orig;   /* already fits: default */
+            b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %lld", raised ? 1024 : orig);
+            for (int st = 0; st < 3; st++) {
+                char key[64];
+                long long bytes;
+                snprintf(key, sizeof key, "mem:%zu:%d:%d", lens[li], raised, st);
+                build_set(c, key, k1, lens[li], (enum id_style)st, st == ID_OURS);
+                bytes = memory_usage(c, key);
+                per_item[li][raised][st] = (double)bytes / (double)lens[li];
+                encoding_of(c, key, enc[li][raised][st], sizeof enc[li][raised][st]);
+                b_cmd_ok(c, "DEL %s", key);
+            }
+            fprintf(md, "| %zu | %s | %.1f B (%s) | %.1f B (%s) | %.1f B (%s) |\n", lens[li],
+                    raised ? "1024 (raised to fit)" : "default",
+                    per_item[li][raised][0], enc[li][raised][0],
+                    per_item[li][raised][1], enc[li][raised][1],
+                    per_item[li][raised][2], enc[li][raised][2]);
+            fprintf(dat, "%zu %d %.1f %.1f %.1f\n", lens[li], raised,
+                    per_item[li][raised][0], per_item[li][raised][1], per_item[li][raised][2]);
+        }
+    }
+    b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %lld", orig);
+    out_summary("memory", "memory per cached item (MEMORY USAGE), ours / plain ids",
+                "report", "report",
+                "max_len 127: %.0f / %.0f B (listpack); max_len 1,000: %.0f / %.0f B (skiplist),"
+                " %.0f / %.0f B (listpack, raised)",
+                per_item[0][0][0], per_item[0][0][1], per_item[1][0][0], per_item[1][0][1],
+                per_item[1][1][0], per_item[1][1][1]);
+
+    /* Page cost in both encodings, through the library: the encoding is
+     * chosen when the install creates the key, so set the config, build,
+     * and put it back. */
+    {
+        struct { size_t max_len; const char *lp, *sl; size_t depths[3]; } g[2] = {
+            { 127, "lp127", "sl127", { 0, 60, 106 } },
+            { 1000, "lp1000", "sl1000", { 0, 500, 990 } },
+        };
+        double worst_lp = 0;
+        fprintf(md, "\nA cached page (feed_page, %d items) from each encoding: %d interleaved"
+                " rounds of %.2f s; pages/s median, server time from commandstats.\n\n"
+                "| max_len | depth | listpack pages/s | skiplist pages/s | listpack p50 / p99"
+                " | skiplist p50 / p99 | server time listpack / skiplist |\n"
+                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+                PAGE_LIMIT, rounds, secs);
+        for (int gi = 0; gi < 2; gi++) {
+            feed *flp, *fsl;
+            char e1[16], e2[16], key[64];
+            long long card = g[gi].max_len < n1k ? (long long)g[gi].max_len : (long long)n1k + 1;
+
+            note("memory: page cost, max_len %zu, listpack vs skiplist", g[gi].max_len);
+            flp = b_open(g[gi].lp, (uint32_t)g[gi].max_len);
+            fsl = b_open(g[gi].sl, (uint32_t)g[gi].max_len);
+            b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %d", 1024);
+            warm(flp, c, UID_1K, g[gi].lp, card);
+            b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %d", 64);
+            warm(fsl, c, UID_1K, g[gi].sl, card);
+            b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %lld", orig);
+            snprintf(key, sizeof key, "%s:{%d}", g[gi].lp, UID_1K);
+            encoding_of(c, key, e1, sizeof e1);
+            snprintf(key, sizeof key, "%s:{%d}", g[gi].sl, UID_1K);
+            encoding_of(c, key, e2, sizeof e2);
+            if (strcmp(e1, "listpack") != 0 || strcmp(e2, "skiplist") != 0)
+                die("memory: encodings %s / %s, expected listpack / skiplist", e1, e2);
+            for (int di = 0; di < 3; di++) {
+                page_ctx a = { flp, UID_1K, pos_at(k1, n1k, g[gi].depths[di]) };
+                page_ctx b = { fsl, UID_1K, pos_at(k1, n1k, g[gi].depths[di]) };
+                variant v[2];
+                memset(v, 0, sizeof v);
+                v[0] = (variant){ .name = "listpack", .op = op_page, .ctx = &a, .cmd = "evalsha" };
+                v[1] = (variant){ .name = "skiplist", .op = op_page, .ctx = &b, .cmd = "evalsha" };
+                run_rounds(v, 2, rounds, secs, 3, stats, rpid);
+                fprintf(md, "| %zu | %zu | %s | %s | %s / %s µs | %s / %s µs | %s / %s µs |\n",
+                        g[gi].max_len, g[gi].depths[di], NUM(sm_median(&v[0].rate)),
+                        NUM(sm_median(&v[1].rate)), NUM(sm_pct(&v[0].lat_us, 50)),
+                        NUM(sm_pct(&v[0].lat_us, 99)), NUM(sm_pct(&v[1].lat_us, 50)),
+                        NUM(sm_pct(&v[1].lat_us, 99)), NUM(sm_median(&v[0].srv_us)),
+                        NUM(sm_median(&v[1].srv_us)));
+                if (g[gi].max_len == 1000) {
+                    double r = sm_median(&v[0].srv_us) / sm_median(&v[1].srv_us);
+                    worst_lp = r > worst_lp ? r : worst_lp;
+                }
+                variant_free(&v[0]);
+                variant_free(&v[1]);
+            }
+            feed_invalidate(flp, UID_1K);
+            feed_invalidate(fsl, UID_1K);
+            feed_close(flp);
+            feed_close(fsl);
+        }
+        out_summary("encoding", "page server time, max_len 1,000 as listpack vs skiplist",
+                    "report", "report", "listpack up to %.1fx the skiplist's", worst_lp);
+    }
+    fclose(md);
+    fclose(dat);
+    free(k1);
+    PQfinish(pg);
+    redisFree(c);
+    redisFree(stats);
+}

@@ -1,0 +1,31 @@
+/* reads.h -- cursors and the feed_page call, shared by the sections. */
+#ifndef FEED_BENCH_READS_H
+#define FEED_BENCH_READS_H
+
+#include "bench.h"
+
+/* Where a page starts: rank depth; the cursor is the item at depth - 1. */
+typedef struct page_pos {
+    size_t  depth;
+    int     first;
+    int64_t score, id;
+} page_pos;
+
+typedef struct page_ctx {
+    feed    *f;
+    int64_t  uid;
+    page_pos pos;
+} page_ctx;
+
+page_pos pos_at(const feed_item *items, size_t n, size_t depth);
+int  op_page(void *page_ctx);   /* exits unless answered by the cache */
+void warm(feed *f, redisContext *c, int64_t uid, const char *prefix, long long want_card);
+
+void section_pages(void);
+void section_memory(void);
+void section_writes(void);     /* rebuild install, end-to-end miss */
+void section_stampede(void);
+void section_fanout(void);
+void section_pg(void);
+
+#endif

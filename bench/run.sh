@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# bench/run.sh -- what `make bench` runs once everything is built.
+#
+#   start throwaway Redis + PostgreSQL (tools/servers.sh, a temporary folder),
+#   load the data set (bench/load.sql: 1,000,000 rows, 1,000 users), run every
+#   section of $BUILD/bench/feedbench, count client instructions per call
+#   under callgrind ($BUILD/bench/client_cpu), then write
+#   bench/results/latest.md and the charts (bench/results/*.png, gnuplot),
+#   and stop the servers, also on failure or Ctrl-C.
+#
+# Env: BUILD (default build); BENCH_QUICK=1 for a short, noisier run;
+# BENCH_OUT (default bench/results) where the results go; FEED_KEEP=1 keeps
+# the servers' folder. No figure is asserted here: only a failing program
+# (lost servers, a wrong page) fails the run.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+BUILD=${BUILD:-build}
+OUT=${BENCH_OUT:-bench/results}
+START=$SECONDS
+
+for b in "$BUILD/bench/feedbench" "$BUILD/bench/client_cpu"; do
+    [[ -x $b ]] || { echo "run.sh: $b is missing (make bench-build)" >&2; exit 1; }
+done
+for t in valgrind gnuplot psql redis-server; do
+    command -v "$t" >/dev/null || { echo "run.sh: $t is missing (tools/deps.sh)" >&2; exit 1; }
+done
+
+DIR=$(mktemp -d -t feedcache-bench.XXXXXX)
+WORK=$DIR/work
+# shellcheck disable=SC2317  # invoked by the trap
+cleanup() {
+    local rc=$?
+    tools/servers.sh stop "$DIR" || true
+    if [[ ${FEED_KEEP:-} == 1 ]]; then
+        echo "run.sh: kept $DIR" >&2
+    else
+        rm -rf "$DIR"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+tools/servers.sh start "$DIR"
+# shellcheck source=/dev/null
+. "$DIR/env"
+mkdir -p "$WORK" "$OUT"
+
+echo "bench: loading 1,000,000 rows (bench/load.sql)" >&2
+t0=$SECONDS
+PGOPTIONS='-c client_min_messages=warning' psql -X -q -v ON_ERROR_STOP=1 -f bench/load.sql
+LOAD_S=$((SECONDS - t0))
+
+NPROC=$(nproc)
+BENCH_NPROC=$NPROC "$BUILD/bench/feedbench" "$WORK"
+
+# ---------------------------------------------------------------- client CPU
+# Instructions per call, deterministic: callgrind counts every instruction the
+# client runs (hiredis, libc, the library). Two runs of different lengths for
+# each kind of call; the difference per call removes start-up.
+echo "bench: client instructions per call (callgrind)" >&2
+N1=200
+N2=1200
+cg_count() {  # mode depth n
+    local f="$WORK/cg.$1.$2.$3"
+    valgrind --tool=callgrind --callgrind-out-file="$f" \
+        "$BUILD/bench/client_cpu" "$1" "$2" "$3" >/dev/null 2>"$f.log" ||
+        { cat "$f.log" >&2; exit 1; }
+    awk '/^(summary|totals):/ { print $2; exit }' "$f"
+}
+{
+    echo "## Client CPU: instructions per cached page"
+    echo
+    echo "\`valgrind --tool=callgrind\` on \`$BUILD/bench/client_cpu\`: the instructions the"
+    echo "client process executes (the library, hiredis, libc; not the kernel), for $N2 and"
+    echo "for $N1 calls; per call = the difference / $((N2 - N1)), so start-up (connecting,"
+    echo "loading scripts) drops out. feedcache is \`feed_page\` of uid 2 (cached) with"
+    echo "the cursor at the given depth; the peer is a bare hiredis \`ZREVRANGE\` of the"
+    echo "same ranks with the same parse of the reply into (score, id) pairs."
+    echo
+    echo "| depth | feed_page | bare ZREVRANGE + parse | feed_page / bare (target <= 1.5x) |"
+    echo "| ---: | ---: | ---: | ---: |"
+} >"$WORK/sec_client.md"
+worst=0
+for depth in 0 500; do
+    p1=$(cg_count page $depth $N1); p2=$(cg_count page $depth $N2)
+    r1=$(cg_count raw $depth $N1); r2=$(cg_count raw $depth $N2)
+    page=$(((p2 - p1) / (N2 - N1)))
+    raw=$(((r2 - r1) / (N2 - N1)))
+    ratio=$(awk -v a="$page" -v b="$raw" 'BEGIN { printf "%.2f", a / b }')
+    mark=$(awk -v r="$ratio" 'BEGIN { print (r <= 1.5) ? "pass" : "MISS" }')
+    printf '| %s | %s | %s | **%sx** %s |\n' "$depth" "$(printf "%'d" "$page")" \
+        "$(printf "%'d" "$raw")" "$ratio" "$mark" >>"$WORK/sec_client.md"
+    worst=$(awk -v r="$ratio" -v w="$worst" 'BEGIN { print (r > w) ? r : w }')
+done
+printf 'client_cpu\tclient CPU: instructions per cached page (callgrind) vs a bare hiredis ZREVRANGE call and parse\t<= 1.5x\tworst %sx\t%s\n' \
+    "$worst" "$(awk -v r="$worst" 'BEGIN { print (r <= 1.5) ? "pass" : "MISS" }')" >>"$WORK/summary.tsv"
+
+# ---------------------------------------------------------------- charts
+echo "bench: charts (gnuplot)" >&2
+gnuplot -e "datadir='$WORK'; outdir='$OUT'" bench/plot.gp
+
+# ---------------------------------------------------------------- latest.md
+CPU=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+REDIS_V=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
+PG_V=$(psql -X -At -c 'SHOW server_version')
+HIREDIS_V=$(dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null || echo '?')
+CC_V=$(${CC:-cc} --version | head -n1)
+TOTAL_S=$((SECONDS - START))
+{
+    echo "# feedcache benchmark results"
+    echo
+    echo "Written by \`make bench\` (bench/run.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'),"
+    echo "in $((TOTAL_S / 60)) min $((TOTAL_S % 60)) s (data load: ${LOAD_S} s)."
+    [[ -n ${BENCH_QUICK:-} ]] && echo "**BENCH_QUICK run: fewer, shorter rounds; noisier figures.**"
+    echo
+    echo "| machine | |"
+    echo "| --- | --- |"
+    echo "| CPU | $CPU, \`nproc\` = $NPROC (shared with other work: noisy) |"
+    echo "| memory | $MEM |"
+    echo "| kernel | $(uname -sr) |"
+    echo "| Redis | $REDIS_V (throwaway, defaults; \`tools/servers.sh\`) |"
+    echo "| PostgreSQL | $PG_V (throwaway: fsync off, shared_buffers default) |"
+    echo "| client | hiredis $HIREDIS_V, libpq, $CC_V, -O2 |"
+    echo
+    echo "Clients and servers share the machine, over loopback TCP. Every comparison"
+    echo "runs in the same process, interleaved: rounds alternate between the variants"
+    echo "(the order rotates every round), so drift and noise from other work hit"
+    echo "all of them alike. The headline figures are ratios: the median over rounds"
+    echo "of each round's ratio. Absolute figures (pages/s, µs) are medians and"
+    echo "percentiles on this machine and move from run to run."
+    echo
+    echo "## Targets (issue 3)"
+    echo
+    echo "| figure | target | measured | |"
+    echo "| --- | --- | --- | --- |"
+    for key in pages_raw srv_cpu next_1k next_100k rebuild miss pg_rate pg_cpu stampede fanout \
+               memory encoding client_cpu; do
+        awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
+            "$WORK/summary.tsv"
+    done
+    echo
+    echo "![pages/s and Redis server time per page, by depth](pages.png)"
+    echo
+    echo "![installing a rebuild: server time by size](rebuild.png)"
+    echo "![cached page vs PostgreSQL: pages/s and server CPU per page](pg.png)"
+    echo
+    for s in pages client writes stampede fanout pg memory; do
+        [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
+    done
+    cat bench/notes.md
+} >"$OUT/latest.md"
+
+echo "bench: wrote $OUT/latest.md and $OUT/{pages,rebuild,pg}.png in $((TOTAL_S / 60)) min $((TOTAL_S % 60)) s" >&2
+awk -F'\t' '{ printf "  %-5s %s: %s\n", $5, $1, $4 }' "$WORK/summary.tsv" >&2
