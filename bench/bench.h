@@ -59,7 +59,7 @@ void b_script_load(redisContext *c, const char *src, char sha[41]);
 pid_t redis_pid(redisContext *c);
 
 typedef struct cstat { unsigned long long calls, usec; } cstat;
-/* usec summed over the named commands ("evalsha", or "exec,watch,get");
+/* usec summed over the named commands ("evalsha", or "zadd,evalsha");
  * calls of the first one. Commands run inside a script or a transaction are
  * also counted on their own since Redis 7.0: name the outer one only. */
 cstat cmdstat(redisContext *c, const char *names);

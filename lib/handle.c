@@ -84,6 +84,18 @@ int64_t feed__now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* May a lost connection be tried again? Only retry_ms after the last
+ * attempt, so that an outage cannot turn into a connect storm. */
+int feed__retry_due(feed *f, int64_t last_attempt_ms, const char *store)
+{
+    int64_t since = feed__now_ms() - last_attempt_ms;
+
+    if (since < (int64_t)f->cfg.retry_ms)
+        return feed__error(f, FEED_EUNAVAILABLE, "%s is down; next reconnect in %lld ms",
+                           store, (long long)(f->cfg.retry_ms - since));
+    return FEED_OK;
+}
+
 void feed_stats_get(const feed *f, feed_stats *out)
 {
     if (!out)

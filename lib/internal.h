@@ -86,6 +86,7 @@ int  feed__error(feed *f, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void feed__clear_error(feed *f);
 int64_t feed__now_ms(void);
+int  feed__retry_due(feed *f, int64_t last_attempt_ms, const char *store);
 void feed__set_keys(feed *f, int64_t uid);
 void feed__keys_of(const feed *f, int64_t uid, char *key, char *lease_key); /* f->key_cap each */
 void feed__lease_token(feed *f, char buf[33]);
@@ -99,6 +100,11 @@ redisReply *feed__redis_command(feed *f, int argc, const char **argv,
                                 const size_t *lens);
 redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
                                int argc, const char **argv, const size_t *lens);
+redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
+                                     const char **const *cargv,
+                                     const size_t *const *clens,
+                                     enum feed_script script, int nkeys,
+                                     int argc, const char **argv, const size_t *lens);
 /* Fills argv[0..argc) and lens for the i-th call of a pipeline. */
 typedef void feed__args_fn(void *arg, size_t i, const char **argv, size_t *lens);
 int  feed__redis_script_many(feed *f, enum feed_script script, size_t n,

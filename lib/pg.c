@@ -215,16 +215,13 @@ int feed__pg_connect(feed *f)
 
 int feed__pg_ready(feed *f)
 {
-    int64_t since;
+    int rc;
 
     if (f->pg && PQstatus(f->pg) == CONNECTION_OK)
         return FEED_OK;
     feed__pg_drop(f);
-    since = feed__now_ms() - f->pg_attempt_ms;
-    if (since < (int64_t)f->cfg.retry_ms)
-        return feed__error(f, FEED_EUNAVAILABLE,
-                           "PostgreSQL is down; next reconnect in %lld ms",
-                           (long long)(f->cfg.retry_ms - since));
+    if ((rc = feed__retry_due(f, f->pg_attempt_ms, "PostgreSQL")) != FEED_OK)
+        return rc;
     return feed__pg_connect(f);
 }
 

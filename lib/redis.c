@@ -65,10 +65,14 @@ void feed__redis_drop(feed *f)
     }
 }
 
-/* The connection failed under a call: keep the reason, drop the socket. */
+/* The connection failed under a call: keep the reason, drop the socket.
+ * The failure counts as a connect attempt: against a frozen server the next
+ * call would otherwise connect at once (the kernel still accepts) and wait
+ * out a second timeout on SCRIPT LOAD. */
 static void io_failed(feed *f, const char *what)
 {
     f->stats.redis_errors++;
+    f->redis_attempt_ms = feed__now_ms();
     feed__error(f, FEED_EREDIS, "Redis %s: %s", what,
                 f->redis && f->redis->errstr[0] ? f->redis->errstr : "connection lost");
     feed__redis_drop(f);
@@ -342,15 +346,11 @@ int feed__redis_connect(feed *f)
  * repairs pending for this store go first. */
 int feed__redis_ready(feed *f)
 {
-    int64_t since;
     int rc;
 
     if (!f->redis) {
-        since = feed__now_ms() - f->redis_attempt_ms;
-        if (since < (int64_t)f->cfg.retry_ms)
-            return feed__error(f, FEED_EUNAVAILABLE,
-                               "Redis is down; next reconnect in %lld ms",
-                               (long long)(f->cfg.retry_ms - since));
+        if ((rc = feed__retry_due(f, f->redis_attempt_ms, "Redis")) != FEED_OK)
+            return rc;
         if ((rc = feed__redis_connect(f)) != FEED_OK)
             return rc;
     }
@@ -501,6 +501,69 @@ redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
         }
     }
     evalsha_free(&e);
+    return no_error(f, r, script_name(script));
+}
+
+/* Plain commands, then one script call, all in one round trip: the script
+ * decides atomically what to do with what the commands prepared (rebuild.c
+ * stages rows with a plain ZADD, which Redis parses far faster than a script
+ * receives arguments). An error reply to a command fails the call, with the
+ * script's reply dropped. NOSCRIPT: the script is loaded and called again
+ * alone; what the commands prepared is still there. Returns the script's
+ * reply, or NULL with the reason on f. */
+redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
+                                     const char **const *cargv,
+                                     const size_t *const *clens,
+                                     enum feed_script script, int nkeys,
+                                     int argc, const char **argv, const size_t *lens)
+{
+    evalsha_args e;
+    redisReply *r = NULL;
+    int failed = 0;
+
+    if (feed__redis_ready(f) != FEED_OK)
+        return NULL;
+    if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK)
+        return NULL;
+    evalsha_set(&e, argc, argv, lens);
+    for (size_t i = 0; i <= ncmds; i++) {
+        int ok = i < ncmds
+            ? redisAppendCommandArgv(f->redis, cargc[i], cargv[i], clens[i])
+            : redisAppendCommandArgv(f->redis, argc + 3, e.argv, e.lens);
+        if (ok != REDIS_OK) {   /* part of it may sit in the buffer: drop */
+            io_failed(f, "pipeline");
+            evalsha_free(&e);
+            return NULL;
+        }
+    }
+    f->stats.redis_calls++;
+    for (size_t i = 0; i <= ncmds; i++) {
+        freeReplyObject(r);
+        r = NULL;
+        if (redisGetReply(f->redis, (void **)&r) != REDIS_OK) {
+            io_failed(f, i < ncmds ? cargv[i][0] : script_name(script));
+            evalsha_free(&e);
+            return NULL;
+        }
+        if (i < ncmds && r->type == REDIS_REPLY_ERROR && !failed) {
+            f->stats.redis_errors++;
+            feed__error(f, FEED_EREDIS, "Redis %s: %s", cargv[i][0], r->str);
+            failed = 1;
+        }
+    }
+    if (!failed && is_noscript(r)) {
+        freeReplyObject(r);
+        r = NULL;
+        if (reload_script(f, script) == FEED_OK) {
+            e.argv[1] = f->sha[script];
+            r = round_trip(f, argc + 3, e.argv, e.lens);
+        }
+    }
+    evalsha_free(&e);
+    if (failed) {
+        freeReplyObject(r);
+        return NULL;
+    }
     return no_error(f, r, script_name(script));
 }
 

@@ -2,29 +2,36 @@
 -- is still the current one. Used after a miss and by feed_reload.
 --
 -- KEYS[1]  the feed's sorted set       KEYS[2]  its rebuild lease
+-- KEYS[3]  the staged rows: a sorted set the caller filled with one plain
+--          ZADD (and the end marker when the rows are the whole feed) in
+--          the same round trip, just before this call; its name carries the
+--          lease token, so concurrent rebuilds never share one
 -- ARGV[1]  the caller's lease token
 -- ARGV[2]  TTL in ms; "0" = the feed does not expire
--- ARGV[3]  "1" when the rows are the whole feed (add the end marker)
--- ARGV[4..] score, member, score, member, ... (at most max_len pairs)
 --
 -- Returns 1 when installed, 0 when the lease is gone. Every write hook deletes
 -- the lease, so a rebuild that read SQL before a write committed can never
--- overwrite that write here.
+-- overwrite that write here: checking the lease and swapping the staged rows
+-- in are one atomic step.
+--
+-- Why stage instead of passing the rows to the script: a script receives its
+-- arguments as a Lua table, which costs Redis about as much again as the ZADD
+-- itself (bench/results/latest.md, "Installing a rebuild"); a plain ZADD
+-- parses them once, and RENAME swaps the staged set in in O(1).
 
-local feed, lease = KEYS[1], KEYS[2]
-if redis.call('GET', lease) ~= ARGV[1] then return 0 end
-
-redis.call('DEL', feed, lease)
--- Variadic ZADD, 1000 items a call: one command per item would cost far
--- more, and unpack() of every argument at once could overflow Lua's stack.
-local first, last = 4, #ARGV
-while first <= last do
-    local upto = math.min(first + 1999, last)
-    redis.call('ZADD', feed, unpack(ARGV, first, upto))
-    first = upto + 1
+local feed, lease, staged = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('GET', lease) ~= ARGV[1] then
+    redis.call('DEL', staged)
+    return 0
 end
--- The end marker: present exactly when the set holds the whole feed. A set
--- holding only the marker is a feed known to be empty.
-if ARGV[3] == '1' then redis.call('ZADD', feed, '-inf', 'end') end
-if ARGV[2] ~= '0' then redis.call('PEXPIRE', feed, ARGV[2]) end
+if redis.call('EXISTS', staged) == 0 then
+    return redis.error_reply('ERR rebuild.lua: staged rows are missing')
+end
+redis.call('RENAME', staged, feed)     -- replaces the old copy, whatever its type
+redis.call('DEL', lease)
+if ARGV[2] ~= '0' then
+    redis.call('PEXPIRE', feed, ARGV[2])
+else
+    redis.call('PERSIST', feed)        -- drop the staging set's short TTL
+end
 return 1

@@ -234,6 +234,20 @@ static void frozen(void)
        t.ms, TIMEOUT);
     ok(strstr(feed_errmsg(f), "Redis") != NULL, "  with the reason: %s", feed_errmsg(f));
     feed_result_free(&t.res);
+    {
+        /* The timeout counts as an attempt: the next call must not connect
+         * again at once (the kernel accepts for a frozen server) and wait
+         * out a second timeout. */
+        feed_stats before, after;
+        feed_stats_get(f, &before);
+        t = page(f, FEED_FIRST, 0);
+        feed_stats_get(f, &after);
+        ok(t.rc == FEED_OK && t.res.source == FEED_SOURCE_DB,
+           "  the next call, right after: from PostgreSQL");
+        is_int(after.redis_connects - before.redis_connects, 0,
+               "  without a reconnect attempt inside retry_ms");
+        feed_result_free(&t.res);
+    }
     outage_calls(f, 6 * RETRY, "Redis frozen");
     ok(walk_from(f, FEED_SOURCE_DB, "frozen walk"),
        "  a whole walk during the freeze equals SQL, from PostgreSQL");

@@ -4,7 +4,7 @@
  * feed_on_insert, feed_on_delete, feed_fanout, feed_reload, feed_invalidate.
  * So every path that reads a reply runs on those bytes: page.lua's answer,
  * the hooks' integers, the pipelines, NOSCRIPT and SCRIPT LOAD, the rebuild's
- * WATCH/GET/MULTI/EXEC, the repairs' DELs. PostgreSQL is fake_pg.c.
+ * staging ZADD + rebuild.lua pipeline, the repairs' DELs. PostgreSQL is fake_pg.c.
  *
  * Header: bytes 0-1 four calls (3 bits each), byte 2 the page limit (1..20)
  * and, in its top bit, PostgreSQL down; byte 3 the uid.
