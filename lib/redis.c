@@ -482,6 +482,19 @@ static void evalsha_free(evalsha_args *e)
     }
 }
 
+/* The server lost the script (SCRIPT FLUSH, a restart behind a proxy): load
+ * it again and send the call once more, alone. Otherwise r as it came. */
+static redisReply *again_if_noscript(feed *f, evalsha_args *e, int argc, redisReply *r)
+{
+    if (!is_noscript(r))
+        return r;
+    freeReplyObject(r);
+    if (reload_script(f, e->script) != FEED_OK)
+        return NULL;
+    e->argv[1] = f->sha[e->script];
+    return round_trip(f, argc + 3, e->argv, e->lens);
+}
+
 redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
                                int argc, const char **argv, const size_t *lens)
 {
@@ -491,15 +504,7 @@ redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
     if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK)
         return NULL;
     evalsha_set(&e, argc, argv, lens);
-    r = round_trip(f, argc + 3, e.argv, e.lens);
-    if (is_noscript(r)) {
-        freeReplyObject(r);
-        r = NULL;
-        if (reload_script(f, script) == FEED_OK) {
-            e.argv[1] = f->sha[script];
-            r = round_trip(f, argc + 3, e.argv, e.lens);
-        }
-    }
+    r = again_if_noscript(f, &e, argc, round_trip(f, argc + 3, e.argv, e.lens));
     evalsha_free(&e);
     return no_error(f, r, script_name(script));
 }
@@ -551,14 +556,8 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
             failed = 1;
         }
     }
-    if (!failed && is_noscript(r)) {
-        freeReplyObject(r);
-        r = NULL;
-        if (reload_script(f, script) == FEED_OK) {
-            e.argv[1] = f->sha[script];
-            r = round_trip(f, argc + 3, e.argv, e.lens);
-        }
-    }
+    if (!failed)
+        r = again_if_noscript(f, &e, argc, r);
     evalsha_free(&e);
     if (failed) {
         freeReplyObject(r);

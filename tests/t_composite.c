@@ -99,10 +99,7 @@ static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-    uint64_t z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
+    return tu_rand(&rng_state);
 }
 
 static uint64_t top_of(unsigned bits)

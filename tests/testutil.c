@@ -307,3 +307,12 @@ feed_stats tu_stats_since(feed *f, const feed_stats *before_stats)
     d.pg_errors = now.pg_errors - before_stats->pg_errors;
     return d;
 }
+
+uint64_t tu_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}

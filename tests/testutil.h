@@ -47,6 +47,10 @@ void tu_insert_rows(PGconn *pg, int64_t uid, size_t n,
                     int64_t (*score_of)(size_t), int64_t (*id_of)(size_t));
 void tu_insert(PGconn *pg, int64_t uid, int64_t score, int64_t id);
 
+/* splitmix64: reproducible pseudo-random numbers for tests; the state is the
+ * caller's (print the seed, so a failure can be replayed). */
+uint64_t tu_rand(uint64_t *state);
+
 /* Counters moved since a snapshot. */
 feed_stats tu_stats_since(feed *f, const feed_stats *before);
 
