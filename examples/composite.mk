@@ -6,9 +6,11 @@
 #
 # Each program carries its schema (examples/<name>.sql) and sql/score.sql as C
 # arrays generated here, so it can create its table in whatever database it
-# connects to, from any folder. tests/t_composite.c runs them (make check).
+# connects to, from any folder. Both link examples/example_common.c, the code
+# they share. tests/t_composite.c runs them (make check).
 
 COMPOSITE_EXAMPLES := $(BUILD)/examples/hot_replies $(BUILD)/examples/leaderboard
+COMPOSITE_COMMON   := examples/example_common.c
 
 .PHONY: examples
 examples: $(COMPOSITE_EXAMPLES)
@@ -35,9 +37,13 @@ $(BUILD)/examples/leaderboard_sql.h: examples/leaderboard.sql | $(BUILD)/example
 	@$(call composite_embed,leaderboard_sql)
 
 $(BUILD)/examples/hot_replies: examples/hot_replies.c $(BUILD)/examples/hot_replies_sql.h \
+		$(COMPOSITE_COMMON) examples/example_common.h \
 		$(BUILD)/examples/score_sql.h lib/feedcache.h $(STATIC)
-	$(CC) $(CPPFLAGS) -I$(BUILD)/examples $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+	$(CC) $(CPPFLAGS) -I$(BUILD)/examples $(CFLAGS) $(LDFLAGS) -o $@ $< $(COMPOSITE_COMMON) \
+		$(STATIC) $(LIBS)
 
 $(BUILD)/examples/leaderboard: examples/leaderboard.c $(BUILD)/examples/leaderboard_sql.h \
+		$(COMPOSITE_COMMON) examples/example_common.h \
 		$(BUILD)/examples/score_sql.h lib/feedcache.h $(STATIC)
-	$(CC) $(CPPFLAGS) -I$(BUILD)/examples $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+	$(CC) $(CPPFLAGS) -I$(BUILD)/examples $(CFLAGS) $(LDFLAGS) -o $@ $< $(COMPOSITE_COMMON) \
+		$(STATIC) $(LIBS)

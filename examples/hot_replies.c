@@ -26,22 +26,26 @@
  * computed. --check prints only what failed and a one-line summary
  * (tests/t_composite.c runs it). Exit status 0 when every check held, 1
  * otherwise (2: bad arguments).
+ *
+ * This file holds what is particular to hot replies: the layout, the order,
+ * the seed rows, the writers and the printing. examples/example_common.c,
+ * shared with examples/leaderboard.c, does the rest from the description in
+ * `hot_replies` below: options, schema, feed_open, the model of what the
+ * topic must hold, running each write and telling the cache (ex_write), the
+ * walks through feed_page (ex_walk) and the checks.
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <libpq-fe.h>
-
-#include "feedcache.h"
+#include "example_common.h"
 #include "hot_replies_sql.h"   /* hot_replies_sql[]: examples/hot_replies.sql */
-#include "score_sql.h"         /* score_sql[]: sql/score.sql */
 
 /* ------------------------------------------------------------------------
  * The layout: most significant field first, 20 + 17 + 16 = 53 bits.
+ * ex_open hands it to feed_layout_init(); feed_score_pack() and
+ * feed_score_unpack() then use a->layout.
  * ------------------------------------------------------------------------ */
 
 enum { LIKES, REPLIES, DAY, NFIELDS };
@@ -59,10 +63,9 @@ static const feed_field hot_fields[NFIELDS] = {
  * is cut from it, page 3 lies past it and comes from SQL. */
 #define MAX_LEN 9
 
-typedef struct reply {
-    int64_t  id;
-    uint64_t v[NFIELDS];    /* likes, replies, day */
-} reply;
+/* A reply: its id and v[LIKES], v[REPLIES], v[DAY] (days since 2020-01-01). */
+typedef ex_row reply;
+_Static_assert(NFIELDS == EX_NFIELDS, "ex_row holds the three fields");
 
 /* The demo topic. Days are written as dates; the program counts them. */
 static const struct seed {
@@ -86,58 +89,9 @@ static const struct seed {
 };
 #define NSEEDS (sizeof seeds / sizeof seeds[0])
 
-typedef struct app {
-    PGconn     *pg;
-    feed       *f;
-    feed_layout layout;
-    int64_t     topic;
-    size_t      limit;
-    int         check;        /* --check: print failures and a summary only */
-    int         checks, failures;
-    reply       model[NSEEDS + 4];   /* what the topic must hold */
-    size_t      n;
-} app;
-
 /* ------------------------------------------------------------------------
- * Output and checks
+ * Days, and the printing
  * ------------------------------------------------------------------------ */
-
-static void say(const app *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void say(const app *a, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (a->check)
-        return;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-}
-
-/* Count a check; print why when it fails. Returns cond. */
-static int check(app *a, int cond, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int check(app *a, int cond, const char *fmt, ...)
-{
-    va_list ap;
-
-    a->checks++;
-    if (cond)
-        return 1;
-    if (++a->failures > 20) {   /* the first ones tell the story */
-        if (a->failures == 21)
-            printf("FAIL: ... (only the first 20 failures are shown)\n");
-        return 0;
-    }
-    printf("FAIL: ");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    fflush(stdout);
-    return 0;
-}
 
 /* Days since 2020-01-01 of a proleptic Gregorian date (H. Hinnant's
  * days_from_civil, shifted to our epoch). */
@@ -172,70 +126,16 @@ static const char *fmt_day(uint64_t day, char buf[16])
     return buf;
 }
 
-static const char *source_name(feed_source s)
+/* The field columns of a reply, in the walks and after each write. */
+static void print_fields(const uint64_t *v)
 {
-    switch (s) {
-    case FEED_SOURCE_CACHE:   return "cache";
-    case FEED_SOURCE_REBUILD: return "rebuild";
-    case FEED_SOURCE_DB:      return "sql";
-    }
-    return "?";
+    char day[16];
+
+    printf("%8" PRIu64 " %8" PRIu64 "  %-10s", v[LIKES], v[REPLIES], fmt_day(v[DAY], day));
 }
 
 /* ------------------------------------------------------------------------
- * PostgreSQL
- * ------------------------------------------------------------------------ */
-
-/* One statement with text parameters. The caller checks and clears. */
-static PGresult *sql(app *a, const char *query, int n, const char *const *params)
-{
-    return PQexecParams(a->pg, query, n, NULL, params, NULL, NULL, 0);
-}
-
-static int sql_ok(app *a, PGresult *res, const char *what)
-{
-    ExecStatusType st = PQresultStatus(res);
-
-    return check(a, st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK,
-                 "%s: %s", what, PQresultErrorMessage(res));
-}
-
-static int exec_ok(app *a, const char *query, const char *what)
-{
-    PGresult *res = PQexec(a->pg, query);
-    int ok = sql_ok(a, res, what);
-
-    PQclear(res);
-    return ok;
-}
-
-/* The table, and sql/score.sql first when the database lacks it. One
- * transaction under an advisory lock: two programs starting at once do not
- * race on CREATE. */
-static int load_schema(app *a)
-{
-    PGresult *res;
-    int ok, have;
-
-    if (!exec_ok(a, "BEGIN; SET LOCAL client_min_messages = warning;"
-                    " SELECT pg_advisory_xact_lock(hashtext('feedcache examples schema'))",
-                 "starting the schema transaction"))
-        return 0;
-    res = PQexec(a->pg, "SELECT to_regprocedure('feed_score_pack(bigint[],integer[],boolean[])')"
-                        " IS NOT NULL");
-    ok = sql_ok(a, res, "looking for feed_score_pack");
-    have = ok && PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    PQclear(res);
-    ok = ok && (have || exec_ok(a, (const char *)score_sql, "loading sql/score.sql"));
-    ok = ok && exec_ok(a, (const char *)hot_replies_sql, "loading examples/hot_replies.sql");
-    ok = ok && exec_ok(a, "COMMIT", "committing the schema");
-    if (!ok)
-        PQclear(PQexec(a->pg, "ROLLBACK"));
-    return ok;
-}
-
-/* ------------------------------------------------------------------------
- * The model: the order the feed must have, from the tuples alone
+ * The order the topic must have, from the tuples alone
  * ------------------------------------------------------------------------ */
 
 /* More likes first, then more replies, then the later day, then the larger
@@ -251,410 +151,175 @@ static int hotter_first(const void *x, const void *y)
     return p->id == q->id ? 0 : p->id > q->id ? -1 : 1;
 }
 
-static void expected(const app *a, reply *out)
-{
-    memcpy(out, a->model, a->n * sizeof *out);
-    qsort(out, a->n, sizeof *out, hotter_first);
-}
-
-static reply *model_find(app *a, int64_t id)
-{
-    for (size_t i = 0; i < a->n; i++) {
-        if (a->model[i].id == id)
-            return &a->model[i];
-    }
-    return NULL;
-}
-
 /* ------------------------------------------------------------------------
- * The writer: change a field in SQL, then tell the cache
+ * The writers: change a field in SQL, then tell the cache
  * ------------------------------------------------------------------------ */
 
-#define RETURNING " RETURNING reply_id, likes, replies, last_reply_on - DATE '2020-01-01', score"
-
-/* Run one writing statement with the parameters $1 = topic, $2 = reply id,
- * then args. Outside BEGIN ... COMMIT a statement is its own transaction:
- * when it returns, the change is committed, and only then may the hook run.
- * The hook gets the score PostgreSQL computed; the C packing of the values
- * the statement returned must be the same number.
- *
- * Returns 1 and fills *got; or 0 when PostgreSQL refused the statement, with
- * its SQLSTATE in state and its message in msg: the statement changed
- * nothing, so the cache is not told anything. */
-static int write_reply(app *a, const char *query, int64_t id,
-                       const char *const *args, int nargs,
-                       reply *got, char state[6], char *msg, size_t msglen)
-{
-    char topic_s[24], id_s[24], day[16];
-    const char *params[8] = { topic_s, id_s };
-    PGresult *res;
-    int64_t sql_score, c_score = -1;
-    int rc;
-
-    snprintf(topic_s, sizeof topic_s, "%" PRId64, a->topic);
-    snprintf(id_s, sizeof id_s, "%" PRId64, id);
-    for (int i = 0; i < nargs && i < 6; i++)
-        params[2 + i] = args[i];
-    res = sql(a, query, 2 + nargs, params);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-        const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        const char *m = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-        snprintf(state, 6, "%s", s ? s : "-----");
-        snprintf(msg, msglen, "%s", m ? m : s ? PQresultErrorMessage(res) : "no such reply");
-        PQclear(res);
-        say(a, "ERROR %s: %s\n", state, msg);
-        return 0;
-    }
-    got->id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    for (int i = 0; i < NFIELDS; i++)
-        got->v[i] = strtoull(PQgetvalue(res, 0, 1 + i), NULL, 10);
-    sql_score = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-    PQclear(res);
-
-    rc = feed_score_pack(&a->layout, got->v, &c_score);
-    check(a, rc == FEED_OK && c_score == sql_score,
-          "reply %" PRId64 ": PostgreSQL computed %" PRId64 ", C packs %" PRId64 " (%s)",
-          id, sql_score, c_score, feed_strerror(rc));
-
-    rc = feed_on_insert(a->f, a->topic, sql_score, id);
-    check(a, rc == FEED_OK, "feed_on_insert(reply %" PRId64 "): %s: %s", id,
-          feed_strerror(rc), feed_errmsg(a->f));
-    say(a, "%8" PRIu64 " %8" PRIu64 "  %-10s  %16" PRId64 "  %s\n",
-        got->v[LIKES], got->v[REPLIES], fmt_day(got->v[DAY], day), sql_score,
-        c_score == sql_score ? "the same" : "DIFFERENT");
-    return 1;
-}
-
-/* The row PostgreSQL returned must be the one the model predicts. */
-static void expect_row(app *a, const reply *got, const reply *want)
-{
-    check(a, got->id == want->id && memcmp(got->v, want->v, sizeof got->v) == 0,
-          "reply %" PRId64 ": PostgreSQL has %" PRId64 " (%" PRIu64 ", %" PRIu64 ", %" PRIu64
-          "), expected (%" PRIu64 ", %" PRIu64 ", %" PRIu64 ")", want->id, got->id,
-          got->v[0], got->v[1], got->v[2], want->v[0], want->v[1], want->v[2]);
-}
+/* What every statement returns, and what ex_write reads: the id, the three
+ * fields in layout order, and the score PostgreSQL computed. ex_write runs
+ * the statement with $1 = topic and $2 = reply id, checks that C packs the
+ * returned fields into the same score, then calls
+ * feed_on_insert(topic, score, reply). */
+#define COLUMNS   " reply_id, likes, replies, last_reply_on - DATE '2020-01-01', score"
+#define RETURNING " RETURNING" COLUMNS
 
 /* A new reply; its own day is its latest reply day. */
-static void post(app *a, const struct seed *s)
+static void post(ex_app *a, const struct seed *s)
 {
-    char likes[24], replies[24], state[6], msg[256];
+    char likes[24], replies[24];
     const char *args[3] = { likes, replies, s->day };
     reply got, want = { s->id, { s->likes, s->replies, (uint64_t)parse_day(s->day) } };
 
     snprintf(likes, sizeof likes, "%" PRIu64, s->likes);
     snprintf(replies, sizeof replies, "%" PRIu64, s->replies);
-    say(a, "post   %-15" PRId64, s->id);
-    if (!check(a, a->n < sizeof a->model / sizeof a->model[0], "model full") ||
-        !check(a, write_reply(a, "INSERT INTO hot_reply"
+    ex_say(a, "post   %-15" PRId64, s->id);
+    if (!ex_check(a, a->n < EX_MAX_ROWS, "model full") ||
+        !ex_check(a, ex_write(a, "INSERT INTO hot_reply"
                                  " (topic_id, reply_id, likes, replies, last_reply_on)"
                                  " VALUES ($1, $2, $3, $4, $5)" RETURNING,
-                              s->id, args, 3, &got, state, msg, sizeof msg),
-               "post %" PRId64 ": %s %s", s->id, state, msg))
+                              s->id, args, 3, &got),
+                  "post %" PRId64 ": %s %s", s->id, a->sqlstate, a->errmsg))
         return;
     if (*s->note)
-        say(a, "%22s(%s)\n", "", s->note);
+        ex_say(a, "%22s(%s)\n", "", s->note);
     a->model[a->n++] = want;
-    expect_row(a, &got, &want);
+    ex_expect_row(a, &got, &want);
 }
 
 /* n more likes. */
-static void like(app *a, int64_t id, int n)
+static void like(ex_app *a, int64_t id, int n)
 {
-    char arg[16], state[6], msg[256];
+    char arg[16];
     const char *args[1] = { arg };
-    reply got, *m = model_find(a, id);
+    reply got, *m;
 
     snprintf(arg, sizeof arg, "%d", n);
-    say(a, "like   %" PRId64 " +%-10d", id, n);
-    if (!check(a, m != NULL, "reply %" PRId64 " is not in the model", id) ||
-        !check(a, write_reply(a, "UPDATE hot_reply SET likes = likes + $3"
+    ex_say(a, "like   %" PRId64 " +%-10d", id, n);
+    m = ex_find(a, id);
+    if (!m ||
+        !ex_check(a, ex_write(a, "UPDATE hot_reply SET likes = likes + $3"
                                  " WHERE topic_id = $1 AND reply_id = $2" RETURNING,
-                              id, args, 1, &got, state, msg, sizeof msg),
-               "like %" PRId64 ": %s %s", id, state, msg))
+                              id, args, 1, &got),
+                  "like %" PRId64 ": %s %s", id, a->sqlstate, a->errmsg))
         return;
     m->v[LIKES] += (uint64_t)n;
-    expect_row(a, &got, m);
+    ex_expect_row(a, &got, m);
 }
 
 /* Someone answers reply id on that day. */
-static void answer(app *a, int64_t id, const char *day)
+static void answer(ex_app *a, int64_t id, const char *day)
 {
-    char state[6], msg[256];
     const char *args[1] = { day };
-    reply got, *m = model_find(a, id);
+    reply got, *m;
     uint64_t d = (uint64_t)parse_day(day);
 
-    say(a, "answer %" PRId64 " %-10s ", id, day);
-    if (!check(a, m != NULL, "reply %" PRId64 " is not in the model", id) ||
-        !check(a, write_reply(a, "UPDATE hot_reply SET replies = replies + 1,"
+    ex_say(a, "answer %" PRId64 " %-10s ", id, day);
+    m = ex_find(a, id);
+    if (!m ||
+        !ex_check(a, ex_write(a, "UPDATE hot_reply SET replies = replies + 1,"
                                  " last_reply_on = greatest(last_reply_on, $3)"
                                  " WHERE topic_id = $1 AND reply_id = $2" RETURNING,
-                              id, args, 1, &got, state, msg, sizeof msg),
-               "answer %" PRId64 ": %s %s", id, state, msg))
+                              id, args, 1, &got),
+                  "answer %" PRId64 ": %s %s", id, a->sqlstate, a->errmsg))
         return;
     m->v[REPLIES]++;
     if (d > m->v[DAY])
         m->v[DAY] = d;
-    expect_row(a, &got, m);
+    ex_expect_row(a, &got, m);
 }
 
 /* Writes that do not fit: refused by C (FEED_ERANGE) and by PostgreSQL
  * (SQLSTATE 22003); the row keeps its values and its place. */
-static void overflow(app *a)
+static void overflow(ex_app *a)
 {
-    char state[6] = "", msg[256] = "";
     const char *one[1] = { "1" }, *before_epoch[1] = { "2019-12-31" };
-    reply got, *top = model_find(a, 108);
+    reply *top;
     uint64_t v[NFIELDS];
     int64_t score = -1;
-    int rc, refused;
+    int rc;
 
-    say(a, "\nWrites that do not fit their fields:\n");
-    if (!check(a, top != NULL, "reply 108 is not in the model"))
+    ex_say(a, "\nWrites that do not fit their fields:\n");
+    top = ex_find(a, 108);
+    if (!top)
         return;
     memcpy(v, top->v, sizeof v);
     v[LIKES]++;
     rc = feed_score_pack(&a->layout, v, &score);
-    check(a, rc == FEED_ERANGE && score == -1,
-          "C packed %" PRIu64 " likes into 20 bits: %s", v[LIKES], feed_strerror(rc));
-    say(a, "like   108 +1 in C:   feed_score_pack(likes %" PRIu64 ", ...) = %s (%s)\n",
-        v[LIKES], rc == FEED_ERANGE ? "FEED_ERANGE" : "?", feed_strerror(rc));
+    ex_check(a, rc == FEED_ERANGE && score == -1,
+             "C packed %" PRIu64 " likes into 20 bits: %s", v[LIKES], feed_strerror(rc));
+    ex_say(a, "like   108 +1 in C:   feed_score_pack(likes %" PRIu64 ", ...) = %s (%s)\n",
+           v[LIKES], rc == FEED_ERANGE ? "FEED_ERANGE" : "?", feed_strerror(rc));
 
-    say(a, "like   108 +1 in SQL: ");
-    refused = !write_reply(a, "UPDATE hot_reply SET likes = likes + $3"
-                              " WHERE topic_id = $1 AND reply_id = $2" RETURNING,
-                           108, one, 1, &got, state, msg, sizeof msg);
-    check(a, refused && strcmp(state, "22003") == 0,
-          "UPDATE past 20 bits of likes: SQLSTATE %s, expected 22003", refused ? state : "none");
+    ex_say(a, "like   108 +1 in SQL: ");
+    ex_refused(a, "UPDATE past 20 bits of likes",
+               "UPDATE hot_reply SET likes = likes + $3"
+               " WHERE topic_id = $1 AND reply_id = $2" RETURNING, 108, one, 1);
 
-    say(a, "post   113 2019-12-31 (before day 0): ");
-    refused = !write_reply(a, "INSERT INTO hot_reply (topic_id, reply_id, last_reply_on)"
-                              " VALUES ($1, $2, $3)" RETURNING,
-                           113, before_epoch, 1, &got, state, msg, sizeof msg);
-    check(a, refused && strcmp(state, "22003") == 0,
-          "INSERT dated before 2020-01-01: SQLSTATE %s, expected 22003", refused ? state : "none");
-    say(a, "Neither statement changed anything, and the cache was not told anything.\n");
+    ex_say(a, "post   113 2019-12-31 (before day 0): ");
+    ex_refused(a, "INSERT dated before 2020-01-01",
+               "INSERT INTO hot_reply (topic_id, reply_id, last_reply_on)"
+               " VALUES ($1, $2, $3)" RETURNING, 113, before_epoch, 1);
+    ex_say(a, "Neither statement changed anything, and the cache was not told anything.\n");
 }
 
 /* ------------------------------------------------------------------------
- * Reading: walk the feed through feed_page, check it against the model
+ * The feed, for the shared code
  * ------------------------------------------------------------------------ */
 
-static void walk(app *a, const char *title, size_t limit, int print)
-{
-    reply want[sizeof a->model / sizeof a->model[0]];
-    int64_t last_score = FEED_FIRST, last_id = 0;
-    size_t k = 0, page = 0;
-    char day[16];
+static const ex_domain hot_replies = {
+    .name = "hot_replies",
+    .owner = "topic", .noun = "reply", .nouns = "replies",
 
-    expected(a, want);
-    print = print && !a->check;
-    if (print) {
-        printf("\n%s: topic %" PRId64 ", %zu replies a page\n", title, a->topic, limit);
-        printf("page  source   reply    likes  replies  last reply             score\n");
-    }
-    for (;;) {
-        feed_result r;
-        int rc = feed_page(a->f, a->topic, last_score, last_id, limit, &r);
+    /* feedcache reads the feed straight from hot_reply: keys hot:{topic}. */
+    .table = "hot_reply", .owner_column = "topic_id", .id_column = "reply_id",
+    .key_prefix = "hot",
+    .max_len = MAX_LEN,
+    .fields = hot_fields, .nfields = NFIELDS,
 
-        if (!check(a, rc == FEED_OK, "%s: page %zu: %s: %s", title, page + 1,
-                   feed_strerror(rc), feed_errmsg(a->f)))
-            return;
-        page++;
-        for (size_t i = 0; i < r.count; i++) {
-            uint64_t v[NFIELDS] = { 0, 0, 0 };
-            int64_t want_score = -1;
-            int urc = feed_score_unpack(&a->layout, r.items[i].score, v);
+    .schema = (const char *)hot_replies_sql,
+    .schema_file = "examples/hot_replies.sql",
+    .needs = "feed_score_pack(bigint[],integer[],boolean[])",
 
-            if (print && i == 0)
-                printf("%4zu  %-7s", page, source_name(r.source));
-            else if (print)
-                printf("%4s  %-7s", "", "");
-            if (print)
-                printf(" %6" PRId64 " %8" PRIu64 " %8" PRIu64 "  %-10s  %16" PRId64 "\n",
-                       r.items[i].id, v[LIKES], v[REPLIES], fmt_day(v[DAY], day),
-                       r.items[i].score);
-            if (!check(a, k < a->n, "%s: more than the %zu replies expected", title, a->n))
-                break;
-            feed_score_pack(&a->layout, want[k].v, &want_score);
-            check(a, urc == FEED_OK && r.items[i].id == want[k].id &&
-                     r.items[i].score == want_score &&
-                     memcmp(v, want[k].v, sizeof v) == 0,
-                  "%s, limit %zu: position %zu is reply %" PRId64 " (score %" PRId64
-                  "), expected reply %" PRId64 " (%" PRIu64 ", %" PRIu64 ", %" PRIu64 ")",
-                  title, limit, k + 1, r.items[i].id, r.items[i].score, want[k].id,
-                  want[k].v[0], want[k].v[1], want[k].v[2]);
-            k++;
-        }
-        if (!r.has_more || page > 1000) {
-            feed_result_free(&r);
-            break;
-        }
-        last_score = r.next_score;
-        last_id = r.next_id;
-        feed_result_free(&r);
-    }
-    check(a, k == a->n, "%s, limit %zu: the walk gave %zu replies, expected %zu", title,
-          limit, k, a->n);
-}
-
-/* PostgreSQL sorting the rows by the fields themselves agrees too. */
-static void check_sql_order(app *a)
-{
-    reply want[sizeof a->model / sizeof a->model[0]];
-    char topic_s[24];
-    const char *params[1] = { topic_s };
-    PGresult *res;
-    int n;
-
-    expected(a, want);
-    snprintf(topic_s, sizeof topic_s, "%" PRId64, a->topic);
-    res = sql(a, "SELECT reply_id, likes, replies, last_reply_on - DATE '2020-01-01', score"
-                 " FROM hot_reply WHERE topic_id = $1"
+    .by_fields = "SELECT" COLUMNS " FROM hot_reply WHERE topic_id = $1"
                  " ORDER BY likes DESC, replies DESC, last_reply_on DESC, reply_id DESC",
-              1, params);
-    n = PQntuples(res);
-    if (sql_ok(a, res, "reading the topic") &&
-        check(a, (size_t)n == a->n, "SQL has %d replies, expected %zu", n, a->n)) {
-        for (int i = 0; i < n; i++) {
-            reply got;
-            int64_t c_score = -1, sql_score = strtoll(PQgetvalue(res, i, 4), NULL, 10);
-            got.id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
-            for (int j = 0; j < NFIELDS; j++)
-                got.v[j] = strtoull(PQgetvalue(res, i, 1 + j), NULL, 10);
-            expect_row(a, &got, &want[i]);
-            feed_score_pack(&a->layout, got.v, &c_score);
-            check(a, c_score == sql_score, "reply %" PRId64 ": SQL score %" PRId64
-                  ", C packs %" PRId64, got.id, sql_score, c_score);
-        }
-    }
-    PQclear(res);
-}
+    .order = hotter_first,
+    .order_text = "(likes, replies, day, reply id) DESC",
 
-/* ------------------------------------------------------------------------ */
-
-static const char *env_or(const char *name, const char *dflt)
-{
-    const char *v = getenv(name);
-
-    return v && *v ? v : dflt;
-}
-
-static int usage(const char *argv0)
-{
-    fprintf(stderr, "usage: %s [--check] [--topic N] [--limit N]\n", argv0);
-    return 2;
-}
+    .print_fields = print_fields,
+    .walk_header = "page  source   reply    likes  replies  last reply             score",
+    .id_pad = 1,
+};
 
 int main(int argc, char **argv)
 {
-    app a;
-    feed_config cfg;
-    int rc;
+    ex_app a;
+    int rc = ex_open(&a, &hot_replies, argc, argv);   /* and an empty topic */
 
-    memset(&a, 0, sizeof a);
-    a.topic = 1;
-    a.limit = 4;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--check") == 0)
-            a.check = 1;
-        else if (strcmp(argv[i], "--topic") == 0 && i + 1 < argc)
-            a.topic = strtoll(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc)
-            a.limit = strtoul(argv[++i], NULL, 10);
-        else
-            return usage(argv[0]);
-    }
-    if (a.topic < 0 || a.limit < 1 || a.limit > 100)
-        return usage(argv[0]);
+    if (rc != 0)
+        return rc;
 
-    rc = feed_layout_init(&a.layout, hot_fields, NFIELDS);
-    if (rc != FEED_OK) {
-        printf("FAIL: feed_layout_init: %s\n", feed_strerror(rc));
-        return 1;
-    }
-
-    /* The schema first: feed_open prepares its queries against the table. */
-    a.pg = PQconnectdb(env_or("FEED_PG_CONNINFO", ""));
-    if (PQstatus(a.pg) != CONNECTION_OK) {
-        printf("FAIL: PostgreSQL: %s", PQerrorMessage(a.pg));
-        PQfinish(a.pg);
-        return 1;
-    }
-    if (!load_schema(&a)) {
-        PQfinish(a.pg);
-        return 1;
-    }
-
-    /* feedcache reads the feed straight from hot_reply. */
-    feed_config_init(&cfg);
-    cfg.redis_host = env_or("FEED_REDIS_HOST", "127.0.0.1");
-    cfg.redis_port = atoi(env_or("FEED_REDIS_PORT", "6379"));
-    cfg.pg_conninfo = env_or("FEED_PG_CONNINFO", "");
-    cfg.key_prefix = "hot";             /* keys hot:{topic} */
-    cfg.table = "hot_reply";
-    cfg.owner_column = "topic_id";
-    cfg.score_column = "score";
-    cfg.id_column = "reply_id";
-    cfg.max_len = MAX_LEN;
-    rc = feed_open(&a.f, &cfg);
-    if (rc != FEED_OK) {
-        printf("FAIL: feed_open: %s: %s\n", feed_strerror(rc), feed_errmsg(NULL));
-        PQfinish(a.pg);
-        return 1;
-    }
-
-    /* A fresh topic: no rows, no cached copy. */
-    {
-        char topic_s[24];
-        const char *params[1] = { topic_s };
-        PGresult *res;
-
-        snprintf(topic_s, sizeof topic_s, "%" PRId64, a.topic);
-        res = sql(&a, "DELETE FROM hot_reply WHERE topic_id = $1", 1, params);
-        sql_ok(&a, res, "emptying the topic");
-        PQclear(res);
-        rc = feed_invalidate(a.f, a.topic);
-        check(&a, rc == FEED_OK, "feed_invalidate: %s: %s", feed_strerror(rc),
-              feed_errmsg(a.f));
-    }
-
-    say(&a, "Hot replies: likes (20 bits), then replies (17), then latest reply day (16),\n"
-            "then reply id, all descending. The cache keeps the top %d of a topic.\n\n",
-        MAX_LEN);
-    say(&a, "%-22s%8s %8s  %-10s  %16s  %s\n", "", "likes", "replies", "last reply", "score",
-        "C pack");
+    ex_say(&a, "Hot replies: likes (20 bits), then replies (17), then latest reply day (16),\n"
+               "then reply id, all descending. The cache keeps the top %d of a topic.\n\n",
+           MAX_LEN);
+    ex_say(&a, "%-22s%8s %8s  %-10s  %16s  %s\n", "", "likes", "replies", "last reply",
+           "score", "C pack");
     for (size_t i = 0; i < NSEEDS; i++)
         post(&a, &seeds[i]);
-    walk(&a, "Walk 1", a.limit, 1);
+    ex_walk(&a, "Walk 1", a.limit, 1);
 
-    say(&a, "\nWriters: UPDATE ... RETURNING score, then feed_on_insert(topic, score, reply)\n");
-    say(&a, "%-22s%8s %8s  %-10s  %16s  %s\n", "", "likes", "replies", "last reply", "score",
-        "C pack");
+    ex_say(&a, "\nWriters: UPDATE ... RETURNING score,"
+               " then feed_on_insert(topic, score, reply)\n");
+    ex_say(&a, "%-22s%8s %8s  %-10s  %16s  %s\n", "", "likes", "replies", "last reply",
+           "score", "C pack");
     like(&a, 110, 45);               /* 47 likes: second, above 104's 40 */
     answer(&a, 101, "2025-03-06");   /* (12, 4, 03-06): after 103's 5 replies */
     like(&a, 112, 3);                /* from the bottom ... */
     answer(&a, 112, "2025-03-02");   /* ... to (3, 1, 03-02), a tie with 107 and 109 */
     overflow(&a);
-    walk(&a, "Walk 2", a.limit, 1);
+    ex_walk(&a, "Walk 2", a.limit, 1);
 
-    /* Quietly: every page size over the cache the hooks kept; the same from
-     * a fresh rebuild (what SQL holds now); the rows as PostgreSQL sorts
-     * them by their fields. */
-    for (size_t lim = 1; lim <= NSEEDS + 1; lim++)
-        walk(&a, "Walk 2 again", lim, 0);
-    rc = feed_invalidate(a.f, a.topic);
-    check(&a, rc == FEED_OK, "feed_invalidate: %s: %s", feed_strerror(rc), feed_errmsg(a.f));
-    walk(&a, "Walk 2 after a rebuild", 3, 0);
-    walk(&a, "Walk 2 after a rebuild", 100, 0);
-    check_sql_order(&a);
-
-    if (a.failures)
-        printf("hot_replies: %d of %d checks FAILED\n", a.failures, a.checks);
-    else
-        printf("hot_replies: all %d checks passed: the walks follow (likes, replies, day, "
-               "reply id) DESC\n", a.checks);
-    feed_close(a.f);
-    PQfinish(a.pg);
-    return a.failures ? 1 : 0;
+    /* Quietly: every page size from 1 to 13, then after a rebuild, then the
+     * rows as PostgreSQL sorts them by their fields. */
+    ex_recheck(&a, NSEEDS + 1);
+    return ex_finish(&a);
 }
