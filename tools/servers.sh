@@ -12,7 +12,8 @@
 #                pg/ pg.port pg.log sock/                          (PostgreSQL)
 #                env
 # Ports: FEED_REDIS_PORT / FEED_PG_PORT choose them for a fresh DIR, otherwise
-# free ones are picked at random; a restart always reuses the DIR's port.
+# free ones below the ephemeral range are picked at random; a restart always
+# reuses the DIR's port.
 set -euo pipefail
 
 die() { echo "servers.sh: $*" >&2; exit 1; }
@@ -61,14 +62,19 @@ wait_gone() {  # pid: up to ~10 s
     return 1
 }
 
-port_free() {  # nothing listening and nothing accepting a connection
-    ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q . &&
+port_free() {  # no socket on it in any state, and nothing accepting
+    ! ss -Htan "sport = :$1" 2>/dev/null | grep -q . &&
         ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
+# Random ports below the kernel's ephemeral range: above it, any outgoing
+# connection (the tests' own) may take the port between our check and the
+# server's bind.
 pick_port() {  # avoid: a port already chosen for the other server
-    local p i
+    local p i low
+    low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    ((low > 12000)) || low=32768
     for ((i = 0; i < 100; i++)); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        p=$((10000 + (RANDOM * 32768 + RANDOM) % (low - 10000)))
         [[ $p != "${1:-}" ]] && port_free "$p" && { echo "$p"; return; }
     done
     die "no free loopback port found"
