@@ -183,9 +183,7 @@ int main(void)
     int rc;
 
     atexit(cleanup);
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
+    pg = tu_begin(&r);
     redisFree(r);
     tu_insert_rows(pg, 42, 30, score_of, id_of);
     start_server();

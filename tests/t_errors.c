@@ -224,9 +224,7 @@ static void foreign_redis_data(void)
 
 int main(void)
 {
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
+    pg = tu_begin(&r);
     null_and_range_arguments();
     bad_configs();
     configs();

@@ -225,13 +225,8 @@ static void frozen(void)
 
 int main(void)
 {
-    redisContext *r;
-
     fault_setup();
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
-    redisFree(r);
+    pg = tu_begin(NULL);
     tu_insert_rows(pg, 700, 40, score_of, id_of);
     tu_insert_rows(pg, 701, 10, score_of, id_of);
 

@@ -262,13 +262,8 @@ static void restart_between_calls(void)
 
 int main(void)
 {
-    redisContext *r;
-
     fault_setup();
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
-    redisFree(r);
+    pg = tu_begin(NULL);
     /* The test cluster runs with synchronous_commit = off: an immediate
      * shutdown would lose the last commits. These rows must survive it. */
     tu_sql(pg, "SET synchronous_commit = on");

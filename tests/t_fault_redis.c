@@ -387,13 +387,8 @@ static void restarted_empty(void)
 
 int main(void)
 {
-    redisContext *r;
-
     fault_setup();
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
-    redisFree(r);
+    pg = tu_begin(NULL);
     tu_insert_rows(pg, UID, ROWS, score_of, id_of);
     nwant = tu_sql_feed(pg, UID, &want);
 

@@ -275,9 +275,7 @@ int main(void)
 {
     feed_config cfg;
 
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
+    pg = tu_begin(&r);
     tu_config(&cfg);
     cfg.max_len = MAX_LEN;
     f = tu_open(&cfg);

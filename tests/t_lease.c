@@ -207,9 +207,7 @@ static void waiter_served_by_cache(void)
 
 int main(void)
 {
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
+    pg = tu_begin(&r);
     stampede();
     cancelled_rebuild();
     busy_lease();

@@ -132,9 +132,7 @@ int main(void)
     int steps = steps_env ? atoi(steps_env) : 1500;
     uint64_t seeds[] = { 1, 20261121, 0x5eed5eedULL };
 
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
+    pg = tu_begin(&r);
     if (seed_env) {
         uint64_t s = strtoull(seed_env, NULL, 10);
         ok(run(s, steps), "seed %llu: every walk equals SQL", (unsigned long long)s);

@@ -135,9 +135,7 @@ static void parsers(void)
 
 int main(void)
 {
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
+    pg = tu_begin(&r);
     extremes_round_trip();
     out_of_range_row_in_sql();
     parsers();

@@ -658,9 +658,7 @@ int main(void)
     tap_diag("seed %llu (FEED_STRESS_SEED to replay the SQL set-up's choices)",
              (unsigned long long)seed);
 
-    pg = tu_pg();
-    r = tu_redis();
-    tu_reset(pg, r);
+    pg = tu_begin(&r);
     redisFree(r);
     tu_sql(pg, "SELECT setseed(%f)", (double)(seed % 1000) / 1000.0);
     wr = calloc((size_t)writers_n, sizeof *wr);

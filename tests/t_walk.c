@@ -212,9 +212,7 @@ static void odd_cursors(void)
 
 int main(void)
 {
-    pg = tu_pg();
-    rc_ = tu_redis();
-    tu_reset(pg, rc_);
+    pg = tu_begin(&rc_);
     walks_of_every_length();
     small_feed_sends_no_sql();
     tie_groups();

@@ -135,6 +135,19 @@ void tu_reset(PGconn *pg, redisContext *r)
     freeReplyObject(tu_redis_cmd(r, "FLUSHDB"));
 }
 
+PGconn *tu_begin(redisContext **r)
+{
+    PGconn *pg = tu_pg();
+    redisContext *redis = tu_redis();
+
+    tu_reset(pg, redis);
+    if (r)
+        *r = redis;
+    else
+        redisFree(redis);
+    return pg;
+}
+
 size_t tu_sql_feed(PGconn *pg, int64_t uid, feed_item **out)
 {
     PGresult *res;

@@ -23,6 +23,11 @@ redisReply *tu_redis_cmd(redisContext *r, const char *fmt, ...);
 /* Empty the table and the Redis database. */
 void tu_reset(PGconn *pg, redisContext *r);
 
+/* A test's start: connect to both servers and empty them. Returns the
+ * PostgreSQL connection; the Redis one goes to *r, or is closed when r is
+ * NULL. */
+PGconn *tu_begin(redisContext **r);
+
 /* uid's whole feed from SQL, in order; *out is malloc'd. */
 size_t tu_sql_feed(PGconn *pg, int64_t uid, feed_item **out);
 
