@@ -94,7 +94,6 @@ void feed__lease_token(feed *f, char buf[33]);
 /* redis.c -- every function returns with the connection either healthy or
  * dropped (NULL), never half-read. */
 int  feed__redis_connect(feed *f);
-int  feed__redis_ready(feed *f);
 void feed__redis_drop(feed *f);
 redisReply *feed__redis_command(feed *f, int argc, const char **argv,
                                 const size_t *lens);

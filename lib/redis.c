@@ -344,7 +344,7 @@ int feed__redis_connect(feed *f)
 
 /* Connected, or reconnected if the last attempt is old enough; then any
  * repairs pending for this store go first. */
-int feed__redis_ready(feed *f)
+static int redis_ready(feed *f)
 {
     int rc;
 
@@ -375,7 +375,7 @@ static redisReply *round_trip(feed *f, int argc, const char **argv,
     int retried = 0;
 
     for (;;) {
-        if (feed__redis_ready(f) != FEED_OK)
+        if (redis_ready(f) != FEED_OK)
             return NULL;
         f->stats.redis_calls++;
         r = redisCommandArgv(f->redis, argc, argv, lens);
@@ -526,7 +526,7 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
     redisReply *r = NULL;
     int failed = 0;
 
-    if (feed__redis_ready(f) != FEED_OK)
+    if (redis_ready(f) != FEED_OK)
         return NULL;
     if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK)
         return NULL;
@@ -576,7 +576,7 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
     int rc = FEED_OK;
     size_t sent = 0;
 
-    if (feed__redis_ready(f) != FEED_OK)
+    if (redis_ready(f) != FEED_OK)
         return FEED_EREDIS;
     for (size_t i = 0; i < n; i++) {
         if (done[i])
