@@ -50,38 +50,53 @@ static int is_str(const redisReply *r)
     return r->type == REDIS_REPLY_STRING;
 }
 
-/* {member, score, ..., ended, hit} or {leased, 0}, the status last (page.lua
- * extends the ZREVRANGE reply in place, bench/: no copy in Lua); checked
- * element by element. hit = 2: the first pair is the cursor item itself,
- * fetched by the seek to check its score; it is checked and skipped here. */
+/* The pair at element i is the end marker: member "end", score "-inf". */
+static int is_end_marker(const redisReply *r, size_t i)
+{
+    const redisReply *m = r->element[i], *s = r->element[i + 1];
+
+    return is_str(m) && is_str(s) && m->len == strlen(FEED_END_MEMBER) &&
+           memcmp(m->str, FEED_END_MEMBER, m->len) == 0 &&
+           s->len == 4 && memcmp(s->str, "-inf", 4) == 0;
+}
+
+/* page.lua answers a hit with the ZREVRANGE reply itself, {member, score,
+ * ...}, and a miss with an integer, 1 = we hold the lease (bench/: the
+ * script returns at once, no status added in Lua). So the two facts the
+ * script used to add are read here: after a cursor, a first pair that is the
+ * cursor item at the cursor's score is the seek's check, not part of the
+ * page, and is dropped; a last pair that is the end marker means the page is
+ * complete without SQL. Everything else is checked element by element. */
 static int parse_answer(feed *f, const redisReply *r, const page_req *q,
                         cache_answer *a)
 {
-    const redisReply *status, *flag;
     size_t n, first = 0;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2)
-        return bad_reply(f, "not {..., flag, status}");
-    flag = r->element[r->elements - 2];
-    status = r->element[r->elements - 1];
-    if (!is_int(flag) || !is_int(status) || status->integer < 0 || status->integer > 2)
-        return bad_reply(f, "not {..., flag, status}");
-    a->hit = status->integer != 0;
-    if (!a->hit) {
-        a->leased = flag->integer == 1;
-        return r->elements == 2 ? FEED_OK : bad_reply(f, "miss with items");
+    if (is_int(r)) {
+        if (r->integer != 0 && r->integer != 1)
+            return bad_reply(f, "a miss that is neither 0 nor 1");
+        a->leased = r->integer == 1;
+        return FEED_OK;
     }
-    a->ended = flag->integer == 1;
-    if (status->integer == 2) {
-        int64_t id;
-        const redisReply *m = r->element[0];
-        if (q->first || r->elements < 4 || !is_str(m) ||
-            feed__member_decode(m->str, m->len, &id) != FEED_OK || id != q->id)
-            return bad_reply(f, "the first pair is not the cursor item");
-        first = 2;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0)
+        return bad_reply(f, "not {member, score, ...}");
+    a->hit = 1;
+    n = r->elements / 2;
+    if (n > 0 && is_end_marker(r, r->elements - 2)) {
+        a->ended = 1;
+        n--;
     }
-    n = (r->elements - 2 - first) / 2;
-    if ((r->elements - 2 - first) % 2 != 0 || n > q->limit + 1)
+    if (!q->first && n > 0) {
+        const redisReply *m = r->element[0], *s = r->element[1];
+        int64_t id, score;
+        if (is_str(m) && is_str(s) &&
+            feed__member_decode(m->str, m->len, &id) == FEED_OK && id == q->id &&
+            feed__parse_score(s->str, s->len, &score) == FEED_OK && score == q->score) {
+            first = 2;
+            n--;
+        }
+    }
+    if (n + a->ended > q->limit + 1)
         return bad_reply(f, "item count");
     a->rows.items = malloc((n + 1) * sizeof *a->rows.items);
     if (!a->rows.items)
@@ -130,10 +145,10 @@ static int ask_cache(feed *f, const page_req *q, cache_answer *a)
     argv[2] = want;
     argv[3] = score;
     argv[4] = member;
-    argv[5] = f->ttl_ms;
-    argv[6] = a->token;
-    argv[7] = f->lease_ms;
-    r = feed__redis_script(f, FEED_SCRIPT_PAGE, 2, 8, argv, NULL);
+    argv[5] = a->token;
+    argv[6] = f->lease_ms;
+    argv[7] = f->ttl_ms;    /* read on first pages only: not sent after a cursor */
+    r = feed__redis_script(f, FEED_SCRIPT_PAGE, 2, q->first ? 8 : 7, argv, NULL);
     if (!r)
         return FEED_EREDIS;
     rc = parse_answer(f, r, q, a);

@@ -200,6 +200,23 @@ static void odd_cursors(void)
        "cursor item rescored: the page after its old place equals SQL");
     feed_result_free(&r);
 
+    /* Move the cursor item down to just below its old place: the seek finds
+     * it cached under the cursor's id but at another score, so it is the
+     * first item of the page, not the cursor to drop. */
+    {
+        size_t k = 15;
+        while (k + 1 < n && all[k].score == all[k + 1].score)
+            k++;
+        feed_on_insert(f, 500, all[k].score - 1, all[k].id);
+        tu_insert(pg, 500, all[k].score - 1, all[k].id);
+        ok(page_equals_sql(f, 500, all[k].score, all[k].id, 10, &r),
+           "cursor item moved just below its place: the page after it equals SQL");
+        ok(r.count > 0 && r.items[0].id == all[k].id && r.items[0].score == all[k].score - 1,
+           "  and starts with that item at its new score");
+        is_int(r.source, FEED_SOURCE_CACHE, "  from the cache");
+        feed_result_free(&r);
+    }
+
     /* Scores below and above everything. */
     ok(page_equals_sql(f, 500, -FEED_SCORE_MAX, 0, 10, &r), "cursor below everything: empty");
     feed_result_free(&r);
