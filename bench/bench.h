@@ -18,7 +18,8 @@
 
 /* Peers' scripts, bench/lua/peer_*.lua, embedded by tools/embed. */
 extern const char feed_lua_peer_zrevrange[], feed_lua_peer_next_page[],
-                  feed_lua_peer_reload[], feed_lua_peer_noop[], feed_lua_peer_min_batch[];
+                  feed_lua_peer_reload[], feed_lua_peer_noop[], feed_lua_peer_min_batch[],
+                  feed_lua_peer_seek[];
 /* The library's own insert hook (build/lib/scripts.o, in libfeedcache.a), for
  * the fan-out made of one call per feed. */
 extern const char feed_lua_insert[];

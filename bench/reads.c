@@ -3,9 +3,11 @@
  *   section "pages":  a cached page (feed_page) at depth 0 / 500 / 990 of a
  *     1,000-item feed and inside a 10,000-item tie group, against a bare
  *     ZREVRANGE from hiredis (the raw ceiling), a Lua script doing only that
- *     ZREVRANGE (the floor of a scripted read) and the common next-page
- *     script; pages/s, per-call p50/p99, Redis server time per call (INFO
- *     commandstats) and Redis process CPU per call. Then the common script
+ *     ZREVRANGE (the floor of a scripted read), a Lua script doing only the
+ *     two calls of an exact seek (ZREVRANK + ZREVRANGE: the floor of page.lua
+ *     after a cursor) and the common next-page script; pages/s, per-call
+ *     p50/p99, Redis server time per call (INFO commandstats) and Redis
+ *     process CPU per call. Then the common script
  *     against feed_page on a 100,000-item cache (max_len 100,000).
  *   section "memory": MEMORY USAGE per item for max_len 127 and 1,000, in
  *     the default encoding and with zset-max-listpack-entries raised to fit,
@@ -103,6 +105,38 @@ static void lua_init(raw_ctx *x, redisContext *c, const char *key, size_t depth,
     x->argv[3] = key;
     x->argv[4] = x->start;
     x->argv[5] = x->stop;
+    for (int i = 0; i < 6; i++)
+        x->lens[i] = strlen(x->argv[i]);
+}
+
+/* The exact-seek peer (bench/lua/peer_seek.lua): the cursor member, and
+ * after a cursor the reply's first pair is the cursor item itself. */
+static int op_seek(void *arg)
+{
+    raw_ctx *x = arg;
+    feed_item items[PAGE_LIMIT + 1];
+    redisReply *r = redisCommandArgv(x->c, 6, x->argv, x->lens);
+    int n = parse_pairs(r, x->stop[0] ? 2 : 0, items, PAGE_LIMIT + 1);
+
+    freeReplyObject(r);
+    return n < 0;
+}
+
+static void seek_init(raw_ctx *x, redisContext *c, const char *key, const page_pos *p,
+                      const char *sha)
+{
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    snprintf(x->start, sizeof x->start, "%d", PAGE_LIMIT + 1);
+    if (!p->first)
+        member_of(p->id, x->stop);
+    memcpy(x->sha, sha, 41);
+    x->argv[0] = "EVALSHA";
+    x->argv[1] = x->sha;
+    x->argv[2] = "1";
+    x->argv[3] = key;
+    x->argv[4] = x->start;    /* items to return */
+    x->argv[5] = x->stop;     /* the cursor member, "" for the first page */
     for (int i = 0; i < 6; i++)
         x->lens[i] = strlen(x->argv[i]);
 }
@@ -210,10 +244,10 @@ typedef struct depth_case {
     int         targeted;      /* counts for the >= 0.9x / <= 1.3x targets */
 } depth_case;
 
-enum { V_RAW, V_LUA, V_FEED, V_NEXT, NV };
+enum { V_RAW, V_LUA, V_FEED, V_NEXT, V_SEEK, NV };
 static const char *const vname[NV] = {
     "raw ZREVRANGE (hiredis)", "bare Lua ZREVRANGE", "feedcache feed_page",
-    "common next-page script"
+    "common next-page script", "bare Lua exact seek"
 };
 
 void section_pages(void)
@@ -225,7 +259,7 @@ void section_pages(void)
          *fbig = b_open("big", 100000);
     feed_item *k1, *tie;
     size_t n1k = sql_feed(pg, UID_1K, &k1), ntie = sql_feed(pg, UID_TIE, &tie);
-    char lua_sha[41], next_sha[41];
+    char lua_sha[41], next_sha[41], seek_sha[41];
     depth_case cases[5];
     size_t ncases = 0;
     int rounds = q_rounds(17);
@@ -241,6 +275,7 @@ void section_pages(void)
             UID_1K, n1k, UID_TIE, ntie);
     b_script_load(c, feed_lua_peer_zrevrange, lua_sha);
     b_script_load(c, feed_lua_peer_next_page, next_sha);
+    b_script_load(c, feed_lua_peer_seek, seek_sha);
     warm(f1k, c, UID_1K, "feed", 1001);
     warm(ftie, c, UID_TIE, "tie", 10001);
 
@@ -279,15 +314,15 @@ void section_pages(void)
         die("tmpfile failed");
     fprintf(lat, "| case | raw p50 / p99 | bare Lua p50 / p99 | **feedcache** p50 / p99"
             " | common p50 / p99 |\n| --- | ---: | ---: | ---: | ---: |\n");
-    fprintf(srv, "| case | raw ZREVRANGE | bare Lua ZREVRANGE | **feedcache** | common next-page"
-            " | feedcache / bare Lua (target <= 1.3) | Redis process CPU per call:"
-            " raw / bare Lua / feedcache |\n"
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    fprintf(srv, "| case | raw ZREVRANGE | bare Lua ZREVRANGE | bare Lua exact seek | **feedcache**"
+            " | common next-page | feedcache / bare Lua (target <= 1.3) | the floor: exact seek"
+            " / bare Lua | Redis process CPU per call: raw / bare Lua / feedcache |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
 
     for (size_t i = 0; i < ncases; i++) {
         depth_case *dc = &cases[i];
         char key[64];
-        raw_ctx raw, lua;
+        raw_ctx raw, lua, seek;
         next_ctx next;
         page_ctx page = { dc->f, dc->uid, dc->pos };
         variant v[NV];
@@ -297,13 +332,17 @@ void section_pages(void)
         snprintf(key, sizeof key, "%s:{%lld}", dc->prefix, (long long)dc->uid);
         raw_init(&raw, c, key, dc->pos.depth);
         lua_init(&lua, c, key, dc->pos.depth, lua_sha);
+        seek_init(&seek, c, key, &dc->pos, seek_sha);
         next_init(&next, c, key, &dc->pos, next_sha);
         memset(v, 0, sizeof v);
         v[V_RAW] = (variant){ .name = vname[V_RAW], .op = op_raw, .ctx = &raw, .cmd = "zrevrange" };
         v[V_LUA] = (variant){ .name = vname[V_LUA], .op = op_lua, .ctx = &lua, .cmd = "evalsha" };
         v[V_FEED] = (variant){ .name = vname[V_FEED], .op = op_page, .ctx = &page, .cmd = "evalsha" };
         v[V_NEXT] = (variant){ .name = vname[V_NEXT], .op = op_next, .ctx = &next, .cmd = "evalsha" };
-        run_rounds(v, NV, rounds, secs, 3, stats, rpid);
+        v[V_SEEK] = (variant){ .name = vname[V_SEEK], .op = op_seek, .ctx = &seek, .cmd = "evalsha" };
+        /* The exact-seek peer needs the cursor item cached: not in the
+         * deleted-cursor row (V_SEEK is last, so it is simply left out). */
+        run_rounds(v, dc->targeted ? NV : NV - 1, rounds, secs, 3, stats, rpid);
 
         r_raw = paired_ratio(&v[V_FEED], &v[V_RAW]);
         r_next = paired_ratio(&v[V_FEED], &v[V_NEXT]);
@@ -331,11 +370,17 @@ void section_pages(void)
                 NUM(sm_pct(&v[V_LUA].lat_us, 50)), NUM(sm_pct(&v[V_LUA].lat_us, 99)),
                 NUM(sm_pct(&v[V_FEED].lat_us, 50)), NUM(sm_pct(&v[V_FEED].lat_us, 99)),
                 NUM(sm_pct(&v[V_NEXT].lat_us, 50)), NUM(sm_pct(&v[V_NEXT].lat_us, 99)));
-        fprintf(srv, "| %s | %s µs | %s µs | **%s µs** | %s µs | %.2fx %s | %s / %s / %s µs |\n",
+        char seek_us[32] = "-", seek_ratio[32] = "-";
+        if (dc->targeted) {
+            snprintf(seek_us, sizeof seek_us, "%s µs", NUM(sm_median(&v[V_SEEK].srv_us)));
+            snprintf(seek_ratio, sizeof seek_ratio, "%.2fx", paired_ratio_srv(&v[V_SEEK], &v[V_LUA]));
+        }
+        fprintf(srv, "| %s | %s µs | %s µs | %s | **%s µs** | %s µs | %.2fx %s | %s"
+                " | %s / %s / %s µs |\n",
                 dc->label,
-                NUM(sm_median(&v[V_RAW].srv_us)), NUM(sm_median(&v[V_LUA].srv_us)),
+                NUM(sm_median(&v[V_RAW].srv_us)), NUM(sm_median(&v[V_LUA].srv_us)), seek_us,
                 NUM(sm_median(&v[V_FEED].srv_us)), NUM(sm_median(&v[V_NEXT].srv_us)),
-                r_srv, dc->targeted ? verdict(r_srv <= 1.3) : "(no target)",
+                r_srv, dc->targeted ? verdict(r_srv <= 1.3) : "(no target)", seek_ratio,
                 NUM(sm_median(&v[V_RAW].cpu_us)), NUM(sm_median(&v[V_LUA].cpu_us)),
                 NUM(sm_median(&v[V_FEED].cpu_us)));
         fprintf(dat, "\"%s\" %.1f %.1f %.1f %.1f %.3f %.3f %.3f %.3f\n", dc->short_label,
@@ -354,7 +399,11 @@ void section_pages(void)
     fprintf(md, "\nRedis server time per call, from INFO commandstats (`cmdstat_zrevrange`"
             " for the raw call, `cmdstat_evalsha` for the scripts: the script's whole run),"
             " median over rounds; and the CPU time of the whole redis-server process per"
-            " call (/proc schedstat: also reading, parsing and replying):\n\n");
+            " call (/proc schedstat: also reading, parsing and replying). The bare Lua"
+            " exact seek (bench/lua/peer_seek.lua) is the floor of any exact seek on"
+            " Redis 7.0: ZREVRANK of the cursor item, then ZREVRANGE from it, its own"
+            " pair included (its score shows it has not moved); page.lua minus"
+            " everything but those two calls:\n\n");
     rewind(srv);
     for (int ch; (ch = getc(srv)) != EOF;)
         putc(ch, md);
