@@ -40,22 +40,26 @@ extern int fuzz_pg_down;
  * server sends, before the elements arrive ("*2000000000\r\n" asks for 16
  * GB). The server is trusted (README, "Reliability and security"), so such
  * counts are outside what these targets explore: inputs announcing an array
- * or a bulk string longer than this are skipped. */
+ * or a bulk string longer than this are skipped.
+ *
+ * A header can start anywhere, not only after a '\n': hiredis skips the two
+ * bytes after a bulk string's payload without reading them, so in
+ * "$1\r\nx00*494174091\r\n" the array header follows "00". Every '*' and
+ * '$' is therefore taken as a header. Signs need no care: this hiredis
+ * refuses every negative count but -1 and every count past INT_MAX. */
 #define FUZZ_MAX_COUNT 4096
 
 static inline int fuzz_counts_sane(const uint8_t *data, size_t size)
 {
     for (size_t i = 0; i < size; i++) {
-        if ((data[i] == '*' || data[i] == '$') && (i == 0 || data[i - 1] == '\n')) {
-            unsigned long long n = 0;
-            size_t k = i + 1;
-            if (k < size && data[k] == '-')
-                continue;
-            for (; k < size && data[k] >= '0' && data[k] <= '9'; k++) {
-                n = n * 10 + (unsigned)(data[k] - '0');
-                if (n > FUZZ_MAX_COUNT)
-                    return 0;
-            }
+        unsigned long long n = 0;
+
+        if (data[i] != '*' && data[i] != '$')
+            continue;
+        for (size_t k = i + 1; k < size && data[k] >= '0' && data[k] <= '9'; k++) {
+            n = n * 10 + (unsigned)(data[k] - '0');
+            if (n > FUZZ_MAX_COUNT)
+                return 0;
         }
     }
     return 1;
