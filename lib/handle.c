@@ -40,7 +40,7 @@ const char *feed_strerror(int code)
     switch (code) {
     case FEED_OK:           return "success";
     case FEED_EINVAL:       return "invalid argument";
-    case FEED_ERANGE:       return "score out of range";
+    case FEED_ERANGE:       return "score or composite field out of range";
     case FEED_EREDIS:       return "Redis failed";
     case FEED_EPG:          return "PostgreSQL failed";
     case FEED_ENOMEM:       return "out of memory";

@@ -58,6 +58,10 @@ static void null_and_range_arguments(void)
                 distinct &= strcmp(feed_strerror(codes[i]), feed_strerror(codes[j])) != 0;
         ok(distinct, "feed_strerror gives each code its own text");
         is_str(feed_strerror(12345), "unknown error code", "and a text for an unknown code");
+        /* feed_score_pack() and feed_score_unpack() return FEED_ERANGE for
+         * a field too wide, not only for a score: the text says both. */
+        is_str(feed_strerror(FEED_ERANGE), "score or composite field out of range",
+               "FEED_ERANGE's text covers a composite field too");
     }
     feed_close(f);
 }
