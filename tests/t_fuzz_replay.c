@@ -197,9 +197,9 @@ static size_t mutate(uint8_t *buf, size_t cap, const input *src, const input *ot
 }
 
 /* The filter every Redis-bytes target applies (fuzz.h) must see a huge
- * count wherever hiredis would read one as a header. The second input is
- * the one CI's `make fuzz` stopped on (libFuzzer: out-of-memory, a 3.9 GB
- * calloc): its array header followed the two bytes hiredis skips after a
+ * count wherever hiredis would read one as a header. from_ci is the start
+ * of the input CI's `make fuzz` stopped on (libFuzzer: out-of-memory, a 3.9
+ * GB calloc): its array header followed the two bytes hiredis skips after a
  * bulk string, not a '\n'. */
 static void check_count_filter(void)
 {
