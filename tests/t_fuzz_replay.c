@@ -26,6 +26,7 @@
 #include "fuzz/fake_pg.c"
 
 #include "tap.h"
+#include "testutil.h"
 
 typedef int target_fn(const uint8_t *, size_t);
 
@@ -127,14 +128,7 @@ static size_t load_corpus(const char *name, input **out)
     return n;
 }
 
-static uint64_t rng = 0x5eed5eed12345ULL;
-static uint64_t next_rand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+static uint64_t rng = 0x5eed5eed12345ULL;     /* tu_rand's state: the same inputs every run */
 
 static const char *const words[] = {
     "\r\n", "*2\r\n", "$19\r\n", ":0\r\n", ":1\r\n", ":2\r\n", "+OK\r\n", "+QUEUED\r\n", "$-1\r\n",
@@ -146,23 +140,23 @@ static const char *const words[] = {
 static size_t mutate(uint8_t *buf, size_t cap, const input *src, const input *other)
 {
     size_t n = src->size < cap ? src->size : cap;
-    int rounds = 1 + (int)(next_rand() % 4);
+    int rounds = 1 + (int)(tu_rand(&rng) % 4);
 
     memcpy(buf, src->data, n);
     for (int k = 0; k < rounds; k++) {
-        size_t at = n ? (size_t)(next_rand() % n) : 0;
-        switch (next_rand() % 6) {
+        size_t at = n ? (size_t)(tu_rand(&rng) % n) : 0;
+        switch (tu_rand(&rng) % 6) {
         case 0:                                          /* flip a byte */
             if (n)
-                buf[at] ^= (uint8_t)(1u << (next_rand() % 8));
+                buf[at] ^= (uint8_t)(1u << (tu_rand(&rng) % 8));
             break;
         case 1:                                          /* random byte */
             if (n)
-                buf[at] = (uint8_t)next_rand();
+                buf[at] = (uint8_t)tu_rand(&rng);
             break;
         case 2:                                          /* delete a run */
             if (n) {
-                size_t len = 1 + (size_t)(next_rand() % 8);
+                size_t len = 1 + (size_t)(tu_rand(&rng) % 8);
                 if (len > n - at)
                     len = n - at;
                 memmove(buf + at, buf + at + len, n - at - len);
@@ -170,7 +164,7 @@ static size_t mutate(uint8_t *buf, size_t cap, const input *src, const input *ot
             }
             break;
         case 3: {                                        /* insert a word */
-            const char *w = words[next_rand() % (sizeof words / sizeof *words)];
+            const char *w = words[tu_rand(&rng) % (sizeof words / sizeof *words)];
             size_t len = strlen(w);
             if (n + len <= cap) {
                 memmove(buf + at + len, buf + at, n - at);
@@ -181,7 +175,7 @@ static size_t mutate(uint8_t *buf, size_t cap, const input *src, const input *ot
         }
         case 4:                                          /* splice the other's tail */
             if (other->size > 0) {
-                size_t from = (size_t)(next_rand() % other->size), len = other->size - from;
+                size_t from = (size_t)(tu_rand(&rng) % other->size), len = other->size - from;
                 if (at + len > cap)
                     len = cap - at;
                 memcpy(buf + at, other->data + from, len);
@@ -237,7 +231,7 @@ int main(void)
             run(&targets[t], in[i].data, in[i].size);
         ok(1, "%s: every corpus input runs clean", targets[t].name);
         for (long k = 0; k < runs && n > 0; k++) {
-            size_t len = mutate(buf, cap, &in[next_rand() % n], &in[next_rand() % n]);
+            size_t len = mutate(buf, cap, &in[tu_rand(&rng) % n], &in[tu_rand(&rng) % n]);
             uint8_t *exact = malloc(len ? len : 1);     /* exact size: overreads show */
             memcpy(exact, buf, len);
             run(&targets[t], exact, len);

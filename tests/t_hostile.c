@@ -338,14 +338,7 @@ static void extreme_uids(void)
     feed_close(f);
 }
 
-static uint64_t rng = 88172645463325252ULL;
-static uint64_t next_rand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+static uint64_t rng = 88172645463325252ULL;     /* tu_rand's state: the same inputs every run */
 
 static void forged_cursors(void)
 {
@@ -365,12 +358,12 @@ static void forged_cursors(void)
         int k;
         if (i % 2 == 0) {
             for (k = 0; k < FEED_CURSOR_LEN; k++)
-                tok[k] = alphabet[next_rand() % 64];
+                tok[k] = alphabet[tu_rand(&rng) % 64];
             tok[k] = '\0';
         } else {
-            feed_cursor_encode((int64_t)(next_rand() % 1000), (int64_t)(next_rand() % 100), tok,
+            feed_cursor_encode((int64_t)(tu_rand(&rng) % 1000), (int64_t)(tu_rand(&rng) % 100), tok,
                                sizeof tok);
-            tok[next_rand() % FEED_CURSOR_LEN] = alphabet[next_rand() % 64];
+            tok[tu_rand(&rng) % FEED_CURSOR_LEN] = alphabet[tu_rand(&rng) % 64];
         }
         if (feed_cursor_decode(tok, &s, &id) != FEED_OK)
             continue;
