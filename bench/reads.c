@@ -312,7 +312,7 @@ void section_pages(void)
         next_ctx next;
         page_ctx page = { dc->f, dc->uid, dc->pos };
         variant v[NV];
-        double r_raw, r_srv, r_next;
+        double r_raw, r_srv, r_next, r_floor;   /* r_floor: bare Lua / raw */
 
         note("pages: %s", dc->label);
         snprintf(key, sizeof key, "%s:{%lld}", dc->prefix, (long long)dc->uid);
@@ -333,6 +333,7 @@ void section_pages(void)
         r_raw = paired_ratio(&v[V_FEED], &v[V_RAW]);
         r_next = paired_ratio(&v[V_FEED], &v[V_NEXT]);
         r_srv = paired_ratio_srv(&v[V_FEED], &v[V_LUA]);
+        r_floor = paired_ratio(&v[V_LUA], &v[V_RAW]);
         if (i == 0)
             next_ratio0 = r_next;
         if (dc->targeted && r_raw < worst_rate) {
@@ -347,9 +348,9 @@ void section_pages(void)
                 NUM(sm_median(&v[V_RAW].rate)), NUM(sm_median(&v[V_LUA].rate)),
                 NUM(sm_median(&v[V_FEED].rate)), NUM(sm_median(&v[V_NEXT].rate)),
                 r_raw, dc->targeted ? verdict(r_raw >= 0.9) : "(no target)",
-                paired_ratio(&v[V_LUA], &v[V_RAW]), r_next);
-        if (dc->targeted && paired_ratio(&v[V_LUA], &v[V_RAW]) > worst_floor_raw)
-            worst_floor_raw = paired_ratio(&v[V_LUA], &v[V_RAW]);
+                r_floor, r_next);
+        if (dc->targeted && r_floor > worst_floor_raw)
+            worst_floor_raw = r_floor;
         fprintf(lat, "| %s | %s / %s µs | %s / %s µs | **%s / %s µs** | %s / %s µs |\n",
                 dc->label,
                 NUM(sm_pct(&v[V_RAW].lat_us, 50)), NUM(sm_pct(&v[V_RAW].lat_us, 99)),

@@ -560,28 +560,28 @@ void run_rounds(variant *v, size_t nv, int rounds, double secs, int min_calls,
     }
 }
 
-double paired_ratio(const variant *a, const variant *b)
+/* The median of the per-round ratios a[i] / b[i]: rounds are interleaved,
+ * so each ratio pairs figures taken under the same load. */
+static double median_of_ratios(const samples *a, const samples *b)
 {
     samples s = { 0 };
     double m;
 
-    for (size_t i = 0; i < a->rate.n && i < b->rate.n; i++)
-        sm_add(&s, a->rate.v[i] / b->rate.v[i]);
+    for (size_t i = 0; i < a->n && i < b->n; i++)
+        sm_add(&s, a->v[i] / b->v[i]);
     m = sm_median(&s);
     sm_free(&s);
     return m;
 }
 
+double paired_ratio(const variant *a, const variant *b)
+{
+    return median_of_ratios(&a->rate, &b->rate);
+}
+
 double paired_ratio_srv(const variant *a, const variant *b)
 {
-    samples s = { 0 };
-    double m;
-
-    for (size_t i = 0; i < a->srv_us.n && i < b->srv_us.n; i++)
-        sm_add(&s, a->srv_us.v[i] / b->srv_us.v[i]);
-    m = sm_median(&s);
-    sm_free(&s);
-    return m;
+    return median_of_ratios(&a->srv_us, &b->srv_us);
 }
 
 void variant_free(variant *v)
