@@ -39,7 +39,7 @@ size_t feed__i64_to_str(int64_t v, char *buf)
 
 /* The id as FEED_MEMBER_LEN zero-padded digits: fixed width makes byte order
  * equal numeric order, which is how Redis orders members of equal score. */
-void feed__member_encode(int64_t id, char buf[FEED_MEMBER_LEN + 1])
+size_t feed__member_encode(int64_t id, char buf[FEED_MEMBER_MAX])
 {
     uint64_t v = (uint64_t)id;   /* callers reject id < 0 */
 
@@ -48,6 +48,7 @@ void feed__member_encode(int64_t id, char buf[FEED_MEMBER_LEN + 1])
         v /= 10;
     }
     buf[FEED_MEMBER_LEN] = '\0';
+    return FEED_MEMBER_LEN;
 }
 
 int feed__member_decode(const char *s, size_t len, int64_t *id)

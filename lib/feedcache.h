@@ -65,6 +65,16 @@ typedef struct feed_config {
                                      its page from PostgreSQL; 0 = do not wait */
     uint32_t    retry_ms;         /* default 1000: least time between two attempts to reconnect
                                      a lost Redis or PostgreSQL connection (no connect storms) */
+    const char *redis_cluster;       /* default NULL: one Redis at redis_host:redis_port.
+                                        "host:port[,host:port...]": seed nodes of a Redis
+                                        Cluster; redis_host/redis_port are then ignored */
+    const char *redis_sentinels;     /* default NULL. "host:port[,...]": ask these Sentinels
+                                        for the primary named redis_master_name */
+    const char *redis_master_name;   /* default "mymaster" */
+    const char *pg_replica_conninfo; /* default NULL: every query on pg_conninfo. Otherwise
+                                        pages past the cache may read this replica;
+                                        rebuilds never install rows a replica read while behind */
+    uint32_t    pg_timeout_ms;       /* default 2000: bound on a PostgreSQL connect or statement */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -359,6 +369,17 @@ typedef struct feed_stats {
 
 /* Copy the handle's counters (since feed_open) into *out. */
 void feed_stats_get(const feed *f, feed_stats *out);
+
+/* The counters by name, for exporters (metrics pages, logs): every field of
+ * feed_stats, in declaration order, is one entry. feed_stats_count() is the
+ * number of counters; feed_stats_name(i) is field i's name as spelled in the
+ * struct ("pages", "cache_pages", ...), NULL when i is out of range;
+ * feed_stats_value(s, i) is its value in *s (0 when s is NULL or i is out of
+ * range). A counter added to feed_stats is added here too (tests/t_errors.c
+ * checks that every field has a name). */
+size_t      feed_stats_count(void);
+const char *feed_stats_name(size_t i);
+uint64_t    feed_stats_value(const feed_stats *s, size_t i);
 
 #ifdef __cplusplus
 }

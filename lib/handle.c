@@ -1,4 +1,5 @@
 /* handle.c -- the feed handle: config, open and close, errors, statistics. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,11 @@ void feed_config_init(feed_config *cfg)
     cfg->redis_user = NULL;
     cfg->lease_wait_ms = 100;
     cfg->retry_ms = 1000;
+    cfg->redis_cluster = NULL;
+    cfg->redis_sentinels = NULL;
+    cfg->redis_master_name = "mymaster";
+    cfg->pg_replica_conninfo = NULL;
+    cfg->pg_timeout_ms = 2000;
 }
 
 const char *feed_strerror(int code)
@@ -104,6 +110,36 @@ void feed_stats_get(const feed *f, feed_stats *out)
         *out = f->stats;
     else
         memset(out, 0, sizeof *out);
+}
+
+/* The names of feed_stats' fields, in declaration order. */
+#define FEED_STAT(name) { #name, offsetof(feed_stats, name) }
+static const struct { const char *name; size_t offset; } stat_fields[] = {
+    FEED_STAT(pages), FEED_STAT(cache_pages), FEED_STAT(rebuilds),
+    FEED_STAT(db_pages), FEED_STAT(sql_queries), FEED_STAT(redis_calls),
+    FEED_STAT(lease_waits), FEED_STAT(redis_errors), FEED_STAT(pg_errors),
+    FEED_STAT(redis_connects), FEED_STAT(pg_connects), FEED_STAT(repairs),
+};
+#undef FEED_STAT
+
+size_t feed_stats_count(void)
+{
+    return sizeof stat_fields / sizeof stat_fields[0];
+}
+
+const char *feed_stats_name(size_t i)
+{
+    return i < feed_stats_count() ? stat_fields[i].name : NULL;
+}
+
+uint64_t feed_stats_value(const feed_stats *s, size_t i)
+{
+    uint64_t v;
+
+    if (!s || i >= feed_stats_count())
+        return 0;
+    memcpy(&v, (const char *)s + stat_fields[i].offset, sizeof v);
+    return v;
 }
 
 void feed_result_free(feed_result *r)
@@ -207,6 +243,10 @@ static const char *check_config(const feed_config *c)
         return "redis_timeout_ms must be > 0";
     if (c->lease_ms == 0)
         return "lease_ms must be > 0";
+    if (c->redis_cluster && c->redis_sentinels)
+        return "redis_cluster and redis_sentinels are exclusive: set one";
+    if (c->redis_sentinels && (!c->redis_master_name || !*c->redis_master_name))
+        return "redis_sentinels needs redis_master_name";
     return NULL;
 }
 
@@ -217,6 +257,8 @@ static int copy_config(feed *f, const feed_config *cfg)
         &f->cfg.redis_host, &f->cfg.redis_password, &f->cfg.pg_conninfo,
         &f->cfg.key_prefix, &f->cfg.table, &f->cfg.owner_column,
         &f->cfg.score_column, &f->cfg.id_column, &f->cfg.redis_user,
+        &f->cfg.redis_cluster, &f->cfg.redis_sentinels, &f->cfg.redis_master_name,
+        &f->cfg.pg_replica_conninfo,
     };
 
     f->cfg = *cfg;

@@ -61,7 +61,8 @@ typedef struct insert_args {
     size_t         per;        /* fan-out: feeds per insert.lua call */
     char          *keys;       /* fan-out: 2 * per keys of f->key_cap bytes */
     char           score[21];
-    char           member[FEED_MEMBER_LEN + 1];
+    char           member[FEED_MEMBER_MAX];
+    size_t         member_len;
     char           max_len[21];
     char           count[21];  /* fan-out: feeds of the current call */
 } insert_args;
@@ -71,7 +72,7 @@ static void insert_args_init(insert_args *a, feed *f, int64_t score, int64_t id)
     memset(a, 0, sizeof *a);
     a->f = f;
     feed__i64_to_str(score, a->score);
-    feed__member_encode(id, a->member);
+    a->member_len = feed__member_encode(id, a->member);
     feed__i64_to_str((int64_t)f->cfg.max_len, a->max_len);
 }
 
@@ -83,7 +84,7 @@ static void insert_argv(insert_args *a, const char **argv, size_t *lens)
     argv[3] = a->member;
     argv[4] = a->max_len;
     for (int i = 0; i < 5; i++)
-        lens[i] = strlen(argv[i]);
+        lens[i] = i == 3 ? a->member_len : strlen(argv[i]);
 }
 
 int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
@@ -137,7 +138,7 @@ static void fanout_fill(void *arg, size_t i, const char **argv, size_t *lens)
     argv[k++] = a->max_len;
     argv[k++] = a->count;
     for (size_t j = 0; j < k; j++)
-        lens[j] = strlen(argv[j]);
+        lens[j] = j == k - 3 ? a->member_len : strlen(argv[j]);
 }
 
 int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id)
@@ -175,8 +176,9 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
 
 int feed_on_delete(feed *f, int64_t uid, int64_t id)
 {
-    char member[FEED_MEMBER_LEN + 1];
+    char member[FEED_MEMBER_MAX];
     const char *argv[3];
+    size_t lens[3];
 
     if (!f)
         return FEED_EINVAL;
@@ -185,12 +187,14 @@ int feed_on_delete(feed *f, int64_t uid, int64_t id)
         return feed__error(f, FEED_EINVAL, "feed_on_delete: id %lld is negative",
                            (long long)id);
     feed__set_keys(f, uid);
-    feed__member_encode(id, member);
+    lens[2] = feed__member_encode(id, member);
     argv[0] = f->key;
     argv[1] = f->lease_key;
     argv[2] = member;
+    lens[0] = strlen(argv[0]);
+    lens[1] = strlen(argv[1]);
     return note_failure(f, integer_reply(f, feed__redis_script(f, FEED_SCRIPT_DELETE, 2, 3,
-                                                                argv, NULL), "delete.lua"),
+                                                                argv, lens), "delete.lua"),
                         uid);
 }
 

@@ -25,8 +25,11 @@
 /* Member encoding: an id as 19 zero-padded decimal digits (INT64_MAX has
  * 19), so that Redis, which orders equal scores by member bytes, orders ties
  * by id exactly as SQL does. The end marker is a member no id can encode to;
- * its score is -inf, below every real score. */
+ * its score is -inf, below every real score. Callers use the length that
+ * feed__member_encode returns and buffers of FEED_MEMBER_MAX bytes: the
+ * encoding may become variable-length. */
 #define FEED_MEMBER_LEN 19
+#define FEED_MEMBER_MAX 24          /* bytes for any encoded member + NUL */
 #define FEED_END_MEMBER "end"
 
 /* The Lua scripts: lua/<name>.lua becomes feed_lua_<name> at build time
@@ -49,7 +52,7 @@ typedef struct feed_rows {
 
 struct feed {
     feed_config cfg;            /* strings point into owned copies below */
-    char       *owned[9];   /* one per string field of feed_config */
+    char       *owned[13];  /* one per string field of feed_config */
 
     /* Redis: ctx is NULL while disconnected. */
     redisContext *redis;
@@ -127,7 +130,7 @@ void feed__rows_free(feed_rows *rows);
 /* codec.c */
 int  feed__score_ok(int64_t score);
 size_t feed__i64_to_str(int64_t v, char *buf);          /* buf >= 21 bytes */
-void feed__member_encode(int64_t id, char buf[FEED_MEMBER_LEN + 1]);
+size_t feed__member_encode(int64_t id, char buf[FEED_MEMBER_MAX]);  /* returns the length */
 int  feed__member_decode(const char *s, size_t len, int64_t *id);
 int  feed__parse_i64(const char *s, size_t len, int64_t *out);
 int  feed__parse_score(const char *s, size_t len, int64_t *out);

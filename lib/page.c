@@ -126,8 +126,9 @@ static int parse_answer(feed *f, const redisReply *r, const page_req *q,
 
 static int ask_cache(feed *f, const page_req *q, cache_answer *a)
 {
-    char want[21], score[21], member[FEED_MEMBER_LEN + 1];
+    char want[21], score[21], member[FEED_MEMBER_MAX];
     const char *argv[8];
+    size_t lens[8];
     redisReply *r;
     int rc;
 
@@ -136,9 +137,10 @@ static int ask_cache(feed *f, const page_req *q, cache_answer *a)
     feed__i64_to_str((int64_t)q->limit + 1, want);
     if (q->first) {
         score[0] = member[0] = '\0';
+        lens[4] = 0;
     } else {
         feed__i64_to_str(q->score, score);
-        feed__member_encode(q->id, member);
+        lens[4] = feed__member_encode(q->id, member);
     }
     argv[0] = f->key;
     argv[1] = f->lease_key;
@@ -148,7 +150,10 @@ static int ask_cache(feed *f, const page_req *q, cache_answer *a)
     argv[5] = a->token;
     argv[6] = f->lease_ms;
     argv[7] = f->ttl_ms;    /* read on first pages only: not sent after a cursor */
-    r = feed__redis_script(f, FEED_SCRIPT_PAGE, 2, q->first ? 8 : 7, argv, NULL);
+    for (int i = 0; i < 8; i++)
+        if (i != 4)
+            lens[i] = strlen(argv[i]);
+    r = feed__redis_script(f, FEED_SCRIPT_PAGE, 2, q->first ? 8 : 7, argv, lens);
     if (!r)
         return FEED_EREDIS;
     rc = parse_answer(f, r, q, a);

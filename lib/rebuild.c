@@ -16,7 +16,7 @@
 #include "internal.h"
 
 /* Text for "score member" pairs of n rows: 21 bytes a score, 20 a member. */
-#define PAIR_TEXT (21 + FEED_MEMBER_LEN + 1)
+#define PAIR_TEXT (21 + FEED_MEMBER_MAX)
 
 /* One round trip: ZADD the rows into a staging set named after the token
  * (with the end marker when they are the whole feed), give it a TTL so a
@@ -47,8 +47,7 @@ static int install(feed *f, const char *token, const feed_rows *rows,
         char *score = text + i * PAIR_TEXT, *member = score + 21;
         zlens[a] = feed__i64_to_str(rows->items[i].score, score);
         zargv[a++] = score;
-        feed__member_encode(rows->items[i].id, member);
-        zlens[a] = FEED_MEMBER_LEN;
+        zlens[a] = feed__member_encode(rows->items[i].id, member);
         zargv[a++] = member;
     }
     if (complete) {   /* the end marker: the set holds the whole feed */

@@ -115,7 +115,7 @@ static void out_of_range_row_in_sql(void)
 static void parsers(void)
 {
     int64_t v = 0;
-    char m[FEED_MEMBER_LEN + 1], num[21];
+    char m[FEED_MEMBER_MAX], num[21];
 
     is_int(feed__parse_score("9007199254740991", 16, &v), FEED_OK, "parse 2^53-1");
     is_int(v, FEED_SCORE_MAX, "  exactly");

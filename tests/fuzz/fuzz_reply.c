@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check_string(const char *s, size_t len)
 {
     int64_t v, w;
-    char member[FEED_MEMBER_LEN + 1], text[24];
+    char member[FEED_MEMBER_MAX], text[24];
     int rc;
 
     if (feed__member_decode(s, len, &v) == FEED_OK) {
