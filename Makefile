@@ -5,7 +5,8 @@
 #                        and PostgreSQL, run every TAP test with prove, stop them
 #   make check SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make demo            the example web service with sample data (README)
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   header, libraries, feedcache.pc,
+#                        sql/*.sql into $(PREFIX)/share/feedcache
 #
 # Conventions: every lib/*.c is part of the library; every tests/t_*.c is a
 # TAP program linked with tests/testutil.c; lua/*.lua are embedded into the
@@ -15,6 +16,7 @@ PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
 INCDIR  ?= $(PREFIX)/include
 PCDIR   ?= $(LIBDIR)/pkgconfig
+DATADIR ?= $(PREFIX)/share/feedcache
 DESTDIR ?=
 
 VERSION := 0.1.0
@@ -28,6 +30,8 @@ CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(WARN) -fPIC
 PG_INC  := $(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)
 CPPFLAGS += -Ilib -I$(PG_INC)
 LIBS    := -lhiredis -lpq -lpthread -lm
+# Library objects export only what lib/feedcache.h marks FEED_API.
+LIB_CFLAGS := -fvisibility=hidden
 
 ifeq ($(SANITIZE),1)
 OPT     := -O1 -g -fno-omit-frame-pointer
@@ -62,10 +66,10 @@ $(BUILD)/lib/scripts.c: $(LUA_SRC) $(BUILD)/tools/embed | $(BUILD)/lib
 	$(BUILD)/tools/embed $(LUA_SRC) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/lib/scripts.o: $(BUILD)/lib/scripts.c
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
 
 $(BUILD)/lib/%.o: lib/%.c lib/*.h | $(BUILD)/lib
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
 
 $(STATIC): $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
@@ -90,8 +94,9 @@ check:
 	BUILD=$(BUILD) tests/run.sh
 
 install: lib
-	install -d $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PCDIR)
+	install -d $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(DATADIR)
 	install -m 644 lib/feedcache.h $(DESTDIR)$(INCDIR)/feedcache.h
+	install -m 644 sql/schema.sql sql/score.sql $(DESTDIR)$(DATADIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/libfeedcache.a
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/libfeedcache.so.$(VERSION)
 	ln -sf libfeedcache.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfeedcache.so.$(SOVER)
@@ -103,6 +108,7 @@ install: lib
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/feedcache.h $(DESTDIR)$(LIBDIR)/libfeedcache.* \
 	      $(DESTDIR)$(PCDIR)/feedcache.pc
+	rm -rf $(DESTDIR)$(DATADIR)
 
 clean:
 	rm -rf build build-*

@@ -62,7 +62,7 @@ int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen)
 {
     unsigned char raw[TOKEN_BYTES];
 
-    if (!buf || buflen < 32 || id < 0)
+    if (!buf || buflen < FEED_CURSOR_SIZE || id < 0)
         return FEED_EINVAL;
     if (!feed__score_ok(score))
         return FEED_ERANGE;

@@ -29,6 +29,16 @@
 extern "C" {
 #endif
 
+/* FEED_API marks every public function: the library is built with
+ * -fvisibility=hidden, so only what carries it is exported from
+ * libfeedcache.so (tests/t_symbols.t checks the exported set against this
+ * header). Mark each new public declaration with it. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FEED_API __attribute__((visibility("default")))
+#else
+#define FEED_API
+#endif
+
 #define FEED_VERSION_MAJOR 0
 #define FEED_VERSION_MINOR 1
 #define FEED_VERSION_PATCH 0
@@ -75,6 +85,10 @@ typedef struct feed_config {
                                         pages past the cache may read this replica;
                                         rebuilds never install rows a replica read while behind */
     uint32_t    pg_timeout_ms;       /* default 2000: bound on a PostgreSQL connect or statement */
+    uint32_t    empty_ttl_seconds;   /* default 60: TTL of a feed known to be empty (its copy
+                                        holds only the end marker), so probes for uids that
+                                        do not exist cannot fill Redis; 0 = ttl_seconds.
+                                        Never longer than ttl_seconds (when that is not 0) */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -109,7 +123,7 @@ enum {
  * ------------------------------------------------------------------------ */
 
 /* Fill every field of *cfg with its default (see feed_config). */
-void feed_config_init(feed_config *cfg);
+FEED_API void feed_config_init(feed_config *cfg);
 
 /* Open a handle: copy the config, connect to Redis and PostgreSQL, load the
  * Lua scripts and prepare the SQL statements.
@@ -128,20 +142,20 @@ void feed_config_init(feed_config *cfg);
  *   FEED_ENOMEM       out of memory
  * On failure there is no handle to read a message from; the message of the
  * last failed feed_open() in this thread is feed_errmsg(NULL). */
-int feed_open(feed **out, const feed_config *cfg);
+FEED_API int feed_open(feed **out, const feed_config *cfg);
 
 /* Close the connections and free the handle. NULL is fine. */
-void feed_close(feed *f);
+FEED_API void feed_close(feed *f);
 
 /* Static English text for a FEED_* code; never NULL. */
-const char *feed_strerror(int code);
+FEED_API const char *feed_strerror(int code);
 
 /* Detail of this handle's last error ("" if none). The text stays valid until
  * the next call on the handle. feed_errmsg(NULL) gives the detail of the last
  * failed feed_open() in the calling thread. A call that succeeds in a degraded
  * way (a page answered by PostgreSQL because Redis failed) also leaves the
  * Redis error here. */
-const char *feed_errmsg(const feed *f);
+FEED_API const char *feed_errmsg(const feed *f);
 
 /* ------------------------------------------------------------------------
  * Read path
@@ -164,11 +178,11 @@ const char *feed_errmsg(const feed *f);
  * FEED_ERANGE (last_score out of range and not FEED_FIRST; or a score out of
  * range found in SQL), FEED_EPG (the page needed SQL and PostgreSQL failed,
  * Redis being up), FEED_EUNAVAILABLE (both failed), FEED_ENOMEM. */
-int  feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
-               size_t limit, feed_result *out);
+FEED_API int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
+                       size_t limit, feed_result *out);
 
 /* Free the items of a result and zero it. NULL and a zeroed result are fine. */
-void feed_result_free(feed_result *r);
+FEED_API void feed_result_free(feed_result *r);
 
 /* ------------------------------------------------------------------------
  * Write hooks: call after the SQL transaction that changed the row commits.
@@ -192,41 +206,46 @@ void feed_result_free(feed_result *r);
  * ------------------------------------------------------------------------ */
 
 /* A new row (score, id) in uid's feed, or a new score for an existing row. */
-int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id);
+FEED_API int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id);
 
 /* Row id left uid's feed. */
-int feed_on_delete(feed *f, int64_t uid, int64_t id);
+FEED_API int feed_on_delete(feed *f, int64_t uid, int64_t id);
 
 /* feed_on_insert(f, uids[i], score, id) for each of n feeds, pipelined in one
  * round trip. n == 0 is a no-op. On FEED_EREDIS some feeds may have been
  * updated and others not. */
-int feed_fanout(feed *f, const int64_t *uids, size_t n,
-                int64_t score, int64_t id);
+FEED_API int feed_fanout(feed *f, const int64_t *uids, size_t n,
+                         int64_t score, int64_t id);
 
 /* Rebuild uid's cached copy from SQL now (under a lease, like a miss). If a
  * write hook cancels the rebuild, the cached copy is dropped instead, which is
  * always safe. Errors: FEED_EINVAL, FEED_EREDIS, FEED_EPG, FEED_ERANGE (a row
  * in SQL with an out-of-range score). */
-int feed_reload(feed *f, int64_t uid);
+FEED_API int feed_reload(feed *f, int64_t uid);
 
 /* Drop uid's cached copy (and any lease). Errors: FEED_EINVAL, FEED_EREDIS. */
-int feed_invalidate(feed *f, int64_t uid);
+FEED_API int feed_invalidate(feed *f, int64_t uid);
 
 /* ------------------------------------------------------------------------
  * Cursor tokens
  * ------------------------------------------------------------------------ */
 
-#define FEED_CURSOR_LEN 24   /* characters in a token, without the NUL */
+#define FEED_CURSOR_LEN  24                    /* characters in a token, without the NUL */
+#define FEED_CURSOR_SIZE (FEED_CURSOR_LEN + 1)  /* bytes of a buffer for one, NUL included */
 
 /* Write an opaque URL-safe token ([A-Za-z0-9_-], FEED_CURSOR_LEN characters,
- * NUL-terminated) for the cursor (score, id) into buf. Returns FEED_EINVAL if
- * buf is NULL, buflen < 32 or id < 0, FEED_ERANGE if score is out of range. */
-int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen);
+ * NUL-terminated) for the cursor (score, id) into buf, a buffer of buflen >=
+ * FEED_CURSOR_SIZE bytes:
+ *     char token[FEED_CURSOR_SIZE];
+ *     feed_cursor_encode(page.next_score, page.next_id, token, sizeof token);
+ * Returns FEED_EINVAL if buf is NULL, buflen < FEED_CURSOR_SIZE or id < 0
+ * (buf is then untouched), FEED_ERANGE if score is out of range. */
+FEED_API int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen);
 
 /* Read a token made by feed_cursor_encode(). Returns FEED_EINVAL for NULL
  * arguments or a malformed token (wrong length, characters, version or
  * check byte, out-of-range fields); *score and *id are then untouched. */
-int feed_cursor_decode(const char *token, int64_t *score, int64_t *id);
+FEED_API int feed_cursor_decode(const char *token, int64_t *score, int64_t *id);
 
 /* ---- composite scores ---- */
 /* ------------------------------------------------------------------------
@@ -293,7 +312,7 @@ typedef struct feed_layout {
  * than FEED_LAYOUT_MAX_FIELDS, a width is 0 or more than 53, the widths sum
  * to more than FEED_SCORE_BITS, or an order is neither FEED_LARGER_FIRST nor
  * FEED_SMALLER_FIRST. On error *l is untouched. */
-int feed_layout_init(feed_layout *l, const feed_field *fields, size_t n);
+FEED_API int feed_layout_init(feed_layout *l, const feed_field *fields, size_t n);
 
 /* Pack values[0..l->nfields), one per field in the layout's order, into
  * *score, a number in [0, 2^l->total_bits - 1]. For two tuples a and b,
@@ -304,8 +323,8 @@ int feed_layout_init(feed_layout *l, const feed_field *fields, size_t n);
  * layout (not made by feed_layout_init()); FEED_ERANGE when some values[i]
  * does not fit field i (values[i] > 2^bits - 1): nothing is masked or
  * clamped. On error *score is untouched. */
-int feed_score_pack(const feed_layout *l, const uint64_t *values,
-                    int64_t *score);
+FEED_API int feed_score_pack(const feed_layout *l, const uint64_t *values,
+                             int64_t *score);
 
 /* The inverse of feed_score_pack(): write the l->nfields values packed into
  * score to values[0..l->nfields). Every score in [0, 2^l->total_bits - 1] is
@@ -314,7 +333,7 @@ int feed_score_pack(const feed_layout *l, const uint64_t *values,
  * Returns FEED_OK; FEED_EINVAL when l or values is NULL or *l is not a valid
  * layout; FEED_ERANGE when score is negative or above 2^l->total_bits - 1, so
  * not a score of this layout. On error values is untouched. */
-int feed_score_unpack(const feed_layout *l, int64_t score, uint64_t *values);
+FEED_API int feed_score_unpack(const feed_layout *l, int64_t score, uint64_t *values);
 
 /* The score of a row in a time-ordered feed whose ids are snowflakes: the
  * id's creation time in unix milliseconds, (snowflake_id >> timestamp_shift)
@@ -338,8 +357,8 @@ int feed_score_unpack(const feed_layout *l, int64_t score, uint64_t *values);
  * Returns FEED_OK; FEED_EINVAL when score is NULL, snowflake_id is negative,
  * or timestamp_shift or epoch_ms is out of its range; FEED_ERANGE when the
  * result exceeds FEED_SCORE_MAX. On error *score is untouched. */
-int feed_snowflake_score(int64_t snowflake_id, int timestamp_shift,
-                         int64_t epoch_ms, int64_t *score);
+FEED_API int feed_snowflake_score(int64_t snowflake_id, int timestamp_shift,
+                                  int64_t epoch_ms, int64_t *score);
 /* ---- end composite scores ---- */
 
 /* ------------------------------------------------------------------------
@@ -368,7 +387,7 @@ typedef struct feed_stats {
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */
-void feed_stats_get(const feed *f, feed_stats *out);
+FEED_API void feed_stats_get(const feed *f, feed_stats *out);
 
 /* The counters by name, for exporters (metrics pages, logs): every field of
  * feed_stats, in declaration order, is one entry. feed_stats_count() is the
@@ -377,9 +396,9 @@ void feed_stats_get(const feed *f, feed_stats *out);
  * feed_stats_value(s, i) is its value in *s (0 when s is NULL or i is out of
  * range). A counter added to feed_stats is added here too (tests/t_errors.c
  * checks that every field has a name). */
-size_t      feed_stats_count(void);
-const char *feed_stats_name(size_t i);
-uint64_t    feed_stats_value(const feed_stats *s, size_t i);
+FEED_API size_t      feed_stats_count(void);
+FEED_API const char *feed_stats_name(size_t i);
+FEED_API uint64_t    feed_stats_value(const feed_stats *s, size_t i);
 
 #ifdef __cplusplus
 }

@@ -179,7 +179,21 @@ static void tokens(void)
     is_int(feed_cursor_encode(-FEED_SCORE_MAX, INT64_MAX, buf, sizeof buf), FEED_OK, "extremes encode");
     ok(feed_cursor_decode(buf, &s, &id) == FEED_OK && s == -FEED_SCORE_MAX && id == INT64_MAX,
        "  and decode exactly");
-    is_int(feed_cursor_encode(1, 1, buf, 31), FEED_EINVAL, "buflen 31 refused");
+    {
+        /* The documented size works, and so does the 32 of older callers;
+         * one byte less is refused without a byte written. */
+        char exact[FEED_CURSOR_SIZE], canary[FEED_CURSOR_SIZE + 8];
+        is_int(FEED_CURSOR_SIZE, FEED_CURSOR_LEN + 1, "FEED_CURSOR_SIZE is FEED_CURSOR_LEN + 1");
+        is_int(feed_cursor_encode(42, 7, exact, sizeof exact), FEED_OK,
+               "a FEED_CURSOR_SIZE buffer is accepted");
+        ok(strlen(exact) == FEED_CURSOR_LEN && feed_cursor_decode(exact, &s, &id) == FEED_OK &&
+           s == 42 && id == 7, "  and holds a token that decodes to (42, 7)");
+        is_int(feed_cursor_encode(42, 7, buf, 32), FEED_OK, "a 32-byte buffer still works");
+        memset(canary, 'x', sizeof canary);
+        is_int(feed_cursor_encode(1, 1, canary, FEED_CURSOR_SIZE - 1), FEED_EINVAL,
+               "buflen FEED_CURSOR_SIZE - 1 refused");
+        ok(canary[0] == 'x' && canary[FEED_CURSOR_SIZE - 1] == 'x', "  and nothing written");
+    }
     is_int(feed_cursor_encode(1, 1, NULL, 32), FEED_EINVAL, "NULL buffer refused");
     is_int(feed_cursor_encode(1, -1, buf, 32), FEED_EINVAL, "negative id refused");
     is_int(feed_cursor_encode(FEED_SCORE_MAX + 1, 1, buf, 32), FEED_ERANGE, "score 2^53 refused");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t_install.t -- `make install` with PREFIX and DESTDIR gives a header, both
-# libraries and a pkg-config file with which an outside program builds (shared
-# and static) and reads a page from the test servers.
+# libraries, sql/*.sql under share/feedcache and a pkg-config file with which
+# an outside program builds (shared and static) and reads a page from the test
+# servers.
 set -u
 n=0; failed=0
 ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
@@ -18,6 +19,12 @@ for f in include/feedcache.h lib/libfeedcache.a lib/libfeedcache.so lib/libfeedc
 done
 grep -q "^prefix=$prefix\$" "$root/lib/pkgconfig/feedcache.pc"
 ok $? "feedcache.pc names the real prefix, not the staging folder"
+grep -q "^License: BSD-3-Clause\$" "$root/lib/pkgconfig/feedcache.pc"
+ok $? "feedcache.pc names the licence"
+for f in schema.sql score.sql; do
+    cmp -s "sql/$f" "$root/share/feedcache/$f"; ok $? "installed share/feedcache/$f, same as sql/$f"
+done
+test ! -e "$prefix/share/feedcache"; ok $? "  under DESTDIR only, not in $prefix itself"
 
 cat > "$stage/app.c" <<'C'
 #include <feedcache.h>
