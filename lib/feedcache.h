@@ -184,6 +184,62 @@ FEED_API int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id
 /* Free the items of a result and zero it. NULL and a zeroed result are fine. */
 FEED_API void feed_result_free(feed_result *r);
 
+/* ---- pull-to-refresh and store health (issue 12) ---- */
+
+/* Pull-to-refresh: up to limit items strictly above (score, id) in (score
+ * DESC, id DESC) order -- what is new since the top item a client holds. They
+ * are the ones closest to the cursor, so that nothing between them and the
+ * cursor is skipped, returned newest first. has_more = 1 when still newer
+ * items exist; next_score/next_id then name the newest returned item (items[0]),
+ * the cursor of the next call. The cursor item need not exist any more.
+ *
+ * limit is 1..max_page. On FEED_OK *out holds up to limit items, owned by it
+ * (free with feed_result_free); on error *out is zeroed.
+ *
+ * Where the items come from: the cache, in one Redis round trip, when the
+ * cached copy covers them, i.e. when the copy is complete or the cursor sorts
+ * at or above its lowest item (the copy is an exact prefix of the feed, so
+ * everything above such a cursor is cached): FEED_SOURCE_CACHE. Otherwise
+ * (cursor below the cached window, feed not cached, Redis failed) one keyset
+ * query, WHERE owner = $1 AND (score, id) > ($2, $3) ORDER BY score, id
+ * LIMIT limit + 1: FEED_SOURCE_DB. It never rebuilds nor refreshes the TTL.
+ * A Redis failure here is not an error (PostgreSQL answers; the Redis error
+ * is left in feed_errmsg).
+ *
+ * Errors: FEED_EINVAL (f or out NULL, limit 0 or > max_page, id < 0),
+ * FEED_ERANGE (score outside +/-(2^53-1), FEED_FIRST included: a cursor is
+ * required; or a score out of range found in SQL), FEED_EPG (SQL was needed
+ * and PostgreSQL failed, Redis being up), FEED_EUNAVAILABLE (both failed),
+ * FEED_ENOMEM. */
+FEED_API int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id,
+                             size_t limit, feed_result *out);
+
+/* The state of each store, for health checks (feed_open succeeds with one
+ * store down, by design: this makes it visible). */
+typedef struct feed_health_info {
+    int  redis_up;          /* 1: Redis answered a PING */
+    int  pg_up;             /* 1: PostgreSQL answered a read of the feed table */
+    char redis_msg[256];    /* "" when up; otherwise why not */
+    char pg_msg[256];       /* likewise */
+} feed_health_info;
+
+/* Ask each store for a sign of life, each within its own timeout
+ * (redis_timeout_ms, and PostgreSQL's statement bound): a Redis PING, and for
+ * PostgreSQL one read of the feed table (the prepared top-rows statement,
+ * LIMIT 1), so a dropped table or lost permission shows too. A lost
+ * connection is reconnected under the usual rule (at most one attempt per
+ * retry_ms per handle), so a health check polled often cannot cause a connect
+ * storm: between attempts a store that is down is reported down at once,
+ * with the time to the next attempt in its message.
+ *
+ * Returns FEED_OK when both are up, FEED_EREDIS when only Redis is down,
+ * FEED_EPG when only PostgreSQL is down, FEED_EUNAVAILABLE when both are, and
+ * FEED_EINVAL when f or out is NULL (*out untouched). *out is filled in every
+ * case but the last; feed_errmsg() then holds both messages. Counts in
+ * feed_stats like any call (redis_calls, sql_queries, errors). */
+FEED_API int feed_health(feed *f, feed_health_info *out);
+/* ---- end pull-to-refresh and store health ---- */
+
 /* ------------------------------------------------------------------------
  * Write hooks: call after the SQL transaction that changed the row commits.
  *
@@ -366,10 +422,10 @@ FEED_API int feed_snowflake_score(int64_t snowflake_id, int timestamp_shift,
  * ------------------------------------------------------------------------ */
 
 /* Counters of one handle since feed_open. sql_queries counts every statement
- * sent, the two PREPAREs of each new PostgreSQL connection included; tests
+ * sent, the PREPAREs of each new PostgreSQL connection included; tests
  * compare deltas. redis_calls counts round trips: a pipeline is one. */
 typedef struct feed_stats {
-    uint64_t pages;          /* feed_page calls that returned FEED_OK */
+    uint64_t pages;          /* feed_page (and feed_page_newer) calls that returned FEED_OK */
     uint64_t cache_pages;    /* ... answered with FEED_SOURCE_CACHE */
     uint64_t rebuilds;       /* rebuilds installed in Redis */
     uint64_t db_pages;       /* ... answered with FEED_SOURCE_DB */

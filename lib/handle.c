@@ -39,6 +39,7 @@ void feed_config_init(feed_config *cfg)
     cfg->redis_master_name = "mymaster";
     cfg->pg_replica_conninfo = NULL;
     cfg->pg_timeout_ms = 2000;
+    cfg->empty_ttl_seconds = 60;
 }
 
 const char *feed_strerror(int code)
@@ -276,6 +277,18 @@ static int copy_config(feed *f, const feed_config *cfg)
     return f->key && f->lease_key ? FEED_OK : FEED_ENOMEM;
 }
 
+/* A feed known to be empty (its copy holds only the end marker) lives
+ * empty_ttl_seconds, never longer than a real feed: any uid probe creates
+ * one, so they must not pile up in Redis. 0 means "as long as a real feed". */
+static uint32_t empty_ttl_seconds(const feed_config *c)
+{
+    if (c->empty_ttl_seconds == 0)
+        return c->ttl_seconds;
+    if (c->ttl_seconds != 0 && c->empty_ttl_seconds > c->ttl_seconds)
+        return c->ttl_seconds;
+    return c->empty_ttl_seconds;
+}
+
 /* feed_open succeeds when one store answers; a store that answered and
  * refused (bad password, missing table) is a configuration error worth
  * failing for, since retrying will not fix it. */
@@ -323,6 +336,7 @@ int feed_open(feed **out, const feed_config *cfg)
     }
     f->token_seed = random_seed(f);
     feed__i64_to_str((int64_t)f->cfg.ttl_seconds * 1000, f->ttl_ms);
+    feed__i64_to_str((int64_t)empty_ttl_seconds(&f->cfg) * 1000, f->empty_ttl_ms);
     feed__i64_to_str((int64_t)f->cfg.lease_ms, f->lease_ms);
 
     redis_rc = feed__redis_connect(f);
@@ -353,6 +367,7 @@ void feed_close(feed *f)
         free(f->owned[i]);
     free(f->sql_top);
     free(f->sql_after);
+    free(f->sql_before);
     free(f->key);
     free(f->lease_key);
     free(f);

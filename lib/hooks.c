@@ -177,8 +177,8 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
 int feed_on_delete(feed *f, int64_t uid, int64_t id)
 {
     char member[FEED_MEMBER_MAX];
-    const char *argv[3];
-    size_t lens[3];
+    const char *argv[4];
+    size_t lens[4];
 
     if (!f)
         return FEED_EINVAL;
@@ -191,9 +191,11 @@ int feed_on_delete(feed *f, int64_t uid, int64_t id)
     argv[0] = f->key;
     argv[1] = f->lease_key;
     argv[2] = member;
+    argv[3] = f->empty_ttl_ms;      /* a delete that empties a complete feed */
     lens[0] = strlen(argv[0]);
     lens[1] = strlen(argv[1]);
-    return note_failure(f, integer_reply(f, feed__redis_script(f, FEED_SCRIPT_DELETE, 2, 3,
+    lens[3] = strlen(argv[3]);
+    return note_failure(f, integer_reply(f, feed__redis_script(f, FEED_SCRIPT_DELETE, 2, 4,
                                                                 argv, lens), "delete.lua"),
                         uid);
 }

@@ -6,6 +6,8 @@
  *   pg.c       the PostgreSQL side: connect, prepared statements, row fetch
  *   codec.c    members, scores and integers as bytes, parsed strictly
  *   page.c     the read path: feed_page
+ *   newer.c    pull-to-refresh: feed_page_newer
+ *   health.c   feed_health: each store's state
  *   rebuild.c  a miss or a reload: top rows from SQL installed under a lease
  *   hooks.c    the write path: insert, delete, fanout, reload, invalidate
  *   cursor.c   opaque cursor tokens
@@ -39,10 +41,11 @@ enum feed_script {
     FEED_SCRIPT_REBUILD,        /* lua/rebuild.lua install rows under a lease */
     FEED_SCRIPT_INSERT,         /* lua/insert.lua  insert or rescore hook */
     FEED_SCRIPT_DELETE,         /* lua/delete.lua  delete hook */
+    FEED_SCRIPT_NEWER,          /* lua/newer.lua   pull-to-refresh (newer.c) */
     FEED_SCRIPT_COUNT
 };
 extern const char feed_lua_page[], feed_lua_rebuild[], feed_lua_insert[],
-                  feed_lua_delete[];
+                  feed_lua_delete[], feed_lua_newer[];
 
 /* A batch of rows from SQL, in (score DESC, id DESC) order. */
 typedef struct feed_rows {
@@ -64,6 +67,7 @@ struct feed {
     int64_t  pg_attempt_ms;
     char    *sql_top;           /* SELECT ... WHERE owner=$1 ORDER ... LIMIT $2 */
     char    *sql_after;         /* ... AND (score, id) < ($2, $3) ... LIMIT $4 */
+    char    *sql_before;        /* ... AND (score, id) > ($2, $3) ORDER BY ... ASC LIMIT $4 */
 
     /* Keys of the feed last named: "<prefix>:{<uid>}" and its ":lease". */
     char    *key;
@@ -71,6 +75,7 @@ struct feed {
     size_t   key_cap;
 
     char     ttl_ms[24];        /* cfg.ttl_seconds * 1000 as text, "0" = no TTL */
+    char     empty_ttl_ms[24];  /* the TTL of a feed known to be empty, likewise */
     char     lease_ms[24];      /* cfg.lease_ms as text */
 
     uint64_t token_seed;        /* lease tokens: seed from the OS, then a counter */
@@ -125,6 +130,9 @@ void feed__pg_drop(feed *f);
 int  feed__pg_top(feed *f, int64_t uid, size_t limit, feed_rows *rows);
 int  feed__pg_after(feed *f, int64_t uid, int64_t score, int64_t id,
                     size_t limit, feed_rows *rows);
+/* The rows above a cursor, closest first: (score ASC, id ASC) order. */
+int  feed__pg_before(feed *f, int64_t uid, int64_t score, int64_t id,
+                     size_t limit, feed_rows *rows);
 void feed__rows_free(feed_rows *rows);
 
 /* codec.c */

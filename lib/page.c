@@ -127,8 +127,8 @@ static int parse_answer(feed *f, const redisReply *r, const page_req *q,
 static int ask_cache(feed *f, const page_req *q, cache_answer *a)
 {
     char want[21], score[21], member[FEED_MEMBER_MAX];
-    const char *argv[8];
-    size_t lens[8];
+    const char *argv[9];
+    size_t lens[9];
     redisReply *r;
     int rc;
 
@@ -150,10 +150,11 @@ static int ask_cache(feed *f, const page_req *q, cache_answer *a)
     argv[5] = a->token;
     argv[6] = f->lease_ms;
     argv[7] = f->ttl_ms;    /* read on first pages only: not sent after a cursor */
-    for (int i = 0; i < 8; i++)
+    argv[8] = f->empty_ttl_ms;
+    for (int i = 0; i < 9; i++)
         if (i != 4)
             lens[i] = strlen(argv[i]);
-    r = feed__redis_script(f, FEED_SCRIPT_PAGE, 2, q->first ? 8 : 7, argv, lens);
+    r = feed__redis_script(f, FEED_SCRIPT_PAGE, 2, q->first ? 9 : 7, argv, lens);
     if (!r)
         return FEED_EREDIS;
     rc = parse_answer(f, r, q, a);

@@ -1,9 +1,11 @@
-/* pg.c -- the PostgreSQL side: one connection, two prepared statements.
+/* pg.c -- the PostgreSQL side: one connection, three prepared statements.
  *
  *   feedcache_top    the first rows of a feed:      WHERE owner = $1
  *   feedcache_after  the rows after a cursor:       WHERE owner = $1
  *                                                   AND (score, id) < ($2, $3)
- * both ORDER BY score DESC, id DESC LIMIT n, which the index on
+ *   feedcache_before the rows above a cursor (pull-to-refresh, newer.c):
+ *                    (score, id) > ($2, $3) ORDER BY score ASC, id ASC
+ * the first two ORDER BY score DESC, id DESC LIMIT n, which the index on
  * (owner, score DESC, id DESC) answers as a seek plus n rows. Identifiers from
  * the config are quoted by libpq; values only ever travel as parameters.
  * Parameters and results use the binary format: int8 in network order, no
@@ -77,7 +79,8 @@ static int build_sql(feed *f, PGconn *conn)
         cap = 200 + 3 * (strlen(q[0]) + strlen(q[1]) + 2 * strlen(q[2]) + 2 * strlen(q[3]));
         f->sql_top = malloc(cap);
         f->sql_after = malloc(cap);
-        if (!f->sql_top || !f->sql_after) {
+        f->sql_before = malloc(cap);
+        if (!f->sql_top || !f->sql_after || !f->sql_before) {
             rc = feed__error(f, FEED_ENOMEM, "out of memory building SQL");
         } else {
             snprintf(f->sql_top, cap,
@@ -89,6 +92,11 @@ static int build_sql(feed *f, PGconn *conn)
                      " AND (%s, %s) < ($2, $3)"
                      " ORDER BY %s DESC, %s DESC LIMIT $4",
                      q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3]);
+            snprintf(f->sql_before, cap,   /* pull-to-refresh, closest first */
+                     "SELECT %s::int8, %s::int8 FROM %s WHERE %s = $1"
+                     " AND (%s, %s) > ($2, $3)"
+                     " ORDER BY %s ASC, %s ASC LIMIT $4",
+                     q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3]);
         }
     }
     for (int i = 0; i < 4; i++)
@@ -96,7 +104,8 @@ static int build_sql(feed *f, PGconn *conn)
     if (rc != FEED_OK) {
         free(f->sql_top);
         free(f->sql_after);
-        f->sql_top = f->sql_after = NULL;
+        free(f->sql_before);
+        f->sql_top = f->sql_after = f->sql_before = NULL;
     }
     return rc;
 }
@@ -205,6 +214,8 @@ int feed__pg_connect(feed *f)
         rc = prepare(f, conn, "feedcache_top", f->sql_top, 2);
     if (rc == FEED_OK)
         rc = prepare(f, conn, "feedcache_after", f->sql_after, 4);
+    if (rc == FEED_OK)
+        rc = prepare(f, conn, "feedcache_before", f->sql_before, 4);
     if (rc != FEED_OK) {
         PQfinish(conn);
         return rc;
@@ -320,4 +331,12 @@ int feed__pg_after(feed *f, int64_t uid, int64_t score, int64_t id,
     int64_t params[4] = { uid, score, id, (int64_t)limit };
 
     return run(f, uid, "feedcache_after", 4, params, rows);
+}
+
+int feed__pg_before(feed *f, int64_t uid, int64_t score, int64_t id,
+                    size_t limit, feed_rows *rows)
+{
+    int64_t params[4] = { uid, score, id, (int64_t)limit };
+
+    return run(f, uid, "feedcache_before", 4, params, rows);
 }

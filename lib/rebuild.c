@@ -61,7 +61,10 @@ static int install(feed *f, const char *token, const feed_rows *rows,
         const char **cargv[2] = { zargv, expire };
         const int cargc[2] = { (int)zargc, 3 };
         const size_t *clens[2] = { zlens, NULL };
-        const char *argv[5] = { f->key, f->lease_key, staged, token, f->ttl_ms };
+        /* A feed known to be empty gets its own, short TTL (empty_ttl_seconds):
+         * probes for uids that do not exist must not fill Redis. */
+        const char *ttl = complete && rows->count == 0 ? f->empty_ttl_ms : f->ttl_ms;
+        const char *argv[5] = { f->key, f->lease_key, staged, token, ttl };
         r = feed__redis_script_after(f, 2, cargc, cargv, clens, FEED_SCRIPT_REBUILD,
                                      3, 5, argv, NULL);
     }

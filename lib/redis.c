@@ -33,6 +33,7 @@ static const char *script_source(enum feed_script s)
     case FEED_SCRIPT_REBUILD: return feed_lua_rebuild;
     case FEED_SCRIPT_INSERT:  return feed_lua_insert;
     case FEED_SCRIPT_DELETE:  return feed_lua_delete;
+    case FEED_SCRIPT_NEWER:   return feed_lua_newer;
     default:                  return NULL;
     }
 }
@@ -44,6 +45,7 @@ static const char *script_name(enum feed_script s)
     case FEED_SCRIPT_REBUILD: return "rebuild.lua";
     case FEED_SCRIPT_INSERT:  return "insert.lua";
     case FEED_SCRIPT_DELETE:  return "delete.lua";
+    case FEED_SCRIPT_NEWER:   return "newer.lua";
     default:                  return "?";
     }
 }

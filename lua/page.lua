@@ -7,6 +7,7 @@
 -- ARGV[3]  cursor member (the id as 19 digits); "" for the first page
 -- ARGV[4]  a fresh lease token, ARGV[5] lease lifetime in ms
 -- ARGV[6]  first pages only: TTL in ms to refresh; "0" = does not expire
+-- ARGV[7]  first pages only: the same for a feed known to be empty
 --
 -- A hit returns the ZREVRANGE reply itself, {member, score, ...}, untouched:
 -- scores stay the strings Redis formats (a Lua number returned to Redis is
@@ -77,8 +78,11 @@ end
 -- a PEXPIRE, which is a write (propagated to replicas and the AOF) if done on
 -- every page. So a feed read at least once per TTL/2 never expires, and one
 -- nobody reads goes between TTL/2 and TTL after its last first page.
-if score == '' and ARGV[6] ~= '0' and
-   redis.call('PTTL', feed) < tonumber(ARGV[6]) / 2 then
-    redis.call('PEXPIRE', feed, ARGV[6])
+-- A feed known to be empty (only the end marker) keeps its own short TTL.
+if score == '' then
+    local ttl = (#range == 2 and range[1] == 'end') and ARGV[7] or ARGV[6]
+    if ttl ~= '0' and redis.call('PTTL', feed) < tonumber(ttl) / 2 then
+        redis.call('PEXPIRE', feed, ttl)
+    end
 end
 return range

@@ -82,3 +82,20 @@ int feed__pg_after(feed *f, int64_t uid, int64_t score, int64_t id,
 {
     return fetch(f, uid, 1, score, id, limit, rows);
 }
+
+/* The rows above a cursor, closest first, as lib/pg.c's feedcache_before. */
+int feed__pg_before(feed *f, int64_t uid, int64_t score, int64_t id,
+                    size_t limit, feed_rows *rows)
+{
+    feed_item cursor = { score, id };
+    int rc = fetch(f, uid, 0, 0, 0, rows_of(uid), rows);
+    size_t k = 0;
+
+    if (rc != FEED_OK)
+        return rc;
+    for (size_t i = rows->count; i-- > 0 && k < limit;)
+        if (feed__item_after(cursor, rows->items[i].score, rows->items[i].id))
+            rows->items[k++] = rows->items[i];
+    rows->count = k;
+    return FEED_OK;
+}
