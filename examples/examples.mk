@@ -34,3 +34,8 @@ demo:
 
 demo-stop:
 	BUILD=$(BUILD) examples/demo.sh stop
+
+# examples/minimal.c: the README's minimal program (tests/t_minimal.t runs it).
+examples: $(BUILD)/examples/minimal
+$(BUILD)/examples/minimal: examples/minimal.c $(STATIC) lib/feedcache.h | $(BUILD)/examples
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# t_readme.t -- every ```c sample of README.md compiles against lib/feedcache.h,
+# so a sample that drifts from the API fails `make check`. A sample with a
+# main() is a complete program: compiled as it is and linked with the
+# library. Any other is a fragment: compiled inside a function body, after a
+# prelude that declares what fragments take from the application around
+# them (uid, show(), ...). The complete program must also be the file it
+# says it is (examples/minimal.c), word for word.
+set -u
+n=0; failed=0
+ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+BUILD=${BUILD:-build}
+README=${README:-README.md}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+CC=${CC:-cc}
+# Samples show calls and leave results unused: no warnings about that.
+flags="-std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wpedantic -Werror -Wno-unused -Wno-unused-parameter -Wno-unused-but-set-variable -Ilib -I$(pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)"
+
+# Under `make check SANITIZE=1` the library is the sanitized one.
+case "$BUILD" in *asan*) flags="$flags -fsanitize=address,undefined" ;; esac
+
+# Split the README: sample K goes to $tmp/sample-K.c, its first line number
+# to $tmp/sample-K.line.
+awk -v dir="$tmp" '
+    /^```c[ \t]*$/ { k++; inside = 1; print NR + 1 > (dir "/sample-" k ".line"); next }
+    /^```/ && inside { inside = 0; next }
+    inside { print > (dir "/sample-" k ".c") }
+' "$README"
+count=$(ls "$tmp"/sample-*.c 2>/dev/null | wc -l)
+[ "$count" -ge 3 ]; ok $? "$README has $count C samples"
+
+cat > "$tmp/prelude.h" <<'C'
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "feedcache.h"
+/* What the samples take from the application around them. */
+static feed *f;
+static int64_t uid, score, article_id, topic_id, reply_id, score_from_sql,
+               top_score, top_id;
+static const int64_t *follower_uids;
+static size_t n;
+static uint64_t likes, replies, day;
+static void show(int64_t id, int64_t s) { printf("%" PRId64 " %" PRId64 "\n", id, s); }
+C
+
+for src in $(ls "$tmp"/sample-*.c | sort -t- -k2 -n); do
+    k=$(basename "$src" .c); line=$(cat "$tmp/$k.line")
+    if grep -q '^int main(' "$src"; then
+        $CC $flags "$src" -o "$tmp/$k" "$BUILD/libfeedcache.a" -lhiredis -lpq -lpthread -lm \
+            > "$tmp/$k.log" 2>&1
+        rc=$?
+        what="complete program at line $line compiles and links"
+    else
+        { echo "#include \"$tmp/prelude.h\""; echo "int sample(void);"; echo "int sample(void) {";
+          echo "#line $line \"$README\""; cat "$src"; echo "return 0; }"; } > "$tmp/$k.wrapped.c"
+        $CC $flags -c "$tmp/$k.wrapped.c" -o "$tmp/$k.o" > "$tmp/$k.log" 2>&1
+        rc=$?
+        what="fragment at line $line compiles"
+    fi
+    ok $rc "$what"
+    [ $rc = 0 ] || sed 's/^/# /' "$tmp/$k.log" | head -20
+done
+
+# The complete program in the README is examples/minimal.c.
+prog=$(grep -l '^int main(' "$tmp"/sample-*.c | head -1)
+[ -n "$prog" ] && cmp -s "$prog" <(sed -e '$a\' examples/minimal.c)
+ok $? "the README's complete program is examples/minimal.c, word for word"
+
+echo "1..$n"
+[ $failed = 0 ]
