@@ -114,5 +114,5 @@ clean:
 	rm -rf build build-*
 
 # Each part of the project keeps its own rules: examples/examples.mk,
-# bench/bench.mk, tests/fuzz/fuzz.mk (demo, bench, fuzz, soak, ...).
+# bench/bench.mk, tests/reliability.mk (demo, bench, fuzz, soak, ...).
 -include $(wildcard */*.mk tests/*/*.mk)

@@ -67,7 +67,7 @@ typedef struct feed_config {
     uint32_t    ttl_seconds;      /* default 604800 (7 days); 0 = never expire */
     uint32_t    redis_timeout_ms; /* default 250: connect and command timeout */
     uint32_t    lease_ms;         /* default 3000: how long a rebuild lease lives */
-    /* --- additions to the contract of api.md --- */
+    /* --- added since the first published API (0.1); later fields go last --- */
     const char *redis_user;       /* default NULL: AUTH <password> (the "default" user);
                                      set with redis_password for an ACL user: AUTH <user> <password> */
     uint32_t    lease_wait_ms;    /* default 100: how long a reader that missed while another
@@ -434,7 +434,7 @@ typedef struct feed_stats {
     uint64_t lease_waits;    /* times a reader waited on another's rebuild */
     uint64_t redis_errors;
     uint64_t pg_errors;
-    /* --- additions to the contract of api.md --- */
+    /* --- added since the first published API (0.1); later fields go last --- */
     uint64_t redis_connects; /* attempts to connect to Redis, feed_open's included;
                                 during an outage at most one per retry_ms */
     uint64_t pg_connects;    /* attempts to connect to PostgreSQL, likewise */

@@ -108,13 +108,12 @@ int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
 }
 
 /* A fan-out sends insert.lua once per batch of feeds, all the calls in one
- * pipeline. Batches because a script call costs Redis a few microseconds
- * before its first line, as much as the insert itself: one call per feed
- * made a fan-out to 10,000 feeds only ~6x faster than 10,000 single calls
- * (a round trip each), 100 feeds per call about 10x (bench/results/
- * latest.md, "Fan-out"). 100 keeps one call short (well under a millisecond
- * of Redis time). On a Redis Cluster the keys of one call must share a hash
- * slot: batches would then have to be grouped by slot. */
+ * pipeline. Batches because a script call has a fixed cost in Redis before
+ * its first line, comparable to the insert itself, which one call per feed
+ * would pay per feed (figures: bench/results/latest.md, "Fan-out"). 100
+ * keeps one call short in Redis time. On a Redis Cluster the keys of one
+ * call must share a hash slot: batches would then have to be grouped by
+ * slot. */
 #define FANOUT_BATCH 100
 
 /* Call i: feeds i * per .. up to n; a short last batch repeats its last

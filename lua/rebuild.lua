@@ -15,8 +15,8 @@
 -- in are one atomic step.
 --
 -- Why stage instead of passing the rows to the script: a script receives its
--- arguments as a Lua table, which costs Redis about as much again as the ZADD
--- itself (bench/results/latest.md, "Installing a rebuild"); a plain ZADD
+-- arguments as a Lua table, which costs Redis more than the ZADD itself
+-- (figures: bench/results/latest.md, "Installing a rebuild"); a plain ZADD
 -- parses them once, and RENAME swaps the staged set in in O(1).
 
 local feed, lease, staged = KEYS[1], KEYS[2], KEYS[3]

@@ -1,5 +1,5 @@
 /* t_hooks.c -- the write path: each hook keeps the cache an exact prefix of
- * the feed (walks equal SQL) and the Redis contents are what design.md says:
+ * the feed (walks equal SQL) and the Redis contents are what README.md says:
  * nothing cached below a partial window, trimming drops the end marker, a
  * hook on an absent feed caches nothing, every hook cancels the lease. */
 #include <stdlib.h>

@@ -13,7 +13,7 @@
  *
  * Phase 1 runs with both servers healthy; phase 2 adds Redis faults (freezes
  * and kills) while everything runs. After each phase, with the writers
- * stopped: the Redis contents obey the invariant of design.md (the cached set
+ * stopped: the Redis contents obey the invariant of README.md (the cached set
  * is an exact prefix of the feed, the whole feed when the end marker is
  * there), and every feed walked through the library equals SQL exactly.
  *
