@@ -97,7 +97,7 @@ static void probes(void)
        pttl(910000) <= EMPTY_TTL * 1000LL, "  and reading it keeps that");
 
     /* feed_reload of an empty feed: short too. */
-    tu_redis_cmd(rds, "DEL feed:{920000}");
+    freeReplyObject(tu_redis_cmd(rds, "DEL feed:{920000}"));
     is_int(feed_reload(f, 920000), FEED_OK, "feed_reload of an empty feed");
     ok(pttl(920000) > 0 && pttl(920000) <= EMPTY_TTL * 1000LL, "  short TTL (%lld ms)",
        pttl(920000));
