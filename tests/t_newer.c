@@ -20,13 +20,12 @@ static int above(int64_t as, int64_t ai, int64_t bs, int64_t bi)
     return as > bs || (as == bs && ai > bi);
 }
 
-/* Compare one call with what SQL's whole feed says: the limit items
- * closest above the cursor, newest first. *source gets where it came from. */
-static int newer_equals_sql(feed *f, int64_t uid, int64_t score, int64_t id,
-                            size_t limit, feed_source *source)
+/* Compare one call with SQL's whole feed all[0..n): the limit items closest
+ * above the cursor, newest first. *source gets where it came from. */
+static int newer_equals(feed *f, int64_t uid, const feed_item *all, size_t n,
+                        int64_t score, int64_t id, size_t limit, feed_source *source)
 {
-    feed_item *all;
-    size_t n = tu_sql_feed(pg, uid, &all), above_n = 0, want;
+    size_t above_n = 0, want;
     feed_result r;
     int rc, same;
 
@@ -46,6 +45,16 @@ static int newer_equals_sql(feed *f, int64_t uid, int64_t score, int64_t id,
                  feed_errmsg(f), r.count, want, r.has_more, above_n > limit);
     *source = r.source;
     feed_result_free(&r);
+    return same;
+}
+
+static int newer_equals_sql(feed *f, int64_t uid, int64_t score, int64_t id,
+                            size_t limit, feed_source *source)
+{
+    feed_item *all;
+    size_t n = tu_sql_feed(pg, uid, &all);
+    int same = newer_equals(f, uid, all, n, score, id, limit, source);
+
     free(all);
     return same;
 }
@@ -97,7 +106,8 @@ static void check_feed(feed *f, int64_t uid, size_t n, const char *what)
         for (size_t l = 0; l < sizeof limits / sizeof *limits; l++) {
             feed_source src;
             calls++;
-            wrong += !newer_equals_sql(f, uid, cursors[c].score, cursors[c].id, limits[l], &src);
+            wrong += !newer_equals(f, uid, all, total, cursors[c].score, cursors[c].id,
+                                   limits[l], &src);
             from_cache += src == FEED_SOURCE_CACHE;
             should_cache += covered;
             misplaced += (src == FEED_SOURCE_CACHE) != covered;
