@@ -37,7 +37,9 @@ end
 -- Otherwise: entries below the cursor's score come first (the end marker
 -- among them), then the tie group at its score, ascending by member; binary-
 -- search the first member above the cursor's. Ids are compared as two exact
--- numbers (10 + 9 digits), never with Lua's locale-dependent string order.
+-- numbers (10 + 9 digits), never with Lua's locale-dependent string order:
+-- the same comparison as page.lua's (scripts cannot share code; a change to
+-- the member encoding changes both).
 local function id_greater(a, b)
     local ah, bh = tonumber(string.sub(a, 1, 10)), tonumber(string.sub(b, 1, 10))
     if ah ~= bh then return ah > bh end
