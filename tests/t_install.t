@@ -57,6 +57,11 @@ cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app" $(pkg-config --cfl
 ok $? "an outside program builds with pkg-config (shared)"
 out=$(LD_LIBRARY_PATH=$root/lib "$stage/app" 2>&1)
 [ "$out" = "2 2" ]; ok $? "  and reads a page of 2 items, rebuilt (got: $out)"
+# The command examples/minimal.c gives; libpq's flags without the staging
+# sysroot, which only the staged feedcache.pc needs.
+cc -std=c11 -Wall -Werror $san examples/minimal.c -o "$stage/minimal" $(pkg-config --cflags --libs feedcache) \
+    $(PKG_CONFIG_SYSROOT_DIR= pkg-config --cflags --libs libpq) 2>&1
+ok $? "examples/minimal.c builds with pkg-config feedcache libpq, as its comment says"
 cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app-static" \
     $(pkg-config --cflags feedcache) "$root/lib/libfeedcache.a" $(pkg-config --libs-only-l --static feedcache | sed "s/-lfeedcache //") 2>&1
 ok $? "builds against the static library with pkg-config --static"
