@@ -83,8 +83,16 @@ typedef struct feed_config {
     const char *redis_master_name;   /* default "mymaster" */
     const char *pg_replica_conninfo; /* default NULL: every query on pg_conninfo. Otherwise
                                         pages past the cache may read this replica;
-                                        rebuilds never install rows a replica read while behind */
-    uint32_t    pg_timeout_ms;       /* default 2000: bound on a PostgreSQL connect or statement */
+                                        rebuilds never install rows a replica read while behind
+                                        (they read pg_conninfo, always). A page read from the
+                                        replica may lag the primary by its replication delay;
+                                        a replica that fails is replaced by the primary */
+    uint32_t    pg_timeout_ms;       /* default 2000: bound on a PostgreSQL connect or statement:
+                                        one read (reconnect, prepare, statement) waits at most
+                                        this long, then the statement is cancelled, the
+                                        connection dropped (FEED_EPG) and reconnected after
+                                        retry_ms. Must be > 0. A page the replica failed to
+                                        answer in time costs this twice (replica, primary) */
     uint32_t    empty_ttl_seconds;   /* default 60: TTL of a feed known to be empty (its copy
                                         holds only the end marker), so probes for uids that
                                         do not exist cannot fill Redis; 0 = ttl_seconds.
@@ -133,7 +141,8 @@ FEED_API void feed_config_init(feed_config *cfg);
  * retried by later calls, at most once per retry_ms. Otherwise *out is NULL and:
  *   FEED_EINVAL       out or cfg NULL, a NULL string where a value is needed,
  *                     max_len 0, max_page 0, redis_port outside 1..65535,
- *                     redis_timeout_ms 0, lease_ms 0, an empty identifier
+ *                     redis_timeout_ms 0, pg_timeout_ms 0, lease_ms 0, an
+ *                     empty identifier, pg_replica_conninfo "" (NULL = none)
  *                     (max_page may exceed max_len: deep pages come from SQL)
  *   FEED_EREDIS       Redis answered but refused (wrong password, no such user)
  *   FEED_EPG          PostgreSQL answered but refused (authentication, missing
@@ -437,9 +446,17 @@ typedef struct feed_stats {
     /* --- added since the first published API (0.1); later fields go last --- */
     uint64_t redis_connects; /* attempts to connect to Redis, feed_open's included;
                                 during an outage at most one per retry_ms */
-    uint64_t pg_connects;    /* attempts to connect to PostgreSQL, likewise */
+    uint64_t pg_connects;    /* attempts to connect to PostgreSQL (primary or
+                                replica), likewise */
     uint64_t repairs;        /* cached copies this handle dropped because some write
                                 hook (or reload, invalidate) could not reach Redis */
+    /* --- PostgreSQL timeouts and read replica (pg) --- */
+    uint64_t pg_timeouts;      /* PostgreSQL connects or statements (primary or replica)
+                                  given up after pg_timeout_ms; each also counts in
+                                  pg_errors */
+    uint64_t replica_queries;  /* statements sent to the replica (also in sql_queries) */
+    uint64_t replica_fallbacks; /* pages past the cache the replica could not answer,
+                                  read from the primary instead */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

@@ -120,6 +120,7 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(db_pages), FEED_STAT(sql_queries), FEED_STAT(redis_calls),
     FEED_STAT(lease_waits), FEED_STAT(redis_errors), FEED_STAT(pg_errors),
     FEED_STAT(redis_connects), FEED_STAT(pg_connects), FEED_STAT(repairs),
+    FEED_STAT(pg_timeouts), FEED_STAT(replica_queries), FEED_STAT(replica_fallbacks),
 };
 #undef FEED_STAT
 
@@ -244,6 +245,12 @@ static const char *check_config(const feed_config *c)
         return "redis_timeout_ms must be > 0";
     if (c->lease_ms == 0)
         return "lease_ms must be > 0";
+    /* Like redis_timeout_ms: no "wait forever" setting. A stuck server must
+     * cost a caller a bounded wait (README: Reliability). */
+    if (c->pg_timeout_ms == 0)
+        return "pg_timeout_ms must be > 0";
+    if (c->pg_replica_conninfo && !*c->pg_replica_conninfo)
+        return "pg_replica_conninfo is empty (NULL for no replica)";
     if (c->redis_cluster && c->redis_sentinels)
         return "redis_cluster and redis_sentinels are exclusive: set one";
     if (c->redis_sentinels && (!c->redis_master_name || !*c->redis_master_name))

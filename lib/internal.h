@@ -3,7 +3,8 @@
  * The files, one job each:
  *   handle.c   config, open/close, error messages, stats
  *   redis.c    the Redis transport: connect, AUTH, scripts by SHA, NOSCRIPT
- *   pg.c       the PostgreSQL side: connect, prepared statements, row fetch
+ *   pg.c       the PostgreSQL side: primary and replica, bounded connects and
+ *              statements, prepared statements, row fetch
  *   codec.c    members, scores and integers as bytes, parsed strictly
  *   page.c     the read path: feed_page
  *   newer.c    pull-to-refresh: feed_page_newer
@@ -68,6 +69,8 @@ struct feed {
     char    *sql_top;           /* SELECT ... WHERE owner=$1 ORDER ... LIMIT $2 */
     char    *sql_after;         /* ... AND (score, id) < ($2, $3) ... LIMIT $4 */
     char    *sql_before;        /* ... AND (score, id) > ($2, $3) ORDER BY ... ASC LIMIT $4 */
+    PGconn  *pg_replica;        /* cfg.pg_replica_conninfo; NULL while disconnected */
+    int64_t  pg_replica_attempt_ms;
 
     /* Keys of the feed last named: "<prefix>:{<uid>}" and its ":lease". */
     char    *key;
@@ -133,6 +136,12 @@ int  feed__pg_after(feed *f, int64_t uid, int64_t score, int64_t id,
 /* The rows above a cursor, closest first: (score ASC, id ASC) order. */
 int  feed__pg_before(feed *f, int64_t uid, int64_t score, int64_t id,
                      size_t limit, feed_rows *rows);
+/* The rows of a page past the cache: from the replica when one is
+ * configured and answers, else from the primary (feed__pg_top and
+ * feed__pg_after always read the primary: rebuilds use them). first: ignore
+ * score and id and read the top of the feed. */
+int  feed__pg_page(feed *f, int64_t uid, int first, int64_t score, int64_t id,
+                   size_t limit, feed_rows *rows);
 void feed__rows_free(feed_rows *rows);
 
 /* codec.c */

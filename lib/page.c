@@ -198,10 +198,8 @@ static int answer_from_db(feed *f, const page_req *q, feed_result *out,
     int rc;
 
     snprintf(redis_msg, sizeof redis_msg, "%s", f->errmsg);
-    if (q->first)
-        rc = feed__pg_top(f, q->uid, q->limit + 1, &rows);
-    else
-        rc = feed__pg_after(f, q->uid, q->score, q->id, q->limit + 1, &rows);
+    /* Never installed in the cache: the replica may answer it. */
+    rc = feed__pg_page(f, q->uid, q->first, q->score, q->id, q->limit + 1, &rows);
     if (rc == FEED_OK) {
         rc = answer(f, out, rows.items, rows.count, q->limit, FEED_SOURCE_DB);
         /* Degraded but answered: keep why Redis was not used. */

@@ -113,6 +113,9 @@ int feed__rebuild(feed *f, int64_t uid, const char *token, feed_rows *rows,
     int rc;
 
     *installed = 0;
+    /* From the primary, never the replica: a replica may not yet have
+     * replayed a write whose hook already ran (and cancelled the lease), and
+     * rows read from it would install a copy missing that write. */
     rc = feed__pg_top(f, uid, (size_t)f->cfg.max_len + 1, rows);
     if (rc != FEED_OK) {
         release_lease(f);

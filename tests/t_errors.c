@@ -113,6 +113,8 @@ static void bad_configs(void)
     BAD_CONFIG("max_page 0", c.max_page = 0);
     BAD_CONFIG("redis_timeout_ms 0", c.redis_timeout_ms = 0);
     BAD_CONFIG("lease_ms 0", c.lease_ms = 0);
+    BAD_CONFIG("pg_timeout_ms 0 (no unbounded wait)", c.pg_timeout_ms = 0);
+    BAD_CONFIG("pg_replica_conninfo empty", c.pg_replica_conninfo = "");
     BAD_CONFIG("redis_user without a password", c.redis_user = "app");
     BAD_CONFIG("redis_cluster and redis_sentinels together",
                (c.redis_cluster = "127.0.0.1:1", c.redis_sentinels = "127.0.0.1:2"));
@@ -135,6 +137,23 @@ static void configs(void)
     tu_config(&c);
     c.score_column = "no_such_column";
     is_int(feed_open(&f, &c), FEED_EPG, "a column that does not exist: FEED_EPG");
+    /* Answered and refused, told apart from "no answer" without PQping
+     * (pg.c: refused). */
+    {
+        char conninfo[512];
+        tu_config(&c);
+        snprintf(conninfo, sizeof conninfo, "%s dbname=no_such_db", c.pg_conninfo);
+        c.pg_conninfo = conninfo;
+        is_int(feed_open(&f, &c), FEED_EPG, "a database that does not exist: FEED_EPG");
+        ok(f == NULL && strstr(feed_errmsg(NULL), "no_such_db") &&
+           !strstr(feed_errmsg(NULL), "LOCATION"), "  %s", feed_errmsg(NULL));
+        feed_config d;
+        tu_config(&d);
+        c.pg_replica_conninfo = c.pg_conninfo;
+        c.pg_conninfo = d.pg_conninfo;
+        is_int(feed_open(&f, &c), FEED_EPG, "a replica that refuses: FEED_EPG at open");
+        ok(f == NULL && strstr(feed_errmsg(NULL), "replica"), "  %s", feed_errmsg(NULL));
+    }
     tu_config(&c);
     c.pg_conninfo = "host=127.0.0.1 port=1 connect_timeout=2";
     c.redis_port = 1;

@@ -99,3 +99,9 @@ int feed__pg_before(feed *f, int64_t uid, int64_t score, int64_t id,
     rows->count = k;
     return FEED_OK;
 }
+
+int feed__pg_page(feed *f, int64_t uid, int first, int64_t score, int64_t id,
+                  size_t limit, feed_rows *rows)
+{
+    return fetch(f, uid, !first, score, id, limit, rows);
+}
