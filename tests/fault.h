@@ -40,7 +40,8 @@ static inline void fault_inject(const char *cmd)
     int rc = fault_srv(cmd, 0);
 
     if (strcmp(cmd, "redis-stop") == 0 || strcmp(cmd, "redis-freeze") == 0 ||
-        strcmp(cmd, "pg-stop") == 0)
+        strcmp(cmd, "pg-stop") == 0 || strcmp(cmd, "pg-freeze") == 0 ||
+        strcmp(cmd, "replica-stop") == 0 || strcmp(cmd, "replica-freeze") == 0)
         fault_count++;
     if (rc != 0) {
         char why[128];
@@ -50,12 +51,15 @@ static inline void fault_inject(const char *cmd)
     }
 }
 
-/* atexit: thaw and start whatever a test stopped (no-ops when running). */
+/* atexit: thaw and start whatever a test stopped (no-ops when running).
+ * A replica a test started is its own to stop. */
 static inline void fault_restore(void)
 {
     fault_srv("redis-thaw", 1);
     fault_srv("redis-start", 0);
+    fault_srv("pg-thaw", 1);
     fault_srv("pg-start", 0);
+    fault_srv("replica-thaw", 1);
 }
 
 static inline void fault_setup(void)

@@ -10,7 +10,16 @@
  *     again: the same calls answer, equal to SQL;
  *   - PostgreSQL restarted between two calls: the next call reconnects at
  *     once and succeeds; restarted in the middle of a walk: the walk resumes
- *     from its cursor. */
+ *     from its cursor;
+ *   - PostgreSQL frozen (SIGSTOP to all its processes: connects and
+ *     statements get no answer) under a running walk: cached pages keep
+ *     coming from the cache, on this handle and on another thread's; each
+ *     page that needs SQL fails with FEED_EPG within pg_timeout_ms (plus
+ *     slack); connect attempts are rate-limited; after SIGCONT every walk
+ *     equals SQL;
+ *   - a statement stuck on a lock: FEED_EPG within pg_timeout_ms, and the
+ *     statement is cancelled on the server (its backend stops waiting). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +33,7 @@
 #define MAX_LEN 50
 #define LIMIT   10
 #define RETRY   400
+#define PG_TIMEOUT 300   /* pg_timeout_ms */
 
 static PGconn *pg;
 
@@ -56,6 +66,7 @@ static feed *open_handle(void)
     cfg.retry_ms = RETRY;
     cfg.lease_ms = 600;          /* a rebuild that failed holds its lease this long */
     cfg.lease_wait_ms = 50;
+    cfg.pg_timeout_ms = PG_TIMEOUT;
     return tu_open(&cfg);
 }
 
@@ -260,6 +271,173 @@ static void restart_between_calls(void)
     feed_close(f);
 }
 
+/* A reader on its own handle, walking the wholly cached feed over and over
+ * while the main thread's calls wait for a frozen PostgreSQL: what the
+ * workers of a web service do. */
+typedef struct reader {
+    pthread_t   thread;
+    feed       *f;
+    volatile int stop;
+    int         walks, pages, not_cache, wrong, errors;
+} reader;
+
+static void *reader_main(void *arg)
+{
+    reader *r = arg;
+
+    while (!r->stop) {
+        walk w = walk_start();
+        walk_on(r->f, SMALL, &w, 1000);
+        r->walks++;
+        r->pages += w.pages;
+        r->not_cache += w.pages - w.from_cache;
+        r->wrong += w.wrong;
+        r->errors += w.rc != FEED_OK || !walk_done(&w, SMALL);
+    }
+    return NULL;
+}
+
+static void frozen(void)
+{
+    feed *f = open_handle();
+    feed_stats s0, s1;
+    feed_result res;
+    reader rd;
+    walk w, c;
+    int rc, bad = 0, calls = 0, cached_bad = 0, cached = 0;
+    double t0, ms, elapsed, worst = 0, bound = PG_TIMEOUT + fault_slack_ms();
+
+    for (int64_t uid = SMALL; uid <= BIG; uid++) {
+        w = walk_start();
+        walk_on(f, uid, &w, 1000);
+        ok(walk_done(&w, uid), "warm feed %lld: the walk equals SQL", (long long)uid);
+    }
+    is_int(feed_invalidate(f, COLD), FEED_OK, "feed %d dropped from the cache: cold", COLD);
+    memset(&rd, 0, sizeof rd);
+    rd.f = open_handle();
+    if (pthread_create(&rd.thread, NULL, reader_main, &rd) != 0)
+        tap_bail("pthread_create");
+
+    /* A walk is running: two pages in, PostgreSQL freezes. */
+    w = walk_start();
+    walk_on(f, BIG, &w, 2);
+    fault_inject("pg-freeze");
+    feed_stats_get(f, &s0);
+    walk_on(f, BIG, &w, 1000);
+    ok(w.rc == FEED_EPG && w.pages == (MAX_LEN - 1) / LIMIT && w.wrong == 0 &&
+       w.from_cache == w.pages, "PostgreSQL frozen mid-walk: the rest of the cached pages come"
+       " from the cache (%d in all), equal to SQL", w.pages);
+    is_int(w.rc, FEED_EPG, "  the page past the cache: FEED_EPG");
+    ok(w.worst_ms <= bound, "  within pg_timeout_ms %d + %.0f ms slack (slowest call %.1f ms)",
+       PG_TIMEOUT, fault_slack_ms(), w.worst_ms);
+    ok(strstr(feed_errmsg(f), "pg_timeout_ms") != NULL, "  the message says why: %s",
+       feed_errmsg(f));
+
+    c = walk_start();
+    walk_on(f, SMALL, &c, 1000);
+    ok(walk_done(&c, SMALL) && c.from_cache == c.pages,
+       "  a cached feed still walks from the cache, equal to SQL (%d pages)", c.pages);
+    t0 = fault_now_ms();
+    rc = feed_page(f, COLD, FEED_FIRST, 0, LIMIT, &res);
+    ms = fault_now_ms() - t0;
+    ok(rc == FEED_EPG && ms <= bound, "  a cold feed: FEED_EPG (%d) in %.1f ms", rc, ms);
+    feed_result_free(&res);
+
+    /* Keep asking for a while: every deep page fails within the bound, a
+     * reconnect is tried at most once per retry_ms (each one a timeout),
+     * and the cached feed keeps coming in between. */
+    t0 = fault_now_ms();
+    while (fault_now_ms() - t0 < 6 * RETRY) {
+        double c0 = fault_now_ms();
+        rc = feed_page(f, BIG, w.score, w.id, LIMIT, &res);
+        ms = fault_now_ms() - c0;
+        worst = ms > worst ? ms : worst;
+        bad += rc != FEED_EPG;
+        feed_result_free(&res);
+        calls++;
+        c = walk_start();
+        walk_on(f, SMALL, &c, 1000);
+        cached++;
+        cached_bad += !walk_done(&c, SMALL) || c.from_cache != c.pages;
+        fault_sleep_ms(5);
+    }
+    elapsed = fault_now_ms() - t0;
+    feed_stats_get(f, &s1);
+    ok(bad == 0 && worst <= bound, "%d deep pages while frozen: each FEED_EPG within the bound"
+       " (slowest %.1f ms)", calls, worst);
+    ok(cached_bad == 0, "  %d walks of the cached feed in between: all from the cache, equal"
+       " to SQL", cached);
+    ok(s1.pg_timeouts - s0.pg_timeouts >= 2 &&
+       (double)(s1.pg_connects - s0.pg_connects) <= elapsed / RETRY + 2,
+       "  %llu timeouts, %llu connect attempts in %.0f ms (retry_ms %d)",
+       (unsigned long long)(s1.pg_timeouts - s0.pg_timeouts),
+       (unsigned long long)(s1.pg_connects - s0.pg_connects), elapsed, RETRY);
+
+    rd.stop = 1;
+    pthread_join(rd.thread, NULL);
+    ok(rd.pages > 0 && rd.not_cache == 0 && rd.wrong == 0 && rd.errors == 0,
+       "  another thread's handle walked the cached feed meanwhile: %d walks, %d pages, all"
+       " from the cache, equal to SQL", rd.walks, rd.pages);
+    feed_close(rd.f);
+
+    fault_inject("pg-thaw");
+    fault_sleep_ms(RETRY);
+    walk_on(f, BIG, &w, 1000);
+    ok(walk_done(&w, BIG), "thawed: the interrupted walk resumes from its cursor and ends"
+       " equal to SQL");
+    for (int64_t uid = SMALL; uid <= COLD; uid++) {
+        c = walk_start();
+        walk_on(f, uid, &c, 1000);
+        ok(walk_done(&c, uid), "  feed %lld walks equal to SQL (%d pages, %d from the cache)",
+           (long long)uid, c.pages, c.from_cache);
+    }
+    feed_close(f);
+}
+
+/* Backends of this database other than the caller's waiting on a lock. */
+static long long lock_waiters(PGconn *c)
+{
+    return tu_sql_int(c, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                         " AND pid <> pg_backend_pid()");
+}
+
+static void stuck_statement(void)
+{
+    feed *f = open_handle();
+    PGconn *locker = tu_pg();
+    feed_result res;
+    walk w = walk_start();
+    double t0, ms;
+    long long waiting = -1;
+    int rc;
+
+    walk_on(f, BIG, &w, (MAX_LEN - 1) / LIMIT + 1);   /* one page past the cache */
+    ok(w.rc == FEED_OK && w.from_db == 1, "a walk reaches past the cache");
+    tu_sql(locker, "BEGIN");
+    tu_sql(locker, "LOCK TABLE feed_entry IN ACCESS EXCLUSIVE MODE");
+    t0 = fault_now_ms();
+    rc = feed_page(f, BIG, w.score, w.id, LIMIT, &res);
+    ms = fault_now_ms() - t0;
+    feed_result_free(&res);
+    ok(rc == FEED_EPG && ms <= PG_TIMEOUT + fault_slack_ms(),
+       "a statement stuck on a lock: FEED_EPG (%d) in %.1f ms (pg_timeout_ms %d)", rc, ms,
+       PG_TIMEOUT);
+    /* The cancel runs on its own thread: give it a moment. Without it the
+     * backend would wait on the lock for as long as the locker holds it. */
+    for (int i = 0; i < 100 && waiting != 0; i++) {
+        waiting = lock_waiters(locker);
+        if (waiting)
+            fault_sleep_ms(20);
+    }
+    is_int(waiting, 0, "  the statement was cancelled on the server: no backend waits on the lock");
+    tu_sql(locker, "COMMIT");
+    PQfinish(locker);
+    fault_sleep_ms(RETRY);
+    walk_on(f, BIG, &w, 1000);
+    ok(walk_done(&w, BIG), "  lock released: the walk resumes and ends equal to SQL");
+    feed_close(f);
+}
+
 int main(void)
 {
     fault_setup();
@@ -274,6 +452,9 @@ int main(void)
 
     outage();
     restart_between_calls();
+    reconnect_test_pg();
+    frozen();
+    stuck_statement();
 
     tap_diag("faults injected: %d (PostgreSQL and Redis stops)", fault_count);
     for (int i = 0; i < 3; i++)

@@ -6,10 +6,17 @@
 #   tools/servers.sh status DIR   exit 0 iff both are up
 #   fault injection (each blocks until done):
 #     redis-stop | redis-start | redis-freeze | redis-thaw | redis-pid DIR
-#     pg-stop | pg-start DIR
+#     pg-stop | pg-start | pg-freeze | pg-thaw DIR
+#   a streaming replica of the PostgreSQL server (not started by `start`):
+#     replica-start DIR    pg_basebackup -R from the primary, then start it;
+#                          DIR/env gains FEED_PG_REPLICA_CONNINFO
+#     replica-stop | replica-freeze | replica-thaw DIR
+#   (a freeze is SIGSTOP to every process of that PostgreSQL: the postmaster
+#   and all its children; the sockets still accept, nothing answers)
 #
 # Layout of DIR: redis.conf redis.port redis.pid redis.log redis/   (Redis)
 #                pg/ pg.port pg.log sock/                          (PostgreSQL)
+#                replica/ replica.port replica.log                 (its replica)
 #                env
 # Ports: FEED_REDIS_PORT / FEED_PG_PORT choose them for a fresh DIR, otherwise
 # free ones below the ephemeral range are picked at random; a restart always
@@ -22,7 +29,7 @@ SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}
 REPO=$(cd "$(dirname "$SELF")/.." && pwd)
 
 cmd=${1:-}
-[[ -n $cmd && -n ${2:-} ]] || die "usage: $0 start|stop|status|redis-stop|redis-start|redis-freeze|redis-thaw|redis-pid|pg-stop|pg-start DIR"
+[[ -n $cmd && -n ${2:-} ]] || die "usage: $0 start|stop|status|redis-stop|redis-start|redis-freeze|redis-thaw|redis-pid|pg-stop|pg-start|pg-freeze|pg-thaw|replica-start|replica-stop|replica-freeze|replica-thaw DIR"
 if [[ ! -d $2 ]]; then
     case $cmd in
     start) mkdir -p "$2" ;;
@@ -178,7 +185,10 @@ pg_start() {
     as_pg "$PGBIN/initdb" -D "$D/pg" -U postgres -A trust -E UTF8 --locale=C \
         --no-sync >"$D/initdb.log" 2>&1 ||
         { cat "$D/initdb.log" >&2; die "initdb failed"; }
-    # Throwaway cluster: durability off for speed.
+    # Throwaway cluster: durability off for speed. wal_level logical serves
+    # both feedcache-sync (a logical slot) and replica-start (streaming,
+    # which needs replica or more); initdb's pg_hba.conf already trusts
+    # replication connections from 127.0.0.1.
     cat >>"$D/pg/postgresql.conf" <<EOC
 listen_addresses = '127.0.0.1'
 port = $port
@@ -187,6 +197,8 @@ max_connections = 200
 fsync = off
 synchronous_commit = off
 full_page_writes = off
+wal_level = logical
+max_wal_senders = 10
 EOC
     pg_launch
     psql_ -d postgres -c 'CREATE DATABASE feedcache'
@@ -196,14 +208,73 @@ EOC
     done
 }
 
-pg_stop() {  # mode: fast | immediate
-    pg_running || return 0
-    as_pg "$PGBIN/pg_ctl" stop -w -t 30 -m "$1" -D "$D/pg" >/dev/null 2>&1 ||
-        as_pg "$PGBIN/pg_ctl" stop -w -t 30 -m immediate -D "$D/pg" >/dev/null 2>&1 || true
+pg_stop() {  # mode: fast | immediate; data folder (default DIR/pg)
+    local data=${2:-$D/pg} p
+    p=$(head -n1 "$data/postmaster.pid" 2>/dev/null) || return 0
+    alive "$p" || return 0
+    cluster_signal "$data" CONT || true   # it may be frozen
+    as_pg "$PGBIN/pg_ctl" stop -w -t 30 -m "$1" -D "$data" >/dev/null 2>&1 ||
+        as_pg "$PGBIN/pg_ctl" stop -w -t 30 -m immediate -D "$data" >/dev/null 2>&1 || true
     # Wait for the postmaster itself (a zombie counts as gone).
-    local p
-    p=$(head -n1 "$D/pg/postmaster.pid" 2>/dev/null) || return 0
     wait_gone "$p" || true
+}
+
+# SIGSTOP or SIGCONT to every process of the PostgreSQL in a data folder:
+# the postmaster first on STOP (then it forks nothing new), last on CONT.
+cluster_signal() {  # data-folder STOP|CONT
+    local pm kids k want i
+    pm=$(head -n1 "$1/postmaster.pid" 2>/dev/null) && alive "$pm" || return 1
+    [[ $2 == STOP ]] && kill -STOP "$pm"
+    kids=$(ps -o pid= --ppid "$pm" 2>/dev/null || true)
+    for k in $kids; do kill -"$2" "$k" 2>/dev/null || true; done
+    [[ $2 == CONT ]] && kill -CONT "$pm"
+    if [[ $2 == STOP ]]; then want='T*'; else want='[^T]*'; fi
+    for ((i = 0; i < 100; i++)); do
+        # shellcheck disable=SC2053  # $want is a glob on purpose
+        [[ $(ps -o stat= -p "$pm") == $want ]] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# ---------------------------------------------------------------- replica
+# A hot standby streaming from the primary, made by pg_basebackup -R
+# (which writes primary_conninfo and standby.signal). Its own port and data
+# folder; the sockets folder is shared (the port names the socket).
+replica_port() { cat "$D/replica.port" 2>/dev/null; }
+replica_running() {
+    local p
+    p=$(head -n1 "$D/replica/postmaster.pid" 2>/dev/null) || return 1
+    alive "$p"
+}
+replica_launch() {
+    if ! as_pg "$PGBIN/pg_ctl" start -w -t 60 -D "$D/replica" -l "$D/replica.log" >/dev/null; then
+        echo "servers.sh: the replica on port $(replica_port) did not start; log tail:" >&2
+        tail -n 20 "$D/replica.log" >&2
+        return 1
+    fi
+}
+replica_start() {
+    local port
+    pg_running || die "the primary is not running (run start first)"
+    if replica_running; then return 0; fi
+    if [[ -f $D/replica/PG_VERSION ]]; then replica_launch; return; fi
+    port=$(pick_port "$(pg_port)")
+    echo "$port" >"$D/replica.port"
+    rm -rf "$D/replica"
+    mkdir -p "$D/replica"
+    chmod 0700 "$D/replica"
+    touch "$D/replica.log"
+    [[ $(id -u) -ne 0 ]] || chown postgres: "$D/replica" "$D/replica.log"
+    as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$(pg_port)" -U postgres -D "$D/replica" \
+        -R -X stream -c fast --no-sync >"$D/basebackup.log" 2>&1 ||
+        { cat "$D/basebackup.log" >&2; die "pg_basebackup failed"; }
+    # The copied postgresql.conf names the primary's port: the last line wins.
+    cat >>"$D/replica/postgresql.conf" <<EOC
+port = $port
+hot_standby = on
+EOC
+    replica_launch
 }
 
 # ---------------------------------------------------------------- env file
@@ -222,6 +293,9 @@ export PGDATABASE=feedcache
 export FEED_SERVERS_DIR="$D"
 export FEED_SERVERS="$SELF"
 EOE
+    if [[ -f $D/replica.port ]]; then
+        echo "export FEED_PG_REPLICA_CONNINFO=\"host=127.0.0.1 port=$(replica_port) user=postgres dbname=feedcache\"" >>"$D/env.tmp"
+    fi
     mv "$D/env.tmp" "$D/env"
 }
 
@@ -233,12 +307,14 @@ start)
     ;;
 stop)
     redis_stop || true
+    pg_stop fast "$D/replica" || true
     pg_stop fast || true
     ;;
 status)
     rc=0
     if p=$(redis_pid); then echo "redis: running (pid $p, port $(redis_port))"; else echo "redis: stopped"; rc=1; fi
     if pg_running; then echo "postgres: running (port $(pg_port))"; else echo "postgres: stopped"; rc=1; fi
+    if replica_running; then echo "replica: running (port $(replica_port))"; fi
     exit $rc
     ;;
 redis-stop)  # crash: SIGKILL, no shutdown
@@ -272,6 +348,23 @@ pg-stop)
 pg-start)
     [[ -f $D/pg/PG_VERSION ]] || die "no PostgreSQL set up in $D (run start first)"
     pg_start
+    ;;
+pg-freeze | replica-freeze)
+    data=$D/pg
+    [[ $cmd == pg-freeze ]] || data=$D/replica
+    cluster_signal "$data" STOP || die "${cmd%-freeze} is not running or did not stop"
+    ;;
+pg-thaw | replica-thaw)  # no-op when not running
+    data=$D/pg
+    [[ $cmd == pg-thaw ]] || data=$D/replica
+    if [[ -f $data/postmaster.pid ]]; then cluster_signal "$data" CONT || true; fi
+    ;;
+replica-start)
+    replica_start
+    write_env
+    ;;
+replica-stop)
+    pg_stop immediate "$D/replica"
     ;;
 *)
     die "unknown command: $cmd"
