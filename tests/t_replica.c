@@ -1,0 +1,304 @@
+/* t_replica.c -- the PostgreSQL read replica (pg_replica_conninfo) against a
+ * real streaming replica of the test server (tools/servers.sh replica-start:
+ * pg_basebackup -R, a hot standby on its own port):
+ *
+ *   - pages past the cache read the replica, rebuilds the primary: one
+ *     replica statement per page from SQL, none for the rebuild;
+ *   - replay paused (pg_wal_replay_pause), writes reach the primary only:
+ *     a rebuild (a cold feed's miss, feed_reload) installs the primary's
+ *     rows, so the cache holds every write whose hook ran; a page past the
+ *     cache shows the replica's rows, exactly the staleness the README
+ *     states; replay resumed, every walk equals SQL;
+ *   - replica frozen (SIGSTOP): a page past the cache comes from the primary
+ *     within 2 x pg_timeout_ms (one timeout on the replica), the next ones
+ *     at once while the replica waits out retry_ms; thawed, it serves again;
+ *   - replica stopped: the primary answers; a handle opens without it;
+ *     started again, it serves again. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tap.h"
+#include "testutil.h"
+#include "fault.h"
+
+#define A          700   /* 100 rows: the cache holds the top MAX_LEN */
+#define B          701   /* written while replay is paused: only the primary has it */
+#define MAX_LEN    20
+#define LIMIT      10
+#define RETRY      300
+#define PG_TIMEOUT 300
+
+static PGconn *pg, *rep;
+static char replica_conninfo[256];
+
+static int64_t score_of(size_t i) { return (int64_t)(i / 2) * 3; }
+static int64_t id_of(size_t i) { return (int64_t)i + 1; }
+static int64_t id_b(size_t i) { return (int64_t)i + 1000; }
+
+static void stop_replica(void)
+{
+    fault_srv("replica-thaw", 1);
+    fault_srv("replica-stop", 1);
+}
+
+/* Start the replica and find its port (servers.sh writes it next to env). */
+static void start_replica(void)
+{
+    char path[1024];
+    const char *dir = getenv("FEED_SERVERS_DIR");
+    FILE *in;
+    int port = 0;
+
+    fault_inject("replica-start");
+    snprintf(path, sizeof path, "%s/replica.port", dir ? dir : ".");
+    if (!(in = fopen(path, "r")) || fscanf(in, "%d", &port) != 1 || port <= 0)
+        tap_bail("no replica.port after servers.sh replica-start");
+    fclose(in);
+    snprintf(replica_conninfo, sizeof replica_conninfo,
+             "host=127.0.0.1 port=%d user=postgres dbname=feedcache", port);
+}
+
+static PGconn *connect_replica(void)
+{
+    PGconn *c = PQconnectdb(replica_conninfo);
+
+    if (PQstatus(c) != CONNECTION_OK)
+        tap_bail("cannot connect to the replica");
+    return c;
+}
+
+/* Until the replica has replayed everything the primary wrote so far. */
+static int caught_up(void)
+{
+    PGresult *res = PQexec(pg, "SELECT pg_current_wal_lsn()::text");
+    char lsn[64];
+    int ok = 0;
+
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        tap_bail("pg_current_wal_lsn failed");
+    snprintf(lsn, sizeof lsn, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    for (int i = 0; i < 500 && !ok; i++) {
+        ok = tu_sql_int(rep, "SELECT (pg_last_wal_replay_lsn() >= '%s'::pg_lsn)::int", lsn) == 1;
+        if (!ok)
+            fault_sleep_ms(20);
+    }
+    return ok;
+}
+
+static feed *open_handle(int with_replica)
+{
+    feed_config cfg;
+
+    tu_config(&cfg);
+    cfg.max_len = MAX_LEN;
+    cfg.retry_ms = RETRY;
+    cfg.pg_timeout_ms = PG_TIMEOUT;
+    if (with_replica)
+        cfg.pg_replica_conninfo = replica_conninfo;
+    return tu_open(&cfg);
+}
+
+/* A page at a cursor below the cache: (score, id) of A's 50th row. */
+static int deep_page(feed *f, feed_result *res)
+{
+    return feed_page(f, A, score_of(49), id_of(49), LIMIT, res);
+}
+
+static void reads(feed *f)
+{
+    tu_walk_info info;
+    int same;
+    feed_stats s0, d;
+
+    feed_stats_get(f, &s0);
+    same = tu_walk_equals_sql(f, pg, A, LIMIT, &info);
+    ok(same, "a cold walk equals SQL (%zu pages)",
+       info.pages);
+    d = tu_stats_since(f, &s0);
+    ok(info.sources[FEED_SOURCE_DB] > 0 &&
+       d.replica_queries == (uint64_t)info.sources[FEED_SOURCE_DB] && d.replica_fallbacks == 0,
+       "  its %d pages past the cache came from the replica (%llu replica statements);"
+       " its rebuild read the primary", info.sources[FEED_SOURCE_DB],
+       (unsigned long long)d.replica_queries);
+}
+
+static void paused(feed *f)
+{
+    feed *g = open_handle(0);   /* the primary only: what the cache holds, and SQL */
+    tu_walk_info info;
+    int same;
+    feed_result res;
+    feed_item *items;
+    size_t n_primary, n_replica, n;
+    feed_stats s0, d;
+    int rc;
+
+    tu_sql(rep, "SELECT pg_wal_replay_pause()");
+    is_int(tu_sql_int(rep, "SELECT (pg_get_wal_replay_pause_state() <> 'not paused')::int"), 1,
+           "replica: replay paused");
+
+    /* A deep write: below the cache, so the hook leaves the copy alone. */
+    tu_insert(pg, A, -5, 9999);
+    is_int(feed_on_insert(f, A, -5, 9999), FEED_OK, "a row below the cache, committed and hooked");
+    n_primary = tu_sql_feed(pg, A, &items);
+    free(items);
+    n_replica = tu_sql_feed(rep, A, &items);
+    free(items);
+    is_int((long long)n_primary, (long long)n_replica + 1, "  the primary has it, the replica not yet");
+    feed_stats_get(f, &s0);
+    same = tu_walk_equals_sql(f, rep, A, LIMIT, &info);
+    ok(same, "  a walk equals the replica's SQL: its pages"
+       " past the cache are the replica's, as of its replay (the documented staleness)");
+    d = tu_stats_since(f, &s0);
+    ok(d.replica_queries == (uint64_t)info.sources[FEED_SOURCE_DB] && d.replica_fallbacks == 0,
+       "  %llu pages from the replica", (unsigned long long)d.replica_queries);
+    same = tu_walk_equals_sql(g, pg, A, LIMIT, &info);
+    ok(same, "  the same walk on the primary has the row");
+
+    /* A top write, then a reload: the rebuild must read the primary. */
+    tu_insert(pg, A, 100000, 10000);
+    is_int(feed_on_insert(f, A, 100000, 10000), FEED_OK, "a new top row, committed and hooked");
+    feed_stats_get(f, &s0);
+    is_int(feed_reload(f, A), FEED_OK, "  feed_reload while the replica lags");
+    d = tu_stats_since(f, &s0);
+    ok(d.rebuilds == 1 && d.replica_queries == 0, "  rebuilt from the primary (%llu rebuild,"
+       " %llu replica statements)", (unsigned long long)d.rebuilds,
+       (unsigned long long)d.replica_queries);
+    rc = feed_page(g, A, FEED_FIRST, 0, LIMIT, &res);
+    ok(rc == FEED_OK && res.source == FEED_SOURCE_CACHE && res.count > 0 &&
+       res.items[0].id == 10000, "  the cached copy holds the new top row");
+    feed_result_free(&res);
+    same = tu_walk_equals_sql(g, pg, A, LIMIT, &info);
+    ok(same, "  the cache plus the primary equals SQL");
+
+    /* A feed that exists on the primary only: its miss rebuilds from there. */
+    tu_insert_rows(pg, B, 50, score_of, id_b);
+    n = tu_sql_feed(rep, B, &items);
+    free(items);
+    is_int((long long)n, 0, "feed %d: 50 rows on the primary, none yet on the replica", B);
+    rc = feed_page(f, B, FEED_FIRST, 0, LIMIT, &res);
+    ok(rc == FEED_OK && res.source == FEED_SOURCE_REBUILD && res.count == LIMIT && res.has_more,
+       "  its first page is a rebuild with %zu rows, from the primary", res.count);
+    feed_result_free(&res);
+    same = tu_walk_equals_sql(g, pg, B, LIMIT, &info);
+    ok(same, "  the installed copy equals the primary's"
+       " SQL (%d pages from the cache)", info.sources[FEED_SOURCE_CACHE]);
+
+    tu_sql(rep, "SELECT pg_wal_replay_resume()");
+    ok(caught_up(), "replay resumed: the replica caught up");
+    same = tu_walk_equals_sql(f, pg, A, LIMIT, &info);
+    ok(same, "  feed %d walks equal to SQL", A);
+    same = tu_walk_equals_sql(f, pg, B, LIMIT, &info);
+    ok(same, "  feed %d walks equal to SQL", B);
+    feed_close(g);
+}
+
+static void frozen(feed *f)
+{
+    feed_result res;
+    feed_stats s0, d;
+    double t0, ms, bound = 2 * PG_TIMEOUT + fault_slack_ms();
+    int rc;
+
+    fault_inject("replica-freeze");
+    feed_stats_get(f, &s0);
+    t0 = fault_now_ms();
+    rc = deep_page(f, &res);
+    ms = fault_now_ms() - t0;
+    d = tu_stats_since(f, &s0);
+    ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && d.replica_fallbacks == 1 &&
+       d.pg_timeouts == 1, "replica frozen: a deep page comes from the primary (rc %d, %llu"
+       " fallback, %llu timeout)", rc, (unsigned long long)d.replica_fallbacks,
+       (unsigned long long)d.pg_timeouts);
+    ok(ms <= bound, "  in %.1f ms (<= 2 x pg_timeout_ms %d + %.0f ms slack)", ms, PG_TIMEOUT,
+       fault_slack_ms());
+    ok(strstr(feed_errmsg(f), "replica") != NULL, "  why not from the replica: %s",
+       feed_errmsg(f));
+    feed_result_free(&res);
+
+    feed_stats_get(f, &s0);
+    t0 = fault_now_ms();
+    rc = deep_page(f, &res);
+    ms = fault_now_ms() - t0;
+    d = tu_stats_since(f, &s0);
+    ok(rc == FEED_OK && d.replica_fallbacks == 1 && d.pg_timeouts == 0 && ms < PG_TIMEOUT,
+       "  the next one at once (%.1f ms): the replica waits out retry_ms", ms);
+    feed_result_free(&res);
+
+    fault_inject("replica-thaw");
+    fault_sleep_ms(RETRY);
+    feed_stats_get(f, &s0);
+    rc = deep_page(f, &res);
+    d = tu_stats_since(f, &s0);
+    ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
+       "thawed: after retry_ms the replica answers again");
+    feed_result_free(&res);
+}
+
+static void stopped(feed *f)
+{
+    tu_walk_info info;
+    int same;
+    feed_result res;
+    feed_stats s0, d;
+    feed *h;
+    int rc;
+
+    fault_inject("replica-stop");
+    PQfinish(rep);
+    feed_stats_get(f, &s0);
+    rc = deep_page(f, &res);
+    d = tu_stats_since(f, &s0);
+    ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && d.replica_fallbacks == 1,
+       "replica stopped: a deep page comes from the primary");
+    feed_result_free(&res);
+    same = tu_walk_equals_sql(f, pg, A, LIMIT, &info);
+    ok(same, "  a walk equals SQL (%zu pages)", info.pages);
+
+    h = open_handle(1);
+    ok(h != NULL, "  a handle opens while the replica is down");
+    rc = deep_page(h, &res);
+    ok(rc == FEED_OK && res.source == FEED_SOURCE_DB, "  and its deep pages come from the primary");
+    feed_result_free(&res);
+    feed_close(h);
+
+    fault_inject("replica-start");
+    rep = connect_replica();
+    ok(caught_up(), "replica started again and caught up");
+    fault_sleep_ms(RETRY);
+    feed_stats_get(f, &s0);
+    rc = deep_page(f, &res);
+    d = tu_stats_since(f, &s0);
+    ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
+       "  after retry_ms it answers deep pages again");
+    feed_result_free(&res);
+}
+
+int main(void)
+{
+    feed *f;
+
+    fault_setup();
+    atexit(stop_replica);
+    pg = tu_begin(NULL);
+    tu_sql(pg, "SET synchronous_commit = on");   /* flushed at once: streamed at once */
+    start_replica();
+    rep = connect_replica();
+    is_int(tu_sql_int(rep, "SELECT pg_is_in_recovery()::int"), 1, "a streaming replica is up");
+    tu_insert_rows(pg, A, 100, score_of, id_of);
+    ok(caught_up(), "  and has replayed the test rows");
+
+    f = open_handle(1);
+    reads(f);
+    paused(f);
+    frozen(f);
+    stopped(f);
+    feed_close(f);
+    PQfinish(rep);
+
+    tap_diag("faults injected: %d (replica stops and freezes)", fault_count);
+    PQfinish(pg);
+    return tap_done();
+}
