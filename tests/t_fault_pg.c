@@ -137,6 +137,41 @@ static int walk_done(const walk *w, int64_t uid)
     return w->rc == FEED_OK && w->score == INT64_MIN && w->wrong == 0 && w->at == snap_of(uid)->n;
 }
 
+/* For 6 x retry_ms, every 5 ms: the page at w's cursor, which needs SQL and
+ * must fail with FEED_EPG; with cached_too, a walk of the wholly cached
+ * feed in between, which must come from the cache, equal to SQL. */
+typedef struct asking {
+    int    calls, bad, walks, walks_bad;
+    double worst_ms, elapsed_ms;
+} asking;
+
+static asking keep_asking(feed *f, const walk *w, int cached_too)
+{
+    asking a;
+    double t0 = fault_now_ms();
+
+    memset(&a, 0, sizeof a);
+    while (fault_now_ms() - t0 < 6 * RETRY) {
+        feed_result res;
+        double c0 = fault_now_ms(), ms;
+        int rc = feed_page(f, BIG, w->score, w->id, LIMIT, &res);
+        ms = fault_now_ms() - c0;
+        a.worst_ms = ms > a.worst_ms ? ms : a.worst_ms;
+        a.bad += rc != FEED_EPG;
+        feed_result_free(&res);
+        a.calls++;
+        if (cached_too) {
+            walk c = walk_start();
+            walk_on(f, SMALL, &c, 1000);
+            a.walks++;
+            a.walks_bad += !walk_done(&c, SMALL) || c.from_cache != c.pages;
+        }
+        fault_sleep_ms(5);
+    }
+    a.elapsed_ms = fault_now_ms() - t0;
+    return a;
+}
+
 static void reconnect_test_pg(void)
 {
     PQfinish(pg);
@@ -149,8 +184,8 @@ static void outage(void)
     feed_stats s0, s1;
     feed_result res;
     walk w;
-    int rc, bad = 0, calls = 0;
-    double t0, elapsed, worst = 0;
+    asking a;
+    int rc;
     unsigned long long connects;
 
     /* Warm: SMALL wholly cached, BIG's top MAX_LEN cached. */
@@ -186,25 +221,14 @@ static void outage(void)
 
     /* Keep calling: the handle must not hammer the dead server. */
     feed_stats_get(f, &s0);
-    t0 = fault_now_ms();
-    while (fault_now_ms() - t0 < 6 * RETRY) {
-        double c0 = fault_now_ms(), ms;
-        rc = feed_page(f, BIG, w.score, w.id, LIMIT, &res);
-        ms = fault_now_ms() - c0;
-        worst = ms > worst ? ms : worst;
-        bad += rc != FEED_EPG;
-        feed_result_free(&res);
-        calls++;
-        fault_sleep_ms(5);
-    }
-    elapsed = fault_now_ms() - t0;
+    a = keep_asking(f, &w, 0);
     feed_stats_get(f, &s1);
     connects = (unsigned long long)(s1.pg_connects - s0.pg_connects);
-    ok(bad == 0, "%d deep pages during the outage: each FEED_EPG", calls);
-    ok(worst < fault_slack_ms(), "  none hung (slowest %.1f ms)", worst);
-    ok(connects >= 1 && (double)connects <= elapsed / RETRY + 2,
+    ok(a.bad == 0, "%d deep pages during the outage: each FEED_EPG", a.calls);
+    ok(a.worst_ms < fault_slack_ms(), "  none hung (slowest %.1f ms)", a.worst_ms);
+    ok(connects >= 1 && (double)connects <= a.elapsed_ms / RETRY + 2,
        "  reconnects rate-limited: %llu attempts for %d calls in %.0f ms (retry_ms %d)",
-       connects, calls, elapsed, RETRY);
+       connects, a.calls, a.elapsed_ms, RETRY);
 
     /* Both stores down. */
     fault_inject("redis-stop");
@@ -304,8 +328,9 @@ static void frozen(void)
     feed_result res;
     reader rd;
     walk w, c;
-    int rc, bad = 0, calls = 0, cached_bad = 0, cached = 0;
-    double t0, ms, elapsed, worst = 0, bound = PG_TIMEOUT + fault_slack_ms();
+    asking a;
+    int rc;
+    double t0, ms, bound = PG_TIMEOUT + fault_slack_ms();
 
     for (int64_t uid = SMALL; uid <= BIG; uid++) {
         w = walk_start();
@@ -346,32 +371,17 @@ static void frozen(void)
     /* Keep asking for a while: every deep page fails within the bound, a
      * reconnect is tried at most once per retry_ms (each one a timeout),
      * and the cached feed keeps coming in between. */
-    t0 = fault_now_ms();
-    while (fault_now_ms() - t0 < 6 * RETRY) {
-        double c0 = fault_now_ms();
-        rc = feed_page(f, BIG, w.score, w.id, LIMIT, &res);
-        ms = fault_now_ms() - c0;
-        worst = ms > worst ? ms : worst;
-        bad += rc != FEED_EPG;
-        feed_result_free(&res);
-        calls++;
-        c = walk_start();
-        walk_on(f, SMALL, &c, 1000);
-        cached++;
-        cached_bad += !walk_done(&c, SMALL) || c.from_cache != c.pages;
-        fault_sleep_ms(5);
-    }
-    elapsed = fault_now_ms() - t0;
+    a = keep_asking(f, &w, 1);
     feed_stats_get(f, &s1);
-    ok(bad == 0 && worst <= bound, "%d deep pages while frozen: each FEED_EPG within the bound"
-       " (slowest %.1f ms)", calls, worst);
-    ok(cached_bad == 0, "  %d walks of the cached feed in between: all from the cache, equal"
-       " to SQL", cached);
+    ok(a.bad == 0 && a.worst_ms <= bound, "%d deep pages while frozen: each FEED_EPG within the"
+       " bound (slowest %.1f ms)", a.calls, a.worst_ms);
+    ok(a.walks_bad == 0, "  %d walks of the cached feed in between: all from the cache, equal"
+       " to SQL", a.walks);
     ok(s1.pg_timeouts - s0.pg_timeouts >= 2 &&
-       (double)(s1.pg_connects - s0.pg_connects) <= elapsed / RETRY + 2,
+       (double)(s1.pg_connects - s0.pg_connects) <= a.elapsed_ms / RETRY + 2,
        "  %llu timeouts, %llu connect attempts in %.0f ms (retry_ms %d)",
        (unsigned long long)(s1.pg_timeouts - s0.pg_timeouts),
-       (unsigned long long)(s1.pg_connects - s0.pg_connects), elapsed, RETRY);
+       (unsigned long long)(s1.pg_connects - s0.pg_connects), a.elapsed_ms, RETRY);
 
     rd.stop = 1;
     pthread_join(rd.thread, NULL);

@@ -143,9 +143,9 @@ redis_stop() {  # graceful-ish; used by `stop`
 
 # ---------------------------------------------------------------- PostgreSQL
 pg_port() { cat "$D/pg.port" 2>/dev/null; }
-pg_running() {
+pg_running() {  # data folder (default DIR/pg)
     local p
-    p=$(head -n1 "$D/pg/postmaster.pid" 2>/dev/null) || return 1
+    p=$(head -n1 "${1:-$D/pg}/postmaster.pid" 2>/dev/null) || return 1
     alive "$p"
 }
 psql_() {  # psql against the throwaway server as superuser; extra args follow
@@ -153,10 +153,11 @@ psql_() {  # psql against the throwaway server as superuser; extra args follow
         psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$(pg_port)" -U postgres "$@"
 }
 
-pg_launch() {
-    if ! as_pg "$PGBIN/pg_ctl" start -w -t 60 -D "$D/pg" -l "$D/pg.log" >/dev/null; then
-        echo "servers.sh: PostgreSQL on port $(pg_port) did not start; log tail:" >&2
-        tail -n 20 "$D/pg.log" >&2
+pg_launch() {  # name (default pg): DIR/<name>/ the data, DIR/<name>.log, .port
+    local n=${1:-pg}
+    if ! as_pg "$PGBIN/pg_ctl" start -w -t 60 -D "$D/$n" -l "$D/$n.log" >/dev/null; then
+        echo "servers.sh: PostgreSQL ($n) on port $(cat "$D/$n.port") did not start; log tail:" >&2
+        tail -n 20 "$D/$n.log" >&2
         return 1
     fi
 }
@@ -242,23 +243,11 @@ cluster_signal() {  # data-folder STOP|CONT
 # (which writes primary_conninfo and standby.signal). Its own port and data
 # folder; the sockets folder is shared (the port names the socket).
 replica_port() { cat "$D/replica.port" 2>/dev/null; }
-replica_running() {
-    local p
-    p=$(head -n1 "$D/replica/postmaster.pid" 2>/dev/null) || return 1
-    alive "$p"
-}
-replica_launch() {
-    if ! as_pg "$PGBIN/pg_ctl" start -w -t 60 -D "$D/replica" -l "$D/replica.log" >/dev/null; then
-        echo "servers.sh: the replica on port $(replica_port) did not start; log tail:" >&2
-        tail -n 20 "$D/replica.log" >&2
-        return 1
-    fi
-}
 replica_start() {
     local port
     pg_running || die "the primary is not running (run start first)"
-    if replica_running; then return 0; fi
-    if [[ -f $D/replica/PG_VERSION ]]; then replica_launch; return; fi
+    if pg_running "$D/replica"; then return 0; fi
+    if [[ -f $D/replica/PG_VERSION ]]; then pg_launch replica; return; fi
     port=$(pick_port "$(pg_port)")
     echo "$port" >"$D/replica.port"
     rm -rf "$D/replica"
@@ -274,7 +263,7 @@ replica_start() {
 port = $port
 hot_standby = on
 EOC
-    replica_launch
+    pg_launch replica
 }
 
 # ---------------------------------------------------------------- env file
@@ -314,7 +303,7 @@ status)
     rc=0
     if p=$(redis_pid); then echo "redis: running (pid $p, port $(redis_port))"; else echo "redis: stopped"; rc=1; fi
     if pg_running; then echo "postgres: running (port $(pg_port))"; else echo "postgres: stopped"; rc=1; fi
-    if replica_running; then echo "replica: running (port $(replica_port))"; fi
+    if pg_running "$D/replica"; then echo "replica: running (port $(replica_port))"; fi
     exit $rc
     ;;
 redis-stop)  # crash: SIGKILL, no shutdown
