@@ -97,6 +97,14 @@ typedef struct feed_config {
                                         holds only the end marker), so probes for uids that
                                         do not exist cannot fill Redis; 0 = ttl_seconds.
                                         Never longer than ttl_seconds (when that is not 0) */
+    /* --- PostgreSQL read replica (pg) --- */
+    uint32_t    pg_replica_max_lag_ms; /* default 0: a page from the replica may lag the
+                                        primary by its replication delay, unbounded. N > 0:
+                                        the replica answers a page only while it is proven to
+                                        have replayed everything the primary had written N ms
+                                        before; so a page from it shows every write committed
+                                        at least N ms earlier. Otherwise the primary answers.
+                                        Costs a probe (one statement on each) now and then */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -457,6 +465,8 @@ typedef struct feed_stats {
     uint64_t replica_queries;  /* statements sent to the replica (also in sql_queries) */
     uint64_t replica_fallbacks; /* pages past the cache the replica could not answer,
                                   read from the primary instead */
+    uint64_t replica_lagging;  /* pages past the cache read from the primary because the
+                                  replica was not proven within pg_replica_max_lag_ms */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

@@ -40,6 +40,7 @@ void feed_config_init(feed_config *cfg)
     cfg->pg_replica_conninfo = NULL;
     cfg->pg_timeout_ms = 2000;
     cfg->empty_ttl_seconds = 60;
+    cfg->pg_replica_max_lag_ms = 0;
 }
 
 const char *feed_strerror(int code)
@@ -121,6 +122,7 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(lease_waits), FEED_STAT(redis_errors), FEED_STAT(pg_errors),
     FEED_STAT(redis_connects), FEED_STAT(pg_connects), FEED_STAT(repairs),
     FEED_STAT(pg_timeouts), FEED_STAT(replica_queries), FEED_STAT(replica_fallbacks),
+    FEED_STAT(replica_lagging),
 };
 #undef FEED_STAT
 

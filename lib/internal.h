@@ -71,6 +71,13 @@ struct feed {
     char    *sql_before;        /* ... AND (score, id) > ($2, $3) ORDER BY ... ASC LIMIT $4 */
     PGconn  *pg_replica;        /* cfg.pg_replica_conninfo; NULL while disconnected */
     int64_t  pg_replica_attempt_ms;
+    /* pg_replica_max_lag_ms (pg.c: replica_fresh): the replica may answer
+     * until fresh_until; a probe is the primary's WAL insert position at
+     * probe_ms, to be found replayed by the replica. */
+    int64_t  replica_fresh_until;
+    int64_t  replica_probe_ms;          /* 0: no probe */
+    int64_t  replica_tried_ms;          /* last probe attempt */
+    char     replica_probe_lsn[32];
 
     /* Keys of the feed last named: "<prefix>:{<uid>}" and its ":lease". */
     char    *key;

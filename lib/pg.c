@@ -637,8 +637,78 @@ int feed__pg_before(feed *f, int64_t uid, int64_t score, int64_t id,
     return run(f, primary(f), uid, "feedcache_before", 4, params, rows);
 }
 
+/* One text statement with text parameters and a one-row result, on one
+ * server, within pg_timeout_ms; no retry. The caller clears *res. */
+static int ask(feed *f, pg_side s, const char *sql, int nparams,
+               const char *const *values, PGresult **res)
+{
+    int64_t deadline = feed__now_ms() + f->cfg.pg_timeout_ms;
+    int late, rc = ready(f, s, deadline);
+
+    *res = NULL;
+    if (rc != FEED_OK)
+        return rc;
+    f->stats.sql_queries++;
+    f->stats.replica_queries += s.replica;
+    rc = finish(f, s, *s.conn,
+                PQsendQueryParams(*s.conn, sql, nparams, NULL, values, NULL, NULL, 0),
+                deadline, "lag probe", PGRES_TUPLES_OK, res, &late);
+    if (rc == FEED_EUNAVAILABLE)
+        drop(s);
+    if (rc == FEED_OK && PQntuples(*res) != 1) {
+        PQclear(*res);
+        *res = NULL;
+        rc = pg_error(f, s, FEED_EPG, "lag probe", "not one row");
+    }
+    return rc;
+}
+
+/* May the replica answer a page now, under pg_replica_max_lag_ms = max?
+ *
+ * A probe is the primary's WAL insert position L, read at probe_ms: every
+ * transaction that had committed by then wrote its commit record below L.
+ * Once the replica has replayed past L, it shows all of them, so until
+ * probe_ms + max every page it answers shows every write committed at least
+ * max ms before the page: the bound. Each probe is checked twice: at once
+ * (an idle replica passes), and again at the next probe, by when a replica
+ * that streams with a lag below max/4 has replayed it; a busy primary thus
+ * still keeps the replica usable. Probes run only when the window has
+ * closed, at most once per max/4 ms: two small statements each. */
+static int replica_fresh(feed *f)
+{
+    int64_t now = feed__now_ms(), max = f->cfg.pg_replica_max_lag_ms;
+    const char *values[2];
+    char lsn[sizeof f->replica_probe_lsn];
+    PGresult *res;
+
+    if (max == 0 || now < f->replica_fresh_until)
+        return 1;
+    if (now - f->replica_tried_ms < max / 4 + 1)
+        return 0;
+    f->replica_tried_ms = now;
+    if (ask(f, primary(f), "SELECT pg_current_wal_insert_lsn()::text", 0, NULL, &res) != FEED_OK)
+        return 0;
+    snprintf(lsn, sizeof lsn, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    values[0] = lsn;
+    values[1] = f->replica_probe_ms ? f->replica_probe_lsn : lsn;
+    /* NULL (not in recovery: not a replica) proves nothing. */
+    if (ask(f, replica(f), "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false),"
+            " coalesce(pg_last_wal_replay_lsn() >= $2::pg_lsn, false)", 2, values, &res) == FEED_OK) {
+        if (strcmp(PQgetvalue(res, 0, 0), "t") == 0)
+            f->replica_fresh_until = now + max;
+        else if (f->replica_probe_ms && strcmp(PQgetvalue(res, 0, 1), "t") == 0)
+            f->replica_fresh_until = f->replica_probe_ms + max;
+        PQclear(res);
+    }
+    snprintf(f->replica_probe_lsn, sizeof f->replica_probe_lsn, "%s", lsn);
+    f->replica_probe_ms = now;
+    return now < f->replica_fresh_until;
+}
+
 /* A page past the cache. The replica's rows may lag the primary's by its
- * replication delay (README: "PostgreSQL read replica"); they never reach
+ * replication delay, or by at most pg_replica_max_lag_ms when that is set
+ * (README: "PostgreSQL: timeouts and a read replica"); they never reach
  * the cache. When the replica cannot answer (down, frozen, refusing, a
  * recovery conflict), the primary does, and a replica that failed is
  * tried again only after retry_ms. */
@@ -650,6 +720,10 @@ int feed__pg_page(feed *f, int64_t uid, int first, int64_t score, int64_t id,
 
     if (!f->cfg.pg_replica_conninfo)
         return read_rows(f, primary(f), uid, first, score, id, limit, rows);
+    if (!replica_fresh(f)) {
+        f->stats.replica_lagging++;
+        return read_rows(f, primary(f), uid, first, score, id, limit, rows);
+    }
     rc = read_rows(f, replica(f), uid, first, score, id, limit, rows);
     if (rc == FEED_OK || rc == FEED_ENOMEM || rc == FEED_ERANGE)
         return rc;    /* the primary holds the same rows: ERANGE there too */
