@@ -466,6 +466,12 @@ static int open_side(feed *f, pg_side s, int64_t deadline)
     drop(s);
     *s.attempt_ms = feed__now_ms();
     f->stats.pg_connects++;
+    if (s.replica) {
+        /* A lag proof holds for the server it was taken on: a new
+         * connection may reach another (a multi-host conninfo, DNS). */
+        f->replica_fresh_until = 0;
+        f->replica_probe_ms = 0;
+    }
     c = PQconnectStart(s.conninfo);
     if (!c)
         return feed__error(f, FEED_ENOMEM, "%s connect: out of memory", s.name);
