@@ -20,6 +20,7 @@
  *   - a statement stuck on a lock: FEED_EPG within pg_timeout_ms, and the
  *     statement is cancelled on the server (its backend stops waiting). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -301,7 +302,7 @@ static void restart_between_calls(void)
 typedef struct reader {
     pthread_t   thread;
     feed       *f;
-    volatile int stop;
+    atomic_int  stop;
     int         walks, pages, not_cache, wrong, errors;
 } reader;
 
@@ -309,7 +310,7 @@ static void *reader_main(void *arg)
 {
     reader *r = arg;
 
-    while (!r->stop) {
+    while (!atomic_load(&r->stop)) {
         walk w = walk_start();
         walk_on(r->f, SMALL, &w, 1000);
         r->walks++;
@@ -383,7 +384,7 @@ static void frozen(void)
        (unsigned long long)(s1.pg_timeouts - s0.pg_timeouts),
        (unsigned long long)(s1.pg_connects - s0.pg_connects), a.elapsed_ms, RETRY);
 
-    rd.stop = 1;
+    atomic_store(&rd.stop, 1);
     pthread_join(rd.thread, NULL);
     ok(rd.pages > 0 && rd.not_cache == 0 && rd.wrong == 0 && rd.errors == 0,
        "  another thread's handle walked the cached feed meanwhile: %d walks, %d pages, all"
