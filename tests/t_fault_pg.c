@@ -384,6 +384,22 @@ static void frozen(void)
        (unsigned long long)(s1.pg_timeouts - s0.pg_timeouts),
        (unsigned long long)(s1.pg_connects - s0.pg_connects), a.elapsed_ms, RETRY);
 
+    /* A handle opened now: its connect gets no answer either. */
+    {
+        feed_config cfg;
+        feed *g = NULL;
+        tu_config(&cfg);
+        cfg.pg_timeout_ms = PG_TIMEOUT;
+        t0 = fault_now_ms();
+        rc = feed_open(&g, &cfg);
+        ms = fault_now_ms() - t0;
+        ok(rc == FEED_OK && ms <= bound, "feed_open while frozen: FEED_OK (Redis answers) in"
+           " %.1f ms", ms);
+        ok(g && strstr(feed_errmsg(g), "PostgreSQL connect: no answer"), "  %s",
+           g ? feed_errmsg(g) : "");
+        feed_close(g);
+    }
+
     atomic_store(&rd.stop, 1);
     pthread_join(rd.thread, NULL);
     ok(rd.pages > 0 && rd.not_cache == 0 && rd.wrong == 0 && rd.errors == 0,
