@@ -85,8 +85,8 @@ static pg_side replica(feed *f)
 }
 
 /* libpq's messages end in a newline and, for a failed connect (asked in
- * verbose mode, see refused), carry a "LOCATION: file.c:123" line; ours are
- * one line with neither. */
+ * verbose mode, see refused), carry a LOCATION line (the server source line
+ * that raised the error); ours are one line with neither. */
 static int pg_error(feed *f, pg_side s, int code, const char *what, const char *detail)
 {
     char text[sizeof f->errmsg];
