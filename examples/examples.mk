@@ -1,8 +1,9 @@
 # examples/examples.mk -- included by the main Makefile.
 #
 #   make                  also builds $(BUILD)/examples/feed_server (the HTTP
-#                         service) and $(BUILD)/examples/jget (a tiny JSON
-#                         picker used by tests/t_http.t and the demo)
+#                         service, examples/server/; its HTML page is embedded
+#                         by tools/embed.c) and $(BUILD)/examples/jget (a tiny
+#                         JSON picker used by tests/t_http.t and the demo)
 #   make demo             install what is missing, build, start Redis and
 #                         PostgreSQL in .demo/, load the sample data, start the
 #                         service and walk through it (examples/demo.sh)
@@ -19,8 +20,17 @@ examples: $(EX_BIN)
 all: examples
 tests: examples      # tests/t_http.t drives both binaries
 
-$(BUILD)/examples/feed_server: examples/feed_server.c $(STATIC) lib/feedcache.h | $(BUILD)/examples
-	$(CC) $(CPPFLAGS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(EX_LIBS) $(LIBS)
+SRV_SRC   := $(wildcard examples/server/*.c)
+# The pull-to-refresh route needs feed_page_newer; it is built once the
+# library declares it.
+SRV_DEFS  := $(if $(shell grep -l 'feed_page_newer' lib/feedcache.h 2>/dev/null),-DFEED_SERVER_NEWER)
+
+$(BUILD)/examples/page_html.c: examples/server/page.html $(BUILD)/tools/embed | $(BUILD)/examples
+	$(BUILD)/tools/embed -p feed_server_ $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/examples/feed_server: $(SRV_SRC) examples/server/server.h $(BUILD)/examples/page_html.c $(STATIC) lib/feedcache.h | $(BUILD)/examples
+	$(CC) $(CPPFLAGS) -Iexamples/server $(SRV_DEFS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
+	    $(SRV_SRC) $(BUILD)/examples/page_html.c $(STATIC) $(EX_LIBS) $(LIBS)
 
 $(BUILD)/examples/jget: examples/jget.c | $(BUILD)/examples
 	$(CC) $(CPPFLAGS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(JSON_LIBS)

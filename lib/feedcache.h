@@ -268,12 +268,14 @@ FEED_API int feed_health(feed *f, feed_health_info *out);
  * lost, PostgreSQL has the row).
  *
  * When a hook, feed_reload() or feed_invalidate() fails because the handle
- * could not reach Redis (down, timed out, or not retried yet: retry_ms), the
- * library remembers the feed, process-wide, and the first handle on the same
- * Redis and key_prefix that reaches Redis again drops that cached copy before
- * anything else (feed_stats.repairs counts them), so the next read rebuilds
- * it from SQL. Up to 65536 feeds; past that, and when Redis answered but
- * refused (an error reply), the message says so and feed_invalidate() is the
+ * could not reach Redis (down, timed out, or not retried yet: retry_ms), or
+ * because Redis answered with an error (an ACL, OOM), the library remembers
+ * the feed, process-wide, and the first handle on the same Redis and
+ * key_prefix that reaches Redis and has a DEL accepted drops that cached copy
+ * before anything else (feed_stats.repairs counts them), so the next read
+ * rebuilds it from SQL. While Redis refuses that DEL, every command of every
+ * such handle tries it again first (one more round trip each). Up to 65536
+ * feeds; past that the message says so and feed_invalidate() is the
  * caller's to call later. A copy another process reads meanwhile, or one
  * whose process exits first, is not covered: those need feed_invalidate().
  * ------------------------------------------------------------------------ */

@@ -19,15 +19,14 @@ static int check_item(feed *f, const char *hook, int64_t score, int64_t id)
     return FEED_OK;
 }
 
-/* A write that failed because Redis could not be reached (the connection is
- * down: refused, timed out, or not retried yet) may leave uid's cached copy
- * stale while Redis keeps it. The first handle to reach that Redis again
- * drops the copy (redis.c, repair); here we only take note. Error replies
- * leave the connection up and are the caller's to handle (feed_invalidate
- * later). */
+/* A write that failed, because Redis could not be reached (the connection
+ * is down: refused, timed out, or not retried yet) or because it answered
+ * with an error (an ACL, OOM, a script error), may leave uid's cached copy
+ * stale while Redis keeps it. The first handle to reach that Redis and have
+ * a DEL accepted drops the copy (redis.c, repair); here we only take note. */
 static int note_failure(feed *f, int rc, int64_t uid)
 {
-    if (rc == FEED_EREDIS && !f->redis && !feed__redis_remember(f, uid)) {
+    if (rc == FEED_EREDIS && !feed__redis_remember(f, uid)) {
         size_t len = strlen(f->errmsg);
         snprintf(f->errmsg + len, sizeof f->errmsg - len,
                  "; too many feeds to repair: call feed_invalidate(%lld) later",

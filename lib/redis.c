@@ -306,10 +306,14 @@ static int repair(feed *f)
             free(uids);
             return FEED_EUNAVAILABLE;
         }
-        if (r->type == REDIS_REPLY_ERROR)
-            f->stats.redis_errors++;    /* refused (ACL...): nothing more to do */
-        else
+        if (r->type == REDIS_REPLY_ERROR) {
+            /* Refused (an ACL): the copy stays, so the entry does too, and
+             * the next command of any handle tries again. */
+            f->stats.redis_errors++;
+            feed__redis_remember(f, uids[i]);
+        } else {
             f->stats.repairs++;
+        }
         freeReplyObject(r);
     }
     free(uids);

@@ -12,7 +12,10 @@
  *   - Redis frozen, so the cached copy survives the outage: the first hook
  *     times out, the following ones are not even sent (reconnects are
  *     rate-limited). The library remembers those feeds and the first handle
- *     to reach Redis again drops their cached copy. */
+ *     to reach Redis again drops their cached copy.
+ *   - Redis up but refusing the hook's script and DEL (an ACL): the feed is
+ *     remembered too, and dropped by the first command after Redis accepts
+ *     again. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -223,6 +226,41 @@ static void frozen(void)
     feed_close(reader);
 }
 
+static void acl(const char *script_rule, const char *del_rule)
+{
+    redisContext *r = tu_redis();
+
+    freeReplyObject(tu_redis_cmd(r, "ACL SETUSER default %s %s", script_rule, del_rule));
+    redisFree(r);
+}
+
+/* Redis answers but refuses: the write's feed is remembered all the same. */
+static void refused(void)
+{
+    feed *w = open_handle(), *reader = open_handle();
+    feed_stats before, after;
+    int64_t uid = 730;
+    int rc;
+
+    tu_insert_rows(pg, uid, 40, score_of, id_of);
+    ok(walks_equal(reader, uid) && cached_in_redis(uid), "feed 730 cached, equal to SQL");
+    acl("-evalsha", "-del");
+    tu_insert(pg, uid, 100000, 1000);
+    rc = feed_on_insert(w, uid, 100000, 1000);
+    ok(rc == FEED_EREDIS && strstr(feed_errmsg(w), "NOPERM") != NULL,
+       "Redis refuses the hook (ACL): FEED_EREDIS (%d: %s)", rc, feed_errmsg(w));
+    ok(feed_invalidate(w, uid) == FEED_EREDIS && cached_in_redis(uid),
+       "  feed_invalidate is refused too: the stale copy stays in Redis");
+    acl("+evalsha", "+del");
+    feed_stats_get(reader, &before);
+    ok(walks_equal(reader, uid), "Redis accepts again: walks through another handle equal SQL");
+    feed_stats_get(reader, &after);
+    is_int((long long)(after.repairs - before.repairs), 1,
+           "  that handle dropped the copy first, once");
+    feed_close(w);
+    feed_close(reader);
+}
+
 int main(void)
 {
     fault_setup();
@@ -234,6 +272,7 @@ int main(void)
     stale_rebuild("redis-stop", "redis-start", 720, 1);
     stale_rebuild("redis-freeze", "redis-thaw", 721, 0);
     frozen();
+    refused();
 
     tap_diag("faults injected: %d (Redis kills and freezes)", fault_count);
     PQfinish(pg);

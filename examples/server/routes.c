@@ -1,0 +1,382 @@
+/* routes.c -- which route a request names, and the read routes: a page of a
+ * feed, the items newer than a cursor, /healthz, and the HTML page. Each is
+ * one library call turned into JSON.
+ *
+ * Ids are JSON strings of decimal digits on output, because ids may exceed
+ * 2^53 and JavaScript-style clients would round JSON numbers that large;
+ * scores are JSON integers within +/-(2^53-1), exact in every JSON client.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+#define DEFAULT_LIMIT 20
+#define MAX_SEGS      5
+
+const char *const route_names[R_COUNT] = {
+    "/", "/users/{uid}/feed", "/users/{uid}/feed/newer", "/users/{uid}/items",
+    "/users/{uid}/items/{id}", "/items/{id}/fanout", "/metrics", "/healthz", "unknown"
+};
+
+/* The methods of each route; OPTIONS is always allowed (CORS preflight). */
+static const char *const route_allow[R_COUNT] = {
+    "GET, HEAD, OPTIONS", "GET, HEAD, OPTIONS", "GET, HEAD, OPTIONS", "POST, PUT, OPTIONS",
+    "PUT, DELETE, OPTIONS", "POST, OPTIONS", "GET, HEAD, OPTIONS", "GET, HEAD, OPTIONS", NULL
+};
+
+/* Split "/a/b/c" into segments; an empty segment (a double or trailing
+ * slash) or too many make the path unknown. Returns the count, or -1. */
+static int split_path(const char *url, char *buf, size_t buflen, char **segs)
+{
+    int n = 0;
+    char *p;
+
+    if (url[0] != '/' || strlen(url) >= buflen)
+        return -1;
+    strcpy(buf, url + 1);
+    if (!buf[0])
+        return 0;
+    for (p = buf;;) {
+        char *slash = strchr(p, '/');
+        if (n == MAX_SEGS)
+            return -1;
+        segs[n++] = p;
+        if (slash)
+            *slash = '\0';
+        if (!*p)
+            return -1;
+        if (!slash)
+            return n;
+        p = slash + 1;
+    }
+}
+
+static enum route classify(const char *url, char *buf, size_t buflen, char **seg)
+{
+    int n = split_path(url, buf, buflen, seg);
+
+    if (n == 0)
+        return R_PAGE;
+    if (n == 1 && strcmp(seg[0], "metrics") == 0)
+        return R_METRICS;
+    if (n == 1 && strcmp(seg[0], "healthz") == 0)
+        return R_HEALTHZ;
+    if (n >= 3 && strcmp(seg[0], "users") == 0) {
+        if (n == 3 && strcmp(seg[2], "feed") == 0)
+            return R_FEED;
+        if (n == 4 && strcmp(seg[2], "feed") == 0 && strcmp(seg[3], "newer") == 0)
+            return R_NEWER;
+        if (n == 3 && strcmp(seg[2], "items") == 0)
+            return R_ITEMS;
+        if (n == 4 && strcmp(seg[2], "items") == 0)
+            return R_ITEM;
+    }
+    if (n == 3 && strcmp(seg[0], "items") == 0 && strcmp(seg[2], "fanout") == 0)
+        return R_FANOUT;
+    return R_UNKNOWN;
+}
+
+enum route route_of(const char *url)
+{
+    char buf[512];
+    char *seg[MAX_SEGS];
+
+    return classify(url, buf, sizeof buf, seg);
+}
+
+static int method_allowed(const char *allow, const char *method)
+{
+    const char *m = strcmp(method, "HEAD") == 0 ? "GET" : method;
+    size_t ml = strlen(m);
+
+    for (const char *p = allow; (p = strstr(p, m)) != NULL; p += ml)
+        if ((p == allow || p[-1] == ' ') && (p[ml] == '\0' || p[ml] == ','))
+            return 1;
+    return 0;
+}
+
+/* ---- the read routes ---- */
+
+/* ?limit=N&cursor=TOKEN, both optional unless cursor_required. */
+static enum MHD_Result page_args(ARGS, int cursor_required, size_t *limit, int64_t *score,
+                                 int64_t *id, int *answered)
+{
+    static const char *const allowed[] = { "limit", "cursor", NULL };
+    const char *limit_s = NULL, *cursor = NULL;
+    uint64_t lim = DEFAULT_LIMIT < opt.cfg.max_page ? DEFAULT_LIMIT : opt.cfg.max_page;
+    enum MHD_Result ret = check_query(PASS, allowed, answered);
+
+    if (*answered)
+        return ret;
+    *answered = 1;
+    *score = FEED_FIRST;
+    *id = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "limit", 5, &limit_s, NULL) == MHD_YES &&
+        (parse_u64(limit_s, UINT32_MAX, &lim) != 0 || lim < 1 || lim > opt.cfg.max_page))
+        return respond_error(PASS, 400, "limit must be an integer in 1..%u", opt.cfg.max_page);
+    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "cursor", 6, &cursor, NULL) == MHD_YES) {
+        if (feed_cursor_decode(cursor ? cursor : "", score, id) != FEED_OK)
+            return respond_error(PASS, 400, "malformed cursor: pass a cursor of an earlier "
+                                 "answer as it came%s", cursor_required ? "" :
+                                 ", or omit cursor for the first page");
+    } else if (cursor_required) {
+        return respond_error(PASS, 400, "cursor is required: the cursor of the newest item "
+                             "the client holds");
+    }
+    *limit = (size_t)lim;
+    *answered = 0;
+    return MHD_YES;
+}
+
+/* {"items":[...], "next_cursor": TOKEN or null, "source": ...} plus, when
+ * has_more_key, "has_more". Frees res. */
+static enum MHD_Result page_json(ARGS, feed_result *res, const char *has_more_key)
+{
+    json_t *items = json_array(), *obj = json_object();
+    char token[32];
+    int ok;
+
+    rq->source = source_name(res->source);
+    /* jansson functions given NULL return NULL or -1: one check at the end
+     * catches any allocation failure. */
+    for (size_t i = 0; items && i < res->count; i++)
+        if (json_array_append_new(items, json_pack("{s:o,s:I}", "id", id_json(res->items[i].id),
+                                                   "score", (json_int_t)res->items[i].score)) != 0)
+            break;
+    ok = items && obj && json_array_size(items) == res->count &&
+         json_object_set(obj, "items", items) == 0;
+    if (res->has_more || has_more_key)
+        ok = ok && feed_cursor_encode(res->next_score, res->next_id, token, sizeof token) == FEED_OK &&
+             json_object_set_new(obj, "next_cursor", json_string(token)) == 0;
+    else
+        ok = ok && json_object_set_new(obj, "next_cursor", json_null()) == 0;
+    if (has_more_key)
+        ok = ok && json_object_set_new(obj, has_more_key, json_boolean(res->has_more)) == 0;
+    ok = ok && json_object_set_new(obj, "source", json_string(rq->source)) == 0;
+    json_decref(items);
+    feed_result_free(res);
+    if (!ok) {
+        json_decref(obj);
+        return respond_error(PASS, 500, "out of memory");
+    }
+    return respond_json(PASS, 200, obj, NULL);
+}
+
+static enum MHD_Result library_error(ARGS, feed *f, int rc)
+{
+    unsigned st = status_of(rc);
+
+    snprintf(rq->err, sizeof rq->err, "%s", f ? feed_errmsg(f) : feed_errmsg(NULL));
+    return respond_error(PASS, st, "%s", st >= 500 ? feed_strerror(rc) : rq->err);
+}
+
+/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page. */
+static enum MHD_Result get_feed(ARGS, worker *w, int64_t uid)
+{
+    size_t limit = 0;
+    int64_t score = FEED_FIRST, id = 0;
+    feed_result res;
+    feed *f;
+    int answered, rc;
+    enum MHD_Result ret = page_args(PASS, 0, &limit, &score, &id, &answered);
+
+    if (answered)
+        return ret;
+    f = worker_feed(w);
+    rc = f ? feed_page(f, uid, score, id, limit, &res) : FEED_EUNAVAILABLE;
+    if (rc != FEED_OK)
+        return library_error(PASS, f, rc);
+    return page_json(PASS, &res, NULL);
+}
+
+#ifdef FEED_SERVER_NEWER
+/* GET /users/{uid}/feed/newer?cursor=TOKEN&limit=N: pull-to-refresh, one
+ * feed_page_newer. Items newest first; next_cursor is the cursor to pass
+ * next time (the newest item returned, or the given one when none is newer);
+ * has_more says that still newer items exist: call again at once. */
+static enum MHD_Result get_newer(ARGS, worker *w, int64_t uid)
+{
+    size_t limit = 0;
+    int64_t score = FEED_FIRST, id = 0;
+    feed_result res;
+    feed *f;
+    int answered, rc;
+    enum MHD_Result ret = page_args(PASS, 1, &limit, &score, &id, &answered);
+
+    if (answered)
+        return ret;
+    f = worker_feed(w);
+    rc = f ? feed_page_newer(f, uid, score, id, limit, &res) : FEED_EUNAVAILABLE;
+    if (rc != FEED_OK)
+        return library_error(PASS, f, rc);
+    if (!res.has_more) {   /* the cursor to keep: the newest item, else the old one */
+        res.next_score = res.count ? res.items[0].score : score;
+        res.next_id = res.count ? res.items[0].id : id;
+    }
+    return page_json(PASS, &res, "has_more");
+}
+#endif
+
+/* GET / (?uid=N&limit=N&autoscroll=1 are read by the page's script). */
+static enum MHD_Result get_page(ARGS)
+{
+    static const char *const allowed[] = { "uid", "limit", "autoscroll", NULL };
+    static const char *const csp[] = {
+        "Content-Security-Policy",
+        "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'", NULL
+    };
+    size_t len = strlen(feed_server_page);
+    int answered;
+    enum MHD_Result ret = check_query(PASS, allowed, &answered);
+    char *body;
+
+    if (answered)
+        return ret;
+    if (!(body = malloc(len)))
+        return respond_error(PASS, 500, "out of memory");
+    memcpy(body, feed_server_page, len);
+    return respond(PASS, 200, "text/html; charset=utf-8", body, len, csp);
+}
+
+#include <hiredis/hiredis.h>
+/* Until the library reports its stores' state: a PING and a SELECT 1. */
+static int redis_up(void)
+{
+    struct timeval tv = { 0, 250000 };
+    redisContext *r = redisConnectWithTimeout(opt.cfg.redis_host, opt.cfg.redis_port, tv);
+    redisReply *rep = NULL;
+    int ok = r && !r->err && redisSetTimeout(r, tv) == REDIS_OK;
+
+    if (ok && opt.cfg.redis_password) {
+        rep = opt.cfg.redis_user
+                  ? redisCommand(r, "AUTH %s %s", opt.cfg.redis_user, opt.cfg.redis_password)
+                  : redisCommand(r, "AUTH %s", opt.cfg.redis_password);
+        ok = rep && rep->type != REDIS_REPLY_ERROR;
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (ok) {
+        rep = redisCommand(r, "PING");
+        ok = rep && rep->type == REDIS_REPLY_STATUS;
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (r)
+        redisFree(r);
+    return ok;
+}
+
+static int pg_up(worker *w)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        PGconn *pg = worker_pg(w, attempt > 0);
+        PGresult *r = pg ? PQexec(pg, "SELECT 1") : NULL;
+        int ok = r && PQresultStatus(r) == PGRES_TUPLES_OK;
+        PQclear(r);
+        if (ok)
+            return 1;
+        if (!pg)
+            return 0;
+    }
+    return 0;
+}
+
+/* GET /healthz: whether each store answers now. 200 while one does. */
+static enum MHD_Result get_healthz(ARGS, worker *w)
+{
+    int answered, redis_ok, pg_ok;
+    enum MHD_Result ret = check_query(PASS, NULL, &answered);
+
+    if (answered)
+        return ret;
+    redis_ok = redis_up();
+    pg_ok = pg_up(w);
+    return respond_json(PASS, redis_ok || pg_ok ? 200 : 503,
+                        json_pack("{s:s,s:s,s:s}",
+                                  "status", redis_ok && pg_ok ? "ok" : redis_ok || pg_ok ? "degraded" : "down",
+                                  "redis", redis_ok ? "up" : "down",
+                                  "postgres", pg_ok ? "up" : "down"),
+                        NULL);
+}
+
+/* ---- dispatch ---- */
+
+#define ID_TEXT "must be a non-negative integer (decimal digits, at most 9223372036854775807)"
+
+/* OPTIONS: what the route takes, and the CORS preflight answer. */
+static enum MHD_Result preflight(ARGS, const char *allow)
+{
+    const char *const hdrs[] = {
+        "Allow", allow,
+        "Access-Control-Allow-Methods", allow,
+        "Access-Control-Allow-Headers", "Content-Type",
+        "Access-Control-Max-Age", "600", NULL
+    };
+    const char *const plain[] = { "Allow", allow, NULL };
+
+    return respond(PASS, 204, NULL, NULL, 0, opt.cors_origin ? hdrs : plain);
+}
+
+enum MHD_Result dispatch(ARGS)
+{
+    char buf[512];
+    char *seg[MAX_SEGS];
+    int64_t uid = 0, id = -1;
+    worker *w = this_worker();
+    const char *allow;
+
+    if (!w)
+        return respond_error(PASS, 500, "out of memory");
+    rq->route = classify(url, buf, sizeof buf, seg);
+    if (rq->route == R_UNKNOWN)
+        return respond_error(PASS, 404, "no such endpoint; see GET /, GET /users/{uid}/feed, "
+                             "GET /users/{uid}/feed/newer, POST|PUT /users/{uid}/items, "
+                             "PUT|DELETE /users/{uid}/items/{id}, POST /items/{id}/fanout, "
+                             "GET /metrics, GET /healthz");
+    allow = route_allow[rq->route];
+    if (!method_allowed(allow, method)) {
+        const char *const hdr[] = { "Allow", allow, NULL };
+        char msg[120];
+        snprintf(msg, sizeof msg, "method not allowed here; allowed: %s", allow);
+        return respond_json(PASS, 405, json_pack("{s:s}", "error", msg), hdr);
+    }
+    if (strcmp(method, "OPTIONS") == 0)
+        return preflight(PASS, allow);
+    if (rq->route >= R_FEED && rq->route <= R_ITEM && parse_i64_nonneg(seg[1], &uid) != 0)
+        return respond_error(PASS, 400, "uid " ID_TEXT);
+    if ((rq->route == R_ITEM && parse_i64_nonneg(seg[3], &id) != 0) ||
+        (rq->route == R_FANOUT && parse_i64_nonneg(seg[1], &id) != 0))
+        return respond_error(PASS, 400, "item id " ID_TEXT);
+    if (rq->route >= R_ITEMS && rq->route <= R_FANOUT) {   /* writes take no query */
+        int answered;
+        enum MHD_Result ret = check_query(PASS, NULL, &answered);
+        if (answered)
+            return ret;
+    }
+
+    switch (rq->route) {
+    case R_PAGE:    return get_page(PASS);
+    case R_METRICS: {
+        int answered;
+        enum MHD_Result ret = check_query(PASS, NULL, &answered);
+        return answered ? ret : get_metrics(PASS);
+    }
+    case R_HEALTHZ: return get_healthz(PASS, w);
+    case R_FEED:    return get_feed(PASS, w, uid);
+#ifdef FEED_SERVER_NEWER
+    case R_NEWER:   return get_newer(PASS, w, uid);
+#else
+    case R_NEWER:   return respond_error(PASS, 501, "this build has no feed_page_newer");
+#endif
+    case R_ITEMS:   return put_item(PASS, w, uid, -1, strcmp(method, "POST") == 0);
+    case R_ITEM:
+        if (strcmp(method, "DELETE") == 0)
+            return delete_item(PASS, w, uid, id);
+        return put_item(PASS, w, uid, id, 0);
+    case R_FANOUT:  return fanout(PASS, w, id);
+    default:        return respond_error(PASS, 500, "unreachable");
+    }
+}
