@@ -2,8 +2,10 @@
 # t_http.t -- the example service (examples/feed_server.c) end to end, over
 # HTTP only, against the test servers that tests/run.sh started: whole feeds
 # walked page by page and compared with SQL, every write route and its
-# effect, the JSON shapes, the status of every kind of bad input, /metrics
-# counters, outages of Redis and PostgreSQL, concurrency, logging, shutdown.
+# effect, the JSON shapes, the status of every kind of bad input (JSON
+# errors everywhere, over-long URLs and headers included), CORS, the HTML
+# page, pull-to-refresh, /metrics counters (every field of feed_stats),
+# outages of Redis and PostgreSQL, concurrency, logging, shutdown.
 #
 # Needs: curl, psql, redis-cli, and $BUILD/examples/{feed_server,jget}
 # (jget: a tiny JSON picker built with jansson, see examples/jget.c).
@@ -226,7 +228,8 @@ stop_server() {   # SIGTERM; returns the exit status
     return $rc
 }
 
-start_server || bail "feed_server did not start: $(tail -n 5 "$TMP/log")"
+ORIGIN=https://app.example
+start_server --cors-origin "$ORIGIN" || bail "feed_server did not start: $(tail -n 5 "$TMP/log")"
 pass "feed_server started on a free port ($PORT)"
 req GET /healthz
 is "$STATUS $(j status redis postgres | tr '\n' ' ')" "200 ok up up " "GET /healthz: 200, both stores up"
@@ -279,6 +282,29 @@ req GET "/users/$U_TIES/feed?limit=$MAX_PAGE"
 is "$STATUS $(j items.@len)" "200 $MAX_PAGE" "limit=$MAX_PAGE (max_page) is accepted"
 req HEAD "/users/$U_TIES/feed?limit=3" -I
 is "$STATUS" 200 "HEAD on a feed: 200"
+
+# ------------------------------------------------------------------ CORS, the page
+req GET "/users/$U_TIES/feed?limit=3" -H "Origin: $ORIGIN"
+like "$HEADERS" $'\nAccess-Control-Allow-Origin: '"$ORIGIN"$'\n' "CORS: Access-Control-Allow-Origin: the configured origin"
+like "$HEADERS" $'\nVary: Origin\n' "  Vary: Origin"
+req GET /nope -H "Origin: $ORIGIN"
+like "$HEADERS" $'\nAccess-Control-Allow-Origin: ' "  on errors too"
+req OPTIONS "/users/$U_TIES/items" -H "Origin: $ORIGIN" -H 'Access-Control-Request-Method: POST' \
+    -H 'Access-Control-Request-Headers: content-type'
+is "$STATUS $BODY" "204 " "OPTIONS (a CORS preflight): 204, no body"
+like "$HEADERS" $'\nAccess-Control-Allow-Methods: POST, PUT, OPTIONS\n' "  Access-Control-Allow-Methods of the route"
+like "$HEADERS" $'\nAccess-Control-Allow-Headers: Content-Type\n' "  Access-Control-Allow-Headers: Content-Type"
+like "$HEADERS" $'\nAccess-Control-Max-Age: [0-9]' "  Access-Control-Max-Age"
+like "$HEADERS" $'\nAllow: POST, PUT, OPTIONS\n' "  Allow"
+req OPTIONS /nope;  error_is 404 "OPTIONS on an unknown path"
+req GET /
+is "$STATUS" 200 "GET /: the HTML page"
+like "$CTYPE" '^text/html; charset=utf-8' "  text/html"
+like "$BODY" '<script>' "  with its script inline"
+if grep -Eq '(src|href)="(https?:)?//' <<<"$BODY"; then fail "  and no external asset"; else pass "  and no external asset"; fi
+like "$HEADERS" $'\nContent-Security-Policy: default-src \'self\'' "  Content-Security-Policy: only this server"
+req GET "/?uid=$U_TIES&limit=7&autoscroll=1"
+is "$STATUS" 200 "  the page takes uid, limit and autoscroll"
 
 # ------------------------------------------------------------------ writes
 walk_is $U_WRITE 9 "a feed to write to (now cached)"
@@ -348,6 +374,35 @@ is "$STATUS $(sql "SELECT string_agg(score::text, ' ' ORDER BY uid) FROM feed_en
 walk_is "${U_FAN[0]}" 7 "  walk of a fanned-out feed equals SQL"
 walk_is "${U_FAN[2]}" 7 "  walk of the formerly empty feed equals SQL"
 
+# ------------------------------------------------------------------ pull-to-refresh
+# GET /users/{uid}/feed/newer?cursor=C&limit=N: the items above C, closest
+# first cut, newest first; next_cursor is what to pass next, has_more says
+# call again at once. Pulling from the 14th item up must give items 1..13.
+if grep -q 'feed_page_newer' lib/feedcache.h; then
+    req GET "/users/$U_TIES/feed?limit=14"
+    C=$(j next_cursor)
+    : >"$TMP/newer"
+    for ((pulls = 1; pulls <= 10; pulls++)); do
+        req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=5"
+        [[ $STATUS == 200 && $(j @keys) == has_more,items,next_cursor,source ]] || break
+        j 'items.*' | tac >"$TMP/pull"        # oldest first, to stack above what we have
+        cat "$TMP/newer" >>"$TMP/pull"
+        mv "$TMP/pull" "$TMP/newer"
+        C=$(j next_cursor)
+        [[ $(j has_more) == false ]] && break
+    done
+    is "$STATUS $(j has_more)" "200 false" "newer: pulls end with has_more false"
+    is "$pulls" 3 "  13 items above the 14th in pulls of 5: 3 pulls"
+    is "$(cat "$TMP/newer")" "$(sql_feed $U_TIES | head -n 13)" "  together they are items 1..13 of SQL, in order"
+    req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=5"
+    is "$STATUS $(j items.@len) $(j has_more) $(j next_cursor)" "200 0 false $C" \
+        "  from the top: nothing newer, the same cursor back"
+    req GET "/users/$U_TIES/feed/newer?limit=5";        error_is 400 "newer without a cursor"
+    req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=0"; error_is 400 "newer with limit 0"
+else
+    req GET "/users/$U_TIES/feed/newer?cursor=x";       error_is 501 "newer: 501 until the library has feed_page_newer"
+fi
+
 # ------------------------------------------------------------------ bad input
 CHECKSUM="SELECT count(*) || ' ' || sum(score) || ' ' || sum(id % 1000003) FROM feed_entry WHERE uid BETWEEN $ALL_UIDS"
 BEFORE=$(sql "$CHECKSUM")
@@ -380,6 +435,20 @@ req GET "/users/$U_TIES/feed?cursor=$BAD";               error_is 400 "a cursor 
 req GET "/users/$U_TIES/feed?cursor=${CUR:0:23}";        error_is 400 "a truncated cursor"
 req GET "/users/$U_TIES/feed?cursor=";                   error_is 400 "an empty cursor"
 req GET "/users/$U_TIES/feed?cursor=${CUR:0:20}%2B%2F%3D%3D"; error_is 400 "a cursor with base64 +/="
+req GET "/users/$U_TIES/feed?limit=3&limit=3";           error_is 400 "a repeated query parameter"
+req GET "/users/$U_TIES/feed?cursor=$CUR&cursor=$CUR";    error_is 400 "a repeated cursor"
+req GET "/users/$U_TIES/feed?limt=3";                     error_is 400 "an unknown query parameter"
+req GET "/users/$U_TIES/feed?limit=3&";                   is "$STATUS" 200 "an empty trailing & is no parameter"
+req GET "/healthz?verbose=1";                             error_is 400 "a query on /healthz"
+req GET "/metrics?x";                                     error_is 400 "a query on /metrics"
+req GET "/?uid=1&uid=2";                                  error_is 400 "a repeated parameter of the page"
+post POST "/users/$U_WRITE/items?id=1" '{"id":1,"score":1}'; error_is 400 "a query on a write"
+LONG=$(head -c 20000 /dev/zero | tr '\0' a)
+req GET "/users/$U_TIES/feed?limit=3&pad=$LONG";          error_is 414 "a 20 kB URL: JSON, not the HTTP library's HTML"
+req GET "/users/$U_TIES/feed?limit=3" -H "X-Pad: $LONG";  error_is 431 "a 20 kB header: JSON"
+req GET "/users/$U_TIES/feed?limit=3" -H "X-A: ${LONG:0:9000}" -H "X-B: ${LONG:0:9000}"
+error_is 431 "  two 9 kB headers: JSON"
+req GET "/users/$U_TIES/feed?limit=3&pad=${LONG:0:7000}"; error_is 400 "a 7 kB URL is read (and its unknown parameter refused)"
 W=/users/$U_WRITE/items
 post POST "$W" '{"id":1,"score":1';                 error_is 400 "malformed JSON"
 post POST "$W" '';                                  error_is 400 "empty body"
@@ -418,24 +487,36 @@ kill -0 "$SPID" 2>/dev/null
 is "$?" 0 "the server is still up after all that"
 
 # ------------------------------------------------------------------ metrics
+# The counters of struct feed_stats, read from the header itself: /metrics
+# must export every one, so a counter added to the library cannot be missed.
+FIELDS=$(sed -n '/^typedef struct feed_stats {/,/^} feed_stats;/s/^ *uint64_t *\([a-z_]*\);.*/\1/p' lib/feedcache.h)
 scrape
 like "$CTYPE" '^text/plain; version=0.0.4' "GET /metrics: Prometheus text"
-like "$M" $'# TYPE feedcache_pages_total counter\nfeedcache_pages_total\\{source="cache"\\} [0-9]+' "  pages by source"
-for k in feedcache_rebuilds_total feedcache_sql_queries_total feedcache_redis_calls_total \
-    feedcache_lease_waits_total 'feedcache_errors_total{store="redis"}' 'feedcache_errors_total{store="postgres"}' \
-    'feed_server_request_duration_seconds_bucket{le="+Inf"}' feed_server_request_duration_seconds_count; do
+(($(wc -w <<<"$FIELDS") >= 12)) && pass "feed_stats has $(wc -w <<<"$FIELDS") counters in lib/feedcache.h" ||
+    fail "reading feed_stats from lib/feedcache.h" "got: $FIELDS"
+missing=
+for k in $FIELDS; do
+    grep -q "^# TYPE feedcache_${k}_total counter$" <<<"$M" && grep -q "^feedcache_${k}_total [0-9][0-9]*$" <<<"$M" ||
+        missing+="$k "
+done
+is "$missing" "" "  every one is exported as feedcache_<name>_total, a counter"
+is "$(grep -c '^feedcache_[a-z_]*_total ' <<<"$M")" "$(wc -w <<<"$FIELDS")" "  and nothing else under feedcache_"
+for k in 'feed_server_request_duration_seconds_bucket{le="+Inf"}' feed_server_request_duration_seconds_count \
+    feed_server_hook_failures_total feed_server_invalidations_total; do
     like "$(awk -v k="$k" '$1 == k' <<<"$M")" '^[^ ]+ [0-9.]+$' "  has $k"
 done
 is "$(metric 'feed_server_request_duration_seconds_bucket{le="+Inf"}')" \
     "$(metric feed_server_request_duration_seconds_count)" "  histogram: +Inf bucket = count"
+# rebuild pages: pages that were neither cache nor db
+rebuilt() { echo $(($(delta feedcache_pages_total) - $(delta feedcache_cache_pages_total) - $(delta feedcache_db_pages_total))); }
 M0=$M
 req GET "/users/$U_COLD/feed?limit=10"
 is "$(j source)" rebuild "a cold read"
 scrape
 M1=$M
-is "$(delta 'feedcache_pages_total{source="rebuild"}') $(delta feedcache_rebuilds_total) $(delta feedcache_sql_queries_total)" \
+is "$(rebuilt) $(delta feedcache_rebuilds_total) $(delta feedcache_sql_queries_total)" \
     "1 1 1" "  moved rebuild pages +1, rebuilds +1, SQL queries +1"
-is "$(delta 'feedcache_pages_total{source="cache"}') $(delta 'feedcache_pages_total{source="db"}')" "0 0" \
+is "$(delta feedcache_cache_pages_total) $(delta feedcache_db_pages_total)" "0 0" \
     "  and no cache or db page"
 is "$(delta feed_server_request_duration_seconds_count)" 2 "  requests +2 (the read and the scrape before it)"
 is "$(delta 'feed_server_requests_total{route="/users/{uid}/feed",code="200"}')" 1 "  feed 200s +1"
@@ -444,14 +525,14 @@ req GET "/users/$U_COLD/feed?limit=10"
 is "$(j source)" cache "a warm read"
 scrape
 M1=$M
-is "$(delta 'feedcache_pages_total{source="cache"}') $(delta feedcache_sql_queries_total) $(delta feedcache_redis_calls_total)" \
+is "$(delta feedcache_cache_pages_total) $(delta feedcache_sql_queries_total) $(delta feedcache_redis_calls_total)" \
     "1 0 1" "  moved cache pages +1, SQL queries +0, Redis calls +1"
 M0=$M1
 walk "$U_TIES" 10
 is "$WHY" "" "a walk of pages of 10, past the cache"
 scrape
 M1=$M
-is "$(delta 'feedcache_pages_total{source="db"}')" "$(grep -o db <<<"$SOURCES" | wc -l)" \
+is "$(delta feedcache_db_pages_total)" "$(grep -o db <<<"$SOURCES" | wc -l)" \
     "  db pages moved by the pages of the walk past the cache"
 is "$(delta feedcache_sql_queries_total)" "$(grep -o db <<<"$SOURCES" | wc -l)" "  one SQL query per db page"
 M0=$M1
@@ -480,34 +561,37 @@ done
 is "$same" 32 "  every one got page 1 exactly"
 scrape
 M1=$M
-is "$(($(delta 'feedcache_pages_total{source="cache"}') + $(delta 'feedcache_pages_total{source="rebuild"}') +
-       $(delta 'feedcache_pages_total{source="db"}')))" 32 "  32 pages counted"
+is "$(delta feedcache_pages_total)" 32 "  32 pages counted"
 is "$(delta feedcache_rebuilds_total)" 1 "  one rebuild for all of them (the lease)"
 walk_is $U_CROWD 20 "  the feed walks equal to SQL afterwards"
 
 # ------------------------------------------------------------------ failed hooks
 # Redis refuses the hook's script (ACL) while keeping the connection: the
-# cached copy is now stale, so the server must read that feed from SQL until
-# it can drop the copy, and never serve the stale one.
+# cached copy would be stale, so the server drops it (feed_invalidate) and
+# says "invalidated"; pages come from SQL meanwhile (page.lua is refused too).
 walk_is $U_ACL 20 "a cached feed"
-rcli acl setuser default -evalsha -del >/dev/null
+rcli acl setuser default -evalsha >/dev/null
 post POST "/users/$U_ACL/items" '{"id":5000010,"score":100000}'
-is "$STATUS $(j cache)" "201 repair-pending" "POST while Redis refuses the hook: 201, cache repair-pending"
-is "$(rcli zscore "feed:{$U_ACL}" 0000000000005000010)" "" "  (the cached copy lacks the item)"
+is "$STATUS $(j cache)" "201 invalidated" "POST while Redis refuses the hook: 201, cache invalidated"
+is "$(rcli exists "feed:{$U_ACL}")" 0 "  (the cached copy is gone)"
 scrape
-is "$(metric feed_server_dirty_feeds) $(metric feed_server_hook_failures_total)" "1 1" "  one dirty feed, one failed hook"
+is "$(metric feed_server_hook_failures_total) $(metric feed_server_invalidations_total)" "1 1" \
+    "  one failed hook, one invalidation"
 first_ids $U_ACL 1
-is "$IDS" "5000010 " "  page 1 has the item anyway"
-is "$(j source)" db "  read from SQL"
-walk_is $U_ACL 20 "  the whole walk equals SQL"
+is "$IDS$(j source)" "5000010 db" "  page 1 has the item, read from SQL"
+# Now the DEL is refused too: the copy stays, and the library's repair list
+# (not the server) drops it as soon as Redis accepts again.
+rcli acl setuser default +evalsha >/dev/null
+walk_is $U_ACL 20 "  walk equals SQL, cached again"
+rcli acl setuser default -evalsha -del >/dev/null
 req DELETE "/users/$U_ACL/items/10"
-is "$STATUS $(j cache)" "200 repair-pending" "DELETE while Redis refuses: 200, repair-pending"
-walk_is $U_ACL 20 "  walk equals SQL"
+is "$STATUS $(j cache)" "200 repair-pending" "DELETE while Redis refuses the hook and DEL: 200, repair-pending"
+is "$(rcli exists "feed:{$U_ACL}")" 1 "  (the stale copy is still in Redis)"
+walk_is $U_ACL 20 "  walk equals SQL (from SQL: page.lua is refused)"
 rcli acl setuser default +evalsha +del >/dev/null
-walk_is $U_ACL 20 "Redis accepts again: walk equals SQL"
+walk_is $U_ACL 20 "Redis accepts again: walk equals SQL, never the stale copy"
 scrape
-is "$(metric feed_server_dirty_feeds)" 0 "  no dirty feed left"
-like "$(metric feed_server_invalidations_total)" '^[1-9]' "  it was repaired by an invalidation"
+like "$(metric feedcache_repairs_total)" '^[1-9]' "  the library's repair list dropped it (feedcache_repairs_total)"
 walk_is $U_ACL 20 "  walk equals SQL"
 like "$SOURCES" '^cache ' "  from the cache again"
 
@@ -524,13 +608,11 @@ walk_is $U_OUT 20 "  walk equals SQL with the new item"
 "$FEED_SERVERS" redis-thaw "$FEED_SERVERS_DIR" || bail "cannot thaw Redis"
 walk_is $U_OUT 20 "Redis thawed: walk equals SQL"
 for ((i = 0; i < 50; i++)); do
-    scrape
-    [[ $(metric feed_server_dirty_feeds) == 0 ]] && break
-    sleep 0.1
     req GET "/users/$U_OUT/feed?limit=5"
+    [[ $(j source) == cache ]] && break
+    sleep 0.1
 done
-is "$(metric feed_server_dirty_feeds)" 0 "  the dirty feed was repaired"
-walk_is $U_OUT 20 "  walk equals SQL"
+walk_is $U_OUT 20 "  walk equals SQL, from the cache again: $SOURCES"
 # A worker whose Redis connection broke in the freeze reconnects at most once
 # per retry_ms (1 s), answering from SQL meanwhile; let that pass before
 # PostgreSQL goes away, or such a worker would answer 503 below.
@@ -591,6 +673,16 @@ req GET "/users/$U_TIES/feed"
 is "$STATUS" 200 "--quiet: the service answers"
 stop_server
 is "$(grep -c '^GET ' "$TMP/log")" 0 "  and logs no request"
+
+# A wrong Redis port: the service starts (it serves from SQL) but says so.
+start_server --quiet --redis-port 1 || bail "feed_server without Redis did not start"
+like "$(cat "$TMP/log")" 'warning: .*Redis' "Redis unreachable at start: a warning in the log"
+req GET "/users/$U_TIES/feed?limit=3"
+is "$STATUS $(j source)" "200 db" "  and pages come from SQL"
+req GET "/users/$U_TIES/feed?limit=3" -H "Origin: $ORIGIN"
+[[ $HEADERS == *Access-Control* ]] && fail "  no --cors-origin: no CORS header" "$HEADERS" ||
+    pass "  no --cors-origin: no CORS header"
+stop_server
 
 "$SERVER" --port 0 --redis-port "$FEED_REDIS_PORT" --pg "host=127.0.0.1 port=1 dbname=none" --max-len 0 \
     >/dev/null 2>"$TMP/bad.log"
