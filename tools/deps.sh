@@ -11,6 +11,7 @@ PKGS=(
     postgresql postgresql-client postgresql-15-pgtap
     libhiredis-dev libpq-dev libmicrohttpd-dev libjansson-dev
     gnuplot-nox                                    # bench plots
+    chromium                                       # tests/t_html.t: the example's page in a browser
 )
 
 missing=()

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# t_html.t -- the example service's HTML page (GET /) in a real browser:
+# headless Chromium loads it, scrolls to the end of a feed (?autoscroll=1
+# makes the page load every page itself), and the DOM it dumps is checked
+# against SQL: every id, in order, each page marked with where it came from,
+# the counters panel filled from /metrics. A screenshot is saved to
+# $BUILD/artifacts/feed.png.
+#
+# Needs: chromium (tools/deps.sh), curl, psql, redis-cli, $BUILD/examples/feed_server.
+# Data: uids 7100000..7199999 only.
+set -uo pipefail
+
+BUILD=${BUILD:-build}
+SERVER=$BUILD/examples/feed_server
+ART=$BUILD/artifacts
+
+n=0
+failed=0
+pass() { n=$((n + 1)); echo "ok $n - $1"; }
+fail() {
+    local d
+    n=$((n + 1)); failed=$((failed + 1))
+    echo "not ok $n - $1"
+    shift
+    for d in "$@"; do printf '#   %s\n' "${d:0:600}"; done
+}
+is() { if [[ $1 == "$2" ]]; then pass "$3"; else fail "$3" "got:  $1" "want: $2"; fi; }
+bail() { echo "Bail out! $*"; exit 1; }
+
+for v in FEED_REDIS_HOST FEED_REDIS_PORT FEED_PG_CONNINFO; do
+    [[ -n ${!v:-} ]] || bail "$v is not set: run through tests/run.sh"
+done
+[[ -x $SERVER ]] || bail "$SERVER missing: run make"
+CHROMIUM=$(command -v chromium || command -v chromium-browser) ||
+    { echo "1..0 # SKIP chromium is not installed (tools/deps.sh installs it)"; exit 0; }
+
+TMP=$(mktemp -d -t feedcache-html.XXXXXX)
+SPID=
+# shellcheck disable=SC2317  # invoked by the trap
+cleanup() {
+    [[ -n $SPID ]] && kill -KILL "$SPID" 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+sql() { psql "$FEED_PG_CONNINFO" -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
+rcli() { redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" "$@"; }
+
+# chrome URL ARGS...: headless Chromium on URL; virtual time lets the page's
+# fetches and timers run to the end without waiting in real time.
+chrome() {
+    local url=$1
+    shift
+    timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync \
+        --disable-dev-shm-usage --hide-scrollbars --user-data-dir="$TMP/profile" \
+        --virtual-time-budget=20000 "$@" "$url" 2>>"$TMP/chromium.log"
+}
+
+U_LONG=7100001     # 137 rows with ties, past max_len
+U_BIG=7100002      # ids above 2^53
+sql "DELETE FROM feed_entry WHERE uid BETWEEN 7100000 AND 7199999;
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_LONG, 1700000000000 + (g / 3) * 60000, (g::bigint * 2654435761) % 4294967296
+       FROM generate_series(1, 137) g;
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_BIG, 1700000000000 + g, 9007199254740993 + g * 1000003 FROM generate_series(1, 12) g" ||
+    bail "loading test data failed"
+rcli del "feed:{$U_LONG}" "feed:{$U_LONG}:lease" "feed:{$U_BIG}" >/dev/null
+
+"$SERVER" --port 0 --max-len 25 --max-page 50 --threads 2 --quiet >"$TMP/out" 2>"$TMP/log" &
+SPID=$!
+for ((i = 0; i < 300; i++)); do
+    PORT=$(sed -n 's/^listening on \([0-9][0-9]*\)$/\1/p' "$TMP/out")
+    [[ -n $PORT ]] && break
+    sleep 0.1
+done
+[[ -n $PORT ]] || bail "feed_server did not start: $(tail -n 3 "$TMP/log")"
+BASE=http://127.0.0.1:$PORT
+
+# ---------------------------------------------------------------- scroll to the end
+chrome "$BASE/?uid=$U_LONG&limit=10&autoscroll=1" --dump-dom >"$TMP/dom.html"
+[[ -s $TMP/dom.html ]] || bail "chromium dumped no DOM: $(tail -n 3 "$TMP/chromium.log")"
+pass "Chromium loaded the page and dumped its DOM"
+is "$(grep -c '<body data-done="1"' "$TMP/dom.html")" 1 "the page scrolled to the end of the feed"
+ids() { grep -o 'data-id="[0-9]*"' "$1" | sed 's/data-id="\(.*\)"/\1/'; }
+want=$(sql "SELECT id FROM feed_entry WHERE uid = $U_LONG ORDER BY score DESC, id DESC")
+got=$(ids "$TMP/dom.html")
+if [[ $got == "$want" ]]; then
+    pass "the ids it shows are the feed in SQL, in order ($(wc -l <<<"$got") items)"
+else
+    fail "the ids it shows are the feed in SQL, in order" \
+        "$(diff <(echo "$want") <(echo "$got") | head -n 6 | tr '\n' '|')"
+fi
+scores=$(grep -o 'data-score="[-0-9]*"' "$TMP/dom.html" | sed 's/data-score="\(.*\)"/\1/')
+is "$scores" "$(sql "SELECT score FROM feed_entry WHERE uid = $U_LONG ORDER BY score DESC, id DESC")" \
+    "  with their scores"
+# 137 items in pages of 10 with 25 cached: page 1 rebuilds the cold feed,
+# page 2 is cut from the cache, the rest need SQL.
+sources=$(grep -o 'data-source="[a-z]*"' "$TMP/dom.html" | sed 's/data-source="\(.*\)"/\1/' | tr '\n' ' ')
+is "$sources" "rebuild cache $(printf 'db %.0s' {1..12})" \
+    "each of the 14 pages is marked with its source: rebuild, cache, then db"
+like_status=$(grep -o 'id="status"[^<]*' "$TMP/dom.html")
+is "$like_status" 'id="status" class="">end of the feed: 137 items in 14 pages' "  and the status line says so"
+fields=$(sed -n '/^typedef struct feed_stats {/,/^} feed_stats;/s/^ *uint64_t *\([a-z_]*\);.*/\1/p' lib/feedcache.h)
+panel=$(grep -o 'data-counter="[a-z_ ]*"' "$TMP/dom.html" | sed 's/data-counter="\(.*\)"/\1/')
+missing=
+for k in $fields; do grep -qx "$k" <<<"$panel" || missing+="$k "; done
+is "$missing" "" "the counters panel lists every feed_stats counter (from /metrics)"
+
+# ---------------------------------------------------------------- big ids
+chrome "$BASE/?uid=$U_BIG&limit=5&autoscroll=1" --dump-dom >"$TMP/big.html"
+is "$(ids "$TMP/big.html")" "$(sql "SELECT id FROM feed_entry WHERE uid = $U_BIG ORDER BY score DESC, id DESC")" \
+    "ids above 2^53 are shown exactly (strings, never rounded)"
+
+# ---------------------------------------------------------------- errors shown
+chrome "$BASE/?uid=$U_LONG&limit=9999" --dump-dom >"$TMP/err.html"
+is "$(grep -c 'id="status" class="error">could not load: 400' "$TMP/err.html")" 1 \
+    "a limit the server refuses: the page shows the server's 400"
+
+# ---------------------------------------------------------------- screenshot
+mkdir -p "$ART"
+rm -f "$ART/feed.png"
+rcli del "feed:{$U_LONG}" >/dev/null
+chrome "$BASE/?uid=$U_LONG&limit=10" --window-size=1100,1500 --screenshot="$ART/feed.png" >/dev/null
+if [[ -s $ART/feed.png && $(head -c 8 "$ART/feed.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; then
+    pass "a screenshot: $ART/feed.png ($(stat -c %s "$ART/feed.png") bytes)"
+else
+    fail "a screenshot in $ART/feed.png" "$(tail -n 3 "$TMP/chromium.log")"
+fi
+
+kill -TERM "$SPID" && wait "$SPID"
+is "$?" 0 "the server stops cleanly"
+SPID=
+sql "DELETE FROM feed_entry WHERE uid BETWEEN 7100000 AND 7199999" >/dev/null
+echo "1..$n"
+((failed == 0))
