@@ -124,6 +124,7 @@ cat <<EOF
 
 ================================================================================
  feedcache demo: feed_server at $URL   (pid $(server_pid), log $DIR/feed_server.log)
+ In a browser: $URL/?uid=1   (user 1's feed, infinite scroll, live counters)
  Data: 1,000 users. User 1 has 100,000 items (ids are snowflakes above 2^53,
  8 items a minute share a score); users 900..999 have none. Each feed keeps its
  newest 1,000 items in one Redis sorted set in front of PostgreSQL.
@@ -163,7 +164,7 @@ step "8. Bad input gets a 4xx with a JSON message."
 show "curl -s -w ' HTTP %{http_code}\\n' '$URL/users/1/feed?limit=0'"
 
 step "9. What the library did, summed over the worker threads (Prometheus text)."
-show "curl -s '$URL/metrics' | grep -E '^feedcache_(pages|rebuilds|sql_queries|redis_calls)'"
+show "curl -s '$URL/metrics' | grep -E '^feedcache_(pages|cache_pages|db_pages|rebuilds|sql_queries|redis_calls)_total'"
 
 step "10. Health: whether Redis and PostgreSQL answer."
 show "curl -s '$URL/healthz'"
@@ -171,7 +172,10 @@ show "curl -s '$URL/healthz'"
 cat <<EOF
 
 --------------------------------------------------------------------------------
- The service keeps running. Also try:
+ The service keeps running. Open the feed page in a browser:
+   $URL/?uid=1    user 1's feed: scroll for more; each page is marked
+                                  cache / rebuild / db, counters live on the right
+ Also try:
    curl -s -X PUT    $URL/users/1/items/ID -d '{"score":123}'     new score
    curl -s -X POST   $URL/items/42/fanout -d '{"score":1,"uids":[2,3,4]}'
    tail -f $DIR/feed_server.log                                 one line per request
