@@ -244,12 +244,28 @@ static int probe_stores(void)
         fprintf(stderr, "feed_server: %s: %s\n", feed_strerror(rc), feed_errmsg(NULL));
         return 1;
     }
-    if (rc != FEED_OK)
+    if (rc != FEED_OK) {
         fprintf(stderr, "feed_server: warning: no store answers (%s); serving 503 until one "
                 "does\n", feed_errmsg(NULL));
-    else if (*feed_errmsg(probe))
+        return 0;
+    }
+#ifdef FEED_SERVER_HEALTH
+    {
+        feed_health_info h;
+        if (feed_health(probe, &h) != FEED_OK) {
+            if (!h.redis_up)
+                fprintf(stderr, "feed_server: warning: Redis is down, pages come from "
+                        "PostgreSQL until it answers: %s\n", h.redis_msg);
+            if (!h.pg_up)
+                fprintf(stderr, "feed_server: warning: PostgreSQL is down, only cached pages "
+                        "can be served until it answers: %s\n", h.pg_msg);
+        }
+    }
+#else
+    if (*feed_errmsg(probe))
         fprintf(stderr, "feed_server: warning: a store is down, serving degraded: %s\n",
                 feed_errmsg(probe));
+#endif
     feed_close(probe);
     return 0;
 }
