@@ -24,7 +24,7 @@ SRV_SRC   := $(wildcard examples/server/*.c)
 # The pull-to-refresh route needs feed_page_newer, /healthz feed_health;
 # each is built once the library declares it.
 SRV_DEFS  := $(if $(shell grep -l 'feed_page_newer' lib/feedcache.h 2>/dev/null),-DFEED_SERVER_NEWER) \
-             $(if $(shell grep -l 'feed_health(' lib/feedcache.h 2>/dev/null),-DFEED_SERVER_HEALTH)
+             $(if $(shell grep -l 'feed_health_info' lib/feedcache.h 2>/dev/null),-DFEED_SERVER_HEALTH)
 
 $(BUILD)/examples/page_html.c: examples/server/page.html $(BUILD)/tools/embed | $(BUILD)/examples
 	$(BUILD)/tools/embed -p feed_server_ $< > $@.tmp && mv $@.tmp $@
