@@ -256,7 +256,7 @@ static enum MHD_Result get_healthz(ARGS, worker *w)
     if (f && feed_health(f, &h) != FEED_EINVAL) {
         redis_ok = h.redis_up;
         pg_ok = h.pg_up;
-        snprintf(rq->err, sizeof rq->err, "%s%s%s", h.redis_msg,
+        snprintf(rq->err, sizeof rq->err, "%.250s%s%.250s", h.redis_msg,
                  h.redis_msg[0] && h.pg_msg[0] ? "; " : "", h.pg_msg);
     } else {
         snprintf(rq->err, sizeof rq->err, "no handle: %s", feed_errmsg(NULL));
