@@ -385,7 +385,7 @@ if grep -q 'feed_page_newer' lib/feedcache.h; then
     for ((pulls = 1; pulls <= 10; pulls++)); do
         req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=5"
         [[ $STATUS == 200 && $(j @keys) == items,next_cursor,has_more,source ]] || break
-        j 'items.*' | tac >"$TMP/pull"        # oldest first, to stack above what we have
+        j 'items.*' >"$TMP/pull"        # newest first, above what we have
         cat "$TMP/newer" >>"$TMP/pull"
         mv "$TMP/pull" "$TMP/newer"
         C=$(j next_cursor)
