@@ -14,18 +14,8 @@ BUILD=${BUILD:-build}
 SERVER=$BUILD/examples/feed_server
 ART=$BUILD/artifacts
 
-n=0
-failed=0
-pass() { n=$((n + 1)); echo "ok $n - $1"; }
-fail() {
-    local d
-    n=$((n + 1)); failed=$((failed + 1))
-    echo "not ok $n - $1"
-    shift
-    for d in "$@"; do printf '#   %s\n' "${d:0:600}"; done
-}
-is() { if [[ $1 == "$2" ]]; then pass "$3"; else fail "$3" "got:  $1" "want: $2"; fi; }
-bail() { echo "Bail out! $*"; exit 1; }
+# shellcheck source=tests/tap.bash
+. "$(dirname "${BASH_SOURCE[0]}")/tap.bash"
 
 for v in FEED_REDIS_HOST FEED_REDIS_PORT FEED_PG_CONNINFO; do
     [[ -n ${!v:-} ]] || bail "$v is not set: run through tests/run.sh"

@@ -21,28 +21,8 @@ MAX_PAGE=50
 THREADS=4
 
 # ------------------------------------------------------------------ TAP
-n=0
-failed=0
-pass() { n=$((n + 1)); echo "ok $n - $1"; }
-fail() {
-    local d
-    n=$((n + 1)); failed=$((failed + 1))
-    echo "not ok $n - $1"
-    shift
-    for d in "$@"; do printf '#   %s\n' "${d:0:600}"; done
-}
-is() {   # got want name
-    if [[ $1 == "$2" ]]; then pass "$3"; else fail "$3" "got:  $1" "want: $2"; fi
-}
-like() {   # got regex name
-    if [[ $1 =~ $2 ]]; then pass "$3"; else fail "$3" "got:  $1" "want: /$2/"; fi
-}
-ok() {   # name command...: passes when the command succeeds
-    local name=$1
-    shift
-    if "$@"; then pass "$name"; else fail "$name" "failed: $*"; fi
-}
-bail() { echo "Bail out! $*"; exit 1; }
+# shellcheck source=tests/tap.bash
+. "$(dirname "${BASH_SOURCE[0]}")/tap.bash"
 
 for v in FEED_REDIS_HOST FEED_REDIS_PORT FEED_PG_CONNINFO FEED_SERVERS FEED_SERVERS_DIR; do
     [[ -n ${!v:-} ]] || bail "$v is not set: run through tests/run.sh"
@@ -492,8 +472,11 @@ is "$?" 0 "the server is still up after all that"
 FIELDS=$(sed -n '/^typedef struct feed_stats {/,/^} feed_stats;/s/^ *uint64_t *\([a-z_]*\);.*/\1/p' lib/feedcache.h)
 scrape
 like "$CTYPE" '^text/plain; version=0.0.4' "GET /metrics: Prometheus text"
-(($(wc -w <<<"$FIELDS") >= 12)) && pass "feed_stats has $(wc -w <<<"$FIELDS") counters in lib/feedcache.h" ||
+if (($(wc -w <<<"$FIELDS") >= 12)); then
+    pass "feed_stats has $(wc -w <<<"$FIELDS") counters in lib/feedcache.h"
+else
     fail "reading feed_stats from lib/feedcache.h" "got: $FIELDS"
+fi
 missing=
 for k in $FIELDS; do
     grep -q "^# TYPE feedcache_${k}_total counter$" <<<"$M" && grep -q "^feedcache_${k}_total [0-9][0-9]*$" <<<"$M" ||
@@ -680,8 +663,11 @@ like "$(cat "$TMP/log")" 'warning: .*Redis' "Redis unreachable at start: a warni
 req GET "/users/$U_TIES/feed?limit=3"
 is "$STATUS $(j source)" "200 db" "  and pages come from SQL"
 req GET "/users/$U_TIES/feed?limit=3" -H "Origin: $ORIGIN"
-[[ $HEADERS == *Access-Control* ]] && fail "  no --cors-origin: no CORS header" "$HEADERS" ||
+if [[ $HEADERS == *Access-Control* ]]; then
+    fail "  no --cors-origin: no CORS header" "$HEADERS"
+else
     pass "  no --cors-origin: no CORS header"
+fi
 stop_server
 
 "$SERVER" --port 0 --redis-port "$FEED_REDIS_PORT" --pg "host=127.0.0.1 port=1 dbname=none" --max-len 0 \

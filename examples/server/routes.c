@@ -173,52 +173,36 @@ static enum MHD_Result library_error(ARGS, feed *f, int rc)
     return respond_error(PASS, st, "%s", st >= 500 ? feed_strerror(rc) : rq->err);
 }
 
-/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page. */
-static enum MHD_Result get_feed(ARGS, worker *w, int64_t uid)
+/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page.
+ * GET /users/{uid}/feed/newer?cursor=TOKEN&limit=N (newer): pull-to-refresh,
+ * one feed_page_newer. Items newest first; next_cursor is the cursor to pass
+ * next time (the newest item returned, or the given one when none is
+ * newer); has_more says that still newer items exist: call again at once. */
+static enum MHD_Result get_feed(ARGS, worker *w, int64_t uid, int newer)
 {
     size_t limit = 0;
     int64_t score = FEED_FIRST, id = 0;
     feed_result res;
     feed *f;
-    int answered, rc;
-    enum MHD_Result ret = page_args(PASS, 0, &limit, &score, &id, &answered);
+    int answered, rc = FEED_EUNAVAILABLE;
+    enum MHD_Result ret = page_args(PASS, newer, &limit, &score, &id, &answered);
 
     if (answered)
         return ret;
-    f = worker_feed(w);
-    rc = f ? feed_page(f, uid, score, id, limit, &res) : FEED_EUNAVAILABLE;
-    if (rc != FEED_OK)
-        return library_error(PASS, f, rc);
-    return page_json(PASS, &res, NULL);
-}
-
+    if ((f = worker_feed(w)) != NULL && !newer)
+        rc = feed_page(f, uid, score, id, limit, &res);
 #ifdef FEED_SERVER_NEWER
-/* GET /users/{uid}/feed/newer?cursor=TOKEN&limit=N: pull-to-refresh, one
- * feed_page_newer. Items newest first; next_cursor is the cursor to pass
- * next time (the newest item returned, or the given one when none is newer);
- * has_more says that still newer items exist: call again at once. */
-static enum MHD_Result get_newer(ARGS, worker *w, int64_t uid)
-{
-    size_t limit = 0;
-    int64_t score = FEED_FIRST, id = 0;
-    feed_result res;
-    feed *f;
-    int answered, rc;
-    enum MHD_Result ret = page_args(PASS, 1, &limit, &score, &id, &answered);
-
-    if (answered)
-        return ret;
-    f = worker_feed(w);
-    rc = f ? feed_page_newer(f, uid, score, id, limit, &res) : FEED_EUNAVAILABLE;
+    else if (f)
+        rc = feed_page_newer(f, uid, score, id, limit, &res);
+#endif
     if (rc != FEED_OK)
         return library_error(PASS, f, rc);
-    if (!res.has_more) {   /* the cursor to keep: the newest item, else the old one */
+    if (newer && !res.has_more) {   /* the cursor to keep: the newest item, else the old one */
         res.next_score = res.count ? res.items[0].score : score;
         res.next_id = res.count ? res.items[0].id : id;
     }
-    return page_json(PASS, &res, "has_more");
+    return page_json(PASS, &res, newer ? "has_more" : NULL);
 }
-#endif
 
 /* GET / (?uid=N&limit=N&autoscroll=1 are read by the page's script). */
 static enum MHD_Result get_page(ARGS)
@@ -387,9 +371,9 @@ enum MHD_Result dispatch(ARGS)
         return answered ? ret : get_metrics(PASS);
     }
     case R_HEALTHZ: return get_healthz(PASS, w);
-    case R_FEED:    return get_feed(PASS, w, uid);
+    case R_FEED:    return get_feed(PASS, w, uid, 0);
 #ifdef FEED_SERVER_NEWER
-    case R_NEWER:   return get_newer(PASS, w, uid);
+    case R_NEWER:   return get_feed(PASS, w, uid, 1);
 #else
     case R_NEWER:   return respond_error(PASS, 501, "this build has no feed_page_newer");
 #endif

@@ -1,0 +1,25 @@
+# tap.bash -- TAP for the bash tests (tests/*.t), sourced by them:
+# pass, fail, is, like, ok, bail; n counts the tests, failed the failures.
+# A test ends with: echo "1..$n"; ((failed == 0))
+n=0
+failed=0
+pass() { n=$((n + 1)); echo "ok $n - $1"; }
+fail() {
+    local d
+    n=$((n + 1)); failed=$((failed + 1))
+    echo "not ok $n - $1"
+    shift
+    for d in "$@"; do printf '#   %s\n' "${d:0:600}"; done
+}
+is() {   # got want name
+    if [[ $1 == "$2" ]]; then pass "$3"; else fail "$3" "got:  $1" "want: $2"; fi
+}
+like() {   # got regex name
+    if [[ $1 =~ $2 ]]; then pass "$3"; else fail "$3" "got:  $1" "want: /$2/"; fi
+}
+ok() {   # name command...: passes when the command succeeds
+    local name=$1
+    shift
+    if "$@"; then pass "$name"; else fail "$name" "failed: $*"; fi
+}
+bail() { echo "Bail out! $*"; exit 1; }
