@@ -57,6 +57,7 @@ sql "DELETE FROM feed_entry WHERE uid BETWEEN 7100000 AND 7199999;
     bail "loading test data failed"
 rcli del "feed:{$U_LONG}" "feed:{$U_LONG}:lease" "feed:{$U_BIG}" >/dev/null
 
+: >"$TMP/out"
 "$SERVER" --port 0 --max-len 25 --max-page 50 --threads 2 --quiet >"$TMP/out" 2>"$TMP/log" &
 SPID=$!
 for ((i = 0; i < 300; i++)); do

@@ -185,6 +185,7 @@ done
 # FEED_TEST_WRAPPER (e.g. valgrind) wraps the server too.
 start_server() {   # extra args...; sets SPID, PORT, BASE
     local i
+    : >"$TMP/out"   # before the background job opens it: sed reads it at once
     # shellcheck disable=SC2086  # the wrapper is a command line
     ${FEED_TEST_WRAPPER:-} "$SERVER" --port 0 --max-len $MAX_LEN --max-page $MAX_PAGE \
         --threads $THREADS --max-body 65536 "$@" >"$TMP/out" 2>"$TMP/log" &
