@@ -21,16 +21,11 @@ all: examples
 tests: examples      # tests/t_http.t drives both binaries
 
 SRV_SRC   := $(wildcard examples/server/*.c)
-# The pull-to-refresh route needs feed_page_newer, /healthz feed_health;
-# each is built once the library declares it.
-SRV_DEFS  := $(if $(shell grep -l 'feed_page_newer' lib/feedcache.h 2>/dev/null),-DFEED_SERVER_NEWER) \
-             $(if $(shell grep -l 'feed_health_info' lib/feedcache.h 2>/dev/null),-DFEED_SERVER_HEALTH)
-
 $(BUILD)/examples/page_html.c: examples/server/page.html $(BUILD)/tools/embed | $(BUILD)/examples
 	$(BUILD)/tools/embed -p feed_server_ $< > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/examples/feed_server: $(SRV_SRC) examples/server/server.h $(BUILD)/examples/page_html.c $(STATIC) lib/feedcache.h | $(BUILD)/examples
-	$(CC) $(CPPFLAGS) -Iexamples/server $(SRV_DEFS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
+	$(CC) $(CPPFLAGS) -Iexamples/server $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
 	    $(SRV_SRC) $(BUILD)/examples/page_html.c $(STATIC) $(EX_LIBS) $(LIBS)
 
 $(BUILD)/examples/jget: examples/jget.c | $(BUILD)/examples

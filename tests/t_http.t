@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t_http.t -- the example service (examples/feed_server.c) end to end, over
+# t_http.t -- the example service (examples/server/) end to end, over
 # HTTP only, against the test servers that tests/run.sh started: whole feeds
 # walked page by page and compared with SQL, every write route and its
 # effect, the JSON shapes, the status of every kind of bad input (JSON
@@ -359,30 +359,26 @@ walk_is "${U_FAN[2]}" 7 "  walk of the formerly empty feed equals SQL"
 # GET /users/{uid}/feed/newer?cursor=C&limit=N: the items above C, closest
 # first cut, newest first; next_cursor is what to pass next, has_more says
 # call again at once. Pulling from the 14th item up must give items 1..13.
-if grep -q 'feed_page_newer' lib/feedcache.h; then
-    req GET "/users/$U_TIES/feed?limit=14"
-    C=$(j next_cursor)
-    : >"$TMP/newer"
-    for ((pulls = 1; pulls <= 10; pulls++)); do
-        req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=5"
-        [[ $STATUS == 200 && $(j @keys) == items,next_cursor,has_more,source ]] || break
-        j 'items.*' >"$TMP/pull"        # newest first, above what we have
-        cat "$TMP/newer" >>"$TMP/pull"
-        mv "$TMP/pull" "$TMP/newer"
-        C=$(j next_cursor)
-        [[ $(j has_more) == false ]] && break
-    done
-    is "$STATUS $(j has_more)" "200 false" "newer: pulls end with has_more false"
-    is "$pulls" 3 "  13 items above the 14th in pulls of 5: 3 pulls"
-    is "$(cat "$TMP/newer")" "$(sql_feed $U_TIES | head -n 13)" "  together they are items 1..13 of SQL, in order"
+req GET "/users/$U_TIES/feed?limit=14"
+C=$(j next_cursor)
+: >"$TMP/newer"
+for ((pulls = 1; pulls <= 10; pulls++)); do
     req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=5"
-    is "$STATUS $(j items.@len) $(j has_more) $(j next_cursor)" "200 0 false $C" \
-        "  from the top: nothing newer, the same cursor back"
-    req GET "/users/$U_TIES/feed/newer?limit=5";        error_is 400 "newer without a cursor"
-    req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=0"; error_is 400 "newer with limit 0"
-else
-    req GET "/users/$U_TIES/feed/newer?cursor=x";       error_is 501 "newer: 501 until the library has feed_page_newer"
-fi
+    [[ $STATUS == 200 && $(j @keys) == items,next_cursor,has_more,source ]] || break
+    j 'items.*' >"$TMP/pull"        # newest first, above what we have
+    cat "$TMP/newer" >>"$TMP/pull"
+    mv "$TMP/pull" "$TMP/newer"
+    C=$(j next_cursor)
+    [[ $(j has_more) == false ]] && break
+done
+is "$STATUS $(j has_more)" "200 false" "newer: pulls end with has_more false"
+is "$pulls" 3 "  13 items above the 14th in pulls of 5: 3 pulls"
+is "$(cat "$TMP/newer")" "$(sql_feed $U_TIES | head -n 13)" "  together they are items 1..13 of SQL, in order"
+req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=5"
+is "$STATUS $(j items.@len) $(j has_more) $(j next_cursor)" "200 0 false $C" \
+    "  from the top: nothing newer, the same cursor back"
+req GET "/users/$U_TIES/feed/newer?limit=5";        error_is 400 "newer without a cursor"
+req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=0"; error_is 400 "newer with limit 0"
 
 # ------------------------------------------------------------------ bad input
 CHECKSUM="SELECT count(*) || ' ' || sum(score) || ' ' || sum(id % 1000003) FROM feed_entry WHERE uid BETWEEN $ALL_UIDS"

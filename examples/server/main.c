@@ -249,7 +249,6 @@ static int probe_stores(void)
                 "does\n", feed_errmsg(NULL));
         return 0;
     }
-#ifdef FEED_SERVER_HEALTH
     {
         feed_health_info h;
         if (feed_health(probe, &h) != FEED_OK) {
@@ -261,11 +260,6 @@ static int probe_stores(void)
                         "can be served until it answers: %s\n", h.pg_msg);
         }
     }
-#else
-    if (*feed_errmsg(probe))
-        fprintf(stderr, "feed_server: warning: a store is down, serving degraded: %s\n",
-                feed_errmsg(probe));
-#endif
     feed_close(probe);
     return 0;
 }

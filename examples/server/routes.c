@@ -189,12 +189,9 @@ static enum MHD_Result get_feed(ARGS, worker *w, int64_t uid, int newer)
 
     if (answered)
         return ret;
-    if ((f = worker_feed(w)) != NULL && !newer)
-        rc = feed_page(f, uid, score, id, limit, &res);
-#ifdef FEED_SERVER_NEWER
-    else if (f)
-        rc = feed_page_newer(f, uid, score, id, limit, &res);
-#endif
+    if ((f = worker_feed(w)) != NULL)
+        rc = newer ? feed_page_newer(f, uid, score, id, limit, &res)
+                   : feed_page(f, uid, score, id, limit, &res);
     if (rc != FEED_OK)
         return library_error(PASS, f, rc);
     if (newer && !res.has_more) {   /* the cursor to keep: the newest item, else the old one */
@@ -225,7 +222,6 @@ static enum MHD_Result get_page(ARGS)
     return respond(PASS, 200, "text/html; charset=utf-8", body, len, csp);
 }
 
-#ifdef FEED_SERVER_HEALTH
 /* GET /healthz: whether each store answers now (feed_health: a PING, one
  * read of the feed table). 200 while one does. */
 static enum MHD_Result get_healthz(ARGS, worker *w)
@@ -245,61 +241,6 @@ static enum MHD_Result get_healthz(ARGS, worker *w)
     } else {
         snprintf(rq->err, sizeof rq->err, "no handle: %s", feed_errmsg(NULL));
     }
-#else
-#include <hiredis/hiredis.h>
-/* Until the library reports its stores' state: a PING and a SELECT 1. */
-static int redis_up(void)
-{
-    struct timeval tv = { 0, 250000 };
-    redisContext *r = redisConnectWithTimeout(opt.cfg.redis_host, opt.cfg.redis_port, tv);
-    redisReply *rep = NULL;
-    int ok = r && !r->err && redisSetTimeout(r, tv) == REDIS_OK;
-
-    if (ok && opt.cfg.redis_password) {
-        rep = opt.cfg.redis_user
-                  ? redisCommand(r, "AUTH %s %s", opt.cfg.redis_user, opt.cfg.redis_password)
-                  : redisCommand(r, "AUTH %s", opt.cfg.redis_password);
-        ok = rep && rep->type != REDIS_REPLY_ERROR;
-        if (rep)
-            freeReplyObject(rep);
-    }
-    if (ok) {
-        rep = redisCommand(r, "PING");
-        ok = rep && rep->type == REDIS_REPLY_STATUS;
-        if (rep)
-            freeReplyObject(rep);
-    }
-    if (r)
-        redisFree(r);
-    return ok;
-}
-
-static int pg_up(worker *w)
-{
-    for (int attempt = 0; attempt < 2; attempt++) {
-        PGconn *pg = worker_pg(w, attempt > 0);
-        PGresult *r = pg ? PQexec(pg, "SELECT 1") : NULL;
-        int ok = r && PQresultStatus(r) == PGRES_TUPLES_OK;
-        PQclear(r);
-        if (ok)
-            return 1;
-        if (!pg)
-            return 0;
-    }
-    return 0;
-}
-
-/* GET /healthz: whether each store answers now. 200 while one does. */
-static enum MHD_Result get_healthz(ARGS, worker *w)
-{
-    int answered, redis_ok, pg_ok;
-    enum MHD_Result ret = check_query(PASS, NULL, &answered);
-
-    if (answered)
-        return ret;
-    redis_ok = redis_up();
-    pg_ok = pg_up(w);
-#endif
     return respond_json(PASS, redis_ok || pg_ok ? 200 : 503,
                         json_pack("{s:s,s:s,s:s}",
                                   "status", redis_ok && pg_ok ? "ok" : redis_ok || pg_ok ? "degraded" : "down",
@@ -372,11 +313,7 @@ enum MHD_Result dispatch(ARGS)
     }
     case R_HEALTHZ: return get_healthz(PASS, w);
     case R_FEED:    return get_feed(PASS, w, uid, 0);
-#ifdef FEED_SERVER_NEWER
     case R_NEWER:   return get_feed(PASS, w, uid, 1);
-#else
-    case R_NEWER:   return respond_error(PASS, 501, "this build has no feed_page_newer");
-#endif
     case R_ITEMS:   return put_item(PASS, w, uid, -1, strcmp(method, "POST") == 0);
     case R_ITEM:
         if (strcmp(method, "DELETE") == 0)
