@@ -179,9 +179,14 @@ static void wrong_types(void)
     ok(rc == FEED_EREDIS && has(feed_errmsg(f), "WRONGTYPE"),
        "  feed_on_insert: FEED_EREDIS with WRONGTYPE (%s)", feed_errmsg(f));
     tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 900 AND id = 500");
+    /* The failed hook put feed 900 on the repair list: the next call drops
+     * the foreign key first, so the delete finds no copy to fix. */
     rc = feed_on_delete(f, 900, 500);
-    ok(rc == FEED_EREDIS && has(feed_errmsg(f), "WRONGTYPE"),
-       "  feed_on_delete: FEED_EREDIS with WRONGTYPE");
+    rep = tu_redis_cmd(r, "EXISTS feed:{900}");
+    ok(rc == FEED_OK && rep->integer == 0,
+       "  the next hook drops the foreign key first (repair), then has nothing to fix");
+    freeReplyObject(rep);
+    freeReplyObject(tu_redis_cmd(r, "SET feed:{900} not-a-zset"));
     {
         int64_t uids[2] = { 900, 901 };
         rc = feed_fanout(f, uids, 2, 6000, 600);
@@ -193,9 +198,8 @@ static void wrong_types(void)
         tu_sql(pg, "DELETE FROM feed_entry WHERE id = 600");   /* never committed, say */
         feed_invalidate(f, 901);
     }
-    rep = tu_redis_cmd(r, "GET feed:{900}");
-    ok(rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "not-a-zset") == 0,
-       "  the string is untouched by pages and hooks");
+    rep = tu_redis_cmd(r, "EXISTS feed:{900}");
+    ok(rep->integer == 0, "  and the call after the failed fan-out dropped the foreign key too");
     freeReplyObject(rep);
     ok(still_fine(f), "  the same handle serves another feed fine");
     is_int(feed_invalidate(f, 900), FEED_OK, "  feed_invalidate drops the foreign key");
