@@ -105,6 +105,20 @@ typedef struct feed_config {
                                         before; so a page from it shows every write committed
                                         at least N ms earlier. Otherwise the primary answers.
                                         Costs a probe (one statement on each) now and then */
+    /* --- ha: the failover and restart guarantee (README, "Sentinel") --- */
+    uint32_t    redis_wait_replicas;   /* default 0: off. n > 0: every write hook (insert,
+                                          delete, fanout, reload, invalidate) and every repair
+                                          sends WAIT n in the same round trip; fewer than n
+                                          replicas acknowledging within redis_wait_timeout_ms
+                                          fails the hook with FEED_EREDIS and the feed's copy
+                                          is dropped as soon as that is itself acknowledged */
+    uint32_t    redis_wait_timeout_ms; /* default 100; with redis_wait_replicas, 1 ..
+                                          redis_timeout_ms - 1 */
+    int         redis_restart_fence;   /* default 0: off. 1: on each new connection compare
+                                          the server's run_id with the one recorded in
+                                          "<prefix>:fence"; if they differ (a restart from
+                                          disk, a promoted replica) no cached page is served
+                                          until every "<prefix>:*" key has been dropped */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -469,6 +483,12 @@ typedef struct feed_stats {
                                   read from the primary instead */
     uint64_t replica_lagging;  /* pages past the cache read from the primary because the
                                   replica was not proven within pg_replica_max_lag_ms */
+    /* --- ha --- */
+    uint64_t wait_failures;  /* WAITs answered by fewer than redis_wait_replicas replicas */
+    uint64_t fence_flushes;  /* data sets this handle found with a foreign run_id
+                                (restart from disk, failover) and began to flush */
+    uint64_t failovers;      /* -READONLY replies or non-primary ROLEs seen: the node
+                                was demoted, the Sentinels are asked again at once */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

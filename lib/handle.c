@@ -41,6 +41,9 @@ void feed_config_init(feed_config *cfg)
     cfg->pg_timeout_ms = 2000;
     cfg->empty_ttl_seconds = 60;
     cfg->pg_replica_max_lag_ms = 0;
+    cfg->redis_wait_replicas = 0;
+    cfg->redis_wait_timeout_ms = 100;
+    cfg->redis_restart_fence = 0;
 }
 
 const char *feed_strerror(int code)
@@ -123,6 +126,7 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(redis_connects), FEED_STAT(pg_connects), FEED_STAT(repairs),
     FEED_STAT(pg_timeouts), FEED_STAT(replica_queries), FEED_STAT(replica_fallbacks),
     FEED_STAT(replica_lagging),
+    FEED_STAT(wait_failures), FEED_STAT(fence_flushes), FEED_STAT(failovers),
 };
 #undef FEED_STAT
 
@@ -257,6 +261,13 @@ static const char *check_config(const feed_config *c)
         return "redis_cluster and redis_sentinels are exclusive: set one";
     if (c->redis_sentinels && (!c->redis_master_name || !*c->redis_master_name))
         return "redis_sentinels needs redis_master_name";
+    if (c->redis_sentinels && !feed__sentinels_valid(c->redis_sentinels))
+        return "redis_sentinels must be \"host:port[,host:port...]\"";
+    if (c->redis_wait_replicas > 0 &&
+        (c->redis_wait_timeout_ms == 0 || c->redis_wait_timeout_ms >= c->redis_timeout_ms))
+        return "redis_wait_timeout_ms must be 1 .. redis_timeout_ms - 1";
+    if (c->redis_restart_fence != 0 && c->redis_restart_fence != 1)
+        return "redis_restart_fence must be 0 or 1";
     return NULL;
 }
 

@@ -19,13 +19,25 @@ static int check_item(feed *f, const char *hook, int64_t score, int64_t id)
     return FEED_OK;
 }
 
+/* From here until note_failure the Redis calls are a hook's: WAITed when
+ * redis_wait_replicas asks for it, and allowed before the restart fence is
+ * cleared (redis.c). Every path after hook_begin ends in note_failure. */
+static void hook_begin(feed *f)
+{
+    f->in_hook = 1;
+    f->wait_short = 0;
+}
+
 /* A write that failed, because Redis could not be reached (the connection
- * is down: refused, timed out, or not retried yet) or because it answered
- * with an error (an ACL, OOM, a script error), may leave uid's cached copy
- * stale while Redis keeps it. The first handle to reach that Redis and have
- * a DEL accepted drops the copy (redis.c, repair); here we only take note. */
+ * is down: refused, timed out, or not retried yet), because it answered
+ * with an error (an ACL, OOM, a script error), or because too few replicas
+ * acknowledged it (WAIT, redis_wait_replicas: a failover may lose it), may
+ * leave uid's cached copy stale while Redis keeps it. The first handle to
+ * reach that Redis and have a DEL accepted drops the copy (redis.c,
+ * repair); here we only take note. */
 static int note_failure(feed *f, int rc, int64_t uid)
 {
+    f->in_hook = 0;
     if (rc == FEED_EREDIS && !feed__redis_remember(f, uid)) {
         size_t len = strlen(f->errmsg);
         snprintf(f->errmsg + len, sizeof f->errmsg - len,
@@ -101,6 +113,7 @@ int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
     feed__set_keys(f, uid);
     insert_args_init(&a, f, score, id);
     insert_argv(&a, argv, lens);
+    hook_begin(f);
     rc = integer_reply(f, feed__redis_script(f, FEED_SCRIPT_INSERT, 2, 5, argv, lens),
                        "insert.lua");
     return note_failure(f, rc, uid);
@@ -162,11 +175,12 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
     a.keys = malloc(2 * a.per * f->key_cap);
     if (!a.keys)
         return feed__error(f, FEED_ENOMEM, "out of memory for a fan-out of %zu", n);
+    hook_begin(f);
     rc = feed__redis_script_many(f, FEED_SCRIPT_INSERT, calls, (int)(2 * a.per),
                                  (int)(2 * a.per + 4), fanout_fill, &a);
     free(a.keys);
     if (rc == FEED_OK || rc == FEED_ENOMEM)
-        return rc;
+        return note_failure(f, rc, 0);
     for (size_t i = 0; i < n; i++)   /* which feeds got the write is unknown */
         note_failure(f, FEED_EREDIS, uids[i]);
     return FEED_EREDIS;
@@ -193,6 +207,7 @@ int feed_on_delete(feed *f, int64_t uid, int64_t id)
     lens[0] = strlen(argv[0]);
     lens[1] = strlen(argv[1]);
     lens[3] = strlen(argv[3]);
+    hook_begin(f);
     return note_failure(f, integer_reply(f, feed__redis_script(f, FEED_SCRIPT_DELETE, 2, 4,
                                                                 argv, lens), "delete.lua"),
                         uid);
@@ -212,6 +227,7 @@ int feed_invalidate(feed *f, int64_t uid)
         return FEED_EINVAL;
     feed__clear_error(f);
     feed__set_keys(f, uid);
+    hook_begin(f);
     return note_failure(f, drop_keys(f, 1), uid);
 }
 
@@ -237,6 +253,7 @@ int feed_reload(feed *f, int64_t uid)
     argv[2] = token;
     argv[3] = "PX";
     argv[4] = f->lease_ms;
+    hook_begin(f);
     r = feed__redis_command(f, 5, argv, NULL);
     if (!r)
         return note_failure(f, FEED_EREDIS, uid);

@@ -13,6 +13,8 @@
  *   hooks.c    the write path: insert, delete, fanout, reload, invalidate
  *   cursor.c   opaque cursor tokens
  *   score.c    composite scores
+ *   sentinel.c asking the Sentinels for the primary, checking its ROLE
+ *   fence.c    the restart fence: no cached page survives a restart or failover
  * and the Lua scripts in lua/, embedded as feed_lua_<name> (build/lib/scripts.c).
  */
 #ifndef FEED_INTERNAL_H
@@ -94,6 +96,18 @@ struct feed {
     feed_stats stats;
     char       errmsg[512];
 
+    /* ha: the primary the Sentinels named (sentinel.c), the restart fence
+     * (fence.c) and WAIT (redis.c). in_hook is set while a write hook runs:
+     * only hooks are WAITed, and only hooks may write before the fence is
+     * cleared. wait_short: the last WAIT got too few acknowledgements. */
+    char     primary_host[256];
+    int      primary_port;
+    int      fence_state;       /* FEED_FENCE_* */
+    char     fence_cursor[24];  /* SCAN cursor of a flush in progress */
+    char     run_id[41];        /* of the server connected to */
+    int      in_hook;
+    int      wait_short;
+
     /* Tests only: called between a rebuild's SQL read and its install. */
     void (*test_before_install)(feed *f, int64_t uid, void *arg);
     void  *test_arg;
@@ -132,6 +146,18 @@ int  feed__redis_script_many(feed *f, enum feed_script script, size_t n,
 #define FEED_REPAIR_MAX 65536
 int  feed__redis_remember(feed *f, int64_t uid);
 void feed__redis_forget_repairs(void);   /* tests only */
+
+/* sentinel.c -- ha */
+int  feed__sentinels_valid(const char *list);     /* "host:port[,...]" well formed */
+int  feed__sentinel_primary(feed *f);             /* fills f->primary_host/port */
+int  feed__sentinel_check_role(feed *f);          /* FEED_OK iff ROLE says master */
+int  feed__is_readonly(const redisReply *r);      /* a -READONLY error (demoted node) */
+
+/* fence.c -- ha: the restart fence. A new connection starts UNKNOWN; a
+ * step compares run_ids, then flushes with SCAN + UNLINK within one
+ * redis_timeout_ms, and records the run_id when the flush is done. */
+enum { FEED_FENCE_UNKNOWN, FEED_FENCE_FLUSHING, FEED_FENCE_TRUSTED };
+int  feed__fence_step(feed *f);
 
 /* pg.c */
 int  feed__pg_connect(feed *f);

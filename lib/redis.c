@@ -80,6 +80,73 @@ static void io_failed(feed *f, const char *what)
     feed__redis_drop(f);
 }
 
+/* ---- ha: WAIT after hooks, -READONLY -------------------------------
+ *
+ * With redis_wait_replicas > 0 a hook's commands are followed, in the same
+ * pipeline on the same connection, by WAIT n timeout: the hook succeeds only
+ * when n replicas hold its write, so a failover to one of them cannot lose
+ * it. Too few acknowledgements set f->wait_short (the hook then fails and
+ * its feed goes on the repair list); the connection stays up. */
+static int wait_on(const feed *f)
+{
+    return f->in_hook && f->cfg.redis_wait_replicas > 0;
+}
+
+static int append_wait(feed *f)
+{
+    return redisAppendCommand(f->redis, "WAIT %u %u", f->cfg.redis_wait_replicas,
+                              f->cfg.redis_wait_timeout_ms);
+}
+
+/* Read WAIT's reply. FEED_OK; FEED_EREDIS with f->wait_short set (too few
+ * replicas) or with the connection dropped (I/O). */
+static int read_wait(feed *f)
+{
+    redisReply *r = NULL;
+    int rc = FEED_OK;
+
+    if (redisGetReply(f->redis, (void **)&r) != REDIS_OK) {
+        io_failed(f, "WAIT");
+        return FEED_EREDIS;
+    }
+    if (r->type != REDIS_REPLY_INTEGER || r->integer < (long long)f->cfg.redis_wait_replicas) {
+        f->wait_short = 1;
+        f->stats.wait_failures++;
+        f->stats.redis_errors++;
+        if (r->type == REDIS_REPLY_INTEGER)
+            rc = feed__error(f, FEED_EREDIS, "Redis WAIT: %lld of %u replicas acknowledged "
+                             "the write within %u ms", r->integer, f->cfg.redis_wait_replicas,
+                             f->cfg.redis_wait_timeout_ms);
+        else
+            rc = feed__error(f, FEED_EREDIS, "Redis WAIT: %s",
+                             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    /* Under Sentinel a primary whose replica stopped acknowledging may have
+     * just been replaced (its replica promoted): ask the Sentinels again
+     * now rather than keep writing where writes will be thrown away. */
+    if (rc != FEED_OK && f->cfg.redis_sentinels) {
+        feed__redis_drop(f);
+        f->redis_attempt_ms = 0;
+    }
+    return rc;
+}
+
+/* A -READONLY reply: the node was demoted (a failover). Drop it and let the
+ * next call ask the Sentinels again at once, not after retry_ms. */
+static void demote(feed *f)
+{
+    f->stats.failovers++;
+    feed__redis_drop(f);
+    f->redis_attempt_ms = 0;
+}
+
+static void if_demoted(feed *f, const redisReply *r)
+{
+    if (f->redis && feed__is_readonly(r))
+        demote(f);
+}
+
 /* A reply must be a bulk string holding a 40-hex SHA1. */
 static int take_sha(feed *f, redisReply *r, char sha[41])
 {
@@ -164,10 +231,15 @@ static atomic_size_t   repair_pending;   /* repair_count, read without the lock 
 /* FNV-1a over host, port and key prefix: which copies an entry names. */
 static uint64_t store_of(const feed *f)
 {
-    const char *parts[2] = { f->cfg.redis_host, f->cfg.key_prefix };
+    /* Under Sentinel the store is the master name, wherever it now runs. */
+    const char *parts[3] = { f->cfg.redis_host, f->cfg.key_prefix, "" };
     uint64_t h = 14695981039346656037ULL ^ (uint64_t)f->cfg.redis_port;
 
-    for (int i = 0; i < 2; i++) {
+    if (f->cfg.redis_sentinels) {
+        parts[0] = f->cfg.redis_sentinels;
+        parts[2] = f->cfg.redis_master_name;
+    }
+    for (int i = 0; i < 3; i++) {
         for (const char *p = parts[i]; *p; p++)
             h = (h ^ (unsigned char)*p) * 1099511628211ULL;
         h = (h ^ 0xff) * 1099511628211ULL;   /* separator */
@@ -297,6 +369,13 @@ static int repair(feed *f)
         }
     }
     free(key);
+    /* A repair must survive a failover as much as the write it stands for. */
+    if (f->cfg.redis_wait_replicas > 0 && append_wait(f) != REDIS_OK) {
+        io_failed(f, "WAIT");
+        put_back(f, uids, n);
+        free(uids);
+        return FEED_ENOMEM;
+    }
     f->stats.redis_calls++;
     for (size_t i = 0; i < n; i++) {
         redisReply *r = NULL;
@@ -316,6 +395,11 @@ static int repair(feed *f)
         }
         freeReplyObject(r);
     }
+    if (f->cfg.redis_wait_replicas > 0 && read_wait(f) != FEED_OK) {
+        put_back(f, uids, n);   /* dropped here, maybe not on the replicas yet */
+        free(uids);
+        return FEED_EREDIS;
+    }
     free(uids);
     return FEED_OK;
 }
@@ -325,22 +409,32 @@ static int repair(feed *f)
 int feed__redis_connect(feed *f)
 {
     struct timeval tv = ms_to_timeval(f->cfg.redis_timeout_ms);
-    int rc;
+    const char *host = f->cfg.redis_host;
+    int port = f->cfg.redis_port, rc;
 
     feed__redis_drop(f);
     f->redis_attempt_ms = feed__now_ms();
     f->stats.redis_connects++;
-    f->redis = redisConnectWithTimeout(f->cfg.redis_host, f->cfg.redis_port, tv);
+    f->fence_state = FEED_FENCE_UNKNOWN;
+    if (f->cfg.redis_sentinels) {          /* sentinel.c: where the primary is now */
+        if ((rc = feed__sentinel_primary(f)) != FEED_OK)
+            return rc;
+        host = f->primary_host;
+        port = f->primary_port;
+    }
+    f->redis = redisConnectWithTimeout(host, port, tv);
     if (!f->redis)
         return feed__error(f, FEED_ENOMEM, "Redis connect: out of memory");
     if (f->redis->err || redisSetTimeout(f->redis, tv) != REDIS_OK) {
         f->stats.redis_errors++;
         feed__error(f, FEED_EUNAVAILABLE, "Redis connect to %s:%d: %s",
-                    f->cfg.redis_host, f->cfg.redis_port, f->redis->errstr);
+                    host, port, f->redis->errstr);
         feed__redis_drop(f);
         return FEED_EUNAVAILABLE;
     }
     rc = f->cfg.redis_password ? authenticate(f) : FEED_OK;
+    if (rc == FEED_OK && f->cfg.redis_sentinels)
+        rc = feed__sentinel_check_role(f);
     if (rc == FEED_OK)
         rc = load_scripts(f);
     if (rc != FEED_OK)
@@ -348,8 +442,9 @@ int feed__redis_connect(feed *f)
     return rc;
 }
 
-/* Connected, or reconnected if the last attempt is old enough; then any
- * repairs pending for this store go first. */
+/* Connected, or reconnected if the last attempt is old enough; then the
+ * restart fence (fence.c: until the server's data set is known to be ours,
+ * only write hooks may use it), then any repairs pending for this store. */
 static int redis_ready(feed *f)
 {
     int rc;
@@ -359,6 +454,13 @@ static int redis_ready(feed *f)
             return rc;
         if ((rc = feed__redis_connect(f)) != FEED_OK)
             return rc;
+    }
+    if (f->cfg.redis_restart_fence && f->fence_state != FEED_FENCE_TRUSTED) {
+        if ((rc = feed__fence_step(f)) != FEED_OK)
+            return rc;
+        if (f->fence_state != FEED_FENCE_TRUSTED && !f->in_hook)
+            return feed__error(f, FEED_EUNAVAILABLE, "Redis came back from a restart or "
+                               "failover: its cached copies are being dropped");
     }
     return atomic_load(&repair_pending) > 0 ? repair(f) : FEED_OK;
 }
@@ -372,8 +474,23 @@ static int closed_by_peer(const redisContext *c)
            (c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
 }
 
+/* The command, and WAIT after it in a hook (wait_on). NULL: I/O failure,
+ * connection not yet dropped. */
+static redisReply *send_one(feed *f, int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r = NULL;
+
+    if (!wait_on(f))
+        return redisCommandArgv(f->redis, argc, argv, lens);
+    if (redisAppendCommandArgv(f->redis, argc, argv, lens) != REDIS_OK ||
+        append_wait(f) != REDIS_OK || redisGetReply(f->redis, (void **)&r) != REDIS_OK)
+        return NULL;
+    return r;
+}
+
 /* One command, one round trip. Returns the reply, which may be an error
- * reply, or NULL with the connection dropped and the reason on f. */
+ * reply, or NULL with the reason on f and the connection dropped, or kept
+ * when only WAIT fell short (f->wait_short). */
 static redisReply *round_trip(feed *f, int argc, const char **argv,
                               const size_t *lens)
 {
@@ -384,7 +501,11 @@ static redisReply *round_trip(feed *f, int argc, const char **argv,
         if (redis_ready(f) != FEED_OK)
             return NULL;
         f->stats.redis_calls++;
-        r = redisCommandArgv(f->redis, argc, argv, lens);
+        r = send_one(f, argc, argv, lens);
+        if (r && wait_on(f) && read_wait(f) != FEED_OK) {
+            freeReplyObject(r);
+            return NULL;
+        }
         if (r)
             return r;
         if (retried || !closed_by_peer(f->redis)) {
@@ -403,6 +524,7 @@ static redisReply *no_error(feed *f, redisReply *r, const char *what)
     if (r && r->type == REDIS_REPLY_ERROR) {
         f->stats.redis_errors++;
         feed__error(f, FEED_EREDIS, "Redis %s: %s", what, r->str);
+        if_demoted(f, r);
         freeReplyObject(r);
         return NULL;
     }
@@ -537,10 +659,10 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
     if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK)
         return NULL;
     evalsha_set(&e, argc, argv, lens);
-    for (size_t i = 0; i <= ncmds; i++) {
-        int ok = i < ncmds
-            ? redisAppendCommandArgv(f->redis, cargc[i], cargv[i], clens[i])
-            : redisAppendCommandArgv(f->redis, argc + 3, e.argv, e.lens);
+    for (size_t i = 0; i <= ncmds + wait_on(f); i++) {
+        int ok = i < ncmds ? redisAppendCommandArgv(f->redis, cargc[i], cargv[i], clens[i])
+            : i == ncmds ? redisAppendCommandArgv(f->redis, argc + 3, e.argv, e.lens)
+            : append_wait(f);
         if (ok != REDIS_OK) {   /* part of it may sit in the buffer: drop */
             io_failed(f, "pipeline");
             evalsha_free(&e);
@@ -559,9 +681,16 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
         if (i < ncmds && r->type == REDIS_REPLY_ERROR && !failed) {
             f->stats.redis_errors++;
             feed__error(f, FEED_EREDIS, "Redis %s: %s", cargv[i][0], r->str);
-            failed = 1;
+            failed = 1 + feed__is_readonly(r);
         }
     }
+    if (wait_on(f) && read_wait(f) != FEED_OK) {
+        freeReplyObject(r);
+        evalsha_free(&e);
+        return NULL;
+    }
+    if (failed == 2)
+        demote(f);
     if (!failed)
         r = again_if_noscript(f, &e, argc, r);
     evalsha_free(&e);
@@ -579,7 +708,7 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
                          feed__args_fn *fill, void *arg, unsigned char *done,
                          int *noscript)
 {
-    int rc = FEED_OK;
+    int rc = FEED_OK, demoted = 0;
     size_t sent = 0;
 
     if (redis_ready(f) != FEED_OK)
@@ -593,6 +722,10 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
             return FEED_EREDIS;
         }
         sent++;
+    }
+    if (wait_on(f) && append_wait(f) != REDIS_OK) {
+        io_failed(f, "pipeline");
+        return FEED_EREDIS;
     }
     f->stats.redis_calls++;
     *noscript = 0;
@@ -613,10 +746,15 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
                 f->stats.redis_errors++;
                 rc = feed__error(f, FEED_EREDIS, "Redis %s: %s",
                                  script_name(e->script), r->str);
+                demoted = demoted || feed__is_readonly(r);
             }
         }
         freeReplyObject(r);
     }
+    if (wait_on(f) && read_wait(f) != FEED_OK)
+        return FEED_EREDIS;
+    if (demoted)
+        demote(f);
     return rc;
 }
 

@@ -13,6 +13,18 @@
 #     replica-stop | replica-freeze | replica-thaw DIR
 #   (a freeze is SIGSTOP to every process of that PostgreSQL: the postmaster
 #   and all its children; the sockets still accept, nothing answers)
+#   Sentinel (started only by the tests that need it; `stop` stops it too):
+#     sentinel-start DIR   1 primary + 1 replica + 3 Sentinels (quorum 2,
+#                          master name "mymaster"), or restart whatever of
+#                          them is down; waits until the set is healthy (one
+#                          primary all Sentinels agree on, its replica in
+#                          sync, every Sentinel knowing the other two);
+#                          writes DIR/ha.env (FEED_SENTINELS, FEED_MASTER_NAME)
+#     sentinel-stop DIR
+#     ha-primary | ha-replica DIR       print that node's port
+#     ha-kill-primary DIR               SIGKILL the primary (no restart)
+#     ha-failover DIR                   SENTINEL FAILOVER; waits for the new primary
+#     ha-freeze-replica | ha-thaw-replica DIR   SIGSTOP / SIGCONT the replica
 #
 # Layout of DIR: redis.conf redis.port redis.pid redis.log redis/   (Redis)
 #                pg/ pg.port pg.log sock/                          (PostgreSQL)
@@ -266,6 +278,173 @@ EOC
     pg_launch replica
 }
 
+# ---------------------------------------------------------------- Sentinel
+# DIR/ha/: n1 n2 (Redis nodes; n1 starts as primary) s1 s2 s3 (Sentinels),
+# each with NAME.conf NAME.port NAME.pid NAME.log and a folder NAME/.
+# Short timeouts so that a test's failover takes seconds: a primary is down
+# after 500 ms without answer.
+HA=$D/ha
+HA_NODES="n1 n2"
+HA_SENTINELS="s1 s2 s3"
+ha_port() { cat "$HA/$1.port" 2>/dev/null; }
+ha_pid() {
+    local p
+    p=$(cat "$HA/$1.pid" 2>/dev/null) || return 1
+    alive "$p" && [[ $(cat "/proc/$p/comm" 2>/dev/null) == redis-server* ]] && echo "$p"
+}
+ha_cli() {  # port args...
+    local port=$1
+    shift
+    timeout 2 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
+}
+
+ha_setup() {  # fresh ports and configs, once
+    local n p taken=""
+    mkdir -p "$HA"
+    for n in $HA_NODES $HA_SENTINELS; do
+        [[ -f $HA/$n.port ]] && { taken="$taken $(ha_port "$n")"; continue; }
+        for ((;;)); do
+            p=$(pick_port "$(redis_port)")
+            [[ " $taken $(pg_port) " != *" $p "* ]] && break
+        done
+        taken="$taken $p"
+        echo "$p" >"$HA/$n.port"
+    done
+    for n in $HA_NODES; do
+        [[ -f $HA/$n.conf ]] && continue
+        mkdir -p "$HA/$n"
+        cat >"$HA/$n.conf" <<EOC
+bind 127.0.0.1
+port $(ha_port "$n")
+daemonize yes
+pidfile $HA/$n.pid
+logfile $HA/$n.log
+dir $HA/$n
+save ""
+appendonly no
+repl-diskless-sync-delay 0
+EOC
+        [[ $n == n1 ]] || echo "replicaof 127.0.0.1 $(ha_port n1)" >>"$HA/$n.conf"
+    done
+    for n in $HA_SENTINELS; do
+        [[ -f $HA/$n.conf ]] && continue
+        mkdir -p "$HA/$n"
+        # Sentinel rewrites this file as it learns; it must stay writable.
+        cat >"$HA/$n.conf" <<EOC
+bind 127.0.0.1
+port $(ha_port "$n")
+daemonize yes
+pidfile $HA/$n.pid
+logfile $HA/$n.log
+dir $HA/$n
+sentinel monitor mymaster 127.0.0.1 $(ha_port n1) 2
+sentinel down-after-milliseconds mymaster 500
+sentinel failover-timeout mymaster 3000
+sentinel parallel-syncs mymaster 1
+EOC
+    done
+}
+
+ha_launch() {  # name
+    local n=$1 i
+    ha_pid "$n" >/dev/null && return 0
+    rm -f "$HA/$n.pid"
+    if [[ $n == s* ]]; then
+        redis-server "$HA/$n.conf" --sentinel >>"$HA/$n.log" 2>&1 </dev/null || true
+    elif [[ -n ${2:-} && $2 != $(ha_port "$n") ]]; then
+        # A node coming back after a failover rejoins as the replica of the
+        # current primary, as an operator would restart it (empty: no
+        # persistence), instead of as a second, empty primary.
+        redis-server "$HA/$n.conf" --replicaof 127.0.0.1 "$2" >>"$HA/$n.log" 2>&1 </dev/null || true
+    else
+        redis-server "$HA/$n.conf" >>"$HA/$n.log" 2>&1 </dev/null || true
+    fi
+    for ((i = 0; i < 100; i++)); do
+        [[ $(ha_cli "$(ha_port "$n")" ping) == PONG ]] && return 0
+        sleep 0.1
+    done
+    tail -n 20 "$HA/$n.log" >&2
+    die "$n on port $(ha_port "$n") did not answer PING"
+}
+
+ha_primary() {  # the port the Sentinels name (the first one that answers)
+    local s a
+    for s in $HA_SENTINELS; do
+        a=$(ha_cli "$(ha_port "$s")" sentinel get-master-addr-by-name mymaster | sed -n 2p)
+        [[ -n $a ]] && { echo "$a"; return 0; }
+    done
+    return 1
+}
+ha_other() {  # the node that is not on port $1
+    local n
+    for n in $HA_NODES; do [[ $(ha_port "$n") != "$1" ]] && { echo "$n"; return; }; done
+}
+ha_name_of() {  # node name on port $1
+    local n
+    for n in $HA_NODES; do [[ $(ha_port "$n") == "$1" ]] && { echo "$n"; return; }; done
+}
+
+# Healthy: every Sentinel names the same primary, which says ROLE master;
+# the other node is its replica with the link up; each Sentinel sees the
+# primary up, one replica not down, and the two other Sentinels.
+ha_healthy() {
+    local s p r info m
+    p=$(ha_primary) || return 1
+    for s in $HA_SENTINELS; do
+        [[ $(ha_cli "$(ha_port "$s")" sentinel get-master-addr-by-name mymaster | sed -n 2p) == "$p" ]] || return 1
+        m=$(ha_cli "$(ha_port "$s")" sentinel master mymaster | tr '\n' ' ')
+        [[ $m == *" flags master "* && $m == *" num-slaves 1 "* && $m == *" num-other-sentinels 2 "* ]] || return 1
+        [[ $(ha_cli "$(ha_port "$s")" sentinel replicas mymaster | tr '\n' ' ') == *" flags slave "* ]] || return 1
+    done
+    [[ $(ha_cli "$p" role | head -n1) == master ]] || return 1
+    r=$(ha_port "$(ha_other "$p")")
+    info=$(ha_cli "$r" info replication | tr -d '\r')
+    [[ $info == *"master_port:$p"* && $info == *"master_link_status:up"* ]]
+}
+
+ha_start() {
+    local n i p
+    ha_setup
+    p=$(ha_primary) || p=
+    for n in $HA_NODES $HA_SENTINELS; do ha_launch "$n" "$p"; done
+    for ((i = 0; i < 600; i++)); do
+        if ha_healthy; then
+            cat >"$D/ha.env.tmp" <<EOE
+# Generated by tools/servers.sh sentinel-start; source it.
+export FEED_SENTINELS=127.0.0.1:$(ha_port s1),127.0.0.1:$(ha_port s2),127.0.0.1:$(ha_port s3)
+export FEED_MASTER_NAME=mymaster
+EOE
+            mv "$D/ha.env.tmp" "$D/ha.env"
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "the Sentinel set in $HA did not become healthy in 60 s"
+}
+
+ha_stop() {
+    local n p
+    [[ -d $HA ]] || return 0
+    for n in $HA_SENTINELS $HA_NODES; do
+        p=$(ha_pid "$n") || continue
+        kill -CONT "$p" 2>/dev/null || true
+        kill -TERM "$p" 2>/dev/null || true
+        wait_gone "$p" || { kill -KILL "$p" 2>/dev/null || true; wait_gone "$p" || true; }
+    done
+}
+
+ha_signal() {  # name SIG want-glob
+    local p i
+    p=$(ha_pid "$1") || die "$1 is not running"
+    kill -"$2" "$p"
+    for ((i = 0; i < 100; i++)); do
+        # shellcheck disable=SC2053  # $3 is a glob on purpose
+        [[ $(ps -o stat= -p "$p") == $3 ]] && return 0
+        sleep 0.05
+    done
+    die "$1 (pid $p) did not change state after SIG$2"
+}
+
 # ---------------------------------------------------------------- env file
 write_env() {
     local rp pp
@@ -295,6 +474,7 @@ start)
     write_env
     ;;
 stop)
+    ha_stop || true
     redis_stop || true
     pg_stop fast "$D/replica" || true
     pg_stop fast || true
@@ -330,6 +510,44 @@ redis-freeze | redis-thaw)
     ;;
 redis-pid)
     redis_pid || die "redis is not running"
+    ;;
+sentinel-start)
+    ha_start
+    ;;
+sentinel-stop)
+    ha_stop
+    ;;
+ha-primary)
+    ha_primary || die "no Sentinel names a primary"
+    ;;
+ha-replica)
+    p=$(ha_primary) || die "no Sentinel names a primary"
+    ha_port "$(ha_other "$p")"
+    ;;
+ha-kill-primary)
+    p=$(ha_primary) || die "no Sentinel names a primary"
+    n=$(ha_name_of "$p")
+    if pid=$(ha_pid "$n"); then
+        kill -KILL "$pid" 2>/dev/null || true
+        wait_gone "$pid" || die "$n (pid $pid) did not die"
+    fi
+    rm -f "$HA/$n.pid"
+    ;;
+ha-failover)
+    old=$(ha_primary) || die "no Sentinel names a primary"
+    [[ $(ha_cli "$(ha_port s1)" sentinel failover mymaster) == OK ]] ||
+        die "SENTINEL FAILOVER refused"
+    for ((i = 0; i < 200; i++)); do
+        p=$(ha_primary) || true
+        [[ -n $p && $p != "$old" && $(ha_cli "$p" role | head -n1) == master ]] && exit 0
+        sleep 0.05
+    done
+    die "no new primary 10 s after SENTINEL FAILOVER"
+    ;;
+ha-freeze-replica | ha-thaw-replica)
+    p=$(ha_primary) || die "no Sentinel names a primary"
+    n=$(ha_other "$p")
+    if [[ $cmd == ha-freeze-replica ]]; then ha_signal "$n" STOP 'T*'; else ha_signal "$n" CONT '[^T]*'; fi
     ;;
 pg-stop)
     pg_stop immediate
