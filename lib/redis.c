@@ -124,12 +124,51 @@ static int read_wait(feed *f)
     freeReplyObject(r);
     /* Under Sentinel a primary whose replica stopped acknowledging may have
      * just been replaced (its replica promoted): ask the Sentinels again
-     * now rather than keep writing where writes will be thrown away. */
+     * rather than keep writing where writes will be thrown away. Not at
+     * once: with no replica at all, every call would reconnect. */
     if (rc != FEED_OK && f->cfg.redis_sentinels) {
         feed__redis_drop(f);
-        f->redis_attempt_ms = 0;
+        f->redis_attempt_ms = feed__now_ms();
     }
     return rc;
+}
+
+/* Reads under Sentinel with redis_wait_replicas: the read is followed, in
+ * the same pipeline, by ROLE, and its answer is used only if the node still
+ * has redis_wait_replicas replicas attached. A manual failover (SENTINEL
+ * FAILOVER) promotes the replica and leaves the old primary a primary for
+ * seconds, until the Sentinels reconfigure it; its replica link, though,
+ * closes at the promotion. Handles that write move to the new primary (their
+ * WAIT fails); a handle that only reads would otherwise go on serving the
+ * old primary's copies, which miss those writes. */
+static int role_on(const feed *f)
+{
+    return !f->in_hook && f->cfg.redis_sentinels && f->cfg.redis_wait_replicas > 0;
+}
+
+/* FEED_OK, or FEED_EREDIS with the connection dropped. */
+static int read_role(feed *f)
+{
+    redisReply *r = NULL;
+    size_t have;
+
+    if (redisGetReply(f->redis, (void **)&r) != REDIS_OK) {
+        io_failed(f, "ROLE");
+        return FEED_EREDIS;
+    }
+    have = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+           r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0 &&
+           r->element[2]->type == REDIS_REPLY_ARRAY ? r->element[2]->elements : 0;
+    freeReplyObject(r);
+    if (have >= f->cfg.redis_wait_replicas)
+        return FEED_OK;
+    f->stats.redis_errors++;
+    feed__error(f, FEED_EREDIS, "Redis primary has %zu of %u replicas attached: it may have "
+                "been replaced; the Sentinels are asked again in retry_ms", have,
+                f->cfg.redis_wait_replicas);
+    feed__redis_drop(f);
+    f->redis_attempt_ms = feed__now_ms();
+    return FEED_EREDIS;
 }
 
 /* A -READONLY reply: the node was demoted (a failover). Drop it and let the
@@ -474,16 +513,18 @@ static int closed_by_peer(const redisContext *c)
            (c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
 }
 
-/* The command, and WAIT after it in a hook (wait_on). NULL: I/O failure,
+/* The command, and WAIT after it in a hook (wait_on), or ROLE after it in
+ * a read (role_on). NULL: I/O failure,
  * connection not yet dropped. */
 static redisReply *send_one(feed *f, int argc, const char **argv, const size_t *lens)
 {
     redisReply *r = NULL;
 
-    if (!wait_on(f))
+    if (!wait_on(f) && !role_on(f))
         return redisCommandArgv(f->redis, argc, argv, lens);
     if (redisAppendCommandArgv(f->redis, argc, argv, lens) != REDIS_OK ||
-        append_wait(f) != REDIS_OK || redisGetReply(f->redis, (void **)&r) != REDIS_OK)
+        (wait_on(f) ? append_wait(f) : redisAppendCommand(f->redis, "ROLE")) != REDIS_OK ||
+        redisGetReply(f->redis, (void **)&r) != REDIS_OK)
         return NULL;
     return r;
 }
@@ -502,7 +543,7 @@ static redisReply *round_trip(feed *f, int argc, const char **argv,
             return NULL;
         f->stats.redis_calls++;
         r = send_one(f, argc, argv, lens);
-        if (r && wait_on(f) && read_wait(f) != FEED_OK) {
+        if (r && (wait_on(f) ? read_wait(f) : role_on(f) ? read_role(f) : FEED_OK) != FEED_OK) {
             freeReplyObject(r);
             return NULL;
         }
