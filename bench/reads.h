@@ -27,5 +27,6 @@ void section_writes(void);     /* rebuild install, end-to-end miss */
 void section_stampede(void);
 void section_fanout(void);
 void section_pg(void);
+void section_wait(void);      /* bench/ha.c: the failover guarantee's cost */
 
 #endif

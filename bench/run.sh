@@ -45,8 +45,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 tools/servers.sh start "$DIR"
+tools/servers.sh sentinel-start "$DIR"     # section wait: a primary with a replica
 # shellcheck source=/dev/null
 . "$DIR/env"
+# shellcheck source=/dev/null
+. "$DIR/ha.env"
 mkdir -p "$WORK" "$OUT"
 
 echo "bench: loading 1,000,000 rows (bench/load.sql)" >&2
@@ -139,7 +142,7 @@ TOTAL_S=$((SECONDS - START))
     echo "| figure | target | measured | |"
     echo "| --- | --- | --- | --- |"
     for key in pages_raw srv_cpu next_1k next_100k rebuild miss pg_rate pg_cpu stampede fanout \
-               memory encoding client_cpu; do
+               memory encoding client_cpu wait_hook wait_page; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done
@@ -149,7 +152,7 @@ TOTAL_S=$((SECONDS - START))
     echo "![installing a rebuild: server time by size](rebuild.png)"
     echo "![cached page vs PostgreSQL: pages/s and server CPU per page](pg.png)"
     echo
-    for s in pages client writes stampede fanout pg memory; do
+    for s in pages client writes stampede fanout pg memory wait; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     cat bench/notes.md

@@ -1,0 +1,132 @@
+/* ha.c -- section "wait": what the failover guarantee costs.
+ *
+ * Against the Sentinel set of tools/servers.sh (one primary, one replica on
+ * the same machine; bench/run.sh starts it and exports FEED_SENTINELS),
+ * interleaved rounds of:
+ *   - feed_on_insert without the guarantee (redis_wait_replicas = 0) and with
+ *     it (= 1: WAIT 1 in the same round trip, so the hook returns once the
+ *     replica holds the write);
+ *   - a cached feed_page without and with it (with it, ROLE rides in the
+ *     same round trip: the read is used only if the primary still has its
+ *     replica).
+ * Latency percentiles per call, and the median over rounds of the ratio.
+ * Both handles also use the restart fence, which costs nothing per call
+ * (it runs once per connection). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "reads.h"
+
+#define HA_UID   7    /* a bench user with rows (bench/load.sql) */
+
+typedef struct ha_ctx {
+    feed   *f;
+    int64_t next_id;
+} ha_ctx;
+
+static int ha_insert(void *arg)
+{
+    ha_ctx *x = arg;
+
+    /* Ids above the data set's: a new top item each time, trimmed to max_len. */
+    x->next_id++;
+    return feed_on_insert(x->f, HA_UID, 2000000000000LL + x->next_id, x->next_id) != FEED_OK;
+}
+
+static int ha_page(void *arg)
+{
+    ha_ctx *x = arg;
+    feed_result res;
+    int rc = feed_page(x->f, HA_UID, FEED_FIRST, 0, PAGE_LIMIT, &res);
+
+    if (rc == FEED_OK && res.source != FEED_SOURCE_CACHE)
+        rc = -1;
+    feed_result_free(&res);
+    return rc != FEED_OK;
+}
+
+static feed *ha_open(uint32_t wait, const char *prefix)
+{
+    feed_config cfg;
+    feed *f = NULL;
+
+    feed_config_init(&cfg);
+    cfg.pg_conninfo = env_or("FEED_PG_CONNINFO", "");
+    cfg.redis_sentinels = env_or("FEED_SENTINELS", "");
+    cfg.redis_master_name = env_or("FEED_MASTER_NAME", "mymaster");
+    cfg.key_prefix = prefix;
+    cfg.redis_timeout_ms = 1000;
+    cfg.redis_wait_replicas = wait;
+    cfg.redis_wait_timeout_ms = 500;
+    cfg.redis_restart_fence = 1;
+    if (feed_open(&f, &cfg) != FEED_OK)
+        die("feed_open through the Sentinels: %s", feed_errmsg(NULL));
+    return f;
+}
+
+void section_wait(void)
+{
+    ha_ctx x[4];
+    variant v[4];
+    static const char *const names[4] = {
+        "feed_on_insert, no guarantee", "feed_on_insert, redis_wait_replicas = 1",
+        "cached feed_page, no guarantee", "cached feed_page, redis_wait_replicas = 1",
+    };
+    FILE *md = out_section("wait");
+    int rounds = q_rounds(11);
+    double ins, pg;
+
+    if (!*env_or("FEED_SENTINELS", ""))
+        die("section wait: FEED_SENTINELS is not set (bench/run.sh starts the Sentinel set)");
+    memset(v, 0, sizeof v);
+    for (int i = 0; i < 4; i++) {
+        x[i].f = ha_open(i % 2 ? 1 : 0, i % 2 ? "hw1" : "hw0");
+        x[i].next_id = 0;
+        v[i].name = names[i];
+        v[i].op = i < 2 ? ha_insert : ha_page;
+        v[i].ctx = &x[i];
+    }
+    /* Warm: the feed cached under both prefixes. */
+    for (int i = 2; i < 4; i++) {
+        feed_result res;
+        if (feed_page(x[i].f, HA_UID, FEED_FIRST, 0, PAGE_LIMIT, &res) != FEED_OK)
+            die("warming the feed: %s", feed_errmsg(x[i].f));
+        feed_result_free(&res);
+    }
+    note("wait: %d rounds of the four calls", rounds);
+    run_rounds(v, 4, rounds, q_secs(0.5), 50, NULL, 0);
+    ins = sm_pct(&v[1].lat_us, 50) / sm_pct(&v[0].lat_us, 50);
+    pg = sm_pct(&v[3].lat_us, 50) / sm_pct(&v[2].lat_us, 50);
+
+    fprintf(md, "## The failover guarantee: WAIT after hooks, ROLE with reads\n\n");
+    fprintf(md, "One primary and one replica under Sentinel (`tools/servers.sh sentinel-start`),\n"
+                "on this machine over loopback; %d interleaved rounds of %.1f s per call kind.\n"
+                "With `redis_wait_replicas = 1` a hook returns once the replica holds its write\n"
+                "(WAIT in the same round trip) and a read is used only if the primary still has\n"
+                "its replica (ROLE in the same round trip). Latency per call, µs.\n\n",
+            rounds, q_secs(0.5));
+    fprintf(md, "| call | calls | p50 µs | p99 µs | calls/s (median of rounds) |\n");
+    fprintf(md, "| --- | ---: | ---: | ---: | ---: |\n");
+    for (int i = 0; i < 4; i++)
+        fprintf(md, "| %s | %zu | %s | %s | %s |\n", v[i].name, v[i].calls,
+                NUM(sm_pct(&v[i].lat_us, 50)), NUM(sm_pct(&v[i].lat_us, 99)),
+                NUM(sm_median(&v[i].rate)));
+    fprintf(md, "\nWith the guarantee / without, p50 over all calls: hook %.2fx, cached page %.2fx.\n\n",
+            ins, pg);
+    out_summary("wait_hook", "hook p50/p99 with WAIT 1 vs without", "report", "report",
+                "%s/%s µs vs %s/%s µs (%.2fx p50)", NUM(sm_pct(&v[1].lat_us, 50)),
+                NUM(sm_pct(&v[1].lat_us, 99)), NUM(sm_pct(&v[0].lat_us, 50)),
+                NUM(sm_pct(&v[0].lat_us, 99)), ins);
+    out_summary("wait_page", "cached page p50 with the replica check vs without", "report",
+                "report", "%s vs %s µs (%.2fx)", NUM(sm_pct(&v[3].lat_us, 50)),
+                NUM(sm_pct(&v[2].lat_us, 50)), pg);
+    fclose(md);
+    for (int i = 0; i < 4; i++) {
+        sm_free(&v[i].rate);
+        sm_free(&v[i].srv_us);
+        sm_free(&v[i].cpu_us);
+        sm_free(&v[i].lat_us);
+        feed_close(x[i].f);
+    }
+}
