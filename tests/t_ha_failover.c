@@ -124,6 +124,9 @@ static void failover_case(int guard)
     fault_inject("ha-thaw-replica");
     fresh = ha_wait_new_primary(primary, 30000);
     ok(fresh > 0, "%s: the Sentinels promoted the replica (port %d -> %d)", name, primary, fresh);
+    /* The killed node rejoins as the replica: with redis_wait_replicas = 1
+     * nothing is served from a primary without one. */
+    ha_start();
 
     /* Another process: knows nothing of the failed hook. */
     feed__redis_forget_repairs();
@@ -146,7 +149,6 @@ static void failover_case(int guard)
            info.why);
     feed_close(other);
     feed_close(f);
-    ha_start();    /* the killed node rejoins as the replica */
 }
 
 static void restart_case(int guard)
