@@ -151,6 +151,44 @@ static void failover_case(int guard)
     feed_close(f);
 }
 
+/* SENTINEL FAILOVER leaves the old primary a primary (without its
+ * replica) until the Sentinels reconfigure it, about 10 s here. A writer
+ * moves to the new primary (its WAIT fails); a handle in another process
+ * that only reads must not go on serving the old primary's copy, which
+ * misses the writes made since. */
+static void reader_case(void)
+{
+    feed_config cfg;
+    tu_walk_info info;
+    feed *reader, *writer;
+
+    ha_start();
+    ha_config(&cfg);
+    cfg.key_prefix = "hm";
+    cfg.redis_timeout_ms = 500;
+    cfg.retry_ms = 100;
+    cfg.redis_wait_replicas = 1;
+    cfg.redis_restart_fence = 1;
+    reader = tu_open(&cfg);
+    writer = tu_open(&cfg);
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = %d", UID);
+    tu_insert_rows(pg, UID, ROWS, score_of, id_of);
+    ok(tu_walk_equals_sql(reader, pg, UID, LIMIT, &info) &&
+       info.sources[FEED_SOURCE_REBUILD] == 1, "reader: the feed is cached (%s)", info.why);
+    fault_inject("ha-failover");
+    for (int k = 1; k <= 3; k++) {        /* the first may still land on the old one */
+        tu_insert(pg, UID, 100000 + k, 5000 + k);
+        feed_on_insert(writer, UID, 100000 + k, 5000 + k);
+        fault_sleep_ms(150);              /* > retry_ms: the writer reconnects */
+    }
+    feed__redis_forget_repairs();         /* the reader is another process */
+    ok(tu_walk_equals_sql(reader, pg, UID, LIMIT, &info),
+       "reader: its walk equals SQL after the manual failover (%s)", info.why);
+    feed_close(writer);
+    feed_close(reader);
+    ha_start();                           /* the old primary is a replica again */
+}
+
 static void restart_case(int guard)
 {
     const char *name = guard ? "restart with the fence" : "restart without it";
@@ -203,6 +241,7 @@ int main(void)
     restart_case(1);
     failover_case(0);
     failover_case(1);
+    reader_case();
     PQfinish(pg);
     return tap_done();
 }
