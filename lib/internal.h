@@ -15,6 +15,7 @@
  *   score.c    composite scores
  *   sentinel.c asking the Sentinels for the primary, checking its ROLE
  *   fence.c    the restart fence: no cached page survives a restart or failover
+ *   wait.c     WAIT after hooks, ROLE after reads: the replicas hold what was served
  * and the Lua scripts in lua/, embedded as feed_lua_<name> (build/lib/scripts.c).
  */
 #ifndef FEED_INTERNAL_H
@@ -152,6 +153,18 @@ int  feed__sentinels_valid(const char *list);     /* "host:port[,...]" well form
 int  feed__sentinel_primary(feed *f);             /* fills f->primary_host/port */
 int  feed__sentinel_check_role(feed *f);          /* FEED_OK iff ROLE says master */
 int  feed__is_readonly(const redisReply *r);      /* a -READONLY error (demoted node) */
+
+/* wait.c -- ha: the replica check sent after a command in one pipeline:
+ * WAIT in a hook, ROLE in a read under Sentinel (redis_wait_replicas). The
+ * append functions return hiredis's REDIS_OK/REDIS_ERR; the read functions
+ * FEED_OK, or FEED_EREDIS with f->wait_short set or the connection dropped. */
+int  feed__check_on(const feed *f);
+int  feed__check_append(feed *f);
+int  feed__check_read(feed *f);
+int  feed__wait_append(feed *f);        /* WAIT regardless of in_hook (repairs) */
+int  feed__wait_read(feed *f);
+void feed__demote(feed *f);             /* -READONLY: drop, ask the Sentinels at once */
+void feed__if_demoted(feed *f, const redisReply *r);
 
 /* fence.c -- ha: the restart fence. A new connection starts UNKNOWN; a
  * step compares run_ids, then flushes with SCAN + UNLINK within one

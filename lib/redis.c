@@ -80,112 +80,6 @@ static void io_failed(feed *f, const char *what)
     feed__redis_drop(f);
 }
 
-/* ---- ha: WAIT after hooks, -READONLY -------------------------------
- *
- * With redis_wait_replicas > 0 a hook's commands are followed, in the same
- * pipeline on the same connection, by WAIT n timeout: the hook succeeds only
- * when n replicas hold its write, so a failover to one of them cannot lose
- * it. Too few acknowledgements set f->wait_short (the hook then fails and
- * its feed goes on the repair list); the connection stays up. */
-static int wait_on(const feed *f)
-{
-    return f->in_hook && f->cfg.redis_wait_replicas > 0;
-}
-
-static int append_wait(feed *f)
-{
-    return redisAppendCommand(f->redis, "WAIT %u %u", f->cfg.redis_wait_replicas,
-                              f->cfg.redis_wait_timeout_ms);
-}
-
-/* Read WAIT's reply. FEED_OK; FEED_EREDIS with f->wait_short set (too few
- * replicas) or with the connection dropped (I/O). */
-static int read_wait(feed *f)
-{
-    redisReply *r = NULL;
-    int rc = FEED_OK;
-
-    if (redisGetReply(f->redis, (void **)&r) != REDIS_OK) {
-        io_failed(f, "WAIT");
-        return FEED_EREDIS;
-    }
-    if (r->type != REDIS_REPLY_INTEGER || r->integer < (long long)f->cfg.redis_wait_replicas) {
-        f->wait_short = 1;
-        f->stats.wait_failures++;
-        f->stats.redis_errors++;
-        if (r->type == REDIS_REPLY_INTEGER)
-            rc = feed__error(f, FEED_EREDIS, "Redis WAIT: %lld of %u replicas acknowledged "
-                             "the write within %u ms", r->integer, f->cfg.redis_wait_replicas,
-                             f->cfg.redis_wait_timeout_ms);
-        else
-            rc = feed__error(f, FEED_EREDIS, "Redis WAIT: %s",
-                             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    }
-    freeReplyObject(r);
-    /* Under Sentinel a primary whose replica stopped acknowledging may have
-     * just been replaced (its replica promoted): ask the Sentinels again
-     * rather than keep writing where writes will be thrown away. Not at
-     * once: with no replica at all, every call would reconnect. */
-    if (rc != FEED_OK && f->cfg.redis_sentinels) {
-        feed__redis_drop(f);
-        f->redis_attempt_ms = feed__now_ms();
-    }
-    return rc;
-}
-
-/* Reads under Sentinel with redis_wait_replicas: the read is followed, in
- * the same pipeline, by ROLE, and its answer is used only if the node still
- * has redis_wait_replicas replicas attached. A manual failover (SENTINEL
- * FAILOVER) promotes the replica and leaves the old primary a primary for
- * seconds, until the Sentinels reconfigure it; its replica link, though,
- * closes at the promotion. Handles that write move to the new primary (their
- * WAIT fails); a handle that only reads would otherwise go on serving the
- * old primary's copies, which miss those writes. */
-static int role_on(const feed *f)
-{
-    return !f->in_hook && f->cfg.redis_sentinels && f->cfg.redis_wait_replicas > 0;
-}
-
-/* FEED_OK, or FEED_EREDIS with the connection dropped. */
-static int read_role(feed *f)
-{
-    redisReply *r = NULL;
-    size_t have;
-
-    if (redisGetReply(f->redis, (void **)&r) != REDIS_OK) {
-        io_failed(f, "ROLE");
-        return FEED_EREDIS;
-    }
-    have = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-           r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0 &&
-           r->element[2]->type == REDIS_REPLY_ARRAY ? r->element[2]->elements : 0;
-    freeReplyObject(r);
-    if (have >= f->cfg.redis_wait_replicas)
-        return FEED_OK;
-    f->stats.redis_errors++;
-    feed__error(f, FEED_EREDIS, "Redis primary has %zu of %u replicas attached: it may have "
-                "been replaced; the Sentinels are asked again in retry_ms", have,
-                f->cfg.redis_wait_replicas);
-    feed__redis_drop(f);
-    f->redis_attempt_ms = feed__now_ms();
-    return FEED_EREDIS;
-}
-
-/* A -READONLY reply: the node was demoted (a failover). Drop it and let the
- * next call ask the Sentinels again at once, not after retry_ms. */
-static void demote(feed *f)
-{
-    f->stats.failovers++;
-    feed__redis_drop(f);
-    f->redis_attempt_ms = 0;
-}
-
-static void if_demoted(feed *f, const redisReply *r)
-{
-    if (f->redis && feed__is_readonly(r))
-        demote(f);
-}
-
 /* A reply must be a bulk string holding a 40-hex SHA1. */
 static int take_sha(feed *f, redisReply *r, char sha[41])
 {
@@ -409,7 +303,7 @@ static int repair(feed *f)
     }
     free(key);
     /* A repair must survive a failover as much as the write it stands for. */
-    if (f->cfg.redis_wait_replicas > 0 && append_wait(f) != REDIS_OK) {
+    if (f->cfg.redis_wait_replicas > 0 && feed__wait_append(f) != REDIS_OK) {
         io_failed(f, "WAIT");
         put_back(f, uids, n);
         free(uids);
@@ -434,7 +328,7 @@ static int repair(feed *f)
         }
         freeReplyObject(r);
     }
-    if (f->cfg.redis_wait_replicas > 0 && read_wait(f) != FEED_OK) {
+    if (f->cfg.redis_wait_replicas > 0 && feed__wait_read(f) != FEED_OK) {
         put_back(f, uids, n);   /* dropped here, maybe not on the replicas yet */
         free(uids);
         return FEED_EREDIS;
@@ -513,25 +407,23 @@ static int closed_by_peer(const redisContext *c)
            (c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
 }
 
-/* The command, and WAIT after it in a hook (wait_on), or ROLE after it in
- * a read (role_on). NULL: I/O failure,
- * connection not yet dropped. */
+/* The command, and the replica check after it (wait.c: WAIT in a hook,
+ * ROLE in a read). NULL: I/O failure, connection not yet dropped. */
 static redisReply *send_one(feed *f, int argc, const char **argv, const size_t *lens)
 {
     redisReply *r = NULL;
 
-    if (!wait_on(f) && !role_on(f))
+    if (!feed__check_on(f))
         return redisCommandArgv(f->redis, argc, argv, lens);
     if (redisAppendCommandArgv(f->redis, argc, argv, lens) != REDIS_OK ||
-        (wait_on(f) ? append_wait(f) : redisAppendCommand(f->redis, "ROLE")) != REDIS_OK ||
-        redisGetReply(f->redis, (void **)&r) != REDIS_OK)
+        feed__check_append(f) != REDIS_OK || redisGetReply(f->redis, (void **)&r) != REDIS_OK)
         return NULL;
     return r;
 }
 
 /* One command, one round trip. Returns the reply, which may be an error
  * reply, or NULL with the reason on f and the connection dropped, or kept
- * when only WAIT fell short (f->wait_short). */
+ * when only the replica check fell short (f->wait_short). */
 static redisReply *round_trip(feed *f, int argc, const char **argv,
                               const size_t *lens)
 {
@@ -543,7 +435,7 @@ static redisReply *round_trip(feed *f, int argc, const char **argv,
             return NULL;
         f->stats.redis_calls++;
         r = send_one(f, argc, argv, lens);
-        if (r && (wait_on(f) ? read_wait(f) : role_on(f) ? read_role(f) : FEED_OK) != FEED_OK) {
+        if (r && feed__check_read(f) != FEED_OK) {
             freeReplyObject(r);
             return NULL;
         }
@@ -565,7 +457,7 @@ static redisReply *no_error(feed *f, redisReply *r, const char *what)
     if (r && r->type == REDIS_REPLY_ERROR) {
         f->stats.redis_errors++;
         feed__error(f, FEED_EREDIS, "Redis %s: %s", what, r->str);
-        if_demoted(f, r);
+        feed__if_demoted(f, r);
         freeReplyObject(r);
         return NULL;
     }
@@ -700,10 +592,10 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
     if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK)
         return NULL;
     evalsha_set(&e, argc, argv, lens);
-    for (size_t i = 0; i <= ncmds + wait_on(f); i++) {
+    for (size_t i = 0; i <= ncmds + feed__check_on(f); i++) {
         int ok = i < ncmds ? redisAppendCommandArgv(f->redis, cargc[i], cargv[i], clens[i])
             : i == ncmds ? redisAppendCommandArgv(f->redis, argc + 3, e.argv, e.lens)
-            : append_wait(f);
+            : feed__check_append(f);
         if (ok != REDIS_OK) {   /* part of it may sit in the buffer: drop */
             io_failed(f, "pipeline");
             evalsha_free(&e);
@@ -725,13 +617,13 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
             failed = 1 + feed__is_readonly(r);
         }
     }
-    if (wait_on(f) && read_wait(f) != FEED_OK) {
+    if (feed__check_on(f) && feed__check_read(f) != FEED_OK) {
         freeReplyObject(r);
         evalsha_free(&e);
         return NULL;
     }
     if (failed == 2)
-        demote(f);
+        feed__demote(f);
     if (!failed)
         r = again_if_noscript(f, &e, argc, r);
     evalsha_free(&e);
@@ -764,7 +656,7 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
         }
         sent++;
     }
-    if (wait_on(f) && append_wait(f) != REDIS_OK) {
+    if (feed__check_on(f) && feed__check_append(f) != REDIS_OK) {
         io_failed(f, "pipeline");
         return FEED_EREDIS;
     }
@@ -792,10 +684,10 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
         }
         freeReplyObject(r);
     }
-    if (wait_on(f) && read_wait(f) != FEED_OK)
+    if (feed__check_on(f) && feed__check_read(f) != FEED_OK)
         return FEED_EREDIS;
     if (demoted)
-        demote(f);
+        feed__demote(f);
     return rc;
 }
 

@@ -1,0 +1,135 @@
+/* wait.c -- the replica check that rides with a command, in the same
+ * pipeline on the same connection (redis.c sends it; this file says what it
+ * is and what its reply means).
+ *
+ * Hooks (f->in_hook) with redis_wait_replicas = n > 0 are followed by WAIT n
+ * timeout: a hook succeeds only when n replicas hold its write, so a
+ * failover to one of them cannot lose it. Too few acknowledgements set
+ * f->wait_short: the hook fails and its feed goes on the repair list
+ * (hooks.c), whose DEL is WAITed too (redis.c, repair).
+ *
+ * Reads under Sentinel with n > 0 are followed by ROLE, and their answer is
+ * used only while the node still has n replicas attached. SENTINEL FAILOVER
+ * promotes the replica and leaves the old primary a primary for seconds,
+ * until the Sentinels reconfigure it; its replica link, though, closes at
+ * the promotion. Handles that write move to the new primary (their WAIT
+ * fails); a handle that only reads would otherwise go on serving the old
+ * primary's copies, which miss those writes (t_ha_failover, reader_case).
+ *
+ * Either check falling short under Sentinel drops the connection, and the
+ * Sentinels are asked again after retry_ms (not at once: with no replica at
+ * all, every call would reconnect). A -READONLY reply (the node was
+ * demoted) asks again at once.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+static int wait_on(const feed *f)
+{
+    return f->in_hook && f->cfg.redis_wait_replicas > 0;
+}
+
+static int role_on(const feed *f)
+{
+    return !f->in_hook && f->cfg.redis_sentinels && f->cfg.redis_wait_replicas > 0;
+}
+
+int feed__check_on(const feed *f)
+{
+    return wait_on(f) || role_on(f);
+}
+
+int feed__wait_append(feed *f)
+{
+    return redisAppendCommand(f->redis, "WAIT %u %u", f->cfg.redis_wait_replicas,
+                              f->cfg.redis_wait_timeout_ms);
+}
+
+int feed__check_append(feed *f)
+{
+    return wait_on(f) ? feed__wait_append(f) : redisAppendCommand(f->redis, "ROLE");
+}
+
+/* The connection broke reading the check's reply. */
+static int lost(feed *f, const char *what)
+{
+    f->stats.redis_errors++;
+    feed__error(f, FEED_EREDIS, "Redis %s: %s", what,
+                f->redis->errstr[0] ? f->redis->errstr : "connection lost");
+    feed__redis_drop(f);
+    f->redis_attempt_ms = feed__now_ms();
+    return FEED_EREDIS;
+}
+
+/* Under Sentinel, a primary short of replicas may have been replaced. */
+static int short_of_replicas(feed *f)
+{
+    f->wait_short = 1;
+    f->stats.redis_errors++;
+    if (f->cfg.redis_sentinels) {
+        feed__redis_drop(f);
+        f->redis_attempt_ms = feed__now_ms();
+    }
+    return FEED_EREDIS;
+}
+
+int feed__wait_read(feed *f)
+{
+    redisReply *r = NULL;
+
+    if (redisGetReply(f->redis, (void **)&r) != REDIS_OK)
+        return lost(f, "WAIT");
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= (long long)f->cfg.redis_wait_replicas) {
+        freeReplyObject(r);
+        return FEED_OK;
+    }
+    f->stats.wait_failures++;
+    if (r->type == REDIS_REPLY_INTEGER)
+        feed__error(f, FEED_EREDIS, "Redis WAIT: %lld of %u replicas acknowledged the write "
+                    "within %u ms", r->integer, f->cfg.redis_wait_replicas,
+                    f->cfg.redis_wait_timeout_ms);
+    else
+        feed__error(f, FEED_EREDIS, "Redis WAIT: %s",
+                    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
+    return short_of_replicas(f);
+}
+
+static int role_read(feed *f)
+{
+    redisReply *r = NULL;
+    size_t have;
+
+    if (redisGetReply(f->redis, (void **)&r) != REDIS_OK)
+        return lost(f, "ROLE");
+    /* A primary answers ["master", offset, [[ip, port, offset], ...]]. */
+    have = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+           r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0 &&
+           r->element[2]->type == REDIS_REPLY_ARRAY ? r->element[2]->elements : 0;
+    freeReplyObject(r);
+    if (have >= f->cfg.redis_wait_replicas)
+        return FEED_OK;
+    feed__error(f, FEED_EREDIS, "Redis primary has %zu of %u replicas attached: it may have "
+                "been replaced; the Sentinels are asked again in retry_ms", have,
+                f->cfg.redis_wait_replicas);
+    return short_of_replicas(f);
+}
+
+int feed__check_read(feed *f)
+{
+    return wait_on(f) ? feed__wait_read(f) : role_on(f) ? role_read(f) : FEED_OK;
+}
+
+void feed__demote(feed *f)
+{
+    f->stats.failovers++;
+    feed__redis_drop(f);
+    f->redis_attempt_ms = 0;
+}
+
+void feed__if_demoted(feed *f, const redisReply *r)
+{
+    if (f->redis && feed__is_readonly(r))
+        feed__demote(f);
+}
