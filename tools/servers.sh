@@ -310,9 +310,10 @@ ha_setup() {  # fresh ports and configs, once
         taken="$taken $p"
         echo "$p" >"$HA/$n.port"
     done
-    for n in $HA_NODES; do
+    for n in $HA_NODES $HA_SENTINELS; do
         [[ -f $HA/$n.conf ]] && continue
         mkdir -p "$HA/$n"
+        # Sentinels rewrite their file as they learn; it must stay writable.
         cat >"$HA/$n.conf" <<EOC
 bind 127.0.0.1
 port $(ha_port "$n")
@@ -320,28 +321,21 @@ daemonize yes
 pidfile $HA/$n.pid
 logfile $HA/$n.log
 dir $HA/$n
-save ""
-appendonly no
-repl-diskless-sync-delay 0
 EOC
-        [[ $n == n1 ]] || echo "replicaof 127.0.0.1 $(ha_port n1)" >>"$HA/$n.conf"
-    done
-    for n in $HA_SENTINELS; do
-        [[ -f $HA/$n.conf ]] && continue
-        mkdir -p "$HA/$n"
-        # Sentinel rewrites this file as it learns; it must stay writable.
-        cat >"$HA/$n.conf" <<EOC
-bind 127.0.0.1
-port $(ha_port "$n")
-daemonize yes
-pidfile $HA/$n.pid
-logfile $HA/$n.log
-dir $HA/$n
+        case $n in
+        n*) printf '%s\n' 'save ""' 'appendonly no' 'repl-diskless-sync-delay 0' >>"$HA/$n.conf" ;;
+        esac
+        case $n in
+        n1) ;;
+        n*) echo "replicaof 127.0.0.1 $(ha_port n1)" >>"$HA/$n.conf" ;;
+        s*) cat >>"$HA/$n.conf" <<EOC
 sentinel monitor mymaster 127.0.0.1 $(ha_port n1) 2
 sentinel down-after-milliseconds mymaster 500
 sentinel failover-timeout mymaster 3000
 sentinel parallel-syncs mymaster 1
 EOC
+            ;;
+        esac
     done
 }
 

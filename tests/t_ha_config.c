@@ -1,0 +1,171 @@
+/* t_ha_config.c -- the Sentinel and failover-guarantee settings without a
+ * Sentinel set: what feed_open accepts and refuses, what a handle does when
+ * no Sentinel answers or the "Sentinel" is not one (pages from SQL, in
+ * bounded time, with the reason), and the restart fence on the single test
+ * Redis: a data set with a foreign run_id is flushed (every "<prefix>:*" key,
+ * nothing of another prefix, the fence key rewritten) before any cached page
+ * is served, a stale copy included; a second handle finds the fence
+ * matching and flushes nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tap.h"
+#include "testutil.h"
+#include "fault.h"
+
+#define UID   9100
+#define KEYS  5000
+
+static PGconn *pg;
+
+static int open_rc(const feed_config *cfg)
+{
+    feed *f = NULL;
+    int rc = feed_open(&f, cfg);
+
+    feed_close(f);
+    return rc;
+}
+
+static void config_checks(void)
+{
+    static const char *const bad[] = {
+        "", "host", "host:", ":26379", "h:0", "h:70000", "h:1,", "h:1,,h:2", "h:x", "h:+1", "h:1 ",
+    };
+    feed_config cfg;
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tu_config(&cfg);
+        cfg.redis_sentinels = bad[i];
+        is_int(open_rc(&cfg), FEED_EINVAL, "redis_sentinels \"%s\" is refused", bad[i]);
+    }
+    tu_config(&cfg);
+    cfg.redis_sentinels = "127.0.0.1:1";
+    cfg.redis_master_name = "";
+    is_int(open_rc(&cfg), FEED_EINVAL, "an empty redis_master_name is refused");
+    tu_config(&cfg);
+    cfg.redis_wait_replicas = 1;
+    cfg.redis_wait_timeout_ms = cfg.redis_timeout_ms;
+    is_int(open_rc(&cfg), FEED_EINVAL, "redis_wait_timeout_ms must stay below redis_timeout_ms");
+    cfg.redis_wait_timeout_ms = 0;
+    is_int(open_rc(&cfg), FEED_EINVAL, "redis_wait_timeout_ms 0 is refused with WAIT on");
+    tu_config(&cfg);
+    cfg.redis_restart_fence = 2;
+    is_int(open_rc(&cfg), FEED_EINVAL, "redis_restart_fence must be 0 or 1");
+    tu_config(&cfg);
+    cfg.redis_sentinels = "127.0.0.1:1";
+    cfg.redis_cluster = "127.0.0.1:2";
+    is_int(open_rc(&cfg), FEED_EINVAL, "redis_sentinels with redis_cluster is refused");
+}
+
+/* Sentinels that cannot name a primary: feed_open succeeds on PostgreSQL,
+ * pages come from SQL with the reason, quickly. */
+static void no_sentinel(const char *list, const char *why, const char *expect)
+{
+    feed_config cfg;
+    feed_result res;
+    feed *f;
+    double t0;
+    int rc;
+
+    tu_config(&cfg);
+    cfg.redis_sentinels = list;
+    cfg.redis_timeout_ms = 200;
+    cfg.retry_ms = 0;             /* every call asks again: the hook shows why */
+    f = tu_open(&cfg);
+    t0 = fault_now_ms();
+    rc = feed_page(f, UID, FEED_FIRST, 0, 10, &res);
+    ok(rc == FEED_OK && res.source == FEED_SOURCE_DB, "%s: the page comes from SQL", why);
+    ok(fault_now_ms() - t0 < 3 * 200 + fault_slack_ms(), "%s: in bounded time", why);
+    feed_result_free(&res);
+    rc = feed_on_insert(f, UID, 1, 1);
+    ok(rc == FEED_EREDIS && strstr(feed_errmsg(f), expect),
+       "%s: a hook fails with the reason (%s)", why, feed_errmsg(f));
+    feed_close(f);
+}
+
+static long long count_keys(redisContext *r, const char *pattern)
+{
+    long long n = 0;
+    char cursor[32] = "0";
+
+    do {
+        redisReply *rep = tu_redis_cmd(r, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        n += (long long)rep->element[1]->elements;
+        freeReplyObject(rep);
+    } while (strcmp(cursor, "0") != 0);
+    return n;
+}
+
+static void fence(redisContext *r)
+{
+    feed_config cfg;
+    feed_stats st;
+    tu_walk_info info;
+    redisReply *rep;
+    feed *f, *g;
+    char run_id[41] = "";
+    const char *p;
+
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = %d", UID);
+    tu_insert(pg, UID, 10, 1);
+    tu_insert(pg, UID, 20, 2);
+    /* A data set "from before a restart": many keys of ours, a stale complete
+     * copy of UID (one item SQL does not have), a fence naming another
+     * server, and keys of another prefix. */
+    for (int i = 0; i < KEYS; i++) {
+        freeReplyObject(tu_redis_cmd(r, "SET hz:{%d} x", i + 100000));
+        freeReplyObject(tu_redis_cmd(r, "SET hzz:{%d} x", i));
+    }
+    freeReplyObject(tu_redis_cmd(r, "ZADD hz:{%d} -inf end 5 %019d", UID, 99));
+    freeReplyObject(tu_redis_cmd(r, "SET hz:fence 0000000000000000000000000000000000000000"));
+
+    tu_config(&cfg);
+    cfg.key_prefix = "hz";
+    cfg.redis_restart_fence = 0;
+    f = tu_open(&cfg);
+    ok(!tu_walk_equals_sql(f, pg, UID, 10, &info),
+       "without the fence the stale copy is served (%s)", info.why);
+    feed_close(f);
+
+    cfg.redis_restart_fence = 1;
+    f = tu_open(&cfg);
+    ok(tu_walk_equals_sql(f, pg, UID, 10, &info), "with it the walk equals SQL (%s)", info.why);
+    feed_stats_get(f, &st);
+    is_int(st.fence_flushes, 1, "one flush");
+    is_int(count_keys(r, "hz:{1*"), 0, "every hz:* key of the old data set is gone");
+    is_int(count_keys(r, "hzz:*"), KEYS, "keys of another prefix are untouched");
+    rep = tu_redis_cmd(r, "INFO server");
+    if ((p = strstr(rep->str, "run_id:")) != NULL)
+        snprintf(run_id, sizeof run_id, "%.40s", p + 7);
+    freeReplyObject(rep);
+    rep = tu_redis_cmd(r, "GET hz:fence");
+    is_str(rep->type == REDIS_REPLY_STRING ? rep->str : "", run_id,
+           "the fence names the live server");
+    freeReplyObject(rep);
+
+    g = tu_open(&cfg);
+    ok(tu_walk_equals_sql(g, pg, UID, 10, &info), "a second handle walks right");
+    feed_stats_get(g, &st);
+    is_int(st.fence_flushes, 0, "and flushes nothing: the fence matches");
+    ok(st.cache_pages > 0, "its pages come from the cache");
+    feed_close(g);
+    feed_close(f);
+}
+
+int main(void)
+{
+    redisContext *r;
+    char list[64];
+
+    pg = tu_begin(&r);
+    config_checks();
+    no_sentinel("127.0.0.1:1,127.0.0.1:2", "no Sentinel answers", "no Sentinel named");
+    snprintf(list, sizeof list, "127.0.0.1:%s", getenv("FEED_REDIS_PORT"));
+    no_sentinel(list, "a plain Redis as the Sentinel", "no Sentinel named");
+    fence(r);
+    redisFree(r);
+    PQfinish(pg);
+    return tap_done();
+}
