@@ -48,7 +48,7 @@ static atomic_long hooks, retried;
 /* Shared with the reader processes (MAP_SHARED). */
 typedef struct shared {
     atomic_long hooked[FEEDS], issued[FEEDS];
-    atomic_int  running;
+    atomic_int  running;     /* 0 = not yet, 1 = run, 2 = stop */
     atomic_long pages, fell_back, walks, mismatches, slow_calls, max_call_ms;
 } shared;
 static shared *sh;
@@ -82,7 +82,7 @@ static void *writer(void *arg)
     feed *f = tu_open(&cfg);
     PGconn *pg = tu_pg();
 
-    while (atomic_load(&running)) {
+    while (atomic_load(&running) == 1) {
         if (atomic_load(&paused)) {
             fault_sleep_ms(5);
             continue;
@@ -100,7 +100,7 @@ static void *writer(void *arg)
                 note_time(fault_now_ms() - t0);
                 atomic_store(&hooked[u], id);     /* it has run, failed or not */
                 atomic_fetch_add(&hooks, 1);
-                for (int k = 0; rc != FEED_OK && k < 100 && atomic_load(&running); k++) {
+                for (int k = 0; rc != FEED_OK && k < 100 && atomic_load(&running) == 1; k++) {
                     fault_sleep_ms(20);
                     atomic_fetch_add(&retried, 1);
                     t0 = fault_now_ms();
@@ -168,14 +168,18 @@ static void check_walk(feed *f, int u, uint64_t *rng)
         atomic_fetch_add(&mismatches, 1);
 }
 
-/* A reader process: walks until told to stop, then leaves without the
- * parent's atexit handlers. */
+/* A reader process: forked before the parent opened anything (so it owns
+ * every allocation it has), waits for the start, walks until told to stop,
+ * then leaves without the parent's atexit handlers. */
 static void reader(int r)
 {
     uint64_t rng = 0x9e3779b9u * (uint64_t)(r + 1);
-    feed *f = tu_open(&cfg);
+    feed *f;
 
-    while (atomic_load(&running))
+    while (atomic_load(&running) == 0)
+        fault_sleep_ms(10);
+    f = tu_open(&cfg);
+    while (atomic_load(&running) == 1)
         check_walk(f, (int)(tu_rand(&rng) % FEEDS), &rng);
     feed_close(f);
     fflush(stdout);
@@ -228,7 +232,7 @@ static void report(const char *during)
 
 int main(void)
 {
-    PGconn *pg = tu_begin(NULL);
+    PGconn *pg;
     pthread_t th[WRITERS];
     pid_t kids[READERS];
     int primary, fresh;
@@ -238,7 +242,6 @@ int main(void)
         tap_bail("mmap"), exit(255);
     memset(sh, 0, sizeof *sh);
 
-    fault_setup();
     ha_start();
     ha_config(&cfg);
     cfg.key_prefix = "hl";
@@ -247,6 +250,14 @@ int main(void)
     cfg.redis_wait_replicas = 1;
     cfg.redis_wait_timeout_ms = 100;
     cfg.redis_restart_fence = 1;
+    fflush(stdout);
+    for (int i = 0; i < READERS; i++)      /* before any thread or connection */
+        if ((kids[i] = fork()) == 0)
+            reader(i);
+        else if (kids[i] < 0)
+            tap_bail("fork"), exit(255);
+    fault_setup();
+    pg = tu_begin(NULL);
     for (int u = 0; u < FEEDS; u++) {
         tu_sql(pg, "DELETE FROM feed_entry WHERE uid = %d", UID0 + u);
         tu_insert_rows(pg, UID0 + u, BASE, base_score, base_id);
@@ -254,12 +265,6 @@ int main(void)
         atomic_store(&issued[u], BASE);
     }
     atomic_store(&running, 1);
-    fflush(stdout);
-    for (int i = 0; i < READERS; i++)      /* before any thread exists */
-        if ((kids[i] = fork()) == 0)
-            reader(i);
-        else if (kids[i] < 0)
-            tap_bail("fork"), exit(255);
     for (int i = 0; i < WRITERS; i++)
         if (pthread_create(&th[i], NULL, writer, (void *)(intptr_t)i) != 0)
             tap_bail("pthread_create"), exit(255);
@@ -287,7 +292,7 @@ int main(void)
     report("SENTINEL FAILOVER");
     settled(pg, "SENTINEL FAILOVER");
 
-    atomic_store(&running, 0);
+    atomic_store(&running, 2);
     for (int i = 0; i < WRITERS; i++)
         pthread_join(th[i], NULL);
     for (int i = 0; i < READERS; i++) {
