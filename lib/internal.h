@@ -154,15 +154,18 @@ int  feed__sentinel_primary(feed *f);             /* fills f->primary_host/port 
 int  feed__sentinel_check_role(feed *f);          /* FEED_OK iff ROLE says master */
 int  feed__is_readonly(const redisReply *r);      /* a -READONLY error (demoted node) */
 
-/* wait.c -- ha: the replica check sent after a command in one pipeline:
- * WAIT in a hook, ROLE in a read under Sentinel (redis_wait_replicas). The
- * append functions return hiredis's REDIS_OK/REDIS_ERR; the read functions
- * FEED_OK, or FEED_EREDIS with f->wait_short set or the connection dropped. */
+/* wait.c -- ha: the replica check sent after a command in one pipeline on
+ * the connection c that carried it: WAIT in a hook, ROLE in a read under
+ * Sentinel (redis_wait_replicas). The append functions return hiredis's
+ * REDIS_OK/REDIS_ERR. The read functions return FEED_OK; FEED_EREDIS with
+ * f->wait_short set (too few replicas; under Sentinel f->redis is dropped);
+ * or FEED_EUNAVAILABLE when c broke (f->redis dropped if it is c, another
+ * connection is the caller's to drop). */
 int  feed__check_on(const feed *f);
-int  feed__check_append(feed *f);
-int  feed__check_read(feed *f);
-int  feed__wait_append(feed *f);        /* WAIT regardless of in_hook (repairs) */
-int  feed__wait_read(feed *f);
+int  feed__check_append(feed *f, redisContext *c);
+int  feed__check_read(feed *f, redisContext *c);
+int  feed__wait_append(feed *f, redisContext *c);   /* WAIT regardless of in_hook (repairs) */
+int  feed__wait_read(feed *f, redisContext *c);
 void feed__demote(feed *f);             /* -READONLY: drop, ask the Sentinels at once */
 void feed__if_demoted(feed *f, const redisReply *r);
 

@@ -303,7 +303,7 @@ static int repair(feed *f)
     }
     free(key);
     /* A repair must survive a failover as much as the write it stands for. */
-    if (f->cfg.redis_wait_replicas > 0 && feed__wait_append(f) != REDIS_OK) {
+    if (f->cfg.redis_wait_replicas > 0 && feed__wait_append(f, f->redis) != REDIS_OK) {
         io_failed(f, "WAIT");
         put_back(f, uids, n);
         free(uids);
@@ -328,7 +328,7 @@ static int repair(feed *f)
         }
         freeReplyObject(r);
     }
-    if (f->cfg.redis_wait_replicas > 0 && feed__wait_read(f) != FEED_OK) {
+    if (f->cfg.redis_wait_replicas > 0 && feed__wait_read(f, f->redis) != FEED_OK) {
         put_back(f, uids, n);   /* dropped here, maybe not on the replicas yet */
         free(uids);
         return FEED_EREDIS;
@@ -416,7 +416,8 @@ static redisReply *send_one(feed *f, int argc, const char **argv, const size_t *
     if (!feed__check_on(f))
         return redisCommandArgv(f->redis, argc, argv, lens);
     if (redisAppendCommandArgv(f->redis, argc, argv, lens) != REDIS_OK ||
-        feed__check_append(f) != REDIS_OK || redisGetReply(f->redis, (void **)&r) != REDIS_OK)
+        feed__check_append(f, f->redis) != REDIS_OK ||
+        redisGetReply(f->redis, (void **)&r) != REDIS_OK)
         return NULL;
     return r;
 }
@@ -435,7 +436,7 @@ static redisReply *round_trip(feed *f, int argc, const char **argv,
             return NULL;
         f->stats.redis_calls++;
         r = send_one(f, argc, argv, lens);
-        if (r && feed__check_read(f) != FEED_OK) {
+        if (r && feed__check_read(f, f->redis) != FEED_OK) {
             freeReplyObject(r);
             return NULL;
         }
@@ -595,7 +596,7 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
     for (size_t i = 0; i <= ncmds + feed__check_on(f); i++) {
         int ok = i < ncmds ? redisAppendCommandArgv(f->redis, cargc[i], cargv[i], clens[i])
             : i == ncmds ? redisAppendCommandArgv(f->redis, argc + 3, e.argv, e.lens)
-            : feed__check_append(f);
+            : feed__check_append(f, f->redis);
         if (ok != REDIS_OK) {   /* part of it may sit in the buffer: drop */
             io_failed(f, "pipeline");
             evalsha_free(&e);
@@ -617,7 +618,7 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
             failed = 1 + feed__is_readonly(r);
         }
     }
-    if (feed__check_on(f) && feed__check_read(f) != FEED_OK) {
+    if (feed__check_on(f) && feed__check_read(f, f->redis) != FEED_OK) {
         freeReplyObject(r);
         evalsha_free(&e);
         return NULL;
@@ -656,7 +657,7 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
         }
         sent++;
     }
-    if (feed__check_on(f) && feed__check_append(f) != REDIS_OK) {
+    if (feed__check_on(f) && feed__check_append(f, f->redis) != REDIS_OK) {
         io_failed(f, "pipeline");
         return FEED_EREDIS;
     }
@@ -684,7 +685,7 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
         }
         freeReplyObject(r);
     }
-    if (feed__check_on(f) && feed__check_read(f) != FEED_OK)
+    if (feed__check_on(f) && feed__check_read(f, f->redis) != FEED_OK)
         return FEED_EREDIS;
     if (demoted)
         feed__demote(f);

@@ -40,29 +40,33 @@ int feed__check_on(const feed *f)
     return wait_on(f) || role_on(f);
 }
 
-int feed__wait_append(feed *f)
+int feed__wait_append(feed *f, redisContext *c)
 {
-    return redisAppendCommand(f->redis, "WAIT %u %u", f->cfg.redis_wait_replicas,
+    return redisAppendCommand(c, "WAIT %u %u", f->cfg.redis_wait_replicas,
                               f->cfg.redis_wait_timeout_ms);
 }
 
-int feed__check_append(feed *f)
+int feed__check_append(feed *f, redisContext *c)
 {
-    return wait_on(f) ? feed__wait_append(f) : redisAppendCommand(f->redis, "ROLE");
+    return wait_on(f) ? feed__wait_append(f, c) : redisAppendCommand(c, "ROLE");
 }
 
-/* The connection broke reading the check's reply. */
-static int lost(feed *f, const char *what)
+/* The connection broke reading the check's reply: f->redis is dropped if
+ * it is c; another connection (a cluster node's) is the caller's to drop. */
+static int lost(feed *f, redisContext *c, const char *what)
 {
     f->stats.redis_errors++;
-    feed__error(f, FEED_EREDIS, "Redis %s: %s", what,
-                f->redis->errstr[0] ? f->redis->errstr : "connection lost");
-    feed__redis_drop(f);
-    f->redis_attempt_ms = feed__now_ms();
-    return FEED_EREDIS;
+    feed__error(f, FEED_EUNAVAILABLE, "Redis %s: %s", what,
+                c->errstr[0] ? c->errstr : "connection lost");
+    if (c == f->redis) {
+        feed__redis_drop(f);
+        f->redis_attempt_ms = feed__now_ms();
+    }
+    return FEED_EUNAVAILABLE;
 }
 
-/* Under Sentinel, a primary short of replicas may have been replaced. */
+/* Under Sentinel (never with a cluster: c is f->redis), a primary short of
+ * replicas may have been replaced. */
 static int short_of_replicas(feed *f)
 {
     f->wait_short = 1;
@@ -74,12 +78,12 @@ static int short_of_replicas(feed *f)
     return FEED_EREDIS;
 }
 
-int feed__wait_read(feed *f)
+int feed__wait_read(feed *f, redisContext *c)
 {
     redisReply *r = NULL;
 
-    if (redisGetReply(f->redis, (void **)&r) != REDIS_OK)
-        return lost(f, "WAIT");
+    if (redisGetReply(c, (void **)&r) != REDIS_OK)
+        return lost(f, c, "WAIT");
     if (r->type == REDIS_REPLY_INTEGER && r->integer >= (long long)f->cfg.redis_wait_replicas) {
         freeReplyObject(r);
         return FEED_OK;
@@ -96,13 +100,13 @@ int feed__wait_read(feed *f)
     return short_of_replicas(f);
 }
 
-static int role_read(feed *f)
+static int role_read(feed *f, redisContext *c)
 {
     redisReply *r = NULL;
     size_t have;
 
-    if (redisGetReply(f->redis, (void **)&r) != REDIS_OK)
-        return lost(f, "ROLE");
+    if (redisGetReply(c, (void **)&r) != REDIS_OK)
+        return lost(f, c, "ROLE");
     /* A primary answers ["master", offset, [[ip, port, offset], ...]]. */
     have = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
            r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0 &&
@@ -116,9 +120,9 @@ static int role_read(feed *f)
     return short_of_replicas(f);
 }
 
-int feed__check_read(feed *f)
+int feed__check_read(feed *f, redisContext *c)
 {
-    return wait_on(f) ? feed__wait_read(f) : role_on(f) ? role_read(f) : FEED_OK;
+    return wait_on(f) ? feed__wait_read(f, c) : role_on(f) ? role_read(f, c) : FEED_OK;
 }
 
 void feed__demote(feed *f)
