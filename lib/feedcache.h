@@ -315,6 +315,27 @@ FEED_API int feed_reload(feed *f, int64_t uid);
 /* Drop uid's cached copy (and any lease). Errors: FEED_EINVAL, FEED_EREDIS. */
 FEED_API int feed_invalidate(feed *f, int64_t uid);
 
+/* ---- invalidation in bulk (feedcache-sync, issue 11) ---- */
+/* Drop the cached copy and the lease of each of n feeds, pipelined (one round
+ * trip per pipeline). Idempotent and order-free: dropping a copy is always
+ * correct, and without its lease a rebuild that read SQL earlier cannot
+ * install. feedcache-sync calls it for every feed a committed transaction
+ * touched. n == 0 is a no-op. Errors: FEED_EINVAL (f NULL, uids NULL with
+ * n > 0), FEED_ENOMEM, FEED_EREDIS (some feeds may have been dropped and
+ * others not: call again; when Redis could not be reached each feed also
+ * goes on the repair list, as for a failed hook). */
+int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
+
+/* Drop every cached copy and lease under this handle's key_prefix (SCAN with
+ * MATCH "<prefix>:{*", then DEL per page of keys): what a TRUNCATE of the
+ * table needs. If dropped is not NULL, *dropped counts the keys removed.
+ * A copy installed while the scan runs may be missed; it can only come from
+ * a rebuild whose lease was taken before the call, so calling it again
+ * lease_ms after the first call began drops those too (feedcache-sync does).
+ * Errors: FEED_EINVAL, FEED_ENOMEM, FEED_EREDIS (part may be dropped). */
+int feed_invalidate_all(feed *f, uint64_t *dropped);
+/* ---- end invalidation in bulk ---- */
+
 /* ------------------------------------------------------------------------
  * Cursor tokens
  * ------------------------------------------------------------------------ */

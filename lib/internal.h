@@ -46,10 +46,11 @@ enum feed_script {
     FEED_SCRIPT_INSERT,         /* lua/insert.lua  insert or rescore hook */
     FEED_SCRIPT_DELETE,         /* lua/delete.lua  delete hook */
     FEED_SCRIPT_NEWER,          /* lua/newer.lua   pull-to-refresh (newer.c) */
+    FEED_SCRIPT_INVALIDATE,     /* lua/invalidate.lua drop a copy and its lease */
     FEED_SCRIPT_COUNT
 };
 extern const char feed_lua_page[], feed_lua_rebuild[], feed_lua_insert[],
-                  feed_lua_delete[], feed_lua_newer[];
+                  feed_lua_delete[], feed_lua_newer[], feed_lua_invalidate[];
 
 /* A batch of rows from SQL, in (score DESC, id DESC) order. */
 typedef struct feed_rows {

@@ -34,6 +34,7 @@ static const char *script_source(enum feed_script s)
     case FEED_SCRIPT_INSERT:  return feed_lua_insert;
     case FEED_SCRIPT_DELETE:  return feed_lua_delete;
     case FEED_SCRIPT_NEWER:   return feed_lua_newer;
+    case FEED_SCRIPT_INVALIDATE: return feed_lua_invalidate;
     default:                  return NULL;
     }
 }
@@ -46,6 +47,7 @@ static const char *script_name(enum feed_script s)
     case FEED_SCRIPT_INSERT:  return "insert.lua";
     case FEED_SCRIPT_DELETE:  return "delete.lua";
     case FEED_SCRIPT_NEWER:   return "newer.lua";
+    case FEED_SCRIPT_INVALIDATE: return "invalidate.lua";
     default:                  return "?";
     }
 }

@@ -210,8 +210,14 @@ max_connections = 200
 fsync = off
 synchronous_commit = off
 full_page_writes = off
+# feedcache-sync follows a logical replication slot (sync/, README
+# "feedcache-sync"). A slot keeps WAL until its consumer confirms it: a
+# stopped consumer would keep WAL until the disk fills, so cap it (the slot
+# is then invalidated and feedcache-sync must be restarted with a new one).
 wal_level = logical
+max_replication_slots = 10
 max_wal_senders = 10
+max_slot_wal_keep_size = 1GB
 EOC
     pg_launch
     psql_ -d postgres -c 'CREATE DATABASE feedcache'

@@ -1,0 +1,278 @@
+/* t_sync.c -- feedcache-sync against real servers: flags and fatal errors,
+ * writes made with SQL only (no hook) reach the cache, TRUNCATE, a clean
+ * stop and restart resumes where it confirmed, and a writer killed between
+ * COMMIT and hook is repaired within a bounded time (reported). */
+#include "synctest.h"
+
+#define SLOT "t_sync"
+
+static feed_config cfg;
+
+static int64_t score_of(size_t i) { return 1000 + (int64_t)i * 10; }
+static int64_t id_of(size_t i) { return (int64_t)i + 1; }
+
+/* Run the program to its end (flags that make it exit); its status. */
+static int run_to_end(const char *slot, const char *const *extra)
+{
+    return st_sync_stop(st_sync_start(slot, extra), 0);
+}
+
+static int log_has(const char *slot, const char *text)
+{
+    char path[512], line[2048];
+    FILE *in;
+    int found = 0;
+
+    snprintf(path, sizeof path, "%s/sync-%s.log", st_env("FEED_SERVERS_DIR", "/tmp"), slot);
+    if (!(in = fopen(path, "r")))
+        return 0;
+    while (!found && fgets(line, sizeof line, in))
+        found = strstr(line, text) != NULL;
+    fclose(in);
+    return found;
+}
+
+static void flags(void)
+{
+    const char *bogus[] = { "--bogus", NULL };
+    const char *port[] = { "--redis-port", "0", NULL };
+    const char *name[] = { "--publication", "Bad-Name", NULL };
+    const char *num[] = { "--max-len", "12x", NULL };
+    const char *help[] = { "--help", NULL };
+
+    is_int(run_to_end("t_sync_flags", bogus), 2, "an unknown flag: exit 2");
+    is_int(run_to_end("t_sync_flags", port), 2, "--redis-port 0: exit 2");
+    is_int(run_to_end("t_sync_flags", name), 2, "a publication name outside [a-z0-9_]: exit 2");
+    is_int(run_to_end("t_sync_flags", num), 2, "--max-len 12x: exit 2");
+    is_int(run_to_end("t_sync_flags", help), 0, "--help: exit 0");
+    ok(log_has("t_sync_flags", "--redis-port must be 1..65535"), "the reason is on stderr");
+}
+
+static void fatal_errors(PGconn *pg)
+{
+    char conninfo[600];
+    const char *other[] = { "--publication", "t_sync_other", NULL };
+    const char *weak[] = { "--pg-conninfo", conninfo, "--publication", "t_sync_weak", NULL };
+
+    tu_sql(pg, "CREATE TABLE IF NOT EXISTS t_sync_other_table (x int)");
+    tu_sql(pg, "DROP PUBLICATION IF EXISTS t_sync_other");
+    tu_sql(pg, "CREATE PUBLICATION t_sync_other FOR TABLE t_sync_other_table");
+    is_int(run_to_end("t_sync_pub", other), 1,
+           "a publication that does not publish the table: exit 1");
+    ok(log_has("t_sync_pub", "does not publish table"), "... and stderr says so");
+
+    /* A role that may read the table (so feed_open works) but not create a
+     * publication or a slot. */
+    tu_sql(pg, "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = "
+               "'t_sync_weak') THEN CREATE ROLE t_sync_weak LOGIN; END IF; END $$");
+    tu_sql(pg, "GRANT SELECT ON feed_entry TO t_sync_weak");
+    snprintf(conninfo, sizeof conninfo, "%s user=t_sync_weak", st_env("FEED_PG_CONNINFO", ""));
+    is_int(run_to_end("t_sync_weak", weak), 1, "a role without the rights: exit 1");
+    ok(log_has("t_sync_weak", "creating the publication") &&
+       log_has("t_sync_weak", "permission denied"),
+       "... and stderr names what it could not do and why");
+    tu_sql(pg, "DROP PUBLICATION t_sync_other");
+    tu_sql(pg, "DROP TABLE t_sync_other_table");
+}
+
+/* Walk equals SQL, quietly: 1 or 0. */
+static int walk_same(feed *f, PGconn *pg, int64_t uid)
+{
+    feed_item *want, *got = NULL;
+    size_t nwant = tu_sql_feed(pg, uid, &want), ngot = 0;
+    tu_walk_info info;
+    int same = tu_walk(f, uid, 7, &got, &ngot, &info) == FEED_OK && ngot == nwant;
+
+    for (size_t i = 0; same && i < ngot; i++)
+        same = got[i].score == want[i].score && got[i].id == want[i].id;
+    free(want);
+    free(got);
+    return same;
+}
+
+static void all_right(feed *f, PGconn *pg, redisContext *r, int64_t from, int64_t to,
+                      const char *what)
+{
+    int prefix = 1, walks = 1;
+
+    for (int64_t uid = from; uid <= to; uid++)
+        prefix &= st_copy_is_prefix(r, pg, uid);
+    for (int64_t uid = from; uid <= to; uid++) {
+        tu_walk_info info;
+        walks &= tu_walk_equals_sql(f, pg, uid, 7, &info);
+    }
+    ok(prefix, "%s: every copy in Redis is an exact prefix of its SQL feed", what);
+    ok(walks, "%s: every walk equals SQL", what);
+}
+
+static void warm(feed *f, int64_t from, int64_t to)
+{
+    for (int64_t uid = from; uid <= to; uid++) {
+        feed_result res;
+        if (feed_page(f, uid, FEED_FIRST, 0, 5, &res) == FEED_OK)
+            feed_result_free(&res);
+    }
+}
+
+static int cached(redisContext *r, int64_t uid)
+{
+    redisReply *rep = tu_redis_cmd(r, "EXISTS feed:{%lld}", (long long)uid);
+    int yes = rep->integer == 1;
+
+    freeReplyObject(rep);
+    return yes;
+}
+
+static void sql_only_writes(feed *f, PGconn *pg, redisContext *r)
+{
+    for (int64_t uid = 1; uid <= 6; uid++)
+        tu_insert_rows(pg, uid, 30, score_of, id_of);
+    tu_sql(pg, "INSERT INTO feed_entry VALUES (4, 1200, 4000)");
+    ok(st_caught_up(pg, SLOT, 30), "sync confirms the initial load");
+    warm(f, 1, 6);
+    ok(cached(r, 1) && cached(r, 6), "feeds 1..6 are cached");
+
+    /* No hook for any of these: only the log can tell the cache. */
+    tu_sql(pg, "INSERT INTO feed_entry VALUES (1, 99999, 500)");             /* new top */
+    tu_sql(pg, "UPDATE feed_entry SET score = 88888 WHERE uid = 2 AND id = 3"); /* rescore */
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 3 AND id = 30");           /* top leaves */
+    tu_sql(pg, "UPDATE feed_entry SET uid = 5, score = 77777 WHERE uid = 4 AND id = 4000");
+    tu_sql(pg, "BEGIN; INSERT INTO feed_entry VALUES (6, 66666, 600);"
+               " DELETE FROM feed_entry WHERE uid = 6 AND id = 1; COMMIT");
+    ok(st_caught_up(pg, SLOT, 30), "sync confirms the SQL-only writes");
+    ok(!cached(r, 1) && !cached(r, 2) && !cached(r, 3) && !cached(r, 4) &&
+       !cached(r, 5) && !cached(r, 6),
+       "insert, rescore, delete, owner change (both feeds), multi-row transaction: "
+       "each touched copy dropped");
+    all_right(f, pg, r, 1, 6, "after SQL-only writes");
+
+    warm(f, 1, 6);
+    tu_sql(pg, "TRUNCATE feed_entry");
+    tu_sql(pg, "INSERT INTO feed_entry VALUES (1, 5, 5)");
+    ok(st_caught_up(pg, SLOT, 30), "sync confirms a TRUNCATE");
+    all_right(f, pg, r, 1, 6, "after TRUNCATE and an insert");
+    ok(st_metric(SLOT, "feedcache_sync_truncates_total") >= 0, "the metrics file is written");
+}
+
+static void restart(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
+{
+    const char *lease[] = { "--lease-ms", "500", NULL };
+    char before[32];
+
+    for (int64_t uid = 10; uid <= 14; uid++)
+        tu_insert_rows(pg, uid, 20, score_of, id_of);
+    ok(st_caught_up(pg, SLOT, 30), "caught up before the stop");
+    st_wal_now(pg, before, sizeof before);
+    is_int(st_sync_stop(*pid, SIGTERM), 0, "SIGTERM: exit 0");
+    ok(st_wait_confirmed(pg, SLOT, before, 0.1) >= 0,
+       "after the stop the slot has confirmed everything applied");
+    warm(f, 10, 14);
+
+    /* Written while no sync runs: the slot keeps them. */
+    for (int64_t uid = 10; uid <= 14; uid++)
+        tu_sql(pg, "INSERT INTO feed_entry VALUES (%lld, 55555, 900)", (long long)uid);
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 12");
+    *pid = st_sync_start(SLOT, lease);
+    ok(st_caught_up(pg, SLOT, 30), "restarted, it catches up");
+    all_right(f, pg, r, 10, 14, "writes made while it was stopped");
+}
+
+/* A writer that commits and dies before its hook: the copy stays stale
+ * without sync (for the whole TTL), and is repaired with it. */
+static pid_t commit_and_die(int64_t uid, int64_t score, int64_t id)
+{
+    pid_t pid;
+    int status;
+
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        PGconn *w = PQconnectdb(st_env("FEED_PG_CONNINFO", ""));
+        char sql[200];
+        snprintf(sql, sizeof sql, "INSERT INTO feed_entry VALUES (%lld, %lld, %lld)",
+                 (long long)uid, (long long)score, (long long)id);
+        PQclear(PQexec(w, sql));
+        raise(SIGKILL);            /* committed; feed_on_insert never runs */
+        _exit(0);
+    }
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+static void killed_writer(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
+{
+    const char *lease[] = { "--lease-ms", "500", NULL };
+    double start, took = -1;
+
+    tu_insert_rows(pg, 20, 40, score_of, id_of);
+    ok(st_caught_up(pg, SLOT, 30), "caught up");
+
+    /* Without sync: stale. */
+    is_int(st_sync_stop(*pid, SIGTERM), 0, "sync stopped");
+    warm(f, 20, 20);
+    ok(commit_and_die(20, 1000000, 7000), "a writer commits and is SIGKILLed before its hook");
+    st_sleep_ms(1000);
+    ok(!walk_same(f, pg, 20), "without sync the cached feed stays stale (1 s later)");
+
+    /* With sync: repaired. */
+    *pid = st_sync_start(SLOT, lease);
+    ok(commit_and_die(20, 1000001, 7001), "another writer dies the same way, sync running");
+    start = st_now();
+    while (st_now() - start < 30) {
+        if (walk_same(f, pg, 20)) {
+            took = st_now() - start;
+            break;
+        }
+        st_sleep_ms(1);
+    }
+    ok(took >= 0, "with sync every walk of that feed equals SQL within 30 s");
+    tap_diag("killed writer: the walk equalled SQL %.1f ms after the writer died "
+             "(sync restarted just before)", took * 1000);
+
+    warm(f, 20, 20);
+    ok(commit_and_die(20, 1000002, 7002), "and once more, sync warm");
+    start = st_now();
+    took = -1;
+    while (st_now() - start < 30) {
+        if (walk_same(f, pg, 20)) {
+            took = st_now() - start;
+            break;
+        }
+        st_sleep_ms(1);
+    }
+    ok(took >= 0, "repaired again");
+    tap_diag("killed writer, sync warm: the walk equalled SQL %.1f ms after the writer died",
+             took * 1000);
+    all_right(f, pg, r, 20, 20, "after killed writers");
+}
+
+int main(void)
+{
+    const char *lease[] = { "--lease-ms", "500", NULL };
+    redisContext *r;
+    PGconn *pg = tu_begin(&r);
+    feed *f;
+    pid_t pid;
+
+    tu_config(&cfg);
+    cfg.lease_ms = 500;
+    f = tu_open(&cfg);
+    st_drop_slot(pg, SLOT);
+
+    flags();
+    fatal_errors(pg);
+
+    pid = st_sync_start(SLOT, lease);
+    ok(st_caught_up(pg, SLOT, 30) || st_caught_up(pg, SLOT, 30), "sync starts and creates its slot");
+    sql_only_writes(f, pg, r);
+    restart(f, pg, r, &pid);
+    killed_writer(f, pg, r, &pid);
+
+    is_int(st_sync_stop(pid, SIGINT), 0, "SIGINT: exit 0");
+    ok(st_metric(SLOT, "feedcache_sync_transactions_total") > 0,
+       "the metrics file counts the transactions applied");
+    st_drop_slot(pg, SLOT);
+    feed_close(f);
+    redisFree(r);
+    PQfinish(pg);
+    return tap_done();
+}
