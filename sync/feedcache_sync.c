@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "apply.h"
 #include "feedcache.h"
@@ -45,6 +46,11 @@ typedef struct options {
 } options;
 
 static volatile sig_atomic_t stop_requested, dump_requested;
+
+/* Tests only (tests/t_sync_chaos.c): FEEDCACHE_SYNC_TEST_DELAY_MS=N waits a
+ * random 0..N ms before applying each batch, so that hooks and the log
+ * interleave in every order. */
+static int test_delay_ms;
 
 static void on_stop(int sig) { (void)sig; stop_requested = 1; }
 static void on_dump(int sig) { (void)sig; dump_requested = 1; }
@@ -247,6 +253,8 @@ static int flush(sync_state *s)
 
     if (!sa_pending(&s->apply))
         return SPG_OK;
+    if (test_delay_ms > 0)   /* tests only: apply late, in any interleaving */
+        nap(rand() % (test_delay_ms + 1));
     /* Wait until a snapshot taken now sees every transaction of the batch:
      * a rebuild whose lease outlives our DEL then reads SQL after them. */
     while ((v = spg_visible(&s->pg, b->xids, b->nxids)) == 0) {
@@ -598,6 +606,9 @@ int main(int argc, char **argv)
     sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (getenv("FEEDCACHE_SYNC_TEST_DELAY_MS"))
+        test_delay_ms = atoi(getenv("FEEDCACHE_SYNC_TEST_DELAY_MS"));
+    srand((unsigned)getpid());
     s.opt = &opt;
     s.started_ms = s.stats_at = s.status_at = mono_ms();
     if (!(s.msg = malloc(sizeof *s.msg))) {
