@@ -60,6 +60,9 @@ LOAD_S=$((SECONDS - t0))
 NPROC=$(nproc)
 BENCH_NPROC=$NPROC "$BUILD/bench/feedbench" "$WORK"
 
+# feedcache-sync: apply rate, commit-to-cache lag, PostgreSQL cost (sync/sync_bench.c)
+BUILD=$BUILD "$BUILD/sync/sync-bench" "$WORK" >>"$WORK/summary.tsv"
+
 # ---------------------------------------------------------------- client CPU
 # Instructions per call, deterministic: callgrind counts every instruction the
 # client runs (hiredis, libc, the library). Two runs of different lengths for
@@ -142,7 +145,7 @@ TOTAL_S=$((SECONDS - START))
     echo "| figure | target | measured | |"
     echo "| --- | --- | --- | --- |"
     for key in pages_raw srv_cpu next_1k next_100k rebuild miss pg_rate pg_cpu stampede fanout \
-               memory encoding client_cpu wait_hook wait_page; do
+               memory encoding client_cpu wait_hook wait_page sync_apply sync_lag; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done
@@ -152,7 +155,7 @@ TOTAL_S=$((SECONDS - START))
     echo "![installing a rebuild: server time by size](rebuild.png)"
     echo "![cached page vs PostgreSQL: pages/s and server CPU per page](pg.png)"
     echo
-    for s in pages client writes stampede fanout pg memory wait; do
+    for s in pages client writes stampede fanout pg memory wait sync; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     cat bench/notes.md

@@ -37,3 +37,9 @@ SOAK_SYNC_SECONDS ?= 300
 soak-sync: all
 	tools/deps.sh
 	FEED_SYNC_SECONDS=$(SOAK_SYNC_SECONDS) BUILD=$(BUILD) tests/run.sh $(BUILD)/tests/t_sync_chaos
+
+# make bench's section on feedcache-sync (bench/run.sh runs it).
+SYNC_BENCH := $(BUILD)/sync/sync-bench
+$(SYNC_BENCH): sync/sync_bench.c tests/synctest.h $(BUILD)/tests/testutil.o $(STATIC) | $(BUILD)/sync
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC) $(LIBS)
+bench-build: $(SYNC_BENCH) $(SYNC_BIN)
