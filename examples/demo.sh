@@ -45,9 +45,44 @@ stop_server() {
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# ---------------------------------------------------------------- feedcache-sync
+# Runs next to the service: it follows PostgreSQL's log, so writes made
+# without a hook (psql below) reach the cache too. Log: .demo/feedcache-sync.log
+SYNC=$BUILD/sync/feedcache-sync
+SYNC_PIDFILE=$DIR/feedcache-sync.pid
+sync_pid() {
+    local p
+    p=$(cat "$SYNC_PIDFILE" 2>/dev/null) || return 1
+    [[ -n $p && $(cat "/proc/$p/comm" 2>/dev/null) == feedcache-sync ]] && echo "$p"
+}
+stop_sync() {
+    local p i
+    if p=$(sync_pid); then
+        kill -TERM "$p" 2>/dev/null || true
+        for ((i = 0; i < 100; i++)); do
+            [[ -d /proc/$p && $(ps -o stat= -p "$p" 2>/dev/null) != Z* ]] || break
+            sleep 0.1
+        done
+        echo "demo: stopped feedcache-sync (pid $p)"
+    fi
+    rm -f "$SYNC_PIDFILE"
+}
+start_sync() {
+    stop_sync
+    setsid "$SYNC" --pg-conninfo "$FEED_PG_CONNINFO" --redis-host "$FEED_REDIS_HOST" \
+        --redis-port "$FEED_REDIS_PORT" </dev/null >/dev/null 2>>"$DIR/feedcache-sync.log" &
+    echo $! >"$SYNC_PIDFILE"
+    for ((i = 0; i < 100; i++)); do   # its first run drops every copy once (a new slot)
+        grep -q "following slot" "$DIR/feedcache-sync.log" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "demo: feedcache-sync did not start; see $DIR/feedcache-sync.log" >&2
+}
+
 case ${1:-} in
 stop)
     stop_server
+    stop_sync
     tools/servers.sh stop "$DIR"
     echo "demo: stopped Redis and PostgreSQL of $DIR/ (their data stays; rm -rf $DIR to drop it)"
     exit 0
@@ -99,6 +134,7 @@ for ((i = 0; i < 100; i++)); do
 done
 [[ -n $port ]] || die "feed_server did not say which port it listens on"
 echo "$port" >"$DIR/http.port"
+[[ -x $SYNC ]] && start_sync
 URL=http://127.0.0.1:$port
 for ((i = 0; i < 100; i++)); do
     curl -sf "$URL/healthz" >/dev/null && break
@@ -168,6 +204,18 @@ show "curl -s '$URL/metrics' | grep -E '^feedcache_(pages|cache_pages|db_pages|r
 
 step "10. Health: whether Redis and PostgreSQL answer."
 show "curl -s '$URL/healthz'"
+
+if sync_pid >/dev/null; then
+    now=$(date +%s%3N)
+    id=$(((now - 1288834974657) << 22))
+    step "11. A write made with psql alone, no hook: feedcache-sync (pid $(sync_pid)) reads it from" \
+         "   PostgreSQL's log and drops user 2's cached copy; the next page rebuilds with it."
+    curl -s "$URL/users/2/feed?limit=2" >/dev/null   # cached before the write
+    show "curl -s '$URL/users/2/feed?limit=2'"
+    show "psql -XAtqc 'INSERT INTO feed_entry VALUES (2, $now, $id)'; sleep 0.2"
+    show "curl -s '$URL/users/2/feed?limit=2'"
+    psql -XAtqc "DELETE FROM feed_entry WHERE uid = 2 AND id = $id" >/dev/null
+fi
 
 cat <<EOF
 

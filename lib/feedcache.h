@@ -291,7 +291,10 @@ FEED_API int feed_health(feed *f, feed_health_info *out);
  * such handle tries it again first (one more round trip each). Up to 65536
  * feeds; past that the message says so and feed_invalidate() is the
  * caller's to call later. A copy another process reads meanwhile, or one
- * whose process exits first, is not covered: those need feed_invalidate().
+ * whose process exits first, is not covered: those need feed_invalidate(),
+ * or feedcache-sync (README): this list is the in-process repair, and where
+ * feedcache-sync runs it is the cross-process one, dropping the copy of
+ * every feed a committed transaction touched, whoever wrote it.
  * ------------------------------------------------------------------------ */
 
 /* A new row (score, id) in uid's feed, or a new score for an existing row. */

@@ -43,3 +43,8 @@ SYNC_BENCH := $(BUILD)/sync/sync-bench
 $(SYNC_BENCH): sync/sync_bench.c tests/synctest.h $(BUILD)/tests/testutil.o $(STATIC) | $(BUILD)/sync
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC) $(LIBS)
 bench-build: $(SYNC_BENCH) $(SYNC_BIN)
+
+# make demo runs feedcache-sync next to the example service (examples/demo.sh
+# starts it when built): the demo's recipe builds $(EX_BIN) after installing
+# the packages, so the program joins that list.
+EX_BIN += $(SYNC_BIN)

@@ -198,10 +198,24 @@ static pid_t commit_and_die(int64_t uid, int64_t score, int64_t id)
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
+/* Walk uid every millisecond until the walk equals SQL: the seconds that
+ * took, or -1 after 30 s. */
+static double seconds_until_right(feed *f, PGconn *pg, int64_t uid)
+{
+    double start = st_now();
+
+    while (st_now() - start < 30) {
+        if (walk_same(f, pg, uid))
+            return st_now() - start;
+        st_sleep_ms(1);
+    }
+    return -1;
+}
+
 static void killed_writer(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
 {
     const char *lease[] = { "--lease-ms", "500", NULL };
-    double start, took = -1;
+    double took;
 
     tu_insert_rows(pg, 20, 40, score_of, id_of);
     ok(st_caught_up(pg, SLOT, 30), "caught up");
@@ -216,29 +230,14 @@ static void killed_writer(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
     /* With sync: repaired. */
     *pid = st_sync_start(SLOT, lease);
     ok(commit_and_die(20, 1000001, 7001), "another writer dies the same way, sync running");
-    start = st_now();
-    while (st_now() - start < 30) {
-        if (walk_same(f, pg, 20)) {
-            took = st_now() - start;
-            break;
-        }
-        st_sleep_ms(1);
-    }
+    took = seconds_until_right(f, pg, 20);
     ok(took >= 0, "with sync every walk of that feed equals SQL within 30 s");
     tap_diag("killed writer: the walk equalled SQL %.1f ms after the writer died "
              "(sync restarted just before)", took * 1000);
 
     warm(f, 20, 20);
     ok(commit_and_die(20, 1000002, 7002), "and once more, sync warm");
-    start = st_now();
-    took = -1;
-    while (st_now() - start < 30) {
-        if (walk_same(f, pg, 20)) {
-            took = st_now() - start;
-            break;
-        }
-        st_sleep_ms(1);
-    }
+    took = seconds_until_right(f, pg, 20);
     ok(took >= 0, "repaired again");
     tap_diag("killed writer, sync warm: the walk equalled SQL %.1f ms after the writer died",
              took * 1000);
