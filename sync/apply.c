@@ -97,11 +97,13 @@ static int relation(sync_apply *a, const pgo_msg *m)
     if (r->owner_col < 0)
         return error(a, "table \"%s\" has no column \"%s\" in the replication stream",
                      a->table, a->owner_column);
-    if (m->replident != 'f' && !(m->cols[r->owner_col].flags & 1))
+    if (m->replident != 'f' && !(m->cols[r->owner_col].flags & 1)) {
+        r->owner_col = -1;   /* unusable: its changes are errors too */
         return error(a, "table \"%s\": the owner column \"%s\" is not part of the replica "
                      "identity, so a delete or an owner change would not say which feed it "
                      "left; make the primary key include it, or ALTER TABLE ... REPLICA "
                      "IDENTITY FULL", a->table, a->owner_column);
+    }
     return 0;
 }
 
@@ -143,6 +145,9 @@ static int change(sync_apply *a, const pgo_msg *m)
         return error(a, "%s%s", "a change names a relation the stream never described", "");
     if (!r->ours)
         return 0;
+    if (r->owner_col < 0)
+        return error(a, "a change to \"%s\", which cannot be followed (see above)%s",
+                     a->table, "");
     if (!a->in_txn)
         return error(a, "%s%s", "a change outside a transaction", "");
     a->changes++;
@@ -222,6 +227,9 @@ void sa_unique(sync_apply *a, size_t *n)
     sync_batch *b = &a->batch;
     size_t k = 0;
 
+    *n = 0;
+    if (b->nuids == 0)
+        return;     /* uids may still be NULL: qsort wants an array */
     qsort(b->uids, b->nuids, sizeof *b->uids, cmp_i64);
     for (size_t i = 0; i < b->nuids; i++)
         if (k == 0 || b->uids[k - 1] != b->uids[i])

@@ -48,3 +48,6 @@ bench-build: $(SYNC_BENCH) $(SYNC_BIN)
 # starts it when built): the demo's recipe builds $(EX_BIN) after installing
 # the packages, so the program joins that list.
 EX_BIN += $(SYNC_BIN)
+
+# The fuzz target of the decoder (tests/fuzz/fuzz_pgoutput.c) includes these.
+$(BUILD)/fuzz/fuzz_pgoutput: sync/*.c sync/*.h

@@ -16,7 +16,7 @@
 
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := cursor reply session
+FUZZ_TARGETS := cursor reply session pgoutput
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_CFLAGS  := -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fno-omit-frame-pointer \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
@@ -75,7 +75,7 @@ fuzz-merge: fuzz-build
 	done
 
 # The replay test includes the fuzz targets' sources.
-$(BUILD)/tests/t_fuzz_replay: tests/fuzz/*.c tests/fuzz/*.h
+$(BUILD)/tests/t_fuzz_replay: tests/fuzz/*.c tests/fuzz/*.h sync/*.c sync/*.h
 
 soak: all
 	tools/deps.sh

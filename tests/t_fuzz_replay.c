@@ -23,6 +23,9 @@
 #define LLVMFuzzerTestOneInput fuzz_session_one
 #include "fuzz/fuzz_session.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_pgoutput_one
+#include "fuzz/fuzz_pgoutput.c"
+#undef LLVMFuzzerTestOneInput
 #include "fuzz/fake_pg.c"
 
 #include "tap.h"
@@ -37,6 +40,7 @@ static const struct target {
     { "cursor", fuzz_cursor_one },
     { "reply", fuzz_reply_one },
     { "session", fuzz_session_one },
+    { "pgoutput", fuzz_pgoutput_one },
 };
 
 /* The input being run, saved if the target aborts. */

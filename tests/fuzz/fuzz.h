@@ -12,6 +12,8 @@
  *                   answers, over a socketpair, to a sequence of library
  *                   calls (pages, hooks, fan-out, reload, invalidate), so
  *                   every reply parser of the library sees them
+ *   fuzz_pgoutput.c feedcache-sync's replication stream decoder and batch
+ *                   logic (sync/pgoutput.c, sync/apply.c) on any frames
  *
  * fake_pg.c replaces lib/pg.c in the fuzz builds: a deterministic feed per
  * uid, in memory, so that rebuilds and keyset pages run with no server.
