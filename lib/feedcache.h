@@ -327,7 +327,7 @@ FEED_API int feed_invalidate(feed *f, int64_t uid);
  * n > 0), FEED_ENOMEM, FEED_EREDIS (some feeds may have been dropped and
  * others not: call again; when Redis could not be reached each feed also
  * goes on the repair list, as for a failed hook). */
-int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
+FEED_API int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
 
 /* Drop every cached copy and lease under this handle's key_prefix (SCAN with
  * MATCH "<prefix>:{*", then DEL per page of keys): what a TRUNCATE of the
@@ -336,7 +336,7 @@ int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
  * a rebuild whose lease was taken before the call, so calling it again
  * lease_ms after the first call began drops those too (feedcache-sync does).
  * Errors: FEED_EINVAL, FEED_ENOMEM, FEED_EREDIS (part may be dropped). */
-int feed_invalidate_all(feed *f, uint64_t *dropped);
+FEED_API int feed_invalidate_all(feed *f, uint64_t *dropped);
 /* ---- end invalidation in bulk ---- */
 
 /* ------------------------------------------------------------------------
