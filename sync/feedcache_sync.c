@@ -61,6 +61,7 @@ typedef struct sync_state {
     options     *opt;
     feed        *f;
     sync_pg      pg;
+    int          streaming;         /* START_REPLICATION done on pg.repl */
     sync_apply   apply;
     pgo_msg     *msg;               /* big (tuples): on the heap, reused */
     uint64_t     received;          /* end of the last WAL data seen */
@@ -195,7 +196,7 @@ static void report(sync_state *s)
 
 static int send_status(sync_state *s)
 {
-    if (!s->pg.repl)
+    if (!s->pg.repl || !s->streaming)
         return SPG_RETRY;
     if (spg_status(&s->pg, s->received > s->applied ? s->received : s->applied,
                    s->applied) != SPG_OK)
@@ -219,7 +220,9 @@ static int drop_all(sync_state *s)
     if (feed_invalidate_all(s->f, &n) != FEED_OK)
         return -1;
     s->invalidated_keys += n;
-    while (!stop_requested && mono_ms() - first < (int64_t)s->opt->cfg.lease_ms + 10) {
+    while (mono_ms() - first < (int64_t)s->opt->cfg.lease_ms + 10) {
+        if (stop_requested)
+            return -2;        /* not applied: resent after the restart */
         send_status(s);
         nap(100);
     }
@@ -243,8 +246,9 @@ static int drop_feeds(sync_state *s, const int64_t *uids, size_t n)
  * Redis failures are retried with backoff, never skipped (the position is
  * not confirmed meanwhile); returns SPG_RETRY when PostgreSQL failed (the
  * batch is dropped and resent after the reconnect), SPG_FATAL when a stop
- * was requested before the batch could be applied. */
-static int flush(sync_state *s)
+ * was requested before the batch could be applied, or (once: the last try
+ * while stopping) when Redis failed once. */
+static int flush(sync_state *s, int once)
 {
     sync_batch *b = &s->apply.batch;
     int64_t backoff = BACKOFF_MIN_MS;
@@ -253,12 +257,16 @@ static int flush(sync_state *s)
 
     if (!sa_pending(&s->apply))
         return SPG_OK;
+    if (once && b->truncate)   /* a TRUNCATE needs lease_ms: leave it to the restart */
+        return SPG_FATAL;
     if (test_delay_ms > 0)   /* tests only: apply late, in any interleaving */
         nap(rand() % (test_delay_ms + 1));
     /* Wait until a snapshot taken now sees every transaction of the batch:
      * a rebuild whose lease outlives our DEL then reads SQL after them. */
     while ((v = spg_visible(&s->pg, b->xids, b->nxids)) == 0) {
         struct timespec ts = { 0, 200 * 1000L };
+        if (stop_requested && !once)
+            return SPG_FATAL;
         nanosleep(&ts, NULL);
     }
     if (v < 0)
@@ -268,6 +276,8 @@ static int flush(sync_state *s)
         int failed = b->truncate ? drop_all(s) : drop_feeds(s, b->uids, n);
         if (!failed)
             break;
+        if (once || failed == -2)
+            return SPG_FATAL;
         s->redis_retries++;
         say("Redis: %s; retrying in %lld ms (position %s not confirmed)",
             feed_errmsg(s->f), (long long)backoff, "of this batch");
@@ -362,7 +372,7 @@ static int follow(sync_state *s)
             if (rc != SPG_OK)
                 return rc;
         }
-        if (batch_due(s, idle) && (rc = flush(s)) != SPG_OK)
+        if (batch_due(s, idle) && (rc = flush(s, 0)) != SPG_OK)
             return rc;
         if (s->applied != s->reported || mono_ms() - s->status_at >= STATUS_MS)
             if ((rc = send_status(s)) != SPG_OK)
@@ -379,13 +389,20 @@ static int first_run(sync_state *s)
 {
     int64_t backoff = BACKOFF_MIN_MS;
 
+    int rc;
+
     say("new slot: dropping every cached copy under prefix \"%s\" once", s->opt->cfg.key_prefix);
-    while (drop_all(s) != 0) {
-        say("Redis: %s; retrying in %lld ms", feed_errmsg(s->f), (long long)backoff);
-        nap(backoff);
-        if (stop_requested)
+    while ((rc = drop_all(s)) != 0) {
+        if (rc == -1) {
+            say("Redis: %s; retrying in %lld ms", feed_errmsg(s->f), (long long)backoff);
+            nap(backoff);
+            backoff = backoff_next(backoff);
+        }
+        if (stop_requested) {
+            /* Unfinished: without the slot, the next start does it again. */
+            spg_drop_slot(&s->pg, s->opt->slot);
             return -1;
-        backoff = backoff_next(backoff);
+        }
     }
     return 0;
 }
@@ -399,6 +416,7 @@ static int run(sync_state *s)
 
         sa_reset(&s->apply);
         s->batch_since = 0;
+        s->streaming = 0;
         rc = spg_open(&s->pg, s->opt->cfg.pg_conninfo, s->opt->cfg.table, s->opt->slot,
                       s->opt->publication, &created);
         if (rc == SPG_OK) {
@@ -406,9 +424,13 @@ static int run(sync_state *s)
                 s->opt->publication, s->pg.schema, s->opt->cfg.table);
             backoff = BACKOFF_MIN_MS;
             s->apply.schema = s->pg.schema;
+            /* A new slot: drop every copy before following (and confirming). */
             if (created && first_run(s) != 0)
                 break;
-            rc = follow(s);
+            if ((rc = spg_start(&s->pg, s->opt->slot, s->opt->publication)) == SPG_OK) {
+                s->streaming = 1;
+                rc = follow(s);
+            }
         }
         if (rc == SPG_OK || stop_requested)
             break;
@@ -424,13 +446,9 @@ static int run(sync_state *s)
     }
     /* Stopping: apply what is complete if Redis lets us right now, confirm
      * what was applied, and say goodbye. */
-    if (s->pg.repl) {
-        if (sa_pending(&s->apply) && !s->apply.in_txn) {
-            stop_requested = 0;          /* one honest try, with the barrier */
-            if (flush(s) != SPG_OK)
-                say("stopping with a batch not applied: it will be resent");
-            stop_requested = 1;
-        }
+    if (s->pg.repl && s->streaming) {
+        if (sa_pending(&s->apply) && !s->apply.in_txn && flush(s, 1) != SPG_OK)
+            say("stopping with a batch not applied: it will be resent");
         send_status(s);
         PQputCopyEnd(s->pg.repl, NULL);
         PQflush(s->pg.repl);

@@ -221,7 +221,20 @@ int spg_open(sync_pg *s, const char *conninfo, const char *table,
         return rc;
     if (!(s->repl = connect_to(s, conninfo, 1)))
         return SPG_RETRY;
+    return SPG_OK;
+}
+
+int spg_start(sync_pg *s, const char *slot, const char *publication)
+{
     return start(s, slot, publication);
+}
+
+int spg_drop_slot(sync_pg *s, const char *slot)
+{
+    const char *p[1] = { slot };
+
+    return run(s, "dropping the replication slot",
+               "SELECT pg_drop_replication_slot($1)", 1, p, NULL);
 }
 
 void spg_close(sync_pg *s)

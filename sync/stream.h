@@ -23,9 +23,15 @@ enum { SPG_OK = 0, SPG_RETRY = -1, SPG_FATAL = -2 };
 /* Connect both, make sure the publication (of table, publishing insert,
  * update, delete and truncate) and the logical slot (plugin pgoutput, this
  * database) exist, creating them when missing (*created = 1 when the slot
- * is new), then START_REPLICATION from the slot's confirmed position. */
+ * is new). */
 int spg_open(sync_pg *s, const char *conninfo, const char *table,
              const char *slot, const char *publication, int *created);
+
+/* START_REPLICATION from the slot's confirmed position. */
+int spg_start(sync_pg *s, const char *slot, const char *publication);
+
+/* Drop the slot (not started): a first run that could not finish. */
+int spg_drop_slot(sync_pg *s, const char *slot);
 void spg_close(sync_pg *s);
 
 /* The next CopyData frame: returns its length with *buf owned by the caller

@@ -54,6 +54,7 @@ static void fatal_errors(PGconn *pg)
     const char *other[] = { "--publication", "t_sync_other", NULL };
     const char *weak[] = { "--pg-conninfo", conninfo, "--publication", "t_sync_weak", NULL };
 
+    tu_sql(pg, "SET client_min_messages = warning");   /* no NOTICE on stderr */
     tu_sql(pg, "CREATE TABLE IF NOT EXISTS t_sync_other_table (x int)");
     tu_sql(pg, "DROP PUBLICATION IF EXISTS t_sync_other");
     tu_sql(pg, "CREATE PUBLICATION t_sync_other FOR TABLE t_sync_other_table");

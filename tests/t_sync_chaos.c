@@ -237,7 +237,8 @@ static void together(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
         pthread_join(rt[i], NULL);
     tap_diag("hooks + sync: %ld writes (%ld hooks never called), %d SIGKILLs of sync, %.0f s",
              ops, lost, kills, seconds);
-    ok(ops >= 1000, "thousands of writes were made (%ld)", ops);
+    /* Under valgrind (FEED_TEST_SLOW) the writers are far slower. */
+    ok(ops >= (getenv("FEED_TEST_SLOW") ? 100 : 1000), "thousands of writes were made (%ld)", ops);
     ok(kills >= 2, "sync was SIGKILLed mid-stream and restarted (%d times)", kills);
     ok(st_caught_up(pg, SLOT, 60), "sync catches up after the last restart");
     is_int(mismatches(f, pg, r), 0, "hooks and sync in any order: 0 feeds wrong");
