@@ -116,17 +116,27 @@ static int ensure_publication(sync_pg *s, const char *table, const char *pub)
              "SELECT pubinsert AND pubupdate AND pubdelete AND pubtruncate,"
              " EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname"
              "  AND format('%I.%I', t.schemaname, t.tablename)::regclass"
-             "      = to_regclass(quote_ident($2)))"
+             "      = to_regclass(quote_ident($2))),"
+             " pubviaroot OR (SELECT relkind FROM pg_class"
+             "                WHERE oid = to_regclass(quote_ident($2))) <> 'p'"
              " FROM pg_publication p WHERE pubname = $1", 2, p, &r);
     if (rc != SPG_OK)
         return rc;
     if (PQntuples(r) == 1) {
         int all = PQgetvalue(r, 0, 0)[0] == 't', has = PQgetvalue(r, 0, 1)[0] == 't';
+        int root = PQgetvalue(r, 0, 2)[0] == 't';
         PQclear(r);
         if (!has) {
             snprintf(sql, sizeof sql, "publication \"%s\" does not publish table \"%s\": "
                      "ALTER PUBLICATION ... ADD TABLE, or choose another with --publication",
                      pub, table);
+            return fail(s, SPG_FATAL, "%s%s", sql, "");
+        }
+        if (!root) {
+            /* Otherwise changes carry the partitions' names, not the table's. */
+            snprintf(sql, sizeof sql, "publication \"%s\" publishes the partitions of \"%s\" "
+                     "under their own names: ALTER PUBLICATION ... SET "
+                     "(publish_via_partition_root = true)", pub, table);
             return fail(s, SPG_FATAL, "%s%s", sql, "");
         }
         if (!all) {
@@ -144,7 +154,9 @@ static int ensure_publication(sync_pg *s, const char *table, const char *pub)
         PQfreemem(qtable);
         return fail(s, SPG_FATAL, "%s: %s", "quoting names", PQerrorMessage(s->sql));
     }
-    snprintf(sql, sizeof sql, "CREATE PUBLICATION %s FOR TABLE %s", qpub, qtable);
+    /* Via the root: a partitioned table's changes then carry its own name. */
+    snprintf(sql, sizeof sql, "CREATE PUBLICATION %s FOR TABLE %s"
+             " WITH (publish_via_partition_root = true)", qpub, qtable);
     PQfreemem(qpub);
     PQfreemem(qtable);
     rc = run(s, "creating the publication (the role must own the table and have CREATE "
