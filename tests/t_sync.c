@@ -245,6 +245,42 @@ static void killed_writer(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
     all_right(f, pg, r, 20, 20, "after killed writers");
 }
 
+/* A partitioned table: its changes must carry the table's name (the
+ * publication publishes via the root), or no copy would ever be dropped. */
+static void partitioned(PGconn *pg, redisContext *r)
+{
+    const char *flags[] = { "--table", "t_sync_part", "--publication", "t_sync_part",
+                            "--key-prefix", "tsp", "--lease-ms", "300", NULL };
+    redisReply *rep;
+    pid_t pid;
+
+    tu_sql(pg, "CREATE TABLE t_sync_part (uid bigint NOT NULL, score bigint NOT NULL,"
+               " id bigint NOT NULL, PRIMARY KEY (uid, id)) PARTITION BY HASH (uid)");
+    tu_sql(pg, "CREATE TABLE t_sync_part_0 PARTITION OF t_sync_part"
+               " FOR VALUES WITH (MODULUS 2, REMAINDER 0)");
+    tu_sql(pg, "CREATE TABLE t_sync_part_1 PARTITION OF t_sync_part"
+               " FOR VALUES WITH (MODULUS 2, REMAINDER 1)");
+    pid = st_sync_start("t_sync_part", flags);
+    /* Its first run drops every copy under the prefix; the metrics file
+     * appears once it follows the slot, after that. */
+    for (int i = 0; i < 3000 && st_metric("t_sync_part", "feedcache_sync_uptime_seconds") < 0; i++)
+        st_sleep_ms(10);
+    ok(st_metric("t_sync_part", "feedcache_sync_uptime_seconds") >= 0,
+       "a partitioned table: sync starts");
+    for (int uid = 1; uid <= 4; uid++)
+        freeReplyObject(tu_redis_cmd(r, "ZADD tsp:{%d} 1 x", uid));
+    tu_sql(pg, "INSERT INTO t_sync_part VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)");
+    ok(st_caught_up(pg, "t_sync_part", 30), "... and confirms the inserts");
+    rep = tu_redis_cmd(r, "EXISTS tsp:{1} tsp:{2} tsp:{3} tsp:{4}");
+    is_int(rep->integer, 1, "the copies of feeds 1, 2, 3 (rows in both partitions) are dropped, "
+           "feed 4's is not");
+    freeReplyObject(rep);
+    is_int(st_sync_stop(pid, SIGTERM), 0, "stopped");
+    st_drop_slot(pg, "t_sync_part");
+    tu_sql(pg, "DROP PUBLICATION t_sync_part");
+    tu_sql(pg, "DROP TABLE t_sync_part");
+}
+
 int main(void)
 {
     const char *lease[] = { "--lease-ms", "500", NULL };
@@ -266,6 +302,7 @@ int main(void)
     sql_only_writes(f, pg, r);
     restart(f, pg, r, &pid);
     killed_writer(f, pg, r, &pid);
+    partitioned(pg, r);
 
     is_int(st_sync_stop(pid, SIGINT), 0, "SIGINT: exit 0");
     ok(st_metric(SLOT, "feedcache_sync_transactions_total") > 0,
