@@ -71,6 +71,7 @@ static inline pid_t st_sync_start(const char *slot, const char *const *extra)
     for (int i = 0; extra && extra[i] && argc < 39; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
+    unlink(metrics);   /* st_wait_following waits for a fresh one */
     fflush(stdout);
     pid = fork();
     if (pid == 0) {
@@ -87,6 +88,23 @@ static inline pid_t st_sync_start(const char *slot, const char *const *extra)
     if (pid < 0)
         tap_bail("fork failed");
     return pid;
+}
+
+/* Wait until the program started by st_sync_start follows its slot: its
+ * metrics file appears then (after a new slot's first run, which drops
+ * every cached copy). Returns 1, or 0 after timeout_s. */
+static inline int st_wait_following(const char *slot, double timeout_s)
+{
+    char path[512];
+    double start = st_now();
+
+    snprintf(path, sizeof path, "%s/sync-%s.prom", st_env("FEED_SERVERS_DIR", "/tmp"), slot);
+    while (st_now() - start < timeout_s) {
+        if (access(path, R_OK) == 0)
+            return 1;
+        st_sleep_ms(10);
+    }
+    return 0;
 }
 
 /* Send sig and wait; returns the exit status (128 + signal when killed),

@@ -261,12 +261,8 @@ static void partitioned(PGconn *pg, redisContext *r)
     tu_sql(pg, "CREATE TABLE t_sync_part_1 PARTITION OF t_sync_part"
                " FOR VALUES WITH (MODULUS 2, REMAINDER 1)");
     pid = st_sync_start("t_sync_part", flags);
-    /* Its first run drops every copy under the prefix; the metrics file
-     * appears once it follows the slot, after that. */
-    for (int i = 0; i < 3000 && st_metric("t_sync_part", "feedcache_sync_uptime_seconds") < 0; i++)
-        st_sleep_ms(10);
-    ok(st_metric("t_sync_part", "feedcache_sync_uptime_seconds") >= 0,
-       "a partitioned table: sync starts");
+    /* Its first run drops every copy under the prefix: wait for it. */
+    ok(st_wait_following("t_sync_part", 30), "a partitioned table: sync starts");
     for (int uid = 1; uid <= 4; uid++)
         freeReplyObject(tu_redis_cmd(r, "ZADD tsp:{%d} 1 x", uid));
     tu_sql(pg, "INSERT INTO t_sync_part VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)");
