@@ -294,7 +294,7 @@ int main(void)
     fatal_errors(pg);
 
     pid = st_sync_start(SLOT, lease);
-    ok(st_caught_up(pg, SLOT, 30) || st_caught_up(pg, SLOT, 30), "sync starts and creates its slot");
+    ok(st_wait_following(SLOT, 30) && st_caught_up(pg, SLOT, 30), "sync starts and creates its slot");
     sql_only_writes(f, pg, r);
     restart(f, pg, r, &pid);
     killed_writer(f, pg, r, &pid);

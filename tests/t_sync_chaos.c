@@ -262,7 +262,7 @@ int main(void)
 
     setenv("FEEDCACHE_SYNC_TEST_DELAY_MS", "20", 1);
     pid = st_sync_start(SLOT, sync_flags);
-    ok(st_caught_up(pg, SLOT, 30) || st_caught_up(pg, SLOT, 30), "sync runs");
+    ok(st_wait_following(SLOT, 30) && st_caught_up(pg, SLOT, 30), "sync runs");
     redis_frozen(f, pg, r);
     pg_restarted(f, pg, r);
     PQreset(pg);
