@@ -335,6 +335,8 @@ FEED_API int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
  * A copy installed while the scan runs may be missed; it can only come from
  * a rebuild whose lease was taken before the call, so calling it again
  * lease_ms after the first call began drops those too (feedcache-sync does).
+ * It scans the one Redis of the handle; with Redis Cluster routing it must
+ * scan every primary (lib/invalidate.c says where).
  * Errors: FEED_EINVAL, FEED_ENOMEM, FEED_EREDIS (part may be dropped). */
 FEED_API int feed_invalidate_all(feed *f, uint64_t *dropped);
 /* ---- end invalidation in bulk ---- */

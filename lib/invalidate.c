@@ -111,6 +111,10 @@ static int drop_page(feed *f, const redisReply *keys, uint64_t *dropped)
     return FEED_OK;
 }
 
+/* One Redis: SCAN it. On a Redis Cluster the keys of a prefix are spread
+ * over every primary, and SCAN sees one node's: the loop below must then
+ * run once per primary (and the DEL of a page be split by slot), which is
+ * the cluster routing's to provide. */
 int feed_invalidate_all(feed *f, uint64_t *dropped)
 {
     char cursor[32] = "0";
