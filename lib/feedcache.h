@@ -325,8 +325,8 @@ FEED_API int feed_invalidate(feed *f, int64_t uid);
  * install. feedcache-sync calls it for every feed a committed transaction
  * touched. n == 0 is a no-op. Errors: FEED_EINVAL (f NULL, uids NULL with
  * n > 0), FEED_ENOMEM, FEED_EREDIS (some feeds may have been dropped and
- * others not: call again; when Redis could not be reached each feed also
- * goes on the repair list, as for a failed hook). */
+ * others not: call again; each feed also goes on the repair list, as for
+ * a failed hook). */
 FEED_API int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
 
 /* Drop every cached copy and lease under this handle's key_prefix (SCAN with

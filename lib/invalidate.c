@@ -47,9 +47,9 @@ int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
         return feed__error(f, FEED_ENOMEM, "out of memory invalidating %zu feeds", n);
     rc = feed__redis_script_many(f, FEED_SCRIPT_INVALIDATE, n, 2, 2, many_fill, &a);
     free(a.keys);
-    /* Which feeds were dropped is unknown: when the connection is down, each
-     * goes on the process-wide repair list, like a failed hook. */
-    if (rc == FEED_EREDIS && !f->redis)
+    /* Which feeds were dropped is unknown: each goes on the process-wide
+     * repair list, like the feed of a failed hook. */
+    if (rc == FEED_EREDIS)
         for (size_t i = 0; i < n; i++)
             feed__redis_remember(f, uids[i]);
     return rc;
