@@ -476,6 +476,8 @@ static void usage(FILE *out)
           "  --key-prefix P --table T --owner-column C --score-column C --id-column C\n"
           "  --max-len N --max-page N --ttl-seconds N --redis-timeout-ms N --lease-ms N\n"
           "  --lease-wait-ms N --retry-ms N --pg-replica-conninfo STR --pg-timeout-ms N\n"
+          "  --empty-ttl-seconds N --pg-replica-max-lag-ms N --redis-wait-replicas N\n"
+          "  --redis-wait-timeout-ms N --redis-restart-fence 0|1\n"
           "                           as the feed_config fields of the same names\n"
           "                           (use the values the application uses)\n"
           "Exit status: 0 after SIGTERM/SIGINT, 1 fatal error, 2 bad flags.\n", out);
@@ -511,7 +513,8 @@ static int plain_name(const char *s)
 enum { O_PGCONN = 256, O_SLOT, O_PUB, O_METRICS, O_STATS, O_RHOST, O_RPORT, O_RPASS,
        O_RUSER, O_RCLUSTER, O_RSENT, O_RMASTER, O_PREFIX, O_TABLE, O_OWNER, O_SCORE,
        O_ID, O_MAXLEN, O_MAXPAGE, O_TTL, O_RTIMEOUT, O_LEASE, O_LEASEWAIT, O_RETRY,
-       O_REPLICA, O_PGTIMEOUT, O_HELP };
+       O_REPLICA, O_PGTIMEOUT, O_EMPTYTTL, O_REPLAG, O_WAITN, O_WAITMS, O_FENCE,
+       O_HELP };
 
 static const struct option long_opts[] = {
     { "pg-conninfo", 1, NULL, O_PGCONN },       { "slot", 1, NULL, O_SLOT },
@@ -527,6 +530,9 @@ static const struct option long_opts[] = {
     { "redis-timeout-ms", 1, NULL, O_RTIMEOUT }, { "lease-ms", 1, NULL, O_LEASE },
     { "lease-wait-ms", 1, NULL, O_LEASEWAIT },  { "retry-ms", 1, NULL, O_RETRY },
     { "pg-replica-conninfo", 1, NULL, O_REPLICA }, { "pg-timeout-ms", 1, NULL, O_PGTIMEOUT },
+    { "empty-ttl-seconds", 1, NULL, O_EMPTYTTL }, { "pg-replica-max-lag-ms", 1, NULL, O_REPLAG },
+    { "redis-wait-replicas", 1, NULL, O_WAITN }, { "redis-wait-timeout-ms", 1, NULL, O_WAITMS },
+    { "redis-restart-fence", 1, NULL, O_FENCE },
     { "help", 0, NULL, O_HELP },                { NULL, 0, NULL, 0 },
 };
 
@@ -534,7 +540,7 @@ static const struct option long_opts[] = {
 static int parse_flags(int argc, char **argv, options *o)
 {
     feed_config *c = &o->cfg;
-    uint32_t port = 0;
+    uint32_t port = 0, fence = 0;
     int ch;
 
     feed_config_init(c);
@@ -572,6 +578,11 @@ static int parse_flags(int argc, char **argv, options *o)
         case O_RETRY:     num = &c->retry_ms; break;
         case O_REPLICA:   str = &c->pg_replica_conninfo; break;
         case O_PGTIMEOUT: num = &c->pg_timeout_ms; break;
+        case O_EMPTYTTL:  num = &c->empty_ttl_seconds; break;
+        case O_REPLAG:    num = &c->pg_replica_max_lag_ms; break;
+        case O_WAITN:     num = &c->redis_wait_replicas; break;
+        case O_WAITMS:    num = &c->redis_wait_timeout_ms; break;
+        case O_FENCE:     num = &fence; break;
         default:
             fprintf(stderr, "feedcache-sync: unknown flag or missing value: %s\n",
                     argv[optind - 1]);
@@ -590,6 +601,13 @@ static int parse_flags(int argc, char **argv, options *o)
                 return -1;
             }
             c->redis_port = (int)port;
+        }
+        if (ch == O_FENCE) {
+            if (fence > 1) {
+                fprintf(stderr, "feedcache-sync: --redis-restart-fence takes 0 or 1\n");
+                return -1;
+            }
+            c->redis_restart_fence = (int)fence;
         }
     }
     if (optind < argc) {

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# t_sync_flags.t -- feedcache-sync has a flag for every field of feed_config
+# (api.md: "flags mirror feed_config, every field, dashes for underscores"):
+# the fields are read from the header itself, so a field added to feed_config
+# without a flag fails here. Each flag is also accepted by the parser (a bad
+# value "1" for it is taken, and only a bogus flag after it is refused).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. tests/tap.bash
+BIN=${BUILD:-build}/sync/feedcache-sync
+[[ -x $BIN ]] || bail "no $BIN (run make)"
+
+fields=$(awk '/^typedef struct feed_config/,/^} feed_config;/' lib/feedcache.h |
+         grep -oE '^ +(const char +\*|uint32_t|int) *[a-z_]+;' | grep -oE '[a-z_]+;$' | tr -d ';')
+count=$(wc -w <<<"$fields")
+((count >= 25)) || bail "read only $count fields from feed_config"
+help=$("$BIN" --help)
+missing=()
+unknown=()
+for f in $fields; do
+    flag=--${f//_/-}
+    grep -q -- "$flag\b" <<<"$help" || missing+=("$flag")
+    out=$("$BIN" "$flag" 1 --bogus 2>&1 >/dev/null)
+    [[ $out == *"unknown flag or missing value: --bogus"* ]] || unknown+=("$flag: $out")
+done
+is "${missing[*]}" "" "--help names a flag for each of the $count fields of feed_config"
+is "${unknown[*]}" "" "  and the parser takes each of them (only the bogus flag after it is refused)"
+"$BIN" --no-such-flag >/dev/null 2>&1
+is "$?" 2 "an unknown flag exits 2"
+"$BIN" --redis-restart-fence 2 >/dev/null 2>&1
+is "$?" 2 "--redis-restart-fence 2 exits 2"
+echo "1..$n"
+((failed == 0))
