@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # t_sync_flags.t -- feedcache-sync has a flag for every field of feed_config
-# (api.md: "flags mirror feed_config, every field, dashes for underscores"):
+# (the program's contract: flags mirror feed_config, every field, dashes for
+# underscores):
 # the fields are read from the header itself, so a field added to feed_config
 # without a flag fails here. Each flag is also accepted by the parser (a bad
 # value "1" for it is taken, and only a bogus flag after it is refused).
