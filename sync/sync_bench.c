@@ -1,5 +1,5 @@
 /* sync_bench.c -- make bench's feedcache-sync section (bench/run.sh runs it
- * against the bench's throwaway servers and appends DIR/sec_sync.md):
+ * against the bench's throwaway servers and appends the section "sync" to the results folder):
  *
  *   1. the rate of the fastest single-row committer: one connection, one
  *      INSERT per transaction, as fast as it goes;

@@ -4,8 +4,9 @@
 # design notes outside the tree) or to files renamed away. Looked at: comment
 # lines of the sources, scripts and makefiles, and the Markdown files. A name
 # with a folder must exist at that path (from the top or from the file's
-# folder); a bare name must be some file's name. Built files count (build/,
-# and a file made from its .in template); system headers do not appear:
+# folder); a bare name must be some file's name. Built files count (any
+# path under build/, which the build or a test run makes, and a file made
+# from its .in template); system headers do not appear:
 # #include lines are not comments. Names that stand for the reader's own
 # files are listed in ALLOWED, with where they appear.
 set -u
@@ -38,7 +39,7 @@ refs() {  # file -> "file<TAB>reference" for each path-like word of its comments
 }
 checked=0
 : > "$tmp/bad"
-for f in $(grep -E "^(lib|lua|tests|examples|tools|bench|sql)/.*\.($ext)\$|^Makefile\$|^[^/]*\.md\$|^[^/]*/[^/]*\.md\$" "$tmp/files" |
+for f in $(grep -E "^(lib|lua|tests|examples|tools|bench|sql|sync)/.*\.($ext)\$|^Makefile\$|^[^/]*\.md\$|^[^/]*/[^/]*\.md\$" "$tmp/files" |
            grep -v "^$BUILD/\|^build\|\.png\$"); do
     while IFS=$'\t' read -r src ref; do
         [ -n "$ref" ] || continue
@@ -46,6 +47,7 @@ for f in $(grep -E "^(lib|lua|tests|examples|tools|bench|sql)/.*\.($ext)\$|^Make
         r=${ref#./}
         for a in "${ALLOWED[@]}"; do [ "$a" = "$src: $ref" ] && continue 2; done
         case "$r" in
+            build/* | build-*/* | "$BUILD"/*) ;;   # made by the build or a test run
             */*) grep -qxF "$r" "$tmp/files" || [ -e "$(dirname "$src")/$r" ] || echo "$src: $ref" >> "$tmp/bad" ;;
             *)   grep -qxF "$r" "$tmp/names" || echo "$src: $ref" >> "$tmp/bad" ;;
         esac
