@@ -515,6 +515,12 @@ typedef struct feed_stats {
                                 (restart from disk, failover) and began to flush */
     uint64_t failovers;      /* -READONLY replies or non-primary ROLEs seen: the node
                                 was demoted, the Sentinels are asked again at once */
+    /* --- how cached pages were served (issue 15) --- */
+    uint64_t plain_pages;    /* cache pages answered by plain Redis reads, no script */
+    uint64_t script_pages;   /* cache pages answered by page.lua */
+    uint64_t plain_fallbacks; /* plain reads that could not prove their page exact
+                                 (absent key, cursor moved, a long run of ties):
+                                 page.lua then answered, one more round trip */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

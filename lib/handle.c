@@ -127,6 +127,7 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(pg_timeouts), FEED_STAT(replica_queries), FEED_STAT(replica_fallbacks),
     FEED_STAT(replica_lagging),
     FEED_STAT(wait_failures), FEED_STAT(fence_flushes), FEED_STAT(failovers),
+    FEED_STAT(plain_pages), FEED_STAT(script_pages), FEED_STAT(plain_fallbacks),
 };
 #undef FEED_STAT
 

@@ -38,6 +38,8 @@
 #define FEED_MEMBER_MAX 24          /* bytes for any encoded member + NUL */
 #define FEED_END_MEMBER "end"
 
+#define FEED_HINTS 64               /* page.c: rank hints kept per handle */
+
 /* The Lua scripts: lua/<name>.lua becomes feed_lua_<name> at build time
  * (tools/embed.c writes build/lib/scripts.c). */
 enum feed_script {
@@ -95,6 +97,15 @@ struct feed {
     uint64_t token_seed;        /* lease tokens: seed from the OS, then a counter */
     uint64_t token_seq;
 
+    /* page.c: where recent pages ended. hints[h] says that in uid's zset the
+     * first entry after the cursor (score, id) sat at rank `rank` when last
+     * read; a next page fetches by rank from there and its reply proves (or
+     * disproves) that the rank still holds. Never trusted, only a guess. */
+    struct feed_hint {
+        int64_t  uid, score, id, rank;
+        int      used;
+    } hints[FEED_HINTS];
+
     feed_stats stats;
     char       errmsg[512];
 
@@ -138,6 +149,12 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
                                      const size_t *const *clens,
                                      enum feed_script script, int nkeys,
                                      int argc, const char **argv, const size_t *lens);
+/* n plain commands on one hash slot in one round trip; replies[i] gets each
+ * reply (error replies included; the caller frees them). FEED_OK, or
+ * FEED_EREDIS with the connection dropped and every replies[i] NULL. */
+int  feed__redis_commands(feed *f, size_t n, const int *argc,
+                          const char **const *argv, const size_t *const *lens,
+                          redisReply **replies);
 /* Fills argv[0..argc) and lens for the i-th call of a pipeline. */
 typedef void feed__args_fn(void *arg, size_t i, const char **argv, size_t *lens);
 int  feed__redis_script_many(feed *f, enum feed_script script, size_t n,

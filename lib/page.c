@@ -1,7 +1,9 @@
 /* page.c -- the read path: feed_page.
  *
  * One call, in order:
- *   1. page.lua (one round trip): the page from the cache, or a miss.
+ *   1. A plain read (one round trip, no script: "Plain reads" below) whose
+ *      reply proves the page; when it cannot (absent key, a cursor that
+ *      moved far), page.lua (one more round trip): the page, or a miss.
  *   2. Hit: the cache answers when it returned limit + 1 items (so has_more
  *      is known) or reached the end marker. Otherwise the cache is short of
  *      the page and a keyset query answers.
@@ -25,11 +27,13 @@ typedef struct page_req {
     size_t  limit;
 } page_req;
 
-/* What page.lua said. */
+/* What the cache said, by a plain read or by page.lua. */
 typedef struct cache_answer {
     int       hit;
     int       ended;        /* hit: the end marker was reached */
     int       leased;       /* miss: we hold the lease and must rebuild */
+    int       plain;        /* hit: proven from a plain read, no script */
+    int64_t   rank0;        /* hit: rank of rows.items[0] in that snapshot; -1 unknown */
     feed_rows rows;         /* hit: up to limit + 1 items after the cursor */
     char      token[33];
 } cache_answer;
@@ -60,41 +64,27 @@ static int is_end_marker(const redisReply *r, size_t i)
            s->len == 4 && memcmp(s->str, "-inf", 4) == 0;
 }
 
-/* page.lua answers a hit with the ZREVRANGE reply itself, {member, score,
- * ...}, and a miss with an integer, 1 = we hold the lease (bench/: the
- * script returns at once, no status added in Lua). So the two facts the
- * script used to add are read here: after a cursor, a first pair that is the
- * cursor item at the cursor's score is the seek's check, not part of the
- * page, and is dropped; a last pair that is the end marker means the page is
- * complete without SQL. Everything else is checked element by element. */
-static int parse_answer(feed *f, const redisReply *r, const page_req *q,
-                        cache_answer *a)
+/* The feed item of the pair at element i; FEED_OK or not a feedcache item. */
+static int pair_item(const redisReply *r, size_t i, feed_item *it)
 {
-    size_t n, first = 0;
+    const redisReply *m = r->element[i], *s = r->element[i + 1];
 
-    if (is_int(r)) {
-        if (r->integer != 0 && r->integer != 1)
-            return bad_reply(f, "a miss that is neither 0 nor 1");
-        a->leased = r->integer == 1;
-        return FEED_OK;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0)
-        return bad_reply(f, "not {member, score, ...}");
-    a->hit = 1;
-    n = r->elements / 2;
-    if (n > 0 && is_end_marker(r, r->elements - 2)) {
+    if (!is_str(m) || !is_str(s) ||
+        feed__member_decode(m->str, m->len, &it->id) != FEED_OK ||
+        feed__parse_score(s->str, s->len, &it->score) != FEED_OK)
+        return FEED_EINVAL;
+    return FEED_OK;
+}
+
+/* The n pairs of r from element `from` on are the entries that follow the
+ * cursor, in order: they become a->rows, a last pair that is the end marker
+ * becomes a->ended. Every item is checked. */
+static int take_rows(feed *f, const redisReply *r, size_t from, size_t n,
+                     const page_req *q, cache_answer *a)
+{
+    if (n > 0 && is_end_marker(r, from + 2 * n - 2)) {
         a->ended = 1;
         n--;
-    }
-    if (!q->first && n > 0) {
-        const redisReply *m = r->element[0], *s = r->element[1];
-        int64_t id, score;
-        if (is_str(m) && is_str(s) &&
-            feed__member_decode(m->str, m->len, &id) == FEED_OK && id == q->id &&
-            feed__parse_score(s->str, s->len, &score) == FEED_OK && score == q->score) {
-            first = 2;
-            n--;
-        }
     }
     if (n + a->ended > q->limit + 1)
         return bad_reply(f, "item count");
@@ -102,11 +92,8 @@ static int parse_answer(feed *f, const redisReply *r, const page_req *q,
     if (!a->rows.items)
         return feed__error(f, FEED_ENOMEM, "out of memory for %zu items", n);
     for (size_t i = 0; i < n; i++) {
-        const redisReply *m = r->element[first + 2 * i], *s = r->element[first + 1 + 2 * i];
         feed_item *it = &a->rows.items[i];
-        if (!is_str(m) || !is_str(s) ||
-            feed__member_decode(m->str, m->len, &it->id) != FEED_OK ||
-            feed__parse_score(s->str, s->len, &it->score) != FEED_OK) {
+        if (pair_item(r, from + 2 * i, it) != FEED_OK) {
             feed__rows_free(&a->rows);
             return bad_reply(f, "member or score is not a feedcache item");
         }
@@ -121,10 +108,57 @@ static int parse_answer(feed *f, const redisReply *r, const page_req *q,
         }
     }
     a->rows.count = n;
+    a->hit = 1;
     return FEED_OK;
 }
 
-static int ask_cache(feed *f, const page_req *q, cache_answer *a)
+/* page.lua answers a hit with the ZREVRANGE reply itself, {member, score,
+ * ...}, and a miss with an integer, 1 = we hold the lease (bench/: the
+ * script returns at once, no status added in Lua). So the two facts the
+ * script used to add are read here: after a cursor, a first pair that is the
+ * cursor item at the cursor's score is the seek's check, not part of the
+ * page, and is dropped; a last pair that is the end marker means the page is
+ * complete without SQL. After a cursor one integer follows the pairs: the
+ * rank of the first pair (absent when there is none). */
+static int parse_answer(feed *f, const redisReply *r, const page_req *q,
+                        cache_answer *a)
+{
+    size_t n, elements, first = 0;
+    int64_t rank = q->first ? 0 : -1;
+
+    if (is_int(r)) {
+        if (r->integer != 0 && r->integer != 1)
+            return bad_reply(f, "a miss that is neither 0 nor 1");
+        a->leased = r->integer == 1;
+        return FEED_OK;
+    }
+    if (r->type != REDIS_REPLY_ARRAY)
+        return bad_reply(f, "not {member, score, ...}");
+    elements = r->elements;
+    if (!q->first && elements % 2 == 1) {
+        const redisReply *last = r->element[elements - 1];
+        if (!is_int(last) || last->integer < 0)
+            return bad_reply(f, "not {member, score, ..., rank}");
+        rank = last->integer;
+        elements--;
+    }
+    if (elements % 2 != 0)
+        return bad_reply(f, "not {member, score, ...}");
+    n = elements / 2;
+    if (!q->first && n > 0) {
+        feed_item c;
+        if (pair_item(r, 0, &c) == FEED_OK && c.id == q->id && c.score == q->score) {
+            first = 2;
+            n--;
+            if (rank >= 0)
+                rank++;
+        }
+    }
+    a->rank0 = rank;
+    return take_rows(f, r, first, n, q, a);
+}
+
+static int ask_script(feed *f, const page_req *q, cache_answer *a)
 {
     char want[21], score[21], member[FEED_MEMBER_MAX];
     const char *argv[9];
@@ -132,7 +166,6 @@ static int ask_cache(feed *f, const page_req *q, cache_answer *a)
     redisReply *r;
     int rc;
 
-    memset(a, 0, sizeof *a);
     feed__lease_token(f, a->token);
     feed__i64_to_str((int64_t)q->limit + 1, want);
     if (q->first) {
@@ -160,6 +193,201 @@ static int ask_cache(feed *f, const page_req *q, cache_answer *a)
     rc = parse_answer(f, r, q, a);
     freeReplyObject(r);
     return rc;
+}
+
+/* ---- Plain reads -------------------------------------------------------
+ *
+ * Most pages need no script. One plain command's reply is one atomic
+ * snapshot of the zset, and what page.lua returns is a function of that
+ * snapshot: the first limit + 1 entries strictly after the cursor, the end
+ * marker counted among them. So a plain reply that provably contains those
+ * entries, or all of them when fewer exist, gives the very page page.lua
+ * would, and everything after (end marker, short cache, has_more) is decided
+ * by the same code. A reply that proves nothing costs a round trip, and
+ * page.lua then answers as before (plain_fallbacks counts those):
+ *
+ *   first page     ZREVRANGE key 0 limit WITHSCORES: rank 0 has nothing
+ *                  above it. Empty: the key is absent (a cached feed is never
+ *                  an empty set: an empty feed holds the end marker), and
+ *                  page.lua takes the lease.
+ *   rank hint      the handle saw where the first entry after this cursor
+ *                  sat (FEED_HINTS entries): ZREVRANGE from SLACK_UP ranks
+ *                  above it to SLACK_DOWN below the last one needed. The
+ *                  reply proves itself when an entry that is not after the
+ *                  cursor is followed by one that is (or the read started at
+ *                  rank 0): that second entry is the first after the cursor,
+ *                  whatever moved meanwhile, the cursor item included. So a
+ *                  few inserts or deletes above, or a deleted or rescored
+ *                  cursor item, still read plainly.
+ *   no hint        ZREVRANGEBYSCORE key <score> -inf WITHSCORES LIMIT 0
+ *                  limit+2: every entry at or below the cursor's score, so
+ *                  those not after the cursor are the cursor item and ties
+ *                  of higher id, first. Skipped here; the rest proves itself
+ *                  when limit+1 entries remain or the reply reached the
+ *                  set's bottom. A long run of ties falls back.
+ *
+ * TTL refresh: as page.lua does it (below), on first pages only, with a PTTL
+ * in the same round trip as the ZREVRANGE and a PEXPIRE, in a second round
+ * trip, only when less than half the TTL is left: once per TTL/2 per feed
+ * read, never a write per page. */
+
+#define SLACK_UP   1    /* ranks read above a hinted page: deletes above */
+#define SLACK_DOWN 2    /* ranks read below it: inserts above */
+
+static size_t hint_slot(int64_t uid, int64_t score, int64_t id)
+{
+    uint64_t h = (uint64_t)uid * 0x9E3779B97F4A7C15ULL ^ (uint64_t)score * 0xC2B2AE3D27D4EB4FULL ^
+                 (uint64_t)id * 0x165667B19E3779F9ULL;
+
+    return (size_t)(h >> 32) % FEED_HINTS;
+}
+
+/* The rank hint for uid's cursor, or -1. */
+static int64_t hint_get(const feed *f, int64_t uid, int64_t score, int64_t id)
+{
+    const struct feed_hint *h = &f->hints[hint_slot(uid, score, id)];
+
+    return h->used && h->uid == uid && h->score == score && h->id == id ? h->rank : -1;
+}
+
+static void hint_put(feed *f, int64_t uid, int64_t score, int64_t id, int64_t rank)
+{
+    struct feed_hint *h = &f->hints[hint_slot(uid, score, id)];
+
+    *h = (struct feed_hint){ uid, score, id, rank, 1 };
+}
+
+/* Is the pair at element i after the cursor? 1 yes, 0 no, -1 not an entry
+ * of ours. The end marker is after every cursor. */
+static int pair_after(const redisReply *r, size_t i, const page_req *q)
+{
+    feed_item it;
+
+    if (is_end_marker(r, i))
+        return 1;
+    if (pair_item(r, i, &it) != FEED_OK)
+        return -1;
+    return feed__item_after(it, q->score, q->id);
+}
+
+/* FEED_OK with a hit in *a, PLAIN_NO when the reply proves nothing (page.lua
+ * must answer), or an error code. */
+#define PLAIN_NO 1
+
+static int read_plain_reply(feed *f, const redisReply *r, const page_req *q,
+                            int64_t start, size_t asked, cache_answer *a)
+{
+    size_t npairs, j = 0, avail, want = q->limit + 1;
+    int rc;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0 || r->elements == 0)
+        return PLAIN_NO;   /* absent, an error reply, or not ours: page.lua tells */
+    npairs = r->elements / 2;
+    if (!q->first) {
+        int after = 0;
+        while (j < npairs && (after = pair_after(r, 2 * j, q)) == 0)
+            j++;
+        if (after < 0)
+            return PLAIN_NO;
+        /* By rank, the first entry after the cursor is proven only by an
+         * entry before it that is not after the cursor, or by rank 0. */
+        if (start > 0 && j == 0)
+            return PLAIN_NO;
+    }
+    avail = npairs - j;
+    if (avail < want && npairs == asked)
+        return PLAIN_NO;   /* neither limit+1 entries nor the set's bottom */
+    rc = take_rows(f, r, 2 * j, avail < want ? avail : want, q, a);
+    if (rc != FEED_OK)
+        return rc;
+    a->plain = 1;
+    a->rank0 = start >= 0 ? start + (int64_t)j : -1;
+    return FEED_OK;
+}
+
+static void refresh_ttl(feed *f)
+{
+    const char *argv[3] = { "PEXPIRE", f->key, f->ttl_ms };
+    const char **av = argv;
+    size_t lens[3] = { 7, strlen(f->key), strlen(f->ttl_ms) };
+    const size_t *lv = lens;
+    int argc = 3;
+    redisReply *r;
+
+    /* A failure loses nothing: the next first page tries again. */
+    if (feed__redis_commands(f, 1, &argc, &av, &lv, &r) == FEED_OK)
+        freeReplyObject(r);
+}
+
+static int ask_plain(feed *f, const page_req *q, cache_answer *a)
+{
+    char from[24], to[24], score[24], count[24];
+    const char *cmd[8], *pttl[2] = { "PTTL", f->key };
+    size_t lens[8], plens[2] = { 4, strlen(f->key) };
+    const char **argv[2] = { cmd, pttl };
+    const size_t *const lensv[2] = { lens, plens };
+    int argc[2] = { 5, 2 }, rc;
+    size_t n = 1, asked;
+    int64_t start = -1;
+    redisReply *replies[2];
+
+    cmd[1] = f->key;
+    if (q->first || (start = hint_get(f, q->uid, q->score, q->id)) >= 0) {
+        int64_t stop = start + (int64_t)q->limit + SLACK_DOWN;
+        if (q->first) {
+            start = 0;
+            stop = (int64_t)q->limit;
+            n = f->cfg.ttl_seconds ? 2 : 1;
+        } else {
+            start = start > SLACK_UP ? start - SLACK_UP : 0;
+        }
+        cmd[0] = "ZREVRANGE";
+        feed__i64_to_str(start, from);
+        feed__i64_to_str(stop, to);
+        cmd[2] = from;
+        cmd[3] = to;
+        cmd[4] = "WITHSCORES";
+        asked = (size_t)(stop - start + 1);
+    } else {
+        cmd[0] = "ZREVRANGEBYSCORE";
+        feed__i64_to_str(q->score, score);
+        cmd[2] = score;
+        cmd[3] = "-inf";
+        cmd[4] = "WITHSCORES";
+        cmd[5] = "LIMIT";
+        cmd[6] = "0";
+        asked = q->limit + 2;
+        feed__i64_to_str((int64_t)asked, count);
+        cmd[7] = count;
+        argc[0] = 8;
+    }
+    for (int i = 0; i < argc[0]; i++)
+        lens[i] = strlen(cmd[i]);
+    rc = feed__redis_commands(f, n, argc, argv, lensv, replies);
+    if (rc != FEED_OK)
+        return rc;
+    rc = read_plain_reply(f, replies[0], q, start, asked, a);
+    if (rc == FEED_OK && n == 2 && is_int(replies[1]) && replies[1]->integer != -2 &&
+        replies[1]->integer < (long long)f->cfg.ttl_seconds * 500)
+        refresh_ttl(f);
+    for (size_t i = 0; i < n; i++)
+        freeReplyObject(replies[i]);
+    return rc;
+}
+
+/* The cache's answer: by a plain read when its reply proves the page, else
+ * by page.lua (a miss, a lease, a cursor that moved too far). */
+static int ask_cache(feed *f, const page_req *q, cache_answer *a)
+{
+    int rc;
+
+    memset(a, 0, sizeof *a);
+    a->rank0 = -1;
+    rc = ask_plain(f, q, a);
+    if (rc != PLAIN_NO)
+        return rc;
+    f->stats.plain_fallbacks++;
+    return ask_script(f, q, a);
 }
 
 /* Fill *out from items, of which avail follow the cursor in order; the
@@ -247,13 +475,35 @@ static int answer_by_rebuild(feed *f, const page_req *q, const char *token,
     complete = rows.count <= f->cfg.max_len;
     start = first_after(&rows, q);
     avail = rows.count - start;
-    if (complete || avail > q->limit)
+    if (complete || avail > q->limit) {
         rc = answer(f, out, rows.items + start, avail, q->limit,
                     installed ? FEED_SOURCE_REBUILD : FEED_SOURCE_DB);
-    else
+        if (rc == FEED_OK && installed && out->has_more)   /* rows are ranks 0.. */
+            hint_put(f, q->uid, out->next_score, out->next_id,
+                     (int64_t)(start + out->count));
+    } else
         rc = answer_from_db(f, q, out, !installed && rc == FEED_EREDIS);
     feed__rows_free(&rows);
     return rc;
+}
+
+/* Count how the page was served, and remember where the next one starts:
+ * the entry after out's last item sits at rank0 + count, and the entry
+ * after the cursor at rank0 (a cursor page.lua had to seek gets a hint
+ * too: the next call with it reads plainly). */
+static void served_from_cache(feed *f, const page_req *q, const cache_answer *a,
+                              const feed_result *out)
+{
+    if (a->plain)
+        f->stats.plain_pages++;
+    else
+        f->stats.script_pages++;
+    if (a->rank0 < 0)
+        return;
+    if (!q->first && !a->plain)
+        hint_put(f, q->uid, q->score, q->id, a->rank0);
+    if (out->has_more)
+        hint_put(f, q->uid, out->next_score, out->next_id, a->rank0 + (int64_t)out->count);
 }
 
 static void sleep_ms(int64_t ms)
@@ -308,10 +558,13 @@ int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
         if (rc != FEED_OK)
             return answer_from_db(f, &q, out, 1);
         if (a.hit) {
-            if (a.rows.count > limit || a.ended)
+            if (a.rows.count > limit || a.ended) {
                 rc = answer(f, out, a.rows.items, a.rows.count, limit, FEED_SOURCE_CACHE);
-            else
+                if (rc == FEED_OK)
+                    served_from_cache(f, &q, &a, out);
+            } else {
                 rc = answer_from_db(f, &q, out, 0);   /* the cache is short */
+            }
             feed__rows_free(&a.rows);
             return rc;
         }

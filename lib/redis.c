@@ -637,6 +637,51 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
     return no_error(f, r, script_name(script));
 }
 
+/* n plain commands in ONE round trip; every key they name lives on one
+ * hash slot (routing, when it comes, is by the first command's key).
+ * replies[i] gets each reply, error replies included: the caller reads and
+ * frees them. A server that closed a working connection (a restart) is
+ * retried once on a fresh one, as round_trip() does. Returns FEED_OK, or
+ * FEED_EREDIS with every replies[i] NULL, the connection dropped and the
+ * reason on f. */
+int feed__redis_commands(feed *f, size_t n, const int *argc,
+                         const char **const *argv, const size_t *const *lens,
+                         redisReply **replies)
+{
+    int retried = 0;
+
+    for (size_t i = 0; i < n; i++)
+        replies[i] = NULL;
+    for (;;) {
+        size_t sent = 0, got = 0;
+        if (redis_ready(f) != FEED_OK)
+            return FEED_EREDIS;
+        f->stats.redis_calls++;
+        while (sent < n && redisAppendCommandArgv(f->redis, argc[sent], argv[sent],
+                                                  lens[sent]) == REDIS_OK)
+            sent++;
+        if (sent < n) {   /* out of memory; part of it may sit in the buffer: drop */
+            io_failed(f, "pipeline");
+            return FEED_EREDIS;
+        }
+        while (got < n && redisGetReply(f->redis, (void **)&replies[got]) == REDIS_OK)
+            got++;
+        if (got == n)
+            return FEED_OK;
+        for (size_t i = 0; i < got; i++) {
+            freeReplyObject(replies[i]);
+            replies[i] = NULL;
+        }
+        if (retried || got > 0 || !closed_by_peer(f->redis)) {
+            io_failed(f, argv[0][0]);
+            return FEED_EREDIS;
+        }
+        feed__redis_drop(f);
+        f->redis_attempt_ms = 0;   /* the server went away under us: try now */
+        retried = 1;
+    }
+}
+
 /* Send the calls not yet done (done[i] == 0) in one pipeline and read every
  * reply. A NOSCRIPT leaves done[i] at 0 for another pass; any other error
  * reply marks the call done and failed. */

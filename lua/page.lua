@@ -35,11 +35,17 @@ else
     -- the page. Its score is compared as the string Redis formats: an
     -- integer below 2^53 prints as plain digits, as the caller sends it, and
     -- any other spelling only takes the slower seek below, never a wrong one.
+    -- After a cursor the reply ends with one more element, an integer: the
+    -- rank of its first pair, so that the caller can read the next page by
+    -- rank with a plain ZREVRANGE (lib/page.c, "rank hints").
     local member = ARGV[3]
     local rank = redis.call('ZREVRANK', feed, member)
     if rank then
         range = redis.call('ZREVRANGE', feed, rank, rank + want, 'WITHSCORES')
-        if range[2] == score then return range end
+        if range[2] == score then
+            range[#range + 1] = rank
+            return range
+        end
     end
     -- The cursor item was deleted or moved. Items above its score come
     -- first; then, among those sharing its score (ordered by id
@@ -62,6 +68,7 @@ else
         if id_greater(id, member) then start = mid + 1 else hi = mid end
     end
     range = redis.call('ZREVRANGE', feed, start, start + want - 1, 'WITHSCORES')
+    if #range > 0 then range[#range + 1] = start end
 end
 
 -- A cached feed is never an empty set (an empty feed holds the end marker),
