@@ -117,9 +117,12 @@ typedef struct variant {
 } variant;
 void run_rounds(variant *v, size_t nv, int rounds, double secs, int min_calls,
                 redisContext *stats, pid_t rpid);
+/* The median of a->v[i] / b->v[i]: samples paired by round. */
+double median_of_ratios(const samples *a, const samples *b);
 /* Median over rounds of v[a].rate / v[b].rate (paired by round). */
 double paired_ratio(const variant *a, const variant *b);
 double paired_ratio_srv(const variant *a, const variant *b);   /* srv_us a / b */
+double paired_ratio_cpu(const variant *a, const variant *b);   /* cpu_us a / b */
 void variant_free(variant *v);
 
 /* Scale for quick runs (BENCH_QUICK=1): rounds and seconds shrink. */

@@ -46,19 +46,9 @@ static int parse_pairs(const redisReply *r, size_t first, feed_item *out, size_t
     return (int)n;
 }
 
-typedef struct raw_ctx {
-    redisContext *c;
-    const char   *argv[6];
-    size_t        lens[6];
-    int           argc;
-    size_t        skip;          /* reply elements before the page's first pair */
-    char          start[24], stop[24];
-    char          sha[41];
-} raw_ctx;
-
 /* One call of a bare peer (raw ZREVRANGE, bare Lua, exact seek), as its
  * *_init set it up, and the client's share: parsing the page. */
-static int op_bare(void *arg)
+int op_bare(void *arg)
 {
     raw_ctx *x = arg;
     feed_item items[PAGE_LIMIT + 1];
@@ -69,7 +59,7 @@ static int op_bare(void *arg)
     return n < 0;
 }
 
-static void raw_init(raw_ctx *x, redisContext *c, const char *key, size_t depth)
+void raw_init(raw_ctx *x, redisContext *c, const char *key, size_t depth)
 {
     memset(x, 0, sizeof *x);
     x->c = c;

@@ -17,6 +17,23 @@ typedef struct page_ctx {
     page_pos pos;
 } page_ctx;
 
+/* A bare peer call: the argv it sends, and how much of the reply precedes
+ * the page's first pair. */
+typedef struct raw_ctx {
+    redisContext *c;
+    const char   *argv[6];
+    size_t        lens[6];
+    int           argc;
+    size_t        skip;          /* reply elements before the page's first pair */
+    char          start[24], stop[24];
+    char          sha[41];
+} raw_ctx;
+
+/* ZREVRANGE key depth depth+PAGE_LIMIT WITHSCORES, and op_bare runs it and
+ * parses the pairs into items as the library does. */
+void raw_init(raw_ctx *x, redisContext *c, const char *key, size_t depth);
+int  op_bare(void *raw_ctx);
+
 page_pos pos_at(const feed_item *items, size_t n, size_t depth);
 int  op_page(void *page_ctx);   /* exits unless answered by the cache */
 void warm(feed *f, redisContext *c, int64_t uid, const char *prefix, long long want_card);
@@ -28,5 +45,6 @@ void section_stampede(void);
 void section_fanout(void);
 void section_pg(void);
 void section_wait(void);      /* bench/ha.c: the failover guarantee's cost */
+void section_cpu(void);        /* bench/cpu.c: plain-read pages, Redis CPU, 8 clients */
 
 #endif

@@ -562,7 +562,7 @@ void run_rounds(variant *v, size_t nv, int rounds, double secs, int min_calls,
 
 /* The median of the per-round ratios a[i] / b[i]: rounds are interleaved,
  * so each ratio pairs figures taken under the same load. */
-static double median_of_ratios(const samples *a, const samples *b)
+double median_of_ratios(const samples *a, const samples *b)
 {
     samples s = { 0 };
     double m;
@@ -582,6 +582,11 @@ double paired_ratio(const variant *a, const variant *b)
 double paired_ratio_srv(const variant *a, const variant *b)
 {
     return median_of_ratios(&a->srv_us, &b->srv_us);
+}
+
+double paired_ratio_cpu(const variant *a, const variant *b)
+{
+    return median_of_ratios(&a->cpu_us, &b->cpu_us);
 }
 
 void variant_free(variant *v)

@@ -38,7 +38,7 @@
 #define FEED_MEMBER_MAX 24          /* bytes for any encoded member + NUL */
 #define FEED_END_MEMBER "end"
 
-#define FEED_HINTS 64               /* page.c: rank hints kept per handle */
+#define FEED_HINTS 64               /* page.c: rank hints kept per handle (2-way sets) */
 
 /* The Lua scripts: lua/<name>.lua becomes feed_lua_<name> at build time
  * (tools/embed.c writes build/lib/scripts.c). */
@@ -103,8 +103,15 @@ struct feed {
      * disproves) that the rank still holds. Never trusted, only a guess. */
     struct feed_hint {
         int64_t  uid, score, id, rank;
-        int      used;
+        uint64_t used;          /* hint_clock when last put; 0 = empty */
     } hints[FEED_HINTS];
+    uint64_t hint_clock;
+    /* page.c: a first page of uid needs no TTL check before fresh_until
+     * (monotonic ms): a PTTL showed the key lives at least that long plus
+     * half the TTL. 0 = unknown. */
+    struct feed_ttl_seen {
+        int64_t uid, fresh_until;
+    } ttl_seen[FEED_HINTS];
 
     feed_stats stats;
     char       errmsg[512];

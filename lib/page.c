@@ -226,35 +226,55 @@ static int ask_script(feed *f, const page_req *q, cache_answer *a)
  *                  when limit+1 entries remain or the reply reached the
  *                  set's bottom. A long run of ties falls back.
  *
- * TTL refresh: as page.lua does it (below), on first pages only, with a PTTL
- * in the same round trip as the ZREVRANGE and a PEXPIRE, in a second round
- * trip, only when less than half the TTL is left: once per TTL/2 per feed
- * read, never a write per page. */
+ * TTL refresh: what page.lua promises, on first pages only: right after a
+ * first page, at least half the TTL is left. page.lua reads PTTL on every
+ * first page and PEXPIREs when less than half is left. Here a PTTL rides in
+ * the same round trip as the ZREVRANGE, and a PEXPIRE follows in a second
+ * round trip when less than half is left; both only when the handle does not
+ * already know the answer: a PTTL of P read at time t means the key lives
+ * until t + P at least (only rebuilds and refreshes set a TTL, always the
+ * full one, and a key deleted and cached again gets a later one), so the
+ * next checks can wait until t + P - TTL/2. A handle reading a feed thus
+ * sends one PTTL per TTL/2 or so, a PEXPIRE about as often, and a plain
+ * first page is one command. (This assumes every handle on the key prefix
+ * uses the same ttl_seconds, and no one else shortens the TTL.) */
 
 #define SLACK_UP   1    /* ranks read above a hinted page: deletes above */
 #define SLACK_DOWN 2    /* ranks read below it: inserts above */
 
-static size_t hint_slot(int64_t uid, int64_t score, int64_t id)
+/* Hints live in sets of two: a page puts its cursor's hint and then its
+ * next cursor's, and the second evicts the older entry of its set, never
+ * the one just put, so a walk keeps both whatever they hash to. */
+static struct feed_hint *hint_set(feed *f, int64_t uid, int64_t score, int64_t id)
 {
     uint64_t h = (uint64_t)uid * 0x9E3779B97F4A7C15ULL ^ (uint64_t)score * 0xC2B2AE3D27D4EB4FULL ^
                  (uint64_t)id * 0x165667B19E3779F9ULL;
 
-    return (size_t)(h >> 32) % FEED_HINTS;
+    return &f->hints[(h >> 32) % (FEED_HINTS / 2) * 2];
+}
+
+static int hint_is(const struct feed_hint *h, int64_t uid, int64_t score, int64_t id)
+{
+    return h->used && h->uid == uid && h->score == score && h->id == id;
 }
 
 /* The rank hint for uid's cursor, or -1. */
-static int64_t hint_get(const feed *f, int64_t uid, int64_t score, int64_t id)
+static int64_t hint_get(feed *f, int64_t uid, int64_t score, int64_t id)
 {
-    const struct feed_hint *h = &f->hints[hint_slot(uid, score, id)];
+    struct feed_hint *h = hint_set(f, uid, score, id);
 
-    return h->used && h->uid == uid && h->score == score && h->id == id ? h->rank : -1;
+    return hint_is(&h[0], uid, score, id) ? h[0].rank
+         : hint_is(&h[1], uid, score, id) ? h[1].rank : -1;
 }
 
 static void hint_put(feed *f, int64_t uid, int64_t score, int64_t id, int64_t rank)
 {
-    struct feed_hint *h = &f->hints[hint_slot(uid, score, id)];
+    struct feed_hint *h = hint_set(f, uid, score, id);
 
-    *h = (struct feed_hint){ uid, score, id, rank, 1 };
+    if (!hint_is(&h[0], uid, score, id) &&
+        (hint_is(&h[1], uid, score, id) || h[1].used < h[0].used))
+        h++;
+    *h = (struct feed_hint){ uid, score, id, rank, ++f->hint_clock };
 }
 
 /* Is the pair at element i after the cursor? 1 yes, 0 no, -1 not an entry
@@ -305,7 +325,20 @@ static int read_plain_reply(feed *f, const redisReply *r, const page_req *q,
     return FEED_OK;
 }
 
-static void refresh_ttl(feed *f)
+static struct feed_ttl_seen *ttl_seen(feed *f, int64_t uid)
+{
+    return &f->ttl_seen[((uint64_t)uid * 0x9E3779B97F4A7C15ULL >> 32) % FEED_HINTS];
+}
+
+/* Must this first page check the TTL? */
+static int ttl_check_due(feed *f, int64_t uid, int64_t now)
+{
+    const struct feed_ttl_seen *t = ttl_seen(f, uid);
+
+    return f->cfg.ttl_seconds && !(t->uid == uid && t->fresh_until > now);
+}
+
+static int refresh_ttl(feed *f)
 {
     const char *argv[3] = { "PEXPIRE", f->key, f->ttl_ms };
     const char **av = argv;
@@ -315,8 +348,29 @@ static void refresh_ttl(feed *f)
     redisReply *r;
 
     /* A failure loses nothing: the next first page tries again. */
-    if (feed__redis_commands(f, 1, &argc, &av, &lv, &r) == FEED_OK)
-        freeReplyObject(r);
+    if (feed__redis_commands(f, 1, &argc, &av, &lv, &r) != FEED_OK)
+        return 0;
+    argc = is_int(r) && r->integer == 1;
+    freeReplyObject(r);
+    return argc;
+}
+
+/* A PTTL read at now said pttl: refresh the TTL if less than half is left,
+ * and remember until when no check is needed. */
+static void ttl_after_check(feed *f, int64_t uid, int64_t now, long long pttl)
+{
+    struct feed_ttl_seen *t = ttl_seen(f, uid);
+    long long ttl = (long long)f->cfg.ttl_seconds * 1000;
+
+    if (pttl == -2)
+        return;                 /* gone meanwhile: the next read rebuilds it */
+    if (pttl < ttl / 2) {       /* -1 (no TTL) included, as page.lua does */
+        if (!refresh_ttl(f))
+            return;
+        pttl = ttl;
+    }
+    t->uid = uid;
+    t->fresh_until = now + (pttl - ttl / 2);
 }
 
 static int ask_plain(feed *f, const page_req *q, cache_answer *a)
@@ -328,7 +382,7 @@ static int ask_plain(feed *f, const page_req *q, cache_answer *a)
     const size_t *const lensv[2] = { lens, plens };
     int argc[2] = { 5, 2 }, rc;
     size_t n = 1, asked;
-    int64_t start = -1;
+    int64_t start = -1, now = 0;
     redisReply *replies[2];
 
     cmd[1] = f->key;
@@ -337,7 +391,8 @@ static int ask_plain(feed *f, const page_req *q, cache_answer *a)
         if (q->first) {
             start = 0;
             stop = (int64_t)q->limit;
-            n = f->cfg.ttl_seconds ? 2 : 1;
+            now = feed__now_ms();
+            n = ttl_check_due(f, q->uid, now) ? 2 : 1;
         } else {
             start = start > SLACK_UP ? start - SLACK_UP : 0;
         }
@@ -367,9 +422,8 @@ static int ask_plain(feed *f, const page_req *q, cache_answer *a)
     if (rc != FEED_OK)
         return rc;
     rc = read_plain_reply(f, replies[0], q, start, asked, a);
-    if (rc == FEED_OK && n == 2 && is_int(replies[1]) && replies[1]->integer != -2 &&
-        replies[1]->integer < (long long)f->cfg.ttl_seconds * 500)
-        refresh_ttl(f);
+    if (rc == FEED_OK && n == 2 && is_int(replies[1]))
+        ttl_after_check(f, q->uid, now, replies[1]->integer);
     for (size_t i = 0; i < n; i++)
         freeReplyObject(replies[i]);
     return rc;
@@ -481,6 +535,8 @@ static int answer_by_rebuild(feed *f, const page_req *q, const char *token,
         if (rc == FEED_OK && installed && out->has_more)   /* rows are ranks 0.. */
             hint_put(f, q->uid, out->next_score, out->next_id,
                      (int64_t)(start + out->count));
+        if (installed)   /* with the full TTL: no check needed for TTL/2 */
+            ttl_after_check(f, q->uid, feed__now_ms(), (long long)f->cfg.ttl_seconds * 1000);
     } else
         rc = answer_from_db(f, q, out, !installed && rc == FEED_EREDIS);
     feed__rows_free(&rows);
@@ -490,7 +546,8 @@ static int answer_by_rebuild(feed *f, const page_req *q, const char *token,
 /* Count how the page was served, and remember where the next one starts:
  * the entry after out's last item sits at rank0 + count, and the entry
  * after the cursor at rank0 (a cursor page.lua had to seek gets a hint
- * too: the next call with it reads plainly). */
+ * too, and one whose entries moved a rank or two gets the new rank: the
+ * next call with it reads plainly). */
 static void served_from_cache(feed *f, const page_req *q, const cache_answer *a,
                               const feed_result *out)
 {
@@ -500,7 +557,7 @@ static void served_from_cache(feed *f, const page_req *q, const cache_answer *a,
         f->stats.script_pages++;
     if (a->rank0 < 0)
         return;
-    if (!q->first && !a->plain)
+    if (!q->first)
         hint_put(f, q->uid, q->score, q->id, a->rank0);
     if (out->has_more)
         hint_put(f, q->uid, out->next_score, out->next_id, a->rank0 + (int64_t)out->count);

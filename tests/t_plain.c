@@ -11,7 +11,8 @@
  *     every page equals SQL, and the ones a plain reply cannot prove went to
  *     page.lua (plain_fallbacks);
  *   - the TTL refresh: a first page sends PEXPIRE only when less than half
- *     the TTL is left; a page after a cursor never does;
+ *     the TTL is left, and PTTL only when the handle does not know that
+ *     more than half is left; a page after a cursor does neither;
  *   - concurrent hooks on the feed while walks run: no item that stays in
  *     SQL throughout a walk is skipped or repeated. */
 #include <pthread.h>
@@ -208,32 +209,61 @@ static long long pttl(int64_t uid)
     return v;
 }
 
+/* Calls of one command Redis has served (INFO commandstats). */
+static long long served(const char *cmd)
+{
+    redisReply *rep = tu_redis_cmd(rc_, "INFO commandstats");
+    char field[64];
+    const char *p;
+    long long n;
+
+    snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+    p = rep->type == REDIS_REPLY_STRING ? strstr(rep->str, field) : NULL;
+    n = p ? atoll(p + strlen(field)) : 0;
+    freeReplyObject(rep);
+    return n;
+}
+
 static void ttl_refresh(void)
 {
-    feed *f = open_handle();   /* ttl_seconds: the default 7 days */
+    feed *g = open_handle(), *f = open_handle(), *h = open_handle();  /* default 7-day TTL */
     const long long ttl = 604800LL * 1000;
     feed_result r, r2;
     feed_stats d;
+    long long pttls;
 
     tu_insert_rows(pg, 4, 30, score_desc, id_plus1);
-    ok(page_ok(f, 4, FEED_FIRST, 0, &r, &d) || r.source == FEED_SOURCE_REBUILD, "feed 4 cached");
+    feed_page(g, 4, FEED_FIRST, 0, LIMIT, &r);   /* the miss: rebuilds */
     feed_result_free(&r);
 
     freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE feed:{4} %lld", ttl / 2 + 60000));
+    pttls = served("pttl");
     ok(page_ok(f, 4, FEED_FIRST, 0, &r, &d), "more than half the TTL left: a first page");
-    ok(d.redis_calls == 1 && pttl(4) <= ttl / 2 + 60000, "  one round trip, TTL left as it was");
+    ok(d.redis_calls == 1 && served("pttl") == pttls + 1 && pttl(4) <= ttl / 2 + 60000,
+       "  one round trip with a PTTL; the TTL left as it was");
+    feed_result_free(&r);
+    pttls = served("pttl");
+    ok(page_ok(f, 4, FEED_FIRST, 0, &r, &d), "  the next first page on that handle");
+    ok(d.redis_calls == 1 && served("pttl") == pttls,
+       "  sends no PTTL: the key is known to live 60 s past half the TTL");
     feed_result_free(&r);
 
     freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE feed:{4} %lld", ttl / 2 - 60000));
-    ok(page_ok(f, 4, FEED_FIRST, 0, &r, &d), "less than half the TTL left: a first page");
+    ok(page_ok(h, 4, FEED_FIRST, 0, &r, &d), "less than half the TTL left: a first page");
     ok(d.redis_calls == 2 && pttl(4) > ttl - 60000, "  a second round trip set the TTL back to full");
+    feed_result_free(&r);
+    pttls = served("pttl");
+    ok(page_ok(h, 4, FEED_FIRST, 0, &r, &d) && d.redis_calls == 1 && served("pttl") == pttls,
+       "  the next first page on that handle: one plain command");
 
     freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE feed:{4} 100000"));
-    ok(page_ok(f, 4, r.next_score, r.next_id, &r2, &d), "a page after a cursor");
+    ok(page_ok(h, 4, r.next_score, r.next_id, &r2, &d), "a page after a cursor");
     ok(d.redis_calls == 1 && pttl(4) <= 100000, "  does not touch the TTL");
     feed_result_free(&r2);
     feed_result_free(&r);
     feed_close(f);
+    feed_close(g);
+    feed_close(h);
 }
 
 /* ---- concurrent hooks ------------------------------------------------
