@@ -108,7 +108,8 @@ typedef struct variant {
     const char *name;
     op_fn       op;
     void       *ctx;
-    const char *cmd;          /* commandstats name, or NULL */
+    const char *cmd;          /* commandstats name(s), or NULL; "=a,b": server time
+                                 of a and b per call of op, not per command */
     samples     rate;         /* calls/s per round */
     samples     srv_us;       /* commandstats usec per call, per round */
     samples     cpu_us;       /* Redis process CPU per call, per round */

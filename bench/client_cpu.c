@@ -1,6 +1,10 @@
 /* client_cpu.c -- the client's instructions per call, for callgrind.
  *
- *   client_cpu page DEPTH N   N cached pages of uid 2 through feed_page
+ *   client_cpu page DEPTH N   N cached pages of uid 2 through feed_page, on a
+ *                             handle that walked to DEPTH first (so it holds
+ *                             the rank hint: a reader's own next page)
+ *   client_cpu cold DEPTH N   the same on a handle that never saw the cursor
+ *                             (the read by score: another process's next page)
  *   client_cpu raw DEPTH N    N bare hiredis ZREVRANGE calls and their parse
  *
  * bench/run.sh runs each under `valgrind --tool=callgrind` for two values of
@@ -21,8 +25,9 @@ int main(int argc, char **argv)
     int64_t score = 0, id = 0;
     char start[24], stop[24];
 
-    if (argc != 4 || (strcmp(argv[1], "page") && strcmp(argv[1], "raw")))
-        die("usage: client_cpu page|raw DEPTH N");
+    if (argc != 4 || (strcmp(argv[1], "page") && strcmp(argv[1], "cold") &&
+                      strcmp(argv[1], "raw")))
+        die("usage: client_cpu page|cold|raw DEPTH N");
     depth = (size_t)atol(argv[2]);
     n = atol(argv[3]);
     c = b_redis();
@@ -42,7 +47,22 @@ int main(int argc, char **argv)
         score = strtoll(r->element[1]->str, NULL, 10);
         freeReplyObject(r);
     }
-    if (strcmp(argv[1], "page") == 0) {
+    if (strcmp(argv[1], "page") == 0) {   /* walk there: the handle learns the rank */
+        int64_t cs = FEED_FIRST, ci = 0;
+        for (size_t at = 0; at < depth;) {
+            size_t step = depth - at < PAGE_LIMIT ? depth - at : PAGE_LIMIT;
+            feed_result r;
+            if (feed_page(f, UID_1K, cs, ci, step, &r) != FEED_OK || !r.has_more)
+                die("walking to depth %zu: %s", depth, feed_errmsg(f));
+            cs = r.next_score;
+            ci = r.next_id;
+            at += step;
+            feed_result_free(&r);
+        }
+        if (depth > 0 && (cs != score || ci != id))
+            die("the walk ended at another cursor");
+    }
+    if (strcmp(argv[1], "raw") != 0) {
         for (long i = 0; i < n; i++) {
             feed_result r;
             int rc = feed_page(f, UID_1K, depth ? score : FEED_FIRST, id, PAGE_LIMIT, &r);

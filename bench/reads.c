@@ -313,7 +313,7 @@ void section_pages(void)
         memset(v, 0, sizeof v);
         v[V_RAW] = (variant){ .name = vname[V_RAW], .op = op_bare, .ctx = &raw, .cmd = "zrevrange" };
         v[V_LUA] = (variant){ .name = vname[V_LUA], .op = op_bare, .ctx = &lua, .cmd = "evalsha" };
-        v[V_FEED] = (variant){ .name = vname[V_FEED], .op = op_page, .ctx = &page, .cmd = "evalsha" };
+        v[V_FEED] = (variant){ .name = vname[V_FEED], .op = op_page, .ctx = &page, .cmd = FEED_PAGE_CMDS };
         v[V_NEXT] = (variant){ .name = vname[V_NEXT], .op = op_next, .ctx = &next, .cmd = "evalsha" };
         v[V_SEEK] = (variant){ .name = vname[V_SEEK], .op = op_bare, .ctx = &seek, .cmd = "evalsha" };
         /* The exact-seek peer needs the cursor item cached: not in the
@@ -419,7 +419,7 @@ void section_pages(void)
         next_init(&next, c, "big:{1}", &p0, next_sha);
         memset(v, 0, sizeof v);
         v[0] = (variant){ .name = "raw", .op = op_bare, .ctx = &raw, .cmd = "zrevrange" };
-        v[1] = (variant){ .name = "feedcache", .op = op_page, .ctx = &page, .cmd = "evalsha" };
+        v[1] = (variant){ .name = "feedcache", .op = op_page, .ctx = &page, .cmd = FEED_PAGE_CMDS };
         v[2] = (variant){ .name = "common", .op = op_next, .ctx = &next, .cmd = "evalsha" };
         run_rounds(v, 3, brounds, q_secs(0.3), 3, stats, rpid);
         r_next = paired_ratio(&v[1], &v[2]);
@@ -621,8 +621,8 @@ void section_memory(void)
                 page_ctx b = { fsl, UID_1K, pos_at(k1, n1k, g[gi].depths[di]) };
                 variant v[2];
                 memset(v, 0, sizeof v);
-                v[0] = (variant){ .name = "listpack", .op = op_page, .ctx = &a, .cmd = "evalsha" };
-                v[1] = (variant){ .name = "skiplist", .op = op_page, .ctx = &b, .cmd = "evalsha" };
+                v[0] = (variant){ .name = "listpack", .op = op_page, .ctx = &a, .cmd = FEED_PAGE_CMDS };
+                v[1] = (variant){ .name = "skiplist", .op = op_page, .ctx = &b, .cmd = FEED_PAGE_CMDS };
                 run_rounds(v, 2, rounds, secs, 3, stats, rpid);
                 fprintf(md, "| %zu | %zu | %s | %s | %s / %s µs | %s / %s µs | %s / %s µs |\n",
                         g[gi].max_len, g[gi].depths[di], NUM(sm_median(&v[0].rate)),

@@ -34,6 +34,11 @@ typedef struct raw_ctx {
 void raw_init(raw_ctx *x, redisContext *c, const char *key, size_t depth);
 int  op_bare(void *raw_ctx);
 
+/* What feed_page sends Redis (variant.cmd): plain reads, now and then a
+ * PTTL or PEXPIRE, page.lua when a reply cannot prove the page; server time
+ * per feed_page call ('=': divided by the calls made, not by a command's). */
+#define FEED_PAGE_CMDS "=zrevrange,zrevrangebyscore,pttl,pexpire,evalsha"
+
 page_pos pos_at(const feed_item *items, size_t n, size_t depth);
 int  op_page(void *page_ctx);   /* exits unless answered by the cache */
 void warm(feed *f, redisContext *c, int64_t uid, const char *prefix, long long want_card);

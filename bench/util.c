@@ -251,7 +251,7 @@ cstat cmdstat(redisContext *c, const char *names)
 {
     redisReply *r = b_cmd(c, "INFO commandstats");
     cstat s = { 0, 0 };
-    const char *p = names;
+    const char *p = names + (names[0] == '=');   /* '=': see variant.cmd */
 
     /* names: one command, or several separated by commas, summed */
     while (*p) {
@@ -262,7 +262,7 @@ cstat cmdstat(redisContext *c, const char *names)
         if (info_field(r->str, field, v, sizeof v))
             sscanf(v, "calls=%llu,usec=%llu", &one.calls, &one.usec);
         s.usec += one.usec;
-        if (p == names)
+        if (s.calls == 0)
             s.calls = one.calls;   /* calls: the first command's */
         p += len;
         if (*p == ',')
@@ -553,7 +553,9 @@ void run_rounds(variant *v, size_t nv, int rounds, double secs, int min_calls,
             sm_add(&x->rate, (double)calls / ((double)(t - t0) / 1e9));
             if (rpid)
                 sm_add(&x->cpu_us, (double)(cpu1 - cpu0) / 1e3 / (double)calls);
-            if (x->cmd && c1.calls > c0.calls)
+            if (x->cmd && x->cmd[0] == '=')
+                sm_add(&x->srv_us, (double)(c1.usec - c0.usec) / (double)calls);
+            else if (x->cmd && c1.calls > c0.calls)
                 sm_add(&x->srv_us, (double)(c1.usec - c0.usec) / (double)(c1.calls - c0.calls));
             x->calls += calls;
         }

@@ -240,7 +240,7 @@ static int ask_script(feed *f, const page_req *q, cache_answer *a)
  * uses the same ttl_seconds, and no one else shortens the TTL.) */
 
 #define SLACK_UP   1    /* ranks read above a hinted page: deletes above */
-#define SLACK_DOWN 2    /* ranks read below it: inserts above */
+#define SLACK_DOWN 1    /* ranks read below it: an insert above */
 
 /* Hints live in sets of two: a page puts its cursor's hint and then its
  * next cursor's, and the second evicts the older entry of its set, never
