@@ -199,7 +199,10 @@ FEED_API const char *feed_errmsg(const feed *f);
  * limit is 1..max_page. On FEED_OK *out holds up to limit items, owned by it;
  * free with feed_result_free(). On error *out is zeroed (freeing it is safe).
  *
- * Where the page comes from: the cache (one Redis round trip); on a miss the
+ * Where the page comes from: the cache (one Redis round trip: a plain read
+ * whose reply proves the page; two when it cannot and page.lua seeks the
+ * cursor, feed_stats.plain_fallbacks; a first page may add a TTL refresh,
+ * see README "TTL"); on a miss the
  * feed is rebuilt from SQL under a lease and the page cut from those rows;
  * when the cache does not reach the page, or another handle holds the lease
  * longer than lease_wait_ms, or Redis fails, from a keyset query. A Redis

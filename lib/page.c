@@ -373,7 +373,13 @@ static void ttl_after_check(feed *f, int64_t uid, int64_t now, long long pttl)
     t->fresh_until = now + (pttl - ttl / 2);
 }
 
-static int ask_plain(feed *f, const page_req *q, cache_answer *a)
+/* A hint that says: the cache was short of this cursor's page (the page
+ * came from SQL), so a plain read would most likely only find that out
+ * again; page.lua goes first, one round trip, as before plain reads. */
+#define HINT_PAST_CACHE (-2)
+
+/* hint: the rank hint for q's cursor, or -1. */
+static int ask_plain(feed *f, const page_req *q, int64_t hint, cache_answer *a)
 {
     char from[24], to[24], score[24], count[24];
     const char *cmd[8], *pttl[2] = { "PTTL", f->key };
@@ -386,7 +392,7 @@ static int ask_plain(feed *f, const page_req *q, cache_answer *a)
     redisReply *replies[2];
 
     cmd[1] = f->key;
-    if (q->first || (start = hint_get(f, q->uid, q->score, q->id)) >= 0) {
+    if (q->first || (start = hint) >= 0) {
         int64_t stop = start + (int64_t)q->limit + SLACK_DOWN;
         if (q->first) {
             start = 0;
@@ -435,12 +441,16 @@ static int ask_cache(feed *f, const page_req *q, cache_answer *a)
 {
     int rc;
 
+    int64_t hint = q->first ? -1 : hint_get(f, q->uid, q->score, q->id);
+
     memset(a, 0, sizeof *a);
     a->rank0 = -1;
-    rc = ask_plain(f, q, a);
-    if (rc != PLAIN_NO)
-        return rc;
-    f->stats.plain_fallbacks++;
+    if (hint != HINT_PAST_CACHE) {
+        rc = ask_plain(f, q, hint, a);
+        if (rc != PLAIN_NO)
+            return rc;
+        f->stats.plain_fallbacks++;
+    }
     return ask_script(f, q, a);
 }
 
@@ -621,6 +631,8 @@ int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
                     served_from_cache(f, &q, &a, out);
             } else {
                 rc = answer_from_db(f, &q, out, 0);   /* the cache is short */
+                if (rc == FEED_OK && out->has_more)   /* and so it stays, likely */
+                    hint_put(f, uid, out->next_score, out->next_id, HINT_PAST_CACHE);
             }
             feed__rows_free(&a.rows);
             return rc;

@@ -1,4 +1,8 @@
--- page.lua: one page of a cached feed, or a miss. The read path.
+-- page.lua: one page of a cached feed, or a miss. The read path's fallback:
+-- lib/page.c serves most cached pages with one plain command whose reply
+-- proves the page ("Plain reads" there) and calls this script only when it
+-- cannot (the key is absent, the cursor moved, a long run of ties), so a
+-- miss, the lease and the exact seek below all happen here, atomically.
 --
 -- KEYS[1]  the feed's sorted set       KEYS[2]  its rebuild lease
 -- ARGV[1]  how many items to return (the caller's limit + 1: the extra one
@@ -15,6 +19,9 @@
 -- copy is made. After a cursor still cached at its score, the first pair is
 -- the cursor item itself (the seek fetches it to check its score); the caller
 -- recognises and drops it. The end marker, when reached, is the last pair.
+-- After a cursor, one integer follows the pairs (when there are any): the
+-- rank of the first pair, which the caller keeps as a hint to read the next
+-- page with a plain ZREVRANGE.
 -- A miss returns an integer: 1 when this caller now holds the lease and must
 -- rebuild, 0 when another caller holds it.
 --

@@ -6,6 +6,8 @@
  *   - a warm walk is served by plain reads alone (feed_stats.plain_pages),
  *     one round trip a page; a fresh handle without rank hints too (the
  *     read by score), except after a long run of ties;
+ *   - past the end of a cache shorter than the feed, one Redis round trip
+ *     a page, as before;
  *   - the cursor moved between two pages (cursor item rescored up or down,
  *     deleted; items inserted or deleted above it; a write between pages):
  *     every page equals SQL, and the ones a plain reply cannot prove went to
@@ -98,6 +100,32 @@ static void warm_walks(void)
     feed_result_free(&r);
     feed_close(f);
     feed_close(g);
+}
+
+/* A feed longer than the cache: past its end, pages come from SQL after one
+ * Redis round trip each (page.lua says "short"), as before plain reads,
+ * not two (a plain read that cannot tell "short" from "absent", then
+ * page.lua). */
+static void past_the_cache(void)
+{
+    feed_config cfg;
+    feed *f;
+    tu_walk_info info;
+    feed_stats s0, d;
+
+    tu_config(&cfg);
+    cfg.max_len = 30;
+    f = tu_open(&cfg);
+    tu_insert_rows(pg, 6, 100, score_desc, id_plus1);
+    ok(tu_walk_equals_sql(f, pg, 6, LIMIT, &info), "a 100-item feed, max_len 30: walk equals SQL");
+    feed_stats_get(f, &s0);
+    ok(tu_walk_equals_sql(f, pg, 6, LIMIT, &info), "  again");
+    d = tu_stats_since(f, &s0);
+    ok(d.cache_pages == 2 && d.db_pages == info.pages - 2,
+       "  2 pages from the cache, the rest from SQL (%llu, %llu)",
+       (unsigned long long)d.cache_pages, (unsigned long long)d.db_pages);
+    is_int(d.redis_calls, (long long)info.pages, "  one Redis round trip a page, past the cache too");
+    feed_close(f);
 }
 
 static void moved_cursor(void)
@@ -375,6 +403,7 @@ int main(void)
 {
     pg = tu_begin(&rc_);
     warm_walks();
+    past_the_cache();
     moved_cursor();
     tie_run();
     ttl_refresh();
