@@ -48,18 +48,17 @@ static void prime(feed *f, int64_t uid, size_t depth)
     }
 }
 
-static feed_stats stats_since(feed *f, const feed_stats *was)
+/* The share of f's pages since *was that plain reads served, in %, and
+ * how many fell back to page.lua. */
+static double plain_share(const feed *f, const feed_stats *was, unsigned long long *fell,
+                          unsigned long long *pages)
 {
-    uint64_t now[sizeof(feed_stats) / sizeof(uint64_t)], old[sizeof now / sizeof now[0]];
-    feed_stats s;
+    feed_stats now;
 
-    feed_stats_get(f, &s);
-    memcpy(now, &s, sizeof now);
-    memcpy(old, was, sizeof old);
-    for (size_t i = 0; i < sizeof now / sizeof now[0]; i++)
-        now[i] -= old[i];
-    memcpy(&s, now, sizeof s);
-    return s;
+    feed_stats_get(f, &now);
+    *fell = now.plain_fallbacks - was->plain_fallbacks;
+    *pages = now.pages - was->pages;
+    return 100.0 * (double)(now.plain_pages - was->plain_pages) / (double)(*pages ? *pages : 1);
 }
 
 /* ------------------------------------------------------------ part 1 */
@@ -82,8 +81,9 @@ static void one_case(FILE *md, const cpu_case *cc, int rounds, double secs,
     page_ctx hinted = { cc->hinted, cc->uid, cc->pos }, cold = { cc->cold, cc->uid, cc->pos };
     variant v[3];
     size_t nv = cc->cold ? 3 : 2;
-    feed_stats h0, c0, hd, cd;
-    double r_h, r_c = NAN;
+    feed_stats h0, c0;
+    unsigned long long fell, pages;
+    double r_h, r_c = NAN, share_h;
     char cold_cell[64] = "-";
 
     raw_init(&raw, c, cc->key, cc->pos.depth);
@@ -97,19 +97,17 @@ static void one_case(FILE *md, const cpu_case *cc, int rounds, double secs,
     if (cc->cold)
         feed_stats_get(cc->cold, &c0);
     run_rounds(v, nv, rounds, secs, 3, stats, rpid);
-    hd = stats_since(cc->hinted, &h0);
+    share_h = plain_share(cc->hinted, &h0, &fell, &pages);
     r_h = paired_ratio_cpu(&v[1], &v[0]);
     if (cc->cold) {
-        cd = stats_since(cc->cold, &c0);
+        double share_c = plain_share(cc->cold, &c0, &fell, &pages);
         r_c = paired_ratio_cpu(&v[2], &v[0]);
         snprintf(cold_cell, sizeof cold_cell, "%s µs, **%.2fx**, %.1f%% plain",
-                 NUM(sm_median(&v[2].cpu_us)), r_c,
-                 100.0 * (double)cd.plain_pages / (double)(cd.pages ? cd.pages : 1));
+                 NUM(sm_median(&v[2].cpu_us)), r_c, share_c);
     }
     fprintf(md, "| %s | %s µs | %s µs | **%.2fx** %s | %.1f%% | %s |\n", cc->label,
             NUM(sm_median(&v[0].cpu_us)), NUM(sm_median(&v[1].cpu_us)), r_h,
-            verdict(r_h <= 1.15),
-            100.0 * (double)hd.plain_pages / (double)(hd.pages ? hd.pages : 1), cold_cell);
+            verdict(r_h <= 1.15), share_h, cold_cell);
     if (r_h > worst_idle) {
         worst_idle = r_h;
         worst_idle_case = cc->label;
@@ -235,7 +233,8 @@ static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rp
     feed *f = b_open("wr", 1000);
     walk_ctx page = { .f = f, .uid = UID_W }, plain = { .c = c, .uid = UID_W };
     variant v[2];
-    feed_stats s0, d;
+    feed_stats s0;
+    unsigned long long fallbacks, pages;
     int rounds = q_rounds(15), status;
     double secs = q_secs(0.15), r, fell;
     long long card;
@@ -260,11 +259,11 @@ static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rp
     sleep_s(0.2);
     feed_stats_get(f, &s0);
     run_rounds(v, 2, rounds, secs, 3, stats, rpid);
-    d = stats_since(f, &s0);
+    plain_share(f, &s0, &fallbacks, &pages);
     kill(wpid, SIGTERM);
     waitpid(wpid, &status, 0);
     r = paired_ratio_cpu(&v[1], &v[0]);
-    fell = 100.0 * (double)d.plain_fallbacks / (double)(d.pages ? d.pages : 1);
+    fell = 100.0 * (double)fallbacks / (double)(pages ? pages : 1);
     fprintf(md, "\n### With a steady write rate on the same feed\n\n"
             "A writer process calls `feed_on_insert` %d times a second (a new item at"
             " the top of the feed, so every page below moves down one rank per"
@@ -278,7 +277,7 @@ static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rp
             "| pages 1-%d | %s µs | **%s µs** | **%.2fx** | %.2f%% (%llu of %llu) |\n",
             WRITE_RATE, card, WALK_DEPTH, rounds, secs, WALK_DEPTH / PAGE_LIMIT,
             NUM(sm_median(&v[0].cpu_us)), NUM(sm_median(&v[1].cpu_us)), r, fell,
-            (unsigned long long)d.plain_fallbacks, (unsigned long long)d.pages);
+            fallbacks, pages);
     out_summary("cpu_writes", "the same, walks of 500 items while 1,000 writes/s land on"
                 " the feed", "report", "report", "%.2fx; %.2f%% of pages fell back to"
                 " page.lua", r, fell);
