@@ -272,11 +272,13 @@ static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rp
             " peer walks the same ranks with plain ZREVRANGE calls. Redis CPU per"
             " call includes the writer's share (the same per second for both)."
             " %d interleaved rounds of %.2f s.\n\n"
-            "| walk | plain ZREVRANGE | **feed_page** | feed_page / plain | pages that"
-            " fell back to page.lua |\n| --- | ---: | ---: | ---: | ---: |\n"
-            "| pages 1-%d | %s µs | **%s µs** | **%.2fx** | %.2f%% (%llu of %llu) |\n",
+            "| walk | plain ZREVRANGE | **feed_page** | feed_page / plain | feed_page"
+            " pages/s (writes per page) | pages that fell back to page.lua |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+            "| pages 1-%d | %s µs | **%s µs** | **%.2fx** | %s (%.2f) | %.2f%% (%llu of %llu) |\n",
             WRITE_RATE, card, WALK_DEPTH, rounds, secs, WALK_DEPTH / PAGE_LIMIT,
-            NUM(sm_median(&v[0].cpu_us)), NUM(sm_median(&v[1].cpu_us)), r, fell,
+            NUM(sm_median(&v[0].cpu_us)), NUM(sm_median(&v[1].cpu_us)), r,
+            NUM(sm_median(&v[1].rate)), WRITE_RATE / sm_median(&v[1].rate), fell,
             fallbacks, pages);
     out_summary("cpu_writes", "the same, walks of 500 items while 1,000 writes/s land on"
                 " the feed", "report", "report", "%.2fx; %.2f%% of pages fell back to"
@@ -366,7 +368,7 @@ static void part_clients(FILE *md, pid_t rpid)
     feed_item *k1;
     size_t n1k = sql_feed(pg, UID_1K, &k1);
     size_t depths[2] = { 0, 500 };
-    int rounds = q_rounds(5);
+    int rounds = q_rounds(9);
     double secs = q_secs(1.0), worst = INFINITY;
 
     fprintf(md, "\n### %d client processes, pages/s\n\n"

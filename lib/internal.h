@@ -106,6 +106,7 @@ struct feed {
         uint64_t used;          /* hint_clock when last put; 0 = empty */
     } hints[FEED_HINTS];
     uint64_t hint_clock;
+    int      hint_slack;        /* ranks read below a hinted page (page.c) */
     /* page.c: a first page of uid needs no TTL check before fresh_until
      * (monotonic ms): a PTTL showed the key lives at least that long plus
      * half the TTL. 0 = unknown. */

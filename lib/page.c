@@ -212,7 +212,7 @@ static int ask_script(feed *f, const page_req *q, cache_answer *a)
  *                  page.lua takes the lease.
  *   rank hint      the handle saw where the first entry after this cursor
  *                  sat (FEED_HINTS entries): ZREVRANGE from SLACK_UP ranks
- *                  above it to SLACK_DOWN below the last one needed. The
+ *                  above it to f->hint_slack below the last one needed. The
  *                  reply proves itself when an entry that is not after the
  *                  cursor is followed by one that is (or the read started at
  *                  rank 0): that second entry is the first after the cursor,
@@ -239,8 +239,25 @@ static int ask_script(feed *f, const page_req *q, cache_answer *a)
  * first page is one command. (This assumes every handle on the key prefix
  * uses the same ttl_seconds, and no one else shortens the TTL.) */
 
-#define SLACK_UP   1    /* ranks read above a hinted page: deletes above */
-#define SLACK_DOWN 1    /* ranks read below it: an insert above */
+/* Ranks read above a hinted page (the entry that proves the page: the
+ * cursor item, usually), and below it: f->hint_slack, at least SLACK_DOWN
+ * (one insert above the cursor between two pages). A handle that sees its
+ * pages move down between reads (writes landing on top of the feed it
+ * walks) reads twice as far as the last move, up to SLACK_MAX, and comes
+ * back to SLACK_DOWN a rank per page once they stop. */
+#define SLACK_UP   1
+#define SLACK_DOWN 1
+#define SLACK_MAX  16
+
+/* A hinted read found the first entry after the cursor moved rank ranks
+ * down (negative: up) from the hint. */
+static void slack_saw(feed *f, int64_t moved)
+{
+    if (moved > 0)
+        f->hint_slack = moved * 2 < SLACK_MAX ? (int)moved * 2 : SLACK_MAX;
+    else if (f->hint_slack > SLACK_DOWN)
+        f->hint_slack--;
+}
 
 /* Hints live in sets of two: a page puts its cursor's hint and then its
  * next cursor's, and the second evicts the older entry of its set, never
@@ -295,7 +312,7 @@ static int pair_after(const redisReply *r, size_t i, const page_req *q)
 #define PLAIN_NO 1
 
 static int read_plain_reply(feed *f, const redisReply *r, const page_req *q,
-                            int64_t start, size_t asked, cache_answer *a)
+                            int64_t hint, int64_t start, size_t asked, cache_answer *a)
 {
     size_t npairs, j = 0, avail, want = q->limit + 1;
     int rc;
@@ -313,6 +330,8 @@ static int read_plain_reply(feed *f, const redisReply *r, const page_req *q,
          * entry before it that is not after the cursor, or by rank 0. */
         if (start > 0 && j == 0)
             return PLAIN_NO;
+        if (hint >= 0)
+            slack_saw(f, start + (int64_t)j - hint);
     }
     avail = npairs - j;
     if (avail < want && npairs == asked)
@@ -393,7 +412,8 @@ static int ask_plain(feed *f, const page_req *q, int64_t hint, cache_answer *a)
 
     cmd[1] = f->key;
     if (q->first || (start = hint) >= 0) {
-        int64_t stop = start + (int64_t)q->limit + SLACK_DOWN;
+        int64_t stop = start + (int64_t)q->limit +
+                       (f->hint_slack > SLACK_DOWN ? f->hint_slack : SLACK_DOWN);
         if (q->first) {
             start = 0;
             stop = (int64_t)q->limit;
@@ -427,7 +447,7 @@ static int ask_plain(feed *f, const page_req *q, int64_t hint, cache_answer *a)
     rc = feed__redis_commands(f, n, argc, argv, lensv, replies);
     if (rc != FEED_OK)
         return rc;
-    rc = read_plain_reply(f, replies[0], q, start, asked, a);
+    rc = read_plain_reply(f, replies[0], q, q->first ? -1 : hint, start, asked, a);
     if (rc == FEED_OK && n == 2 && is_int(replies[1]))
         ttl_after_check(f, q->uid, now, replies[1]->integer);
     for (size_t i = 0; i < n; i++)
