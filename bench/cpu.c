@@ -30,9 +30,7 @@
 #define NCLIENTS   8        /* part 3 */
 #define UID_W      5        /* part 2's feed (about 890 rows; all cached) */
 
-/* Walk f from the first page down to depth, so that f holds the rank hint
- * of the cursor there (as a handle that served the previous page does). */
-static void prime(feed *f, int64_t uid, size_t depth)
+void prime(feed *f, int64_t uid, size_t depth)
 {
     int64_t cs = FEED_FIRST, ci = 0;
 

@@ -39,6 +39,11 @@ int  op_bare(void *raw_ctx);
  * per feed_page call ('=': divided by the calls made, not by a command's). */
 #define FEED_PAGE_CMDS "=zrevrange,zrevrangebyscore,pttl,pexpire,evalsha"
 
+/* Walk f from the first page down to depth (bench/cpu.c), so that f holds
+ * the rank hint of the cursor there, as a handle that served the previous
+ * page does. */
+void prime(feed *f, int64_t uid, size_t depth);
+
 page_pos pos_at(const feed_item *items, size_t n, size_t depth);
 int  op_page(void *page_ctx);   /* exits unless answered by the cache */
 void warm(feed *f, redisContext *c, int64_t uid, const char *prefix, long long want_card);
