@@ -112,6 +112,7 @@ struct feed {
      * half the TTL. 0 = unknown. */
     struct feed_ttl_seen {
         int64_t uid, fresh_until;
+        int     empty;          /* the copy then held only the end marker */
     } ttl_seen[FEED_HINTS];
 
     feed_stats stats;

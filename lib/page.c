@@ -233,8 +233,11 @@ static int ask_script(feed *f, const page_req *q, cache_answer *a)
  * round trip when less than half is left; both only when the handle does not
  * already know the answer: a PTTL of P read at time t means the key lives
  * until t + P at least (only rebuilds and refreshes set a TTL, always the
- * full one, and a key deleted and cached again gets a later one), so the
- * next checks can wait until t + P - TTL/2. A handle reading a feed thus
+ * full one for the kind of copy, and a key deleted and cached again gets a
+ * later one), so the next checks can wait until t + P - TTL/2. A copy that
+ * turned empty or stopped being empty meanwhile changed its TTL rule (a
+ * delete that empties a feed gives it the short empty_ttl): the handle
+ * asks again at once (ttl_recheck). A handle reading a feed thus
  * sends one PTTL per TTL/2 or so, a PEXPIRE about as often, and a plain
  * first page is one command. (This assumes every handle on the key prefix
  * uses the same ttl_seconds, and no one else shortens the TTL.) */
@@ -349,19 +352,28 @@ static struct feed_ttl_seen *ttl_seen(feed *f, int64_t uid)
     return &f->ttl_seen[((uint64_t)uid * 0x9E3779B97F4A7C15ULL >> 32) % FEED_HINTS];
 }
 
-/* Must this first page check the TTL? */
+/* The TTL of a copy (ms; 0 = none): a feed known to be empty has its own. */
+static const char *ttl_text(const feed *f, int empty)
+{
+    return empty ? f->empty_ttl_ms : f->ttl_ms;
+}
+
+/* Must this first page of uid ask for the TTL? Not when no copy expires,
+ * nor while the handle knows it need not. */
 static int ttl_check_due(feed *f, int64_t uid, int64_t now)
 {
     const struct feed_ttl_seen *t = ttl_seen(f, uid);
 
-    return f->cfg.ttl_seconds && !(t->uid == uid && t->fresh_until > now);
+    if (strcmp(f->ttl_ms, "0") == 0 && strcmp(f->empty_ttl_ms, "0") == 0)
+        return 0;
+    return !(t->uid == uid && t->fresh_until > now);
 }
 
-static int refresh_ttl(feed *f)
+static int refresh_ttl(feed *f, const char *ttl)
 {
-    const char *argv[3] = { "PEXPIRE", f->key, f->ttl_ms };
+    const char *argv[3] = { "PEXPIRE", f->key, ttl };
     const char **av = argv;
-    size_t lens[3] = { 7, strlen(f->key), strlen(f->ttl_ms) };
+    size_t lens[3] = { 7, strlen(f->key), strlen(ttl) };
     const size_t *lv = lens;
     int argc = 3;
     redisReply *r;
@@ -374,22 +386,45 @@ static int refresh_ttl(feed *f)
     return argc;
 }
 
-/* A PTTL read at now said pttl: refresh the TTL if less than half is left,
- * and remember until when no check is needed. */
-static void ttl_after_check(feed *f, int64_t uid, int64_t now, long long pttl)
+/* A PTTL read at now said pttl of uid's copy, empty or not: refresh the TTL
+ * if less than half is left, and remember until when no check is needed. */
+static void ttl_after_check(feed *f, int64_t uid, int64_t now, long long pttl, int empty)
 {
     struct feed_ttl_seen *t = ttl_seen(f, uid);
-    long long ttl = (long long)f->cfg.ttl_seconds * 1000;
+    const char *text = ttl_text(f, empty);
+    long long ttl = atoll(text);
 
     if (pttl == -2)
         return;                 /* gone meanwhile: the next read rebuilds it */
-    if (pttl < ttl / 2) {       /* -1 (no TTL) included, as page.lua does */
-        if (!refresh_ttl(f))
+    if (ttl == 0) {
+        pttl = INT64_MAX / 2;   /* this kind of copy never expires */
+    } else if (pttl < ttl / 2) {   /* -1 (no TTL) included, as page.lua does */
+        if (!refresh_ttl(f, text))
             return;
         pttl = ttl;
     }
     t->uid = uid;
     t->fresh_until = now + (pttl - ttl / 2);
+    t->empty = empty;
+}
+
+/* The first page's copy turned empty or stopped being empty since the
+ * handle last checked: its TTL rule changed (a delete that empties a feed
+ * gives it the short TTL), so what the handle knew is void; ask now. */
+static void ttl_recheck(feed *f, int64_t uid, int64_t now, int empty)
+{
+    const char *argv[2] = { "PTTL", f->key };
+    const char **av = argv;
+    size_t lens[2] = { 4, strlen(f->key) };
+    const size_t *lv = lens;
+    int argc = 2;
+    redisReply *r;
+
+    if (feed__redis_commands(f, 1, &argc, &av, &lv, &r) != FEED_OK)
+        return;
+    if (is_int(r))
+        ttl_after_check(f, uid, now, r->integer, empty);
+    freeReplyObject(r);
 }
 
 /* A hint that says: the cache was short of this cursor's page (the page
@@ -448,8 +483,14 @@ static int ask_plain(feed *f, const page_req *q, int64_t hint, cache_answer *a)
     if (rc != FEED_OK)
         return rc;
     rc = read_plain_reply(f, replies[0], q, q->first ? -1 : hint, start, asked, a);
-    if (rc == FEED_OK && n == 2 && is_int(replies[1]))
-        ttl_after_check(f, q->uid, now, replies[1]->integer);
+    if (rc == FEED_OK && q->first) {
+        int empty = a->ended && a->rows.count == 0;
+        const struct feed_ttl_seen *t = ttl_seen(f, q->uid);
+        if (n == 2 && is_int(replies[1]))
+            ttl_after_check(f, q->uid, now, replies[1]->integer, empty);
+        else if (n == 1 && t->uid == q->uid && t->empty != empty)
+            ttl_recheck(f, q->uid, now, empty);
+    }
     for (size_t i = 0; i < n; i++)
         freeReplyObject(replies[i]);
     return rc;
@@ -565,8 +606,10 @@ static int answer_by_rebuild(feed *f, const page_req *q, const char *token,
         if (rc == FEED_OK && installed && out->has_more)   /* rows are ranks 0.. */
             hint_put(f, q->uid, out->next_score, out->next_id,
                      (int64_t)(start + out->count));
-        if (installed)   /* with the full TTL: no check needed for TTL/2 */
-            ttl_after_check(f, q->uid, feed__now_ms(), (long long)f->cfg.ttl_seconds * 1000);
+        if (installed) {   /* with the full TTL: no check needed for TTL/2 */
+            int empty = complete && rows.count == 0;
+            ttl_after_check(f, q->uid, feed__now_ms(), atoll(ttl_text(f, empty)), empty);
+        }
     } else
         rc = answer_from_db(f, q, out, !installed && rc == FEED_EREDIS);
     feed__rows_free(&rows);
