@@ -41,7 +41,7 @@ typedef struct cache_answer {
 static int bad_reply(feed *f, const char *why)
 {
     f->stats.redis_errors++;
-    return feed__error(f, FEED_EREDIS, "Redis page.lua: unexpected reply: %s", why);
+    return feed__error(f, FEED_EREDIS, "Redis page read: unexpected reply: %s", why);
 }
 
 static int is_int(const redisReply *r)
