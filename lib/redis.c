@@ -660,14 +660,28 @@ int feed__redis_commands(feed *f, size_t n, const int *argc,
         while (sent < n && redisAppendCommandArgv(f->redis, argc[sent], argv[sent],
                                                   lens[sent]) == REDIS_OK)
             sent++;
-        if (sent < n) {   /* out of memory; part of it may sit in the buffer: drop */
-            io_failed(f, "pipeline");
+        /* The replica check (wait.c: ROLE after a read under Sentinel) rides
+         * in the same round trip, as in round_trip(). */
+        if (sent < n || (feed__check_on(f) && feed__check_append(f, f->redis) != REDIS_OK)) {
+            io_failed(f, "pipeline");   /* out of memory; part may sit in the buffer */
             return FEED_EREDIS;
         }
         while (got < n && redisGetReply(f->redis, (void **)&replies[got]) == REDIS_OK)
             got++;
-        if (got == n)
+        if (got == n && feed__check_read(f, f->redis) != FEED_OK) {
+            for (size_t i = 0; i < n; i++) {
+                freeReplyObject(replies[i]);
+                replies[i] = NULL;
+            }
+            if (f->redis)   /* dropped unless the check itself kept it */
+                feed__redis_drop(f);
+            return FEED_EREDIS;
+        }
+        if (got == n) {
+            for (size_t i = 0; i < n; i++)
+                feed__if_demoted(f, replies[i]);   /* -READONLY: a demoted primary */
             return FEED_OK;
+        }
         for (size_t i = 0; i < got; i++) {
             freeReplyObject(replies[i]);
             replies[i] = NULL;
