@@ -167,7 +167,7 @@ cat <<EOF
 ================================================================================
 EOF
 
-redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" del 'feed:{1}' >/dev/null  # a cold start for step 1
+redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" del 'feed:2:{1}' >/dev/null  # a cold start for step 1
 step "1. Page 1 of user 1's feed." \
      "   Not cached yet: feedcache rebuilds it from PostgreSQL under a lease, \"source\":\"rebuild\"." \
      "   Ids are strings (they exceed 2^53); scores are exact JSON integers (ms)."

@@ -37,33 +37,81 @@ size_t feed__i64_to_str(int64_t v, char *buf)
     return len;
 }
 
-/* The id as FEED_MEMBER_LEN zero-padded digits: fixed width makes byte order
- * equal numeric order, which is how Redis orders members of equal score. */
+/* Members: an id as a string whose byte order is the ids' numeric order
+ * (Redis orders members of equal score by memcmp, in a listpack and in a
+ * skiplist alike), short for small ids, exact up to INT64_MAX. Three forms,
+ * each sorting below the next ('-' 0x2D < '.' 0x2E < '1' 0x31):
+ *
+ *   id < 10^8          '-', the digit count k (1..8), the k digits:
+ *                      42 -> "-242", 123456 -> "-6123456"
+ *   10^8 <= id < 10^18 '.', then the id as 8 bytes, big-endian
+ *   id >= 10^18        the 19 decimal digits: 1500000000000000000 -> itself
+ *
+ * Within a form the length is fixed by the prefix (k, 8 bytes, 19 digits),
+ * so memcmp compares prefixes first, then numbers of equal width.
+ *
+ * Why these forms (bench/results/latest.md, "Memory per cached item"): a
+ * listpack stores a member that parses as an int64 as a compact integer
+ * (a 6-digit id in 4 bytes, a 19-digit one in 9). The first and last forms
+ * are canonical integers, so the small ids of a serial key and the 19-digit
+ * snowflake ids cost what plain decimal ids cost; only ids of 9 to 18
+ * digits, which no integer form can order, take the 9-byte string. The
+ * decoder accepts exactly the strings the encoder makes: two strings never
+ * name one id, and the old format (19 zero-padded digits) is refused. */
 size_t feed__member_encode(int64_t id, char buf[FEED_MEMBER_MAX])
 {
     uint64_t v = (uint64_t)id;   /* callers reject id < 0 */
+    size_t len;
 
-    for (int i = FEED_MEMBER_LEN - 1; i >= 0; i--) {
-        buf[i] = (char)('0' + v % 10);
-        v /= 10;
+    if (v < 100000000u) {
+        len = feed__i64_to_str(id, buf + 2);
+        buf[0] = '-';
+        buf[1] = (char)('0' + len);
+        len += 2;
+    } else if (v < 1000000000000000000u) {
+        buf[0] = '.';
+        for (int i = 0; i < 8; i++)
+            buf[1 + i] = (char)(unsigned char)(v >> (8 * (7 - i)));
+        len = 9;
+    } else {
+        len = feed__i64_to_str(id, buf);
     }
-    buf[FEED_MEMBER_LEN] = '\0';
-    return FEED_MEMBER_LEN;
+    buf[len] = '\0';
+    return len;
+}
+
+/* n decimal digits of s into *v; 0 when one is not a digit. n <= 19. */
+static int digits(const char *s, size_t n, uint64_t *v)
+{
+    *v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        *v = *v * 10 + (uint64_t)(s[i] - '0');   /* 19 digits fit uint64 */
+    }
+    return 1;
 }
 
 int feed__member_decode(const char *s, size_t len, int64_t *id)
 {
     uint64_t v = 0;
 
-    if (len != FEED_MEMBER_LEN)
-        return FEED_EINVAL;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
+    if (len >= 3 && s[0] == '-') {               /* '-', k, k digits */
+        size_t k = (size_t)(s[1] - '0');
+        if (s[1] < '1' || s[1] > '8' || len != 2 + k || (k > 1 && s[2] == '0') ||
+            !digits(s + 2, k, &v))
             return FEED_EINVAL;
-        v = v * 10 + (uint64_t)(s[i] - '0');   /* 19 digits fit uint64 */
-    }
-    if (v > (uint64_t)INT64_MAX)
+    } else if (len == 9 && s[0] == '.') {        /* 8 bytes, big-endian */
+        for (size_t i = 1; i < 9; i++)
+            v = v << 8 | (unsigned char)s[i];
+        if (v < 100000000u || v >= 1000000000000000000u)
+            return FEED_EINVAL;
+    } else if (len == 19 && s[0] != '0') {       /* 19 digits */
+        if (!digits(s, 19, &v) || v > (uint64_t)INT64_MAX)
+            return FEED_EINVAL;
+    } else {
         return FEED_EINVAL;
+    }
     *id = (int64_t)v;
     return FEED_OK;
 }

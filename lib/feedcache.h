@@ -57,7 +57,8 @@ typedef struct feed_config {
     int         redis_port;       /* default 6379 */
     const char *redis_password;   /* default NULL: no AUTH */
     const char *pg_conninfo;      /* libpq connection string; default "" (libpq defaults / PG* env) */
-    const char *key_prefix;       /* default "feed": keys look like "feed:{42}" */
+    const char *key_prefix;       /* default "feed": keys look like "feed:2:{42}"
+                                   * (2: the key format version) */
     const char *table;            /* default "feed_entry" */
     const char *owner_column;     /* default "uid" */
     const char *score_column;     /* default "score" */

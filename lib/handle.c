@@ -159,16 +159,17 @@ void feed_result_free(feed_result *r)
     memset(r, 0, sizeof *r);
 }
 
-/* "<prefix>:{<uid>}" and "<prefix>:{<uid>}:lease". The braces are a Redis
- * Cluster hash tag: both keys of a feed live on one slot, so one script can
- * touch both. */
+/* "<prefix>:2:{<uid>}" and "<prefix>:2:{<uid>}:lease" (2 is
+ * FEED_KEY_VERSION, the key format). The braces are a Redis Cluster hash
+ * tag: both keys of a feed live on one slot, so one script can touch both. */
 void feed__keys_of(const feed *f, int64_t uid, char *key, char *lease_key)
 {
     char num[21];
 
     feed__i64_to_str(uid, num);
-    snprintf(key, f->key_cap, "%s:{%s}", f->cfg.key_prefix, num);
-    snprintf(lease_key, f->key_cap, "%s:{%s}:lease", f->cfg.key_prefix, num);
+    snprintf(key, f->key_cap, "%s:" FEED_KEY_VERSION ":{%s}", f->cfg.key_prefix, num);
+    snprintf(lease_key, f->key_cap, "%s:" FEED_KEY_VERSION ":{%s}:lease",
+             f->cfg.key_prefix, num);
 }
 
 void feed__set_keys(feed *f, int64_t uid)
@@ -292,7 +293,8 @@ static int copy_config(feed *f, const feed_config *cfg)
             return FEED_ENOMEM;
         *fields[i] = f->owned[i];
     }
-    f->key_cap = strlen(f->cfg.key_prefix) + sizeof ":{-9223372036854775808}:lease";
+    f->key_cap = strlen(f->cfg.key_prefix) +
+                 sizeof ":" FEED_KEY_VERSION ":{-9223372036854775808}:lease";
     f->key = malloc(f->key_cap);
     f->lease_key = malloc(f->key_cap);
     return f->key && f->lease_key ? FEED_OK : FEED_ENOMEM;

@@ -28,17 +28,24 @@
 
 #include "feedcache.h"
 
-/* Member encoding: an id as 19 zero-padded decimal digits (INT64_MAX has
- * 19), so that Redis, which orders equal scores by member bytes, orders ties
- * by id exactly as SQL does. The end marker is a member no id can encode to;
- * its score is -inf, below every real score. Callers use the length that
- * feed__member_encode returns and buffers of FEED_MEMBER_MAX bytes: the
- * encoding may become variable-length. */
-#define FEED_MEMBER_LEN 19
-#define FEED_MEMBER_MAX 24          /* bytes for any encoded member + NUL */
+/* Member encoding (codec.c): an id as a short string whose byte order is
+ * the ids' numeric order, so that Redis, which orders equal scores by member
+ * bytes, orders ties by id exactly as SQL does; at most 19 bytes. The end
+ * marker is a member no id can encode to; its score is -inf, below every
+ * real score. Buffers hold FEED_MEMBER_MAX bytes (the member and a NUL);
+ * callers use the length feed__member_encode returns (members may hold NUL
+ * bytes). */
+#define FEED_MEMBER_MAX 24
 #define FEED_END_MEMBER "end"
 
 #define FEED_HINTS 64               /* page.c: rank hints kept per handle (2-way sets) */
+
+/* The key format: part of every key name, "<prefix>:2:{<uid>}". It changes
+ * whenever what the keys hold is read differently (the member encoding, the
+ * end marker, the lease), so a library never reads a copy another version
+ * wrote: an upgrade costs a cold cache, never a misread page. Version 1 was
+ * "<prefix>:{<uid>}" with 19 zero-padded digits as members. */
+#define FEED_KEY_VERSION "2"
 
 /* The Lua scripts: lua/<name>.lua becomes feed_lua_<name> at build time
  * (tools/embed.c writes build/lib/scripts.c). */
@@ -85,7 +92,8 @@ struct feed {
     int64_t  replica_tried_ms;          /* last probe attempt */
     char     replica_probe_lsn[32];
 
-    /* Keys of the feed last named: "<prefix>:{<uid>}" and its ":lease". */
+    /* Keys of the feed last named: "<prefix>:<FEED_KEY_VERSION>:{<uid>}"
+     * and its ":lease". */
     char    *key;
     char    *lease_key;
     size_t   key_cap;

@@ -15,7 +15,7 @@
 
 #include "internal.h"
 
-/* Text for "score member" pairs of n rows: 21 bytes a score, 20 a member. */
+/* Text for "score member" pairs of n rows: 21 bytes a score, then a member. */
 #define PAIR_TEXT (21 + FEED_MEMBER_MAX)
 
 /* One round trip: ZADD the rows into a staging set named after the token

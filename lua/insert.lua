@@ -3,7 +3,7 @@
 --
 -- KEYS     feed, lease, feed, lease, ...: each feed's sorted set and its
 --          rebuild lease
--- ARGV[1]  score, a decimal integer    ARGV[2]  member (the id as 19 digits)
+-- ARGV[1]  score, a decimal integer    ARGV[2]  member (the id, encoded)
 -- ARGV[3]  max_len
 -- ARGV[4]  how many feeds of KEYS to update; the keys after them only pad a
 --          fan-out's last batch to the size of the others. Default: all.

@@ -36,14 +36,17 @@ end
 
 -- Otherwise: entries below the cursor's score come first (the end marker
 -- among them), then the tie group at its score, ascending by member; binary-
--- search the first member above the cursor's. Ids are compared as two exact
--- numbers (10 + 9 digits), never with Lua's locale-dependent string order:
--- the same comparison as page.lua's (scripts cannot share code; a change to
--- the member encoding changes both).
+-- search the first member above the cursor's. Members sort by their bytes
+-- (lib/codec.c), as Redis orders them, so compare bytes, never with Lua's
+-- locale-dependent string order: the same comparison as page.lua's (scripts
+-- cannot share code; a change to the member encoding changes both).
 local function id_greater(a, b)
-    local ah, bh = tonumber(string.sub(a, 1, 10)), tonumber(string.sub(b, 1, 10))
-    if ah ~= bh then return ah > bh end
-    return tonumber(string.sub(a, 11)) > tonumber(string.sub(b, 11))
+    if a == b then return false end
+    for i = 1, math.min(#a, #b) do
+        local x, y = string.byte(a, i), string.byte(b, i)
+        if x ~= y then return x > y end
+    end
+    return #a > #b
 end
 local start = redis.call('ZCOUNT', feed, '-inf', '(' .. score)
 local hi = start + redis.call('ZCOUNT', feed, score, score)

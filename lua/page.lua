@@ -8,7 +8,8 @@
 -- ARGV[1]  how many items to return (the caller's limit + 1: the extra one
 --          tells whether more exist)
 -- ARGV[2]  cursor score, a decimal integer; "" for the first page
--- ARGV[3]  cursor member (the id as 19 digits); "" for the first page
+-- ARGV[3]  cursor member (the id, encoded by lib/codec.c); "" for the
+--          first page
 -- ARGV[4]  a fresh lease token, ARGV[5] lease lifetime in ms
 -- ARGV[6]  first pages only: TTL in ms to refresh; "0" = does not expire
 -- ARGV[7]  first pages only: the same for a feed known to be empty
@@ -58,14 +59,17 @@ else
     -- first; then, among those sharing its score (ordered by id
     -- descending), binary-search the first id below the cursor's. That is
     -- O(log T * log N) for T ties instead of a walk through them. Members
-    -- are fixed-width decimal ids. Lua compares strings with strcoll, which
-    -- depends on the server's locale, so compare ids as two exact numbers
-    -- (10 + 9 digits, each far below 2^53) instead. (Defined here, not at
-    -- the top: a closure per call costs.)
+    -- sort by their bytes (lib/codec.c), as Redis orders them; Lua's own
+    -- string comparison uses strcoll, which depends on the server's locale,
+    -- so compare bytes here. (Defined here, not at the top: a closure per
+    -- call costs.)
     local function id_greater(a, b)
-        local ah, bh = tonumber(string.sub(a, 1, 10)), tonumber(string.sub(b, 1, 10))
-        if ah ~= bh then return ah > bh end
-        return tonumber(string.sub(a, 11)) > tonumber(string.sub(b, 11))
+        if a == b then return false end
+        for i = 1, math.min(#a, #b) do
+            local x, y = string.byte(a, i), string.byte(b, i)
+            if x ~= y then return x > y end
+        end
+        return #a > #b
     end
     local start = redis.call('ZCOUNT', feed, '(' .. score, '+inf')
     local hi = start + redis.call('ZCOUNT', feed, score, score)

@@ -667,10 +667,11 @@ static void test_table(const table *t, PGconn *pg, redisContext *redis)
     }
 
     {   /* The feed lives under this table's prefix, bounded by max_len. */
-        redisReply *rep = tu_redis_cmd(redis, "ZCARD %s:{%" PRId64 "}", t->prefix, OWNER);
+        const char *key = tu_key_of(t->prefix, OWNER, "");
+        redisReply *rep = tu_redis_cmd(redis, "ZCARD %s", key);
         ok(rep->type == REDIS_REPLY_INTEGER && rep->integer > 0 && rep->integer <= MAXLEN + 1,
-           "%s: cached under %s:{%" PRId64 "}: %lld entries (max_len %d)", t->title,
-           t->prefix, OWNER, rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1LL, MAXLEN);
+           "%s: cached under %s: %lld entries (max_len %d)", t->title, key,
+           rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1LL, MAXLEN);
         freeReplyObject(rep);
     }
     feed_close(f);

@@ -16,7 +16,7 @@ static redisContext *rds;
 
 static long long pttl(int64_t uid)
 {
-    redisReply *r = tu_redis_cmd(rds, "PTTL feed:{%lld}", (long long)uid);
+    redisReply *r = tu_redis_cmd(rds, "PTTL %s", tu_key(uid, ""));
     long long v = r->integer;
 
     freeReplyObject(r);
@@ -97,7 +97,7 @@ static void probes(void)
        pttl(910000) <= EMPTY_TTL * 1000LL, "  and reading it keeps that");
 
     /* feed_reload of an empty feed: short too. */
-    freeReplyObject(tu_redis_cmd(rds, "DEL feed:{920000}"));
+    freeReplyObject(tu_redis_cmd(rds, "DEL %s", tu_key(920000, "")));
     is_int(feed_reload(f, 920000), FEED_OK, "feed_reload of an empty feed");
     ok(pttl(920000) > 0 && pttl(920000) <= EMPTY_TTL * 1000LL, "  short TTL (%lld ms)",
        pttl(920000));

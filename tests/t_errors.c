@@ -257,7 +257,7 @@ static void foreign_redis_data(void)
 
     tu_insert(pg, 20, 10, 1);
     tu_insert(pg, 20, 20, 2);
-    freeReplyObject(tu_redis_cmd(r, "SET feed:{20} not-a-zset"));
+    freeReplyObject(tu_redis_cmd(r, "SET %s not-a-zset", tu_key(20, "")));
     is_int(feed_page(f, 20, FEED_FIRST, 0, 10, &res), FEED_OK, "feed key of the wrong type: page OK");
     ok(res.source == FEED_SOURCE_DB && res.count == 2 && res.items[0].id == 2,
        "  a correct page, from SQL");
@@ -278,12 +278,12 @@ static void foreign_redis_data(void)
     is_int(feed_reload(f, 20), FEED_OK, "reload replaces the foreign key with the feed");
     ok(tu_walk_equals_sql(f, pg, 20, 1, &info) &&
        info.sources[FEED_SOURCE_CACHE] == (int)info.pages, "  which walks from the cache");
-    freeReplyObject(tu_redis_cmd(r, "SET feed:{20} not-a-zset"));
+    freeReplyObject(tu_redis_cmd(r, "SET %s not-a-zset", tu_key(20, "")));
     is_int(feed_invalidate(f, 20), FEED_OK, "invalidate removes a foreign key too");
     ok(tu_walk_equals_sql(f, pg, 20, 1, &info), "  and the feed caches again");
 
     /* A member that is not a feedcache id inside a cached feed. */
-    freeReplyObject(tu_redis_cmd(r, "ZADD feed:{20} 15 hello"));
+    freeReplyObject(tu_redis_cmd(r, "ZADD %s 15 hello", tu_key(20, "")));
     is_int(feed_page(f, 20, FEED_FIRST, 0, 10, &res), FEED_OK, "a foreign member in the zset");
     ok(res.source == FEED_SOURCE_DB && res.count == 2, "  the page comes from SQL, correct");
     feed_result_free(&res);

@@ -59,7 +59,7 @@ static int walks_equal(feed *f, int64_t uid)
 static int cached_in_redis(int64_t uid)
 {
     redisContext *r = tu_redis();
-    redisReply *rep = tu_redis_cmd(r, "EXISTS feed:{%lld}", (long long)uid);
+    redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_key(uid, ""));
     int e = (int)rep->integer;
 
     freeReplyObject(rep);

@@ -136,7 +136,8 @@ static uint64_t rng = 0x5eed5eed12345ULL;     /* tu_rand's state: the same input
 
 static const char *const words[] = {
     "\r\n", "*2\r\n", "$19\r\n", ":0\r\n", ":1\r\n", ":2\r\n", "+OK\r\n", "+QUEUED\r\n", "$-1\r\n",
-    "*-1\r\n", "-NOSCRIPT x\r\n", "-ERR x\r\n", "0000000000000000105", "end", "-inf", "1e+15",
+    "*-1\r\n", "-NOSCRIPT x\r\n", "-ERR x\r\n", "0000000000000000105", "-3105", "-6123456",
+    "1500000000000006290", "end", "-inf", "1e+15",
     "9007199254740991", "-9007199254740992", "*4096\r\n", "$4096\r\n",
 };
 

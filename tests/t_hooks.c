@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "tap.h"
 #include "testutil.h"
 
@@ -19,19 +20,17 @@ static int64_t id_plus1(size_t i) { return (int64_t)i + 1; }
 
 static long long zcard(int64_t uid)
 {
-    redisReply *rep = tu_redis_cmd(r, "ZCARD feed:{%lld}", (long long)uid);
+    redisReply *rep = tu_redis_cmd(r, "ZCARD %s", tu_key(uid, ""));
     long long n = rep->integer;
     freeReplyObject(rep);
     return n;
 }
 
-static int exists(const char *fmt, int64_t uid)
+static int exists(const char *key)
 {
-    char key[64];
     redisReply *rep;
     int e;
 
-    snprintf(key, sizeof key, fmt, (long long)uid);
     rep = tu_redis_cmd(r, "EXISTS %s", key);
     e = (int)rep->integer;
     freeReplyObject(rep);
@@ -40,7 +39,9 @@ static int exists(const char *fmt, int64_t uid)
 
 static int cached(int64_t uid, int64_t id)
 {
-    redisReply *rep = tu_redis_cmd(r, "ZSCORE feed:{%lld} %019lld", (long long)uid, (long long)id);
+    char m[FEED_MEMBER_MAX];
+    size_t mlen = tu_member(id, m);
+    redisReply *rep = tu_redis_cmd(r, "ZSCORE %s %b", tu_key(uid, ""), m, mlen);
     int c = rep->type == REDIS_REPLY_STRING;
     freeReplyObject(rep);
     return c;
@@ -48,7 +49,7 @@ static int cached(int64_t uid, int64_t id)
 
 static int complete(int64_t uid)
 {
-    redisReply *rep = tu_redis_cmd(r, "ZSCORE feed:{%lld} end", (long long)uid);
+    redisReply *rep = tu_redis_cmd(r, "ZSCORE %s end", tu_key(uid, ""));
     int c = rep->type == REDIS_REPLY_STRING;
     freeReplyObject(rep);
     return c;
@@ -178,9 +179,9 @@ static void absent_feed(void)
     tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 4");
     feed_invalidate(f, 4);
     is_int(insert(4, 10, 1), FEED_OK, "insert into a feed that is not cached");
-    ok(!exists("feed:{%lld}", 4), "  nothing cached: the next read rebuilds");
+    ok(!exists(tu_key(4, "")), "  nothing cached: the next read rebuilds");
     is_int(delete(4, 1), FEED_OK, "delete from a feed that is not cached");
-    ok(!exists("feed:{%lld}", 4), "  still nothing cached");
+    ok(!exists(tu_key(4, "")), "  still nothing cached");
     ok(walk_ok(4), "walk equals SQL");
 }
 
@@ -190,14 +191,14 @@ static void leases_cancelled(void)
     int64_t uid = 5;
 
     for (int i = 0; i < 4; i++) {
-        freeReplyObject(tu_redis_cmd(r, "SET feed:{%lld}:lease someone PX 10000", (long long)uid));
+        freeReplyObject(tu_redis_cmd(r, "SET %s someone PX 10000", tu_key(uid, ":lease")));
         switch (i) {
         case 0: insert(uid, 10, 1); break;
         case 1: delete(uid, 1); break;
         case 2: feed_fanout(f, &uid, 1, 10, 1); break;
         case 3: feed_invalidate(f, uid); break;
         }
-        ok(!exists("feed:{%lld}:lease", uid), "%s cancels a lease in flight", hooks[i]);
+        ok(!exists(tu_key(uid, ":lease")), "%s cancels a lease in flight", hooks[i]);
     }
 }
 
@@ -244,7 +245,7 @@ static void reload_and_invalidate(void)
     is_int(tu_stats_since(f, &before).rebuilds, 1, "  installed one rebuild");
     ok(walk_ok(6), "  walk equals SQL again");
     is_int(feed_invalidate(f, 6), FEED_OK, "invalidate");
-    ok(!exists("feed:{%lld}", 6), "  the feed is gone from Redis");
+    ok(!exists(tu_key(6, "")), "  the feed is gone from Redis");
     feed_stats_get(f, &before);
     ok(walk_ok(6), "  walk equals SQL");
     is_int(tu_stats_since(f, &before).rebuilds, 1, "  after a rebuild");
@@ -255,18 +256,20 @@ static void reload_and_invalidate(void)
 static void member_encoding(void)
 {
     redisReply *rep;
+    char m[FEED_MEMBER_MAX];
+    size_t mlen = tu_member(42, m);
 
     tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 8");
     insert(8, 1, 42);
     feed_reload(f, 8);
-    rep = tu_redis_cmd(r, "ZRANGE feed:{8} 0 -1 WITHSCORES");
+    rep = tu_redis_cmd(r, "ZRANGE %s 0 -1 WITHSCORES", tu_key(8, ""));
     ok(rep->type == REDIS_REPLY_ARRAY && rep->elements == 4 &&
        strcmp(rep->element[0]->str, "end") == 0 && strcmp(rep->element[1]->str, "-inf") == 0 &&
-       strcmp(rep->element[2]->str, "0000000000000000042") == 0 &&
+       rep->element[2]->len == mlen && memcmp(rep->element[2]->str, m, mlen) == 0 &&
        strcmp(rep->element[3]->str, "1") == 0,
-       "Redis holds {end: -inf, 0000000000000000042: 1}");
+       "Redis holds {end: -inf, <member of 42>: 1} (%s)", m);
     freeReplyObject(rep);
-    rep = tu_redis_cmd(r, "PTTL feed:{8}");
+    rep = tu_redis_cmd(r, "PTTL %s", tu_key(8, ""));
     ok(rep->integer > 604000000, "  with the default 7-day TTL (%lld ms)", rep->integer);
     freeReplyObject(rep);
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "tap.h"
 #include "testutil.h"
 
@@ -158,6 +159,8 @@ static void wrong_types(void)
     feed_result res;
     tu_walk_info info;
     redisReply *rep;
+    char m1[FEED_MEMBER_MAX], m2[FEED_MEMBER_MAX];
+    size_t m1len, m2len;
     int rc;
 
     tu_insert_rows(pg, 900, 30, score_of, id_of);
@@ -165,7 +168,7 @@ static void wrong_types(void)
     tu_insert_rows(pg, 902, 30, score_of, id_of);
 
     /* The feed key is a string. */
-    freeReplyObject(tu_redis_cmd(r, "SET feed:{900} not-a-zset"));
+    freeReplyObject(tu_redis_cmd(r, "SET %s not-a-zset", tu_key(900, "")));
     rc = feed_page(f, 900, FEED_FIRST, 0, 10, &res);
     ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && res.count == 10 && res.items[0].id == 30,
        "feed key holds a string: the page comes from SQL, right");
@@ -182,23 +185,23 @@ static void wrong_types(void)
     /* The failed hook put feed 900 on the repair list: the next call drops
      * the foreign key first, so the delete finds no copy to fix. */
     rc = feed_on_delete(f, 900, 500);
-    rep = tu_redis_cmd(r, "EXISTS feed:{900}");
+    rep = tu_redis_cmd(r, "EXISTS %s", tu_key(900, ""));
     ok(rc == FEED_OK && rep->integer == 0,
        "  the next hook drops the foreign key first (repair), then has nothing to fix");
     freeReplyObject(rep);
-    freeReplyObject(tu_redis_cmd(r, "SET feed:{900} not-a-zset"));
+    freeReplyObject(tu_redis_cmd(r, "SET %s not-a-zset", tu_key(900, "")));
     {
         int64_t uids[2] = { 900, 901 };
         rc = feed_fanout(f, uids, 2, 6000, 600);
         ok(rc == FEED_EREDIS && has(feed_errmsg(f), "WRONGTYPE"),
            "  feed_fanout over it and a good feed: FEED_EREDIS with WRONGTYPE");
-        rep = tu_redis_cmd(r, "EXISTS feed:{901}");
+        rep = tu_redis_cmd(r, "EXISTS %s", tu_key(901, ""));
         tap_diag("  (feed 901 was %scached)", rep->integer ? "" : "not ");
         freeReplyObject(rep);
         tu_sql(pg, "DELETE FROM feed_entry WHERE id = 600");   /* never committed, say */
         feed_invalidate(f, 901);
     }
-    rep = tu_redis_cmd(r, "EXISTS feed:{900}");
+    rep = tu_redis_cmd(r, "EXISTS %s", tu_key(900, ""));
     ok(rep->integer == 0, "  and the call after the failed fan-out dropped the foreign key too");
     freeReplyObject(rep);
     ok(still_fine(f), "  the same handle serves another feed fine");
@@ -208,23 +211,27 @@ static void wrong_types(void)
        "  then the feed is cached again and walks equal SQL from the cache");
 
     /* A zset whose members are not feedcache ids. */
-    freeReplyObject(tu_redis_cmd(r, "DEL feed:{901}"));
-    freeReplyObject(tu_redis_cmd(r, "ZADD feed:{901} 100 hello 50 0000000000000000001"));
+    freeReplyObject(tu_redis_cmd(r, "DEL %s", tu_key(901, "")));
+    m1len = tu_member(1, m1);
+    freeReplyObject(tu_redis_cmd(r, "ZADD %s 100 hello 50 %b", tu_key(901, ""), m1, m1len));
     rc = feed_page(f, 901, FEED_FIRST, 0, 10, &res);
     ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && res.count == 10 && res.items[0].id == 30,
        "feed key is a zset of foreign members: the page comes from SQL, right");
     ok(has(feed_errmsg(f), "not a feedcache item"), "  with the reason: %s", feed_errmsg(f));
     feed_result_free(&res);
-    freeReplyObject(tu_redis_cmd(r, "DEL feed:{901}"));
-    freeReplyObject(tu_redis_cmd(r, "ZADD feed:{901} 1e300 0000000000000000031 0.5 0000000000000000032"));
+    freeReplyObject(tu_redis_cmd(r, "DEL %s", tu_key(901, "")));
+    m1len = tu_member(31, m1);
+    m2len = tu_member(32, m2);
+    freeReplyObject(tu_redis_cmd(r, "ZADD %s 1e300 %b 0.5 %b", tu_key(901, ""), m1, m1len,
+                                 m2, m2len));
     rc = feed_page(f, 901, FEED_FIRST, 0, 10, &res);
     ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && res.items[0].id == 30,
        "  scores that are no feedcache score (1e300, 0.5): from SQL, right");
     feed_result_free(&res);
-    freeReplyObject(tu_redis_cmd(r, "DEL feed:{901}"));
+    freeReplyObject(tu_redis_cmd(r, "DEL %s", tu_key(901, "")));
 
     /* The lease key is a list. */
-    freeReplyObject(tu_redis_cmd(r, "RPUSH feed:{902}:lease a b c"));
+    freeReplyObject(tu_redis_cmd(r, "RPUSH %s a b c", tu_key(902, ":lease")));
     rc = feed_page(f, 902, FEED_FIRST, 0, 10, &res);
     ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && res.items[0].id == 30,
        "lease key holds a list: the reader waits, then reads SQL, right");

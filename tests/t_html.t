@@ -55,7 +55,7 @@ sql "DELETE FROM feed_entry WHERE uid BETWEEN 7100000 AND 7199999;
      INSERT INTO feed_entry (uid, score, id)
      SELECT $U_BIG, 1700000000000 + g, 9007199254740993 + g * 1000003 FROM generate_series(1, 12) g" ||
     bail "loading test data failed"
-rcli del "feed:{$U_LONG}" "feed:{$U_LONG}:lease" "feed:{$U_BIG}" >/dev/null
+rcli del "feed:2:{$U_LONG}" "feed:2:{$U_LONG}:lease" "feed:2:{$U_BIG}" >/dev/null
 
 : >"$TMP/out"
 "$SERVER" --port 0 --max-len 25 --max-page 50 --threads 2 --quiet >"$TMP/out" 2>"$TMP/log" &
@@ -116,7 +116,7 @@ is "$(grep -c 'id="status" class="error">could not load: 400' "$TMP/err.html")" 
 # ---------------------------------------------------------------- screenshot
 mkdir -p "$ART"
 rm -f "$ART/feed.png"
-rcli del "feed:{$U_LONG}" >/dev/null
+rcli del "feed:2:{$U_LONG}" >/dev/null
 chrome "$BASE/?uid=$U_LONG&limit=10" --window-size=1100,1500 --screenshot="$ART/feed.png" >/dev/null
 if [[ -s $ART/feed.png && $(head -c 8 "$ART/feed.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; then
     pass "a screenshot: $ART/feed.png ($(stat -c %s "$ART/feed.png") bytes)"

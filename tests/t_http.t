@@ -178,7 +178,7 @@ sql "INSERT INTO feed_entry (uid, score, id)
      SELECT $U_CROWD, g / 2, g FROM generate_series(1, 200) g" || bail "loading test data failed"
 # Drop whatever an earlier run left cached for these feeds.
 for u in $U_TIES $U_BIG $U_EMPTY $U_FITS $U_WRITE "${U_FAN[@]}" $U_COLD $U_ACL $U_OUT $U_CROWD; do
-    rcli del "feed:{$u}" "feed:{$u}:lease" >/dev/null
+    rcli del "feed:2:{$u}" "feed:2:{$u}:lease" >/dev/null
 done
 
 # ------------------------------------------------------------------ start
@@ -553,7 +553,7 @@ walk_is $U_ACL 20 "a cached feed"
 rcli acl setuser default -evalsha >/dev/null
 post POST "/users/$U_ACL/items" '{"id":5000010,"score":100000}'
 is "$STATUS $(j cache)" "201 invalidated" "POST while Redis refuses the hook: 201, cache invalidated"
-is "$(rcli exists "feed:{$U_ACL}")" 0 "  (the cached copy is gone)"
+is "$(rcli exists "feed:2:{$U_ACL}")" 0 "  (the cached copy is gone)"
 scrape
 is "$(metric feed_server_hook_failures_total) $(metric feed_server_invalidations_total)" "1 1" \
     "  one failed hook, one invalidation"
@@ -566,7 +566,7 @@ walk_is $U_ACL 20 "  walk equals SQL, cached again"
 rcli acl setuser default -evalsha -del >/dev/null
 req DELETE "/users/$U_ACL/items/10"
 is "$STATUS $(j cache)" "200 repair-pending" "DELETE while Redis refuses the hook and DEL: 200, repair-pending"
-is "$(rcli exists "feed:{$U_ACL}")" 1 "  (the stale copy is still in Redis)"
+is "$(rcli exists "feed:2:{$U_ACL}")" 1 "  (the stale copy is still in Redis)"
 walk_is $U_ACL 20 "  walk equals SQL (from SQL: page.lua is refused)"
 rcli acl setuser default +evalsha +del >/dev/null
 walk_is $U_ACL 20 "Redis accepts again: walk equals SQL, never the stale copy"

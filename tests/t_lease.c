@@ -114,7 +114,7 @@ static void cancelled_rebuild(void)
        "  its page is the feed as read before the write");
     feed_result_free(&res);
     is_int(f->stats.rebuilds, 0, "  the rebuild did not install");
-    rep = tu_redis_cmd(r, "EXISTS feed:{11}");
+    rep = tu_redis_cmd(r, "EXISTS %s", tu_key(11, ""));
     is_int(rep->integer, 0, "  so no stale copy is in Redis");
     freeReplyObject(rep);
     ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "the next walk equals SQL, new row included");
@@ -124,7 +124,7 @@ static void cancelled_rebuild(void)
     tu_sql(pg, "DELETE FROM feed_entry WHERE id = 424242");
     is_int(feed_reload(f, 11), FEED_OK, "a reload cancelled by a write");
     f->test_before_install = NULL;
-    rep = tu_redis_cmd(r, "EXISTS feed:{11}");
+    rep = tu_redis_cmd(r, "EXISTS %s", tu_key(11, ""));
     is_int(rep->integer, 0, "  drops the cached copy instead of installing");
     freeReplyObject(rep);
     ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "  walk equals SQL");
@@ -145,7 +145,7 @@ static void busy_lease(void)
     cfg.lease_wait_ms = 50;
     f = tu_open(&cfg);
     /* Someone else's lease, and no rebuild coming. */
-    freeReplyObject(tu_redis_cmd(r, "SET feed:{12}:lease another-handle PX 10000"));
+    freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(12, ":lease")));
     clock_gettime(CLOCK_MONOTONIC, &t0);
     is_int(feed_page(f, 12, FEED_FIRST, 0, 10, &res), FEED_OK,
            "a miss while another handle holds the lease");
@@ -192,7 +192,7 @@ static void waiter_served_by_cache(void)
     cfg.lease_wait_ms = 3000;
     f = tu_open(&cfg);
     other = tu_open(NULL);
-    freeReplyObject(tu_redis_cmd(r, "SET feed:{13}:lease another-handle PX 10000"));
+    freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(13, ":lease")));
     lr.f = other;
     lr.uid = 13;
     pthread_create(&t, NULL, reload_later, &lr);

@@ -89,7 +89,7 @@ static const char *step(feed *f, int64_t uid)
         feed_invalidate(f, uid);
         return "invalidate";
     default:                                   /* a real TTL expiry, by Redis */
-        freeReplyObject(tu_redis_cmd(r, "PEXPIRE feed:{%lld} 1", (long long)uid));
+        freeReplyObject(tu_redis_cmd(r, "PEXPIRE %s 1", tu_key(uid, "")));
         return "expire";
     }
 }

@@ -65,7 +65,11 @@ static void extremes_round_trip(void)
     feed_result_free(&res);
 
     /* What Redis holds is the exact decimal. */
-    rep = tu_redis_cmd(r, "ZSCORE feed:{1} %019lld", (long long)INT64_MAX);
+    {
+        char m[FEED_MEMBER_MAX];
+        size_t mlen = tu_member(INT64_MAX, m);
+        rep = tu_redis_cmd(r, "ZSCORE %s %b", tu_key(1, ""), m, mlen);
+    }
     is_str(rep->str, "9007199254740991", "Redis holds 2^53-1 exactly for member INT64_MAX");
     freeReplyObject(rep);
 
@@ -96,7 +100,7 @@ static void out_of_range_row_in_sql(void)
     ok(strstr(feed_errmsg(f), "owner 2") && strstr(feed_errmsg(f), "id 2"),
        "  the message names the owner and the id: %s", feed_errmsg(f));
     {
-        redisReply *rep = tu_redis_cmd(r, "EXISTS feed:{2}:lease");
+        redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_key(2, ":lease"));
         is_int(rep->integer, 0, "  the failed rebuild released its lease");
         freeReplyObject(rep);
     }
@@ -112,10 +116,96 @@ static void out_of_range_row_in_sql(void)
     feed_close(f);
 }
 
+/* The member of id is want (wlen bytes), and decodes back to id. */
+static void member_is(int64_t id, const char *want, size_t wlen, const char *what)
+{
+    char m[FEED_MEMBER_MAX];
+    size_t n = feed__member_encode(id, m);
+    int64_t v = -1;
+
+    ok(n == wlen && memcmp(m, want, n) == 0 && m[n] == '\0' &&
+       feed__member_decode(m, n, &v) == FEED_OK && v == id, "member of %s", what);
+}
+
+/* Byte order of members, as Redis orders equal scores. */
+static int member_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+
+    return c != 0 ? c : (alen > blen) - (alen < blen);
+}
+
+static void members(void)
+{
+    static const int64_t edges[] = {
+        0, 1, 9, 10, 99, 100, 127, 128, 99999, 100000, 999999, 1000000,
+        99999999, 100000000, 4294967295LL, 999999999999999999LL,
+        1000000000000000000LL, INT64_MAX - 1, INT64_MAX
+    };
+    uint64_t seed = 13;
+    int64_t v = 0;
+    int bad = 0;
+
+    member_is(0, "-10", 3, "0: '-', one digit, the digit");
+    member_is(42, "-242", 4, "42");
+    member_is(123456, "-6123456", 8, "123456: a 24-bit integer in a listpack, like 123456");
+    member_is(99999999, "-899999999", 10, "99999999, the last id of the short form");
+    member_is(100000000, ".\0\0\0\0\5\365\341\0", 9, "10^8: '.' and 8 bytes, big-endian");
+    member_is(999999999999999999LL, ".\r\340\266\263\247c\377\377", 9, "10^18 - 1");
+    member_is(1000000000000000000LL, "1000000000000000000", 19, "10^18: its 19 digits");
+    member_is(INT64_MAX, "9223372036854775807", 19, "INT64_MAX");
+
+    /* Byte order is numeric order: the edges pairwise, then random ids of
+     * every magnitude against their neighbours. */
+    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+        for (size_t j = 0; j < sizeof edges / sizeof *edges; j++) {
+            char a[FEED_MEMBER_MAX], b[FEED_MEMBER_MAX];
+            size_t an = feed__member_encode(edges[i], a), bn = feed__member_encode(edges[j], b);
+            int c = member_cmp(a, an, b, bn);
+            if ((c > 0) - (c < 0) != (i > j) - (i < j))
+                bad++;
+        }
+    for (int i = 0; i < 100000; i++) {
+        int64_t x = (int64_t)(tu_rand(&seed) >> (1 + tu_rand(&seed) % 63));
+        int64_t y = x - (int64_t)(tu_rand(&seed) % 3);   /* a neighbour, or x */
+        char a[FEED_MEMBER_MAX], b[FEED_MEMBER_MAX];
+        size_t an, bn;
+        int c;
+        if (y < 0)
+            y = 0;
+        an = feed__member_encode(x, a);
+        bn = feed__member_encode(y, b);
+        c = member_cmp(a, an, b, bn);
+        if ((c > 0) - (c < 0) != (x > y) - (x < y) ||
+            feed__member_decode(a, an, &v) != FEED_OK || v != x)
+            bad++;
+    }
+    is_int(bad, 0, "member byte order is id order, and every member decodes back");
+
+    /* Only the encoder's own strings decode: one id, one member. */
+    is_int(feed__member_decode("0000000000000000042", 19, &v), FEED_EINVAL,
+           "the old format (19 zero-padded digits) refused");
+    is_int(feed__member_decode("9999999999999999999", 19, &v), FEED_EINVAL, "19 nines > INT64_MAX");
+    is_int(feed__member_decode("-202", 4, &v), FEED_EINVAL, "a leading zero refused");
+    is_int(feed__member_decode("-300", 4, &v), FEED_EINVAL, "a length that lies refused");
+    is_int(feed__member_decode("-942", 4, &v), FEED_EINVAL, "a length above 8 refused");
+    is_int(feed__member_decode("-00", 3, &v), FEED_EINVAL, "length 0 refused");
+    is_int(feed__member_decode("-2-4", 4, &v), FEED_EINVAL, "a non-digit refused");
+    is_int(feed__member_decode(".\0\0\0\0\0\0\0\x2a", 9, &v), FEED_EINVAL,
+           "an 8-byte form of a short id refused");
+    is_int(feed__member_decode(".\x0d\xe0\xb6\xb3\xa7\x64\0\0", 9, &v), FEED_EINVAL,
+           "an 8-byte form of 10^18 refused");
+    is_int(feed__member_decode(".\0\0\0\0\x05\xf5\xe1", 8, &v), FEED_EINVAL,
+           "7 bytes refused");
+    is_int(feed__member_decode("42", 2, &v), FEED_EINVAL, "plain digits refused");
+    is_int(feed__member_decode("", 0, &v), FEED_EINVAL, "empty refused");
+    is_int(feed__member_decode("end", 3, &v), FEED_EINVAL, "the end marker is not an id");
+}
+
 static void parsers(void)
 {
     int64_t v = 0;
-    char m[FEED_MEMBER_MAX], num[21];
+    char num[21];
 
     is_int(feed__parse_score("9007199254740991", 16, &v), FEED_OK, "parse 2^53-1");
     is_int(v, FEED_SCORE_MAX, "  exactly");
@@ -137,16 +227,7 @@ static void parsers(void)
     is_int(v, INT64_MIN, "  exactly");
     is_int(feed__parse_i64("-", 1, &v), FEED_EINVAL, "a lone minus is refused");
 
-    feed__member_encode(INT64_MAX, m);
-    is_str(m, "9223372036854775807", "member of INT64_MAX");
-    feed__member_encode(42, m);
-    is_str(m, "0000000000000000042", "member of 42 is zero-padded to 19 digits");
-    is_int(feed__member_decode(m, 19, &v), FEED_OK, "decodes");
-    is_int(v, 42, "  to 42");
-    is_int(feed__member_decode("9999999999999999999", 19, &v), FEED_EINVAL, "19 nines > INT64_MAX");
-    is_int(feed__member_decode("000000000000000042", 18, &v), FEED_EINVAL, "18 digits refused");
-    is_int(feed__member_decode("-000000000000000042", 19, &v), FEED_EINVAL, "a sign refused");
-    is_int(feed__member_decode("end", 3, &v), FEED_EINVAL, "the end marker is not an id");
+    members();
     feed__i64_to_str(INT64_MIN, num);
     is_str(num, "-9223372036854775808", "INT64_MIN as text");
 }

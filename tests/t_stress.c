@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "tap.h"
 #include "testutil.h"
 #include "fault.h"
@@ -226,7 +227,7 @@ typedef struct maint {
 } maint;
 
 /* A raw Redis command that may fail (phase 2): reconnect next time. */
-static void raw_cmd(redisContext **r, const char *fmt, long long arg)
+static void raw_cmd(redisContext **r, const char *fmt, const char *arg)
 {
     struct timeval tv = { 0, 300 * 1000 };
     redisReply *rep;
@@ -263,11 +264,11 @@ static void *maint_main(void *arg)
 
         switch (pick(&m->rng, 40)) {
         case 0:
-            raw_cmd(&r, "SCRIPT FLUSH", 0);
+            raw_cmd(&r, "SCRIPT FLUSH", "");
             m->flushes++;
             break;
         case 1: case 2: case 3: case 4: case 5: case 6:
-            raw_cmd(&r, "PEXPIRE feed:{%lld} 1", (long long)uid);
+            raw_cmd(&r, "PEXPIRE %s 1", tu_key(uid, ""));
             m->expiries++;
             break;
         case 7: case 8: case 9: case 10: case 11: case 12: case 13: case 14: case 15:
@@ -327,7 +328,7 @@ static int cached_at_check;
 
 static int invariant_holds(PGconn *pg, redisContext *r, int64_t uid)
 {
-    redisReply *rep = tu_redis_cmd(r, "ZREVRANGE feed:{%lld} 0 -1 WITHSCORES", (long long)uid);
+    redisReply *rep = tu_redis_cmd(r, "ZREVRANGE %s 0 -1 WITHSCORES", tu_key(uid, ""));
     feed_item *d, *z;
     size_t nd = tu_sql_feed(pg, uid, &d), nz = 0, expect;
     int ended = 0, good = 1;
@@ -339,7 +340,8 @@ static int invariant_holds(PGconn *pg, redisContext *r, int64_t uid)
             ended = 1;
             continue;
         }
-        z[nz].id = strtoll(m, NULL, 10);
+        if (feed__member_decode(m, rep->element[i]->len, &z[nz].id) != FEED_OK)
+            z[nz].id = -1;   /* not a member: the comparison below fails */
         z[nz].score = strtoll(rep->element[i + 1]->str, NULL, 10);
         nz++;
     }
@@ -585,9 +587,9 @@ static void stampede(PGconn *pg)
 
         /* A cold feed: dropped, or (every other wave) expired by Redis. */
         if (w % 2 == 0)
-            freeReplyObject(tu_redis_cmd(r, "DEL feed:{%d}", STAMPEDE_UID));
+            freeReplyObject(tu_redis_cmd(r, "DEL %s", tu_key(STAMPEDE_UID, "")));
         else {
-            freeReplyObject(tu_redis_cmd(r, "PEXPIRE feed:{%d} 1", STAMPEDE_UID));
+            freeReplyObject(tu_redis_cmd(r, "PEXPIRE %s 1", tu_key(STAMPEDE_UID, "")));
             fault_sleep_ms(5);
         }
         for (int i = 0; i < STAMPEDE_THREADS; i++)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "tap.h"
 #include "testutil.h"
 
@@ -327,4 +328,25 @@ uint64_t tu_rand(uint64_t *state)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
+}
+
+const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix)
+{
+    static char bufs[8][128];
+    static unsigned next;
+    char *b = bufs[next++ % 8];
+
+    snprintf(b, sizeof bufs[0], "%s:" FEED_KEY_VERSION ":{%lld}%s", prefix,
+             (long long)uid, suffix);
+    return b;
+}
+
+const char *tu_key(int64_t uid, const char *suffix)
+{
+    return tu_key_of("feed", uid, suffix);
+}
+
+size_t tu_member(int64_t id, char *buf)
+{
+    return feed__member_encode(id, buf);
 }

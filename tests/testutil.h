@@ -56,6 +56,16 @@ void tu_insert(PGconn *pg, int64_t uid, int64_t score, int64_t id);
  * caller's (print the seed, so a failure can be replayed). */
 uint64_t tu_rand(uint64_t *state);
 
+/* How the library names and stores things in Redis, for tests that look
+ * inside it. tu_key: uid's sorted set under the default prefix ("feed"),
+ * tu_key_of under another; suffix is appended (":lease", or ""). The result
+ * lives in one of 8 static buffers, reused in turn. tu_member: id's member
+ * into buf (FEED_MEMBER_MAX bytes); returns its length (send it with %b: a
+ * member may hold NUL bytes). */
+const char *tu_key(int64_t uid, const char *suffix);
+const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix);
+size_t tu_member(int64_t id, char *buf);
+
 /* Counters moved since a snapshot. */
 feed_stats tu_stats_since(feed *f, const feed_stats *before);
 

@@ -43,7 +43,8 @@ static feed *fake_handle(int fd)
     f->cfg.ttl_seconds = 60;
     f->cfg.lease_wait_ms = 0;
     f->cfg.retry_ms = UINT32_MAX;
-    f->key_cap = strlen(f->cfg.key_prefix) + sizeof ":{-9223372036854775808}:lease";
+    f->key_cap = strlen(f->cfg.key_prefix) +
+                 sizeof ":" FEED_KEY_VERSION ":{-9223372036854775808}:lease";
     f->key = malloc(f->key_cap);
     f->lease_key = malloc(f->key_cap);
     strcpy(f->ttl_ms, "60000");
