@@ -39,10 +39,10 @@ int main(int argc, char **argv)
         feed_result_free(&r);
     }
     if (depth > 0) {   /* the cursor: the item at rank depth - 1 */
-        redisReply *r = b_cmd(c, "ZREVRANGE feed:{%d} %lld %lld WITHSCORES", UID_1K,
+        redisReply *r = b_cmd(c, "ZREVRANGE %s %lld %lld WITHSCORES", b_key("feed", UID_1K, ""),
                               (long long)depth - 1, (long long)depth - 1);
         if (r->elements != 2)
-            die("feed:{%d} is not cached", UID_1K);
+            die("%s is not cached", b_key("feed", UID_1K, ""));
         id = strtoll(r->element[0]->str, NULL, 10);
         score = strtoll(r->element[1]->str, NULL, 10);
         freeReplyObject(r);
@@ -71,7 +71,7 @@ int main(int argc, char **argv)
             feed_result_free(&r);
         }
     } else {
-        const char *av[5] = { "ZREVRANGE", "feed:{2}", start, stop, "WITHSCORES" };
+        const char *av[5] = { "ZREVRANGE", b_key("feed", UID_1K, ""), start, stop, "WITHSCORES" };
         snprintf(start, sizeof start, "%zu", depth);
         snprintf(stop, sizeof stop, "%zu", depth + PAGE_LIMIT);
         for (long i = 0; i < n; i++) {
@@ -80,14 +80,12 @@ int main(int argc, char **argv)
             redisReply *r = redisCommandArgv(c, 5, av, NULL);
             if (!r || r->type != REDIS_REPLY_ARRAY)
                 die("ZREVRANGE failed");
-            /* the same parse as the library: fixed-width member, score digits */
+            /* the same parse as the library: the member codec, score digits */
             for (size_t e = 0; e + 1 < r->elements && k <= PAGE_LIMIT; e += 2) {
                 const redisReply *m = r->element[e];
                 int64_t v = 0;
-                if (m->len != 19)
+                if (!member_id(m->str, m->len, &v))
                     break;
-                for (size_t j = 0; j < m->len; j++)
-                    v = v * 10 + (m->str[j] - '0');
                 items[k].id = v;
                 items[k].score = strtoll(r->element[e + 1]->str, NULL, 10);
                 k++;

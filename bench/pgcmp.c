@@ -117,8 +117,8 @@ static void *pg_client_run(void *arg)
         if (cl->use_pg == 1) {
             cl->sink += pg_page_query(cl->pg, p);
         } else if (cl->use_pg == 2) {
-            redisReply *r = redisCommand(cl->rc, "ZREVRANGE pgc:{%lld} %lld %lld WITHSCORES",
-                                         (long long)p->uid, (long long)p->pos.depth,
+            redisReply *r = redisCommand(cl->rc, "ZREVRANGE %s %lld %lld WITHSCORES",
+                                         b_key("pgc", p->uid, ""), (long long)p->pos.depth,
                                          (long long)(p->pos.depth + PAGE_LIMIT));
             if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0)
                 die("raw ZREVRANGE failed");

@@ -1,4 +1,4 @@
-/* reads.c -- the read path against its peers, and memory per cached item.
+/* reads.c -- the read path against its peers.
  *
  *   section "pages":  a cached page (feed_page) at depth 0 / 500 / 990 of a
  *     1,000-item feed and inside a 10,000-item tie group, against a bare
@@ -9,9 +9,7 @@
  *     p50/p99, Redis server time per call (INFO commandstats) and Redis
  *     process CPU per call. Then the common script
  *     against feed_page on a 100,000-item cache (max_len 100,000).
- *   section "memory": MEMORY USAGE per item for max_len 127 and 1,000, in
- *     the default encoding and with zset-max-listpack-entries raised to fit,
- *     our members against plain decimal ids; page cost in both encodings.
+ *   (section "memory" is bench/memory.c.)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,7 +21,7 @@
 /* ------------------------------------------------------------ the calls */
 
 /* The client's share of a bare read: turn WITHSCORES pairs into items, the
- * way the library does (fixed-width member digits, score digits). */
+ * way the library does (the member codec, score digits). */
 static int parse_pairs(const redisReply *r, size_t first, feed_item *out, size_t cap)
 {
     size_t n = 0;
@@ -35,10 +33,8 @@ static int parse_pairs(const redisReply *r, size_t first, feed_item *out, size_t
         int64_t id = 0;
         if (m->type != REDIS_REPLY_STRING || s->type != REDIS_REPLY_STRING)
             return -1;
-        if (m->len != 19)        /* the end marker */
+        if (!member_id(m->str, m->len, &id))    /* the end marker */
             break;
-        for (size_t k = 0; k < m->len; k++)
-            id = id * 10 + (m->str[k] - '0');
         out[n].id = id;
         out[n].score = strtoll(s->str, NULL, 10);
         n++;
@@ -120,7 +116,7 @@ static void seek_init(raw_ctx *x, redisContext *c, const char *key, const page_p
 typedef struct next_ctx {
     redisContext *c;
     const char   *argv[7];
-    char          score[32], member[20], want[8];
+    char          score[32], member[24], want[8];
     char          sha[41];
 } next_ctx;
 
@@ -195,14 +191,13 @@ void warm(feed *f, redisContext *c, int64_t uid, const char *prefix, long long w
     long long card;
     int rc;
 
-    b_cmd_ok(c, "DEL %s:{%lld} %s:{%lld}:lease", prefix, (long long)uid,
-             prefix, (long long)uid);
+    b_cmd_ok(c, "DEL %s %s", b_key(prefix, uid, ""), b_key(prefix, uid, ":lease"));
     rc = feed_page(f, uid, FEED_FIRST, 0, PAGE_LIMIT, &r);
     if (rc != FEED_OK || r.source != FEED_SOURCE_REBUILD)
         die("warming %s uid %lld: rc %d source %d: %s", prefix, (long long)uid, rc,
             (int)r.source, feed_errmsg(f));
     feed_result_free(&r);
-    card = b_cmd_int(c, "ZCARD %s:{%lld}", prefix, (long long)uid);
+    card = b_cmd_int(c, "ZCARD %s", b_key(prefix, uid, ""));
     if (card != want_card)
         die("warming %s uid %lld: %lld entries, expected %lld", prefix,
             (long long)uid, card, want_card);
@@ -307,7 +302,7 @@ void section_pages(void)
         double r_raw, r_srv, r_next, r_floor;   /* r_floor: bare Lua / raw */
 
         note("pages: %s", dc->label);
-        snprintf(key, sizeof key, "%s:{%lld}", dc->prefix, (long long)dc->uid);
+        snprintf(key, sizeof key, "%s", b_key(dc->prefix, dc->uid, ""));
         raw_init(&raw, c, key, dc->pos.depth);
         lua_init(&lua, c, key, dc->pos.depth, lua_sha);
         seek_init(&seek, c, key, &dc->pos, seek_sha);
@@ -416,13 +411,15 @@ void section_pages(void)
         variant v[3];
         double r_next;
         int brounds = q_rounds(7);
+        char bigkey[64];
 
         note("pages: max_len 100,000 (installing 100,000 items)");
         if (nbig != 100000)
             die("data set: uid %d has %zu rows", UID_BIG, nbig);
         warm(fbig, c, UID_BIG, "big", 100001);
-        raw_init(&raw, c, "big:{1}", 0);
-        next_init(&next, c, "big:{1}", &p0, next_sha);
+        snprintf(bigkey, sizeof bigkey, "%s", b_key("big", UID_BIG, ""));
+        raw_init(&raw, c, bigkey, 0);
+        next_init(&next, c, bigkey, &p0, next_sha);
         memset(v, 0, sizeof v);
         v[0] = (variant){ .name = "raw", .op = op_bare, .ctx = &raw, .cmd = "zrevrange" };
         v[1] = (variant){ .name = "feedcache", .op = op_page, .ctx = &page, .cmd = FEED_PAGE_CMDS };
@@ -444,7 +441,7 @@ void section_pages(void)
                     " depth 0, pages/s", ">= 300x", verdict(r_next >= 300), "%sx", NUM(r_next));
         for (int k = 0; k < 3; k++)
             variant_free(&v[k]);
-        b_cmd_ok(c, "DEL big:{1}");   /* 100,000 entries: give the memory back */
+        b_cmd_ok(c, "DEL %s", bigkey);   /* 100,000 entries: give the memory back */
         free(big);
     }
 
@@ -455,205 +452,6 @@ void section_pages(void)
     feed_close(f1k);
     feed_close(ftie);
     feed_close(fbig);
-    PQfinish(pg);
-    redisFree(c);
-    redisFree(stats);
-}
-
-/* ------------------------------------------------------------ section memory */
-
-static long long config_get_int(redisContext *c, const char *name)
-{
-    redisReply *r = b_cmd(c, "CONFIG GET %s", name);
-    long long v;
-
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-        die("CONFIG GET %s: unexpected reply", name);
-    v = atoll(r->element[1]->str);
-    freeReplyObject(r);
-    return v;
-}
-
-static char *encoding_of(redisContext *c, const char *key, char *buf, size_t cap)
-{
-    redisReply *r = b_cmd(c, "OBJECT ENCODING %s", key);
-
-    snprintf(buf, cap, "%s", r->type == REDIS_REPLY_STRING ? r->str : "?");
-    freeReplyObject(r);
-    return buf;
-}
-
-/* One variadic ZADD of n items (and the end marker when marker), members in
- * the given style, into a fresh key. */
-enum id_style { ID_OURS, ID_PLAIN, ID_SNOWFLAKE };
-static void build_set(redisContext *c, const char *key, const feed_item *items, size_t n,
-                      enum id_style style, int marker)
-{
-    size_t argc = 2 + 2 * n + (marker ? 2 : 0), a = 0;
-    const char **argv = malloc(argc * sizeof *argv);
-    char *text = malloc(n * 64 + 1);
-
-    if (!argv || !text)
-        die("out of memory");
-    b_cmd_ok(c, "DEL %s", key);
-    argv[a++] = "ZADD";
-    argv[a++] = key;
-    for (size_t i = 0; i < n; i++) {
-        char *s = text + i * 64, *m = s + 24;
-        snprintf(s, 24, "%lld", (long long)items[i].score);
-        if (style == ID_OURS)
-            member_of(items[i].id, m);
-        else if (style == ID_PLAIN)
-            snprintf(m, 40, "%lld", (long long)items[i].id);
-        else   /* an 18-digit snowflake-sized id */
-            snprintf(m, 40, "%lld", 150000000000000000LL + (long long)items[i].id * 4194304LL);
-        argv[a++] = s;
-        argv[a++] = m;
-    }
-    if (marker) {
-        argv[a++] = "-inf";
-        argv[a++] = "end";
-    }
-    freeReplyObject(b_argv(c, (int)a, argv, NULL));
-    free(argv);
-    free(text);
-}
-
-static long long memory_usage(redisContext *c, const char *key)
-{
-    redisReply *r = b_cmd(c, "MEMORY USAGE %s SAMPLES 0", key);
-    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-
-    freeReplyObject(r);
-    return v;
-}
-
-void section_memory(void)
-{
-    redisContext *c = b_redis(), *stats = b_redis();
-    PGconn *pg = b_pg();
-    pid_t rpid = redis_pid(stats);
-    feed_item *k1;
-    size_t n1k = sql_feed(pg, UID_1K, &k1);
-    long long orig = config_get_int(c, "zset-max-listpack-entries");
-    static const size_t lens[2] = { 127, 1000 };
-    FILE *md = out_section("memory"), *dat = out_data("memory");
-    int rounds = q_rounds(11);
-    double secs = q_secs(0.1);
-    double per_item[2][2][3];   /* [len][raised][style] */
-    char enc[2][2][3][16];
-
-    note("memory: MEMORY USAGE by encoding");
-    fprintf(md, "## Memory per cached item, and the zset encoding\n\n"
-            "`MEMORY USAGE key SAMPLES 0` divided by the item count, for a feed of"
-            " max_len items built with one variadic ZADD (as the library's install does; ours with"
-            " the end marker). Ids are the data set's (6 digits): \"ours\" stores them as"
-            " 19 zero-padded digits (what makes equal scores order by id in Redis),"
-            " \"plain\" as decimal text (which Redis keeps as an integer inside a"
-            " listpack); \"snowflake\" is plain decimal ids of 18 digits, for scale."
-            " Default `zset-max-listpack-entries` is %lld.\n\n", orig);
-    fprintf(md, "| max_len | zset-max-listpack-entries | ours | plain decimal ids | plain 18-digit ids |\n"
-            "| ---: | --- | ---: | ---: | ---: |\n");
-    fprintf(dat, "# max_len raised ours plain snowflake (bytes/item)\n");
-    for (int li = 0; li < 2; li++) {
-        for (int raised = 0; raised < 2; raised++) {
-            long long entries = raised ? (long long)lens[li] + 1 : orig;
-            if (raised && entries <= orig)
-                entries = orig;   /* already fits: default */
-            b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %lld", raised ? 1024 : orig);
-            for (int st = 0; st < 3; st++) {
-                char key[64];
-                long long bytes;
-                snprintf(key, sizeof key, "mem:%zu:%d:%d", lens[li], raised, st);
-                build_set(c, key, k1, lens[li], (enum id_style)st, st == ID_OURS);
-                bytes = memory_usage(c, key);
-                per_item[li][raised][st] = (double)bytes / (double)lens[li];
-                encoding_of(c, key, enc[li][raised][st], sizeof enc[li][raised][st]);
-                b_cmd_ok(c, "DEL %s", key);
-            }
-            fprintf(md, "| %zu | %s | %.1f B (%s) | %.1f B (%s) | %.1f B (%s) |\n", lens[li],
-                    raised ? "1024 (raised to fit)" : "default",
-                    per_item[li][raised][0], enc[li][raised][0],
-                    per_item[li][raised][1], enc[li][raised][1],
-                    per_item[li][raised][2], enc[li][raised][2]);
-            fprintf(dat, "%zu %d %.1f %.1f %.1f\n", lens[li], raised,
-                    per_item[li][raised][0], per_item[li][raised][1], per_item[li][raised][2]);
-        }
-    }
-    b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %lld", orig);
-    out_summary("memory", "memory per cached item (MEMORY USAGE), ours / plain ids",
-                "report", "report",
-                "max_len 127: %.0f / %.0f B (listpack); max_len 1,000: %.0f / %.0f B (skiplist),"
-                " %.0f / %.0f B (listpack, raised)",
-                per_item[0][0][0], per_item[0][0][1], per_item[1][0][0], per_item[1][0][1],
-                per_item[1][1][0], per_item[1][1][1]);
-
-    /* Page cost in both encodings, through the library: the encoding is
-     * chosen when the install creates the key, so set the config, build,
-     * and put it back. */
-    {
-        struct { size_t max_len; const char *lp, *sl; size_t depths[3]; } g[2] = {
-            { 127, "lp127", "sl127", { 0, 60, 106 } },
-            { 1000, "lp1000", "sl1000", { 0, 500, 990 } },
-        };
-        double worst_lp = 0;
-        fprintf(md, "\nA cached page (feed_page, %d items) from each encoding: %d interleaved"
-                " rounds of %.2f s; pages/s median, server time from commandstats.\n\n"
-                "| max_len | depth | listpack pages/s | skiplist pages/s | listpack p50 / p99"
-                " | skiplist p50 / p99 | server time listpack / skiplist |\n"
-                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-                PAGE_LIMIT, rounds, secs);
-        for (int gi = 0; gi < 2; gi++) {
-            feed *flp, *fsl;
-            char e1[16], e2[16], key[64];
-            long long card = g[gi].max_len < n1k ? (long long)g[gi].max_len : (long long)n1k + 1;
-
-            note("memory: page cost, max_len %zu, listpack vs skiplist", g[gi].max_len);
-            flp = b_open(g[gi].lp, (uint32_t)g[gi].max_len);
-            fsl = b_open(g[gi].sl, (uint32_t)g[gi].max_len);
-            b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %d", 1024);
-            warm(flp, c, UID_1K, g[gi].lp, card);
-            b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %d", 64);
-            warm(fsl, c, UID_1K, g[gi].sl, card);
-            b_cmd_ok(c, "CONFIG SET zset-max-listpack-entries %lld", orig);
-            snprintf(key, sizeof key, "%s:{%d}", g[gi].lp, UID_1K);
-            encoding_of(c, key, e1, sizeof e1);
-            snprintf(key, sizeof key, "%s:{%d}", g[gi].sl, UID_1K);
-            encoding_of(c, key, e2, sizeof e2);
-            if (strcmp(e1, "listpack") != 0 || strcmp(e2, "skiplist") != 0)
-                die("memory: encodings %s / %s, expected listpack / skiplist", e1, e2);
-            for (int di = 0; di < 3; di++) {
-                page_ctx a = { flp, UID_1K, pos_at(k1, n1k, g[gi].depths[di]) };
-                page_ctx b = { fsl, UID_1K, pos_at(k1, n1k, g[gi].depths[di]) };
-                variant v[2];
-                memset(v, 0, sizeof v);
-                v[0] = (variant){ .name = "listpack", .op = op_page, .ctx = &a, .cmd = FEED_PAGE_CMDS };
-                v[1] = (variant){ .name = "skiplist", .op = op_page, .ctx = &b, .cmd = FEED_PAGE_CMDS };
-                run_rounds(v, 2, rounds, secs, 3, stats, rpid);
-                fprintf(md, "| %zu | %zu | %s | %s | %s / %s µs | %s / %s µs | %s / %s µs |\n",
-                        g[gi].max_len, g[gi].depths[di], NUM(sm_median(&v[0].rate)),
-                        NUM(sm_median(&v[1].rate)), NUM(sm_pct(&v[0].lat_us, 50)),
-                        NUM(sm_pct(&v[0].lat_us, 99)), NUM(sm_pct(&v[1].lat_us, 50)),
-                        NUM(sm_pct(&v[1].lat_us, 99)), NUM(sm_median(&v[0].srv_us)),
-                        NUM(sm_median(&v[1].srv_us)));
-                if (g[gi].max_len == 1000) {
-                    double r = sm_median(&v[0].srv_us) / sm_median(&v[1].srv_us);
-                    worst_lp = r > worst_lp ? r : worst_lp;
-                }
-                variant_free(&v[0]);
-                variant_free(&v[1]);
-            }
-            feed_invalidate(flp, UID_1K);
-            feed_invalidate(fsl, UID_1K);
-            feed_close(flp);
-            feed_close(fsl);
-        }
-        out_summary("encoding", "page server time, max_len 1,000 as listpack vs skiplist",
-                    "report", "report", "listpack up to %.1fx the skiplist's", worst_lp);
-    }
-    fclose(md);
-    fclose(dat);
-    free(k1);
     PQfinish(pg);
     redisFree(c);
     redisFree(stats);

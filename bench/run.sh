@@ -149,8 +149,8 @@ TOTAL_S=$((SECONDS - START))
     echo "| figure | target | measured | |"
     echo "| --- | --- | --- | --- |"
     for key in cpu_idle cpu_writes cpu_clients pages_raw srv_cpu next_1k next_100k rebuild miss \
-               pg_rate pg_cpu stampede fanout memory encoding client_cpu wait_hook wait_page \
-               sync_apply sync_lag; do
+               pg_rate pg_cpu stampede fanout memory mem_pages encoding client_cpu wait_hook \
+               wait_page sync_apply sync_lag; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "internal.h"   /* the member codec and key format, for the peers */
 
 void die(const char *fmt, ...)
 {
@@ -351,9 +352,25 @@ feed *b_open(const char *prefix, uint32_t max_len)
     return f;
 }
 
-void member_of(int64_t id, char buf[20])
+size_t member_of(int64_t id, char buf[24])
 {
-    snprintf(buf, 20, "%019lld", (long long)id);
+    return feed__member_encode(id, buf);
+}
+
+int member_id(const char *s, size_t len, int64_t *id)
+{
+    return feed__member_decode(s, len, id) == FEED_OK;
+}
+
+const char *b_key(const char *prefix, int64_t uid, const char *suffix)
+{
+    static _Thread_local char bufs[8][128];   /* pgcmp.c calls it from threads */
+    static _Thread_local unsigned next;
+    char *b = bufs[next++ % 8];
+
+    snprintf(b, sizeof bufs[0], "%s:" FEED_KEY_VERSION ":{%lld}%s", prefix, (long long)uid,
+             suffix);
+    return b;
 }
 
 /* ------------------------------------------------------------ CPU */

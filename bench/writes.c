@@ -28,6 +28,7 @@ typedef struct install_ctx {
     int           argc;
     char          sha[41];
     char          max_len[16];
+    char          key[64];
 } install_ctx;
 
 static void install_init(install_ctx *x, redisContext *c, const char *sha,
@@ -47,7 +48,8 @@ static void install_init(install_ctx *x, redisContext *c, const char *sha,
     x->argv[a++] = "EVALSHA";
     x->argv[a++] = x->sha;
     x->argv[a++] = "1";
-    x->argv[a++] = "rb:{1}";    /* the key feed_reload fills: each call replaces the last set */
+    snprintf(x->key, sizeof x->key, "%s", b_key("rb", 1, ""));
+    x->argv[a++] = x->key;   /* the key feed_reload fills: each call replaces the last set */
     x->argv[a++] = x->max_len;
     for (size_t i = 0; i < n; i++) {
         char *s = text + i * 44, *m = s + 24;
@@ -222,7 +224,7 @@ void section_writes(void)
         install_free(&common);
         feed_close(f);
     }
-    b_cmd_ok(c, "DEL rb:{1} rb:{1}:lease");
+    b_cmd_ok(c, "DEL %s %s", b_key("rb", 1, ""), b_key("rb", 1, ":lease"));
     out_summary("rebuild", "installing a rebuild of 1,000 / 10,000 / 100,000 items vs the"
                 " common reload script, server time", ">= 1.6x faster", verdict(worst >= 1.6),
                 "worst %.2fx (%s items)", worst, NUM((double)worst_n));
@@ -444,8 +446,8 @@ void section_stampede(void)
         unsigned long rb[2] = { 0, 0 }, waited = 0, direct = 0, fb = 0;
         double slow[2] = { 0, 0 };
         for (int mode = MODE_LEASE; mode <= MODE_NOLEASE; mode++) {
-            b_cmd_ok(c, "DEL stampede:{%d} stampede:{%d}:lease nolease:{1}",
-                     STAMPEDE_UID, STAMPEDE_UID);
+            b_cmd_ok(c, "DEL %s %s nolease:{1}", b_key("stampede", STAMPEDE_UID, ""),
+                     b_key("stampede", STAMPEDE_UID, ":lease"));
             s.mode = mode;
             pthread_barrier_wait(&s.start);
             pthread_barrier_wait(&s.done);
@@ -494,7 +496,7 @@ void section_stampede(void)
                 " the cache without waiting",
                 exact ? "exactly 1" : "NOT always 1", trials,
                 NUM(sm_median(&rebuild_per_trial[1])), cache_waited, fallback, cache_direct);
-    b_cmd_ok(c, "DEL stampede:{%d} nolease:{1}", STAMPEDE_UID);
+    b_cmd_ok(c, "DEL %s nolease:{1}", b_key("stampede", STAMPEDE_UID, ""));
     pthread_barrier_destroy(&s.start);
     pthread_barrier_destroy(&s.done);
     for (int m = 0; m < 2; m++) {
@@ -538,8 +540,8 @@ static void fan_peer(fan_ctx *x, const char *score, const char *member, size_t p
         argv[a++] = x->sha;
         argv[a++] = nk;
         for (size_t k = 0; k < per; k++) {
-            snprintf(keys[2 * k], 40, "fan:{%lld}", (long long)x->uids[first + k]);
-            snprintf(keys[2 * k + 1], 40, "fan:{%lld}:lease", (long long)x->uids[first + k]);
+            snprintf(keys[2 * k], 40, "%s", b_key("fan", x->uids[first + k], ""));
+            snprintf(keys[2 * k + 1], 40, "%s", b_key("fan", x->uids[first + k], ":lease"));
             argv[a++] = keys[2 * k];
             argv[a++] = keys[2 * k + 1];
         }
@@ -565,7 +567,7 @@ static int op_fan(void *arg)
 {
     fan_ctx *x = arg;
     int64_t id = x->id, score = x->score;
-    char s[24], m[20];
+    char s[24], m[24];
     int rc = FEED_OK;
 
     x->id += 2;
@@ -617,7 +619,7 @@ void section_fanout(void)
         uids[i] = FAN_UID0 + i;
         argv[a++] = "ZADD";
         char key[32];
-        snprintf(key, sizeof key, "fan:{%lld}", (long long)uids[i]);
+        snprintf(key, sizeof key, "%s", b_key("fan", uids[i], ""));
         argv[a++] = key;
         for (int k = 0; k < 21; k++) {
             if (k == 20) {
@@ -641,7 +643,7 @@ void section_fanout(void)
             }
         }
     }
-    card0 = b_cmd_int(c, "ZCARD fan:{%d}", FAN_UID0 + FAN_FEEDS - 1);
+    card0 = b_cmd_int(c, "ZCARD %s", b_key("fan", FAN_UID0 + FAN_FEEDS - 1, ""));
 
     {
         fan_ctx fx[FAN_KINDS];
@@ -665,7 +667,7 @@ void section_fanout(void)
         for (int k = 0; k < FAN_KINDS; k++)
             v[k] = (variant){ .name = names[k], .op = op_fan, .ctx = &fx[k], .cmd = "evalsha" };
         run_rounds(v, FAN_KINDS, rounds, 0.0, 1, stats, rpid);
-        card1 = b_cmd_int(c, "ZCARD fan:{%d}", FAN_UID0 + FAN_FEEDS - 1);
+        card1 = b_cmd_int(c, "ZCARD %s", b_key("fan", FAN_UID0 + FAN_FEEDS - 1, ""));
         if (card1 != card0 + 4 * rounds)
             die("fan-out: the last feed has %lld entries, expected %lld", card1,
                 card0 + 4 * rounds);
@@ -721,7 +723,7 @@ void section_fanout(void)
     /* Give the memory back: 10,000 keys. */
     for (int i = 0; i < FAN_FEEDS; i += 1000) {
         for (int k = i; k < i + 1000; k++)
-            redisAppendCommand(c, "UNLINK fan:{%lld}", (long long)uids[k]);
+            redisAppendCommand(c, "UNLINK %s", b_key("fan", uids[k], ""));
         for (int k = i; k < i + 1000; k++) {
             redisReply *r;
             if (redisGetReply(c, (void **)&r) != REDIS_OK)

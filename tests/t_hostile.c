@@ -145,7 +145,10 @@ static void key_prefixes(void)
     cfg.key_prefix = "my \"feeds\"\n\t*";
     f = tu_open(&cfg);
     ok(still_fine(f), "a prefix with quotes, a space, a newline and '*' works");
-    rep = tu_redis_cmd(r, "EXISTS %b", "my \"feeds\"\n\t*:{999}", strlen("my \"feeds\"\n\t*:{999}"));
+    {
+        const char *key = tu_key_of(cfg.key_prefix, 999, "");
+        rep = tu_redis_cmd(r, "EXISTS %b", key, strlen(key));
+    }
     is_int(rep->integer, 1, "  under exactly that key");
     freeReplyObject(rep);
     feed_close(f);
