@@ -98,8 +98,6 @@ static void seek_init(raw_ctx *x, redisContext *c, const char *key, const page_p
     memset(x, 0, sizeof *x);
     x->c = c;
     snprintf(x->start, sizeof x->start, "%d", PAGE_LIMIT + 1);
-    if (!p->first)
-        member_of(p->id, x->stop);
     memcpy(x->sha, sha, 41);
     x->argv[0] = "EVALSHA";
     x->argv[1] = x->sha;
@@ -109,13 +107,15 @@ static void seek_init(raw_ctx *x, redisContext *c, const char *key, const page_p
     x->argv[5] = x->stop;     /* the cursor member, "" for the first page */
     x->argc = 6;
     x->skip = p->first ? 0 : 2;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 5; i++)
         x->lens[i] = strlen(x->argv[i]);
+    x->lens[5] = p->first ? 0 : member_of(p->id, x->stop);   /* may hold NUL bytes */
 }
 
 typedef struct next_ctx {
     redisContext *c;
     const char   *argv[7];
+    size_t        lens[7];
     char          score[32], member[24], want[8];
     char          sha[41];
 } next_ctx;
@@ -124,7 +124,7 @@ static int op_next(void *arg)
 {
     next_ctx *x = arg;
     feed_item items[PAGE_LIMIT + 1];
-    redisReply *r = redisCommandArgv(x->c, 7, x->argv, NULL);
+    redisReply *r = redisCommandArgv(x->c, 7, x->argv, x->lens);
     int n = parse_pairs(r, 0, items, PAGE_LIMIT + 1);
 
     freeReplyObject(r);
@@ -142,7 +142,6 @@ static void next_init(next_ctx *x, redisContext *c, const char *key,
         x->member[0] = '\0';
     } else {
         snprintf(x->score, sizeof x->score, "%lld", (long long)p->score);
-        member_of(p->id, x->member);
     }
     snprintf(x->want, sizeof x->want, "%d", PAGE_LIMIT + 1);
     x->argv[0] = "EVALSHA";
@@ -152,6 +151,10 @@ static void next_init(next_ctx *x, redisContext *c, const char *key,
     x->argv[4] = x->score;
     x->argv[5] = x->member;
     x->argv[6] = x->want;
+    for (int i = 0; i < 7; i++)
+        x->lens[i] = strlen(x->argv[i]);
+    if (!p->first)
+        x->lens[5] = member_of(p->id, x->member);   /* may hold NUL bytes */
 }
 
 int op_page(void *arg)

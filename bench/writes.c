@@ -53,13 +53,13 @@ static void install_init(install_ctx *x, redisContext *c, const char *sha,
     x->argv[a++] = x->max_len;
     for (size_t i = 0; i < n; i++) {
         char *s = text + i * 44, *m = s + 24;
-        snprintf(s, 24, "%lld", (long long)items[i].score);
-        member_of(items[i].id, m);
+        x->lens[a] = (size_t)snprintf(s, 24, "%lld", (long long)items[i].score);
         x->argv[a++] = s;
+        x->lens[a] = member_of(items[i].id, m);   /* a member may hold NUL bytes */
         x->argv[a++] = m;
     }
     x->argc = a;
-    for (int i = 0; i < a; i++)
+    for (int i = 0; i < 5; i++)
         x->lens[i] = strlen(x->argv[i]);
 }
 
@@ -343,10 +343,11 @@ static void nolease_page(sworker *w)
     {
         int n = sqltop_run(w->pg, STAMPEDE_UID, 1001, w->rows), keep = n > 1000 ? 1000 : n;
         const char **argv = malloc((size_t)(2 * keep + 5) * sizeof *argv);
+        size_t *lens = malloc((size_t)(2 * keep + 5) * sizeof *lens);
         char *text = malloc((size_t)keep * 44 + 1);
         int a = 0;
 
-        if (!argv || !text)
+        if (!argv || !lens || !text)
             die("out of memory");
         w->sql++;
         argv[a++] = "EVALSHA";
@@ -356,13 +357,16 @@ static void nolease_page(sworker *w)
         argv[a++] = "1000";
         for (int i = 0; i < keep; i++) {
             char *sc = text + i * 44, *m = sc + 24;
-            snprintf(sc, 24, "%lld", (long long)w->rows[i].score);
-            member_of(w->rows[i].id, m);
+            lens[a] = (size_t)snprintf(sc, 24, "%lld", (long long)w->rows[i].score);
             argv[a++] = sc;
+            lens[a] = member_of(w->rows[i].id, m);
             argv[a++] = m;
         }
-        freeReplyObject(b_argv(w->c, a, argv, NULL));
+        for (int i = 0; i < 5; i++)
+            lens[i] = strlen(argv[i]);
+        freeReplyObject(b_argv(w->c, a, argv, lens));
         free(argv);
+        free(lens);
         free(text);
         w->source = FEED_SOURCE_REBUILD;
     }
@@ -526,10 +530,12 @@ enum { FAN_LIB, FAN_SINGLE, FAN_PERFEED, FAN_NOOP, FAN_MIN, FAN_KINDS };
 
 /* A pipeline of EVALSHA calls, each for `per` feeds (KEYS feed, lease, ...;
  * ARGV score, member, max_len and, when batched, the count). */
-static void fan_peer(fan_ctx *x, const char *score, const char *member, size_t per)
+static void fan_peer(fan_ctx *x, const char *score, const char *member, size_t member_len,
+                     size_t per)
 {
     static char keys[2 * FAN_BATCH][40];
     const char *argv[3 + 2 * FAN_BATCH + 4];
+    size_t lens[3 + 2 * FAN_BATCH + 4];
     char nk[8], count[8];
 
     snprintf(nk, sizeof nk, "%zu", 2 * per);
@@ -550,7 +556,9 @@ static void fan_peer(fan_ctx *x, const char *score, const char *member, size_t p
         argv[a++] = "1000";
         if (per > 1)
             argv[a++] = count;
-        if (redisAppendCommandArgv(x->c, a, argv, NULL) != REDIS_OK)
+        for (int i = 0; i < a; i++)
+            lens[i] = argv[i] == member ? member_len : strlen(argv[i]);
+        if (redisAppendCommandArgv(x->c, a, argv, lens) != REDIS_OK)
             die("pipeline: out of memory");
     }
     for (size_t first = 0; first < FAN_FEEDS; first += per) {
@@ -568,12 +576,13 @@ static int op_fan(void *arg)
     fan_ctx *x = arg;
     int64_t id = x->id, score = x->score;
     char s[24], m[24];
+    size_t mlen;
     int rc = FEED_OK;
 
     x->id += 2;
     x->score += 1000;
     snprintf(s, sizeof s, "%lld", (long long)score);
-    member_of(id, m);
+    mlen = member_of(id, m);
     switch (x->kind) {
     case FAN_LIB:
         rc = feed_fanout(x->f, x->uids, FAN_FEEDS, score, id);
@@ -583,10 +592,10 @@ static int op_fan(void *arg)
             rc = feed_on_insert(x->f, x->uids[i], score, id);
         break;
     case FAN_MIN:
-        fan_peer(x, s, m, FAN_BATCH);
+        fan_peer(x, s, m, mlen, FAN_BATCH);
         break;
     default:
-        fan_peer(x, s, m, 1);
+        fan_peer(x, s, m, mlen, 1);
         break;
     }
     if (rc != FEED_OK)
@@ -615,6 +624,7 @@ void section_fanout(void)
     for (int i = 0; i < FAN_FEEDS; i++) {
         char args[21][2][24];
         const char *argv[2 + 2 * 21];
+        size_t lens[2 + 2 * 21];
         int a = 0;
         uids[i] = FAN_UID0 + i;
         argv[a++] = "ZADD";
@@ -625,14 +635,18 @@ void section_fanout(void)
             if (k == 20) {
                 snprintf(args[k][0], 24, "-inf");
                 snprintf(args[k][1], 24, "end");
+                lens[a + 1] = 3;
             } else {
                 snprintf(args[k][0], 24, "%lld", 1600000000000LL + k * 1000);
-                member_of(2 * (k + 1), args[k][1]);
+                lens[a + 1] = member_of(2 * (k + 1), args[k][1]);
             }
+            lens[a] = strlen(args[k][0]);
             argv[a++] = args[k][0];
             argv[a++] = args[k][1];
         }
-        if (redisAppendCommandArgv(c, a, argv, NULL) != REDIS_OK)
+        lens[0] = 4;
+        lens[1] = strlen(key);
+        if (redisAppendCommandArgv(c, a, argv, lens) != REDIS_OK)
             die("pipeline failed");
         if (i % 1000 == 999 || i == FAN_FEEDS - 1) {
             for (int k = i - i % 1000; k <= i; k++) {
