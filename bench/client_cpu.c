@@ -43,7 +43,8 @@ int main(int argc, char **argv)
                               (long long)depth - 1, (long long)depth - 1);
         if (r->elements != 2)
             die("%s is not cached", b_key("feed", UID_1K, ""));
-        id = strtoll(r->element[0]->str, NULL, 10);
+        if (!member_id(r->element[0]->str, r->element[0]->len, &id))
+            die("%s: rank %zu is not an item", b_key("feed", UID_1K, ""), depth - 1);
         score = strtoll(r->element[1]->str, NULL, 10);
         freeReplyObject(r);
     }
