@@ -396,7 +396,7 @@ static void capacity(FILE *md, redisContext *c, redisContext *stats, pid_t rpid,
             "What one cached feed costs Redis, through the library: a feed longer than"
             " max_len (uid 1) cached by `feed_page` with max_len items, no end marker."
             " Bytes are `MEMORY USAGE` of the key (the set, its key name and its entry in"
-            " the keyspace; a TTL adds an entry in the expires table, about 50 B more)."
+            " the keyspace; a TTL adds an entry in the expires table, about 40 B more)."
             " Per million feeds is that times 10^6, in GB (10^9 B), before Redis's own"
             " overhead and fragmentation. Server time is INFO commandstats per call,"
             " median over %d interleaved rounds of %.2f s: a first page, a page after a"
