@@ -135,6 +135,23 @@ static int member_cmp(const char *a, size_t alen, const char *b, size_t blen)
     return c != 0 ? c : (alen > blen) - (alen < blen);
 }
 
+/* Strings that are no member: none may decode. */
+static const struct { const char *s; size_t len; const char *why; } refused[] = {
+    { "0000000000000000042", 19, "the old format (19 zero-padded digits)" },
+    { "9999999999999999999", 19, "19 nines (> INT64_MAX)" },
+    { "-202", 4, "a leading zero" },
+    { "-300", 4, "a length that lies" },
+    { "-942", 4, "a length above 8" },
+    { "-00", 3, "length 0" },
+    { "-2-4", 4, "a non-digit" },
+    { ".\0\0\0\0\0\0\0\x2a", 9, "an 8-byte form of a short id" },
+    { ".\x0d\xe0\xb6\xb3\xa7\x64\0\0", 9, "an 8-byte form of 10^18" },
+    { ".\0\0\0\0\x05\xf5\xe1", 8, "7 bytes" },
+    { "42", 2, "plain digits" },
+    { "", 0, "empty" },
+    { "end", 3, "the end marker" },
+};
+
 static void members(void)
 {
     static const int64_t edges[] = {
@@ -183,23 +200,9 @@ static void members(void)
     is_int(bad, 0, "member byte order is id order, and every member decodes back");
 
     /* Only the encoder's own strings decode: one id, one member. */
-    is_int(feed__member_decode("0000000000000000042", 19, &v), FEED_EINVAL,
-           "the old format (19 zero-padded digits) refused");
-    is_int(feed__member_decode("9999999999999999999", 19, &v), FEED_EINVAL, "19 nines > INT64_MAX");
-    is_int(feed__member_decode("-202", 4, &v), FEED_EINVAL, "a leading zero refused");
-    is_int(feed__member_decode("-300", 4, &v), FEED_EINVAL, "a length that lies refused");
-    is_int(feed__member_decode("-942", 4, &v), FEED_EINVAL, "a length above 8 refused");
-    is_int(feed__member_decode("-00", 3, &v), FEED_EINVAL, "length 0 refused");
-    is_int(feed__member_decode("-2-4", 4, &v), FEED_EINVAL, "a non-digit refused");
-    is_int(feed__member_decode(".\0\0\0\0\0\0\0\x2a", 9, &v), FEED_EINVAL,
-           "an 8-byte form of a short id refused");
-    is_int(feed__member_decode(".\x0d\xe0\xb6\xb3\xa7\x64\0\0", 9, &v), FEED_EINVAL,
-           "an 8-byte form of 10^18 refused");
-    is_int(feed__member_decode(".\0\0\0\0\x05\xf5\xe1", 8, &v), FEED_EINVAL,
-           "7 bytes refused");
-    is_int(feed__member_decode("42", 2, &v), FEED_EINVAL, "plain digits refused");
-    is_int(feed__member_decode("", 0, &v), FEED_EINVAL, "empty refused");
-    is_int(feed__member_decode("end", 3, &v), FEED_EINVAL, "the end marker is not an id");
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        is_int(feed__member_decode(refused[i].s, refused[i].len, &v), FEED_EINVAL,
+               "%s refused", refused[i].why);
 }
 
 static void parsers(void)
