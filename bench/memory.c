@@ -15,6 +15,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench.h"
 #include "internal.h"    /* feed__member_encode, feed_lua_page, FEED_KEY_VERSION */
@@ -123,6 +124,18 @@ static const char *encoding_of(redisContext *c, const char *key, char buf[16])
     snprintf(buf, 16, "%s", r->type == REDIS_REPLY_STRING ? r->str : "?");
     freeReplyObject(r);
     return buf;
+}
+
+static long long config_get(redisContext *c, const char *name)
+{
+    redisReply *r = b_cmd(c, "CONFIG GET %s", name);
+    long long v;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        die("CONFIG GET %s: unexpected reply", name);
+    v = atoll(r->element[1]->str);
+    freeReplyObject(r);
+    return v;
 }
 
 static void listpack_limit(redisContext *c, long long n)
@@ -237,11 +250,64 @@ static void lua_page_init(lua_page *x, redisContext *c, const char *sha, const c
     }
 }
 
+/* Server time of each call, call by call: SLOWLOG, its threshold set to 0,
+ * records every command's own execution time (µs), so the variants can
+ * alternate call by call (the order rotating) and meet the same load;
+ * commandstats could only average a whole run of one kind. Each op must
+ * send exactly one EVALSHA (the inner commands of a script are logged too,
+ * and skipped): per round, reset the log, make `per` calls of each variant,
+ * read the log back and give the i-th EVALSHA to the i-th call. Fills each
+ * variant's srv_us with one sample per call, so paired_ratio_srv pairs
+ * calls made next to each other. */
+static void slowlog_rounds(redisContext *c, variant *v, size_t nv, int rounds, int per)
+{
+    size_t n = nv * (size_t)per, *seq = malloc(n * sizeof *seq);
+    long long slower = config_get(c, "slowlog-log-slower-than");
+    long long maxlen = config_get(c, "slowlog-max-len");
+
+    if (!seq)
+        die("out of memory");
+    b_cmd_ok(c, "CONFIG SET slowlog-max-len %lld", (long long)(64 * n));
+    for (int r = 0; r < rounds; r++) {
+        redisReply *log;
+        size_t j = 0;
+
+        b_cmd_ok(c, "SLOWLOG RESET");
+        b_cmd_ok(c, "CONFIG SET slowlog-log-slower-than 0");
+        for (size_t k = 0; k < n; k++) {
+            seq[k] = (k + k / nv + (size_t)r) % nv;
+            if (v[seq[k]].op(v[seq[k]].ctx))
+                die("memory: %s failed", v[seq[k]].name);
+        }
+        b_cmd_ok(c, "CONFIG SET slowlog-log-slower-than %lld", slower);
+        log = b_cmd(c, "SLOWLOG GET -1");
+        for (size_t e = log->elements; e-- > 0;) {   /* newest first: walk back */
+            const redisReply *en = log->element[e], *argv;
+            if (en->type != REDIS_REPLY_ARRAY || en->elements < 4)
+                continue;
+            argv = en->element[3];
+            if (argv->type != REDIS_REPLY_ARRAY || argv->elements < 1 ||
+                strcasecmp(argv->element[0]->str, "evalsha") != 0)
+                continue;
+            if (j == n)
+                die("memory: more EVALSHA calls in the slowlog than made");
+            sm_add(&v[seq[j++]].srv_us, (double)en->element[2]->integer);
+        }
+        if (j != n)
+            die("memory: %zu EVALSHA calls in the slowlog, %zu made", j, n);
+        freeReplyObject(log);
+    }
+    b_cmd_ok(c, "CONFIG SET slowlog-max-len %lld", maxlen);
+    b_cmd_ok(c, "SLOWLOG RESET");
+    free(seq);
+}
+
+#define PAIRS 100   /* calls of each kind per round */
+
 /* Part 2. Returns the worst new / old over the targeted cases (the
  * default encoding: the pages section's cases). */
-static double page_time(FILE *md, redisContext *c, redisContext *stats, pid_t rpid,
-                        const feed_item *k1, size_t n1k, const feed_item *tie, size_t ntie,
-                        long long dflt)
+static double page_time(FILE *md, redisContext *c, const feed_item *k1, size_t n1k,
+                        const feed_item *tie, size_t ntie, long long dflt)
 {
     static const struct { const char *label; int feed; int raised; size_t depth; int gone; }
     cases[] = {
@@ -256,27 +322,27 @@ static double page_time(FILE *md, redisContext *c, redisContext *stats, pid_t rp
         { "1,000-item feed as a listpack (raised), depth 500", 0, 1, 500, 0 },
         { "1,000-item feed as a listpack (raised), depth 980", 0, 1, 980, 0 },
     };
-    /* Many short rounds: each pairs old and new close in time, so the
-     * median of the ratios resists load from other work. */
-    int rounds = q_rounds(41);
-    double secs = q_secs(0.05), worst = 0;
+    int rounds = q_rounds(30);
+    double worst = 0;
     char sha[41], enc[16];
 
     b_script_load(c, feed_lua_page, sha);
     fprintf(md, "\n### Redis server time per page, old members against new\n\n"
-            "The library's `lua/page.lua` (`EVALSHA`, INFO commandstats) on two copies of the"
-            " same items, one with the old members (19 zero-padded digits), one with the"
-            " new: a page of %d after the cursor of the item at depth - 1, %d interleaved"
-            " rounds of %.2f s each, medians; the ratio is the median of the per-round"
-            " ratios. The data set's ids have 6 digits; ids from 10^18 are the same bytes"
-            " in both formats. *Cursor item deleted* takes the slow seek, a binary search"
+            "The library's `lua/page.lua` (`EVALSHA`) on two copies of the same items, one"
+            " with the old members (19 zero-padded digits), one with the new: a page of %d"
+            " after the cursor of the item at depth - 1. Old and new calls alternate one by"
+            " one (%d rounds of %d pairs), and Redis's SLOWLOG, its threshold set to 0,"
+            " gives each call's own server time (µs, whole), so each pair meets the same"
+            " load; medians of the per-call times, and the median of the per-pair ratios. The"
+            " data set's ids have 6 digits; ids from 10^18 are the same bytes in both"
+            " formats. *Cursor item deleted* takes the slow seek, a binary search"
             " comparing members (byte by byte in Lua). The target counts the default"
             " encoding (skiplist: the pages section's cases); a raised listpack is"
             " reported: a listpack lookup (ZREVRANK) compares the cursor member with each"
             " entry it passes, and an integer entry costs a parse of the cursor member"
             " each time, more than a memcmp of two strings.\n\n"
             "| case | encoding | old members | **new members** | new / old (target <= 1.05x) |\n"
-            "| --- | --- | ---: | ---: | ---: |\n", PAGE_LIMIT, rounds, secs);
+            "| --- | --- | ---: | ---: | ---: |\n", PAGE_LIMIT, rounds, PAIRS);
     for (int raised = 0; raised < 2; raised++) {
         /* Build both copies of both feeds in this encoding. */
         listpack_limit(c, raised ? RAISED : dflt);
@@ -304,14 +370,13 @@ static double page_time(FILE *md, redisContext *c, redisContext *stats, pid_t rp
             lua_page_init(&x[1], c, sha, cases[i].feed ? "pg:new:{3}" : "pg:new:{2}",
                           p.first, p.score, p.id, S_OURS);
             memset(v, 0, sizeof v);
-            v[0] = (variant){ .name = "old", .op = op_lua_page, .ctx = &x[0], .cmd = "evalsha" };
-            v[1] = (variant){ .name = "new", .op = op_lua_page, .ctx = &x[1], .cmd = "evalsha" };
-            run_rounds(v, 2, rounds, secs, 3, stats, rpid);
+            v[0] = (variant){ .name = "page.lua, old members", .op = op_lua_page, .ctx = &x[0] };
+            v[1] = (variant){ .name = "page.lua, new members", .op = op_lua_page, .ctx = &x[1] };
+            slowlog_rounds(c, v, 2, rounds, PAIRS);
             ratio = paired_ratio_srv(&v[1], &v[0]);
             fprintf(md, "| %s | %s | %s µs | **%s µs** | **%.3fx** %s |\n", cases[i].label,
                     encoding_of(c, x[1].key, enc), NUM(sm_median(&v[0].srv_us)),
-                    NUM(sm_median(&v[1].srv_us)), ratio,
-                    raised ? "(report)" : verdict(ratio <= 1.05));
+                    NUM(sm_median(&v[1].srv_us)), ratio, raised ? "(report)" : verdict(ratio <= 1.05));
             if (!raised && ratio > worst)
                 worst = ratio;
             variant_free(&v[0]);
@@ -344,7 +409,7 @@ static int op_insert(void *arg)
 }
 
 /* Part 3: the README's capacity table. */
-static void capacity(FILE *md, redisContext *c, redisContext *stats, pid_t rpid, PGconn *pg,
+static void capacity(FILE *md, redisContext *c, PGconn *pg,
                      long long dflt, double *lp_vs_sl)
 {
     enum { NCFG = 5 };
@@ -359,8 +424,7 @@ static void capacity(FILE *md, redisContext *c, redisContext *stats, pid_t rpid,
     char enc[NCFG][16], prefix[NCFG][16];
     feed_item *big, *rest;
     size_t nbig = sql_feed(pg, UID_BIG, &big), nrest = sql_feed(pg, UID_REST, &rest);
-    int rounds = q_rounds(9);
-    double secs = q_secs(0.1);
+    int rounds = q_rounds(15);
 
     PQclear(b_sql(pg, "DELETE FROM feed_entry WHERE uid = 1000001"));
     PQclear(b_sql(pg, "INSERT INTO feed_entry (uid, score, id) SELECT 1000001,"
@@ -391,15 +455,16 @@ static void capacity(FILE *md, redisContext *c, redisContext *stats, pid_t rpid,
      * convert back. */
     listpack_limit(c, RAISED);
     note("memory: capacity, pages and inserts by max_len and encoding");
-    run_rounds(v, 3 * NCFG, rounds, secs, 3, stats, rpid);
+    slowlog_rounds(c, v, 3 * NCFG, rounds, 20);
     fprintf(md, "\n### Capacity planning\n\n"
             "What one cached feed costs Redis, through the library: a feed longer than"
             " max_len (uid 1) cached by `feed_page` with max_len items, no end marker."
             " Bytes are `MEMORY USAGE` of the key (the set, its key name and its entry in"
             " the keyspace; a TTL adds an entry in the expires table, about 40 B more)."
             " Per million feeds is that times 10^6, in GB (10^9 B), before Redis's own"
-            " overhead and fragmentation. Server time is INFO commandstats per call,"
-            " median over %d interleaved rounds of %.2f s: a first page, a page after a"
+            " overhead and fragmentation. Server time per call is from SLOWLOG"
+            " (as above: %d rounds, the %d kinds of call alternating, 20 of each a round),"
+            " medians: a first page, a page after a"
             " cursor at depth max_len / 2 (of uid 1), and `feed_on_insert` of a new top item"
             " into a feed of 891 rows (uid 4: the add, and the trim of the lowest item"
             " once max_len is reached). 6-digit ids are the data set's;"
@@ -408,7 +473,7 @@ static void capacity(FILE *md, redisContext *c, redisContext *stats, pid_t rpid,
             " | per million feeds | bytes per feed, 19-digit ids | per million feeds"
             " | first page | page at depth max_len / 2 | insert hook |\n"
             "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-            rounds, secs);
+            rounds, 3 * NCFG);
     for (int k = 0; k < NCFG; k++) {
         fprintf(md, "| %u | %s | %s | %s B | %.1f GB | %s B | %.1f GB | %s µs | %s µs | %s µs |\n",
                 cfg[k].max_len, cfg[k].raised ? "1024 (raised)" : "128 (default)", enc[k],
@@ -436,18 +501,14 @@ static void capacity(FILE *md, redisContext *c, redisContext *stats, pid_t rpid,
 
 void section_memory(void)
 {
-    redisContext *c = b_redis(), *stats = b_redis();
+    redisContext *c = b_redis();
     PGconn *pg = b_pg();
-    pid_t rpid = redis_pid(stats);
     feed_item *k1, *tie;
     size_t n1k = sql_feed(pg, UID_1K, &k1), ntie = sql_feed(pg, UID_TIE, &tie);
-    redisReply *r = b_cmd(c, "CONFIG GET zset-max-listpack-entries");
-    long long dflt = r->type == REDIS_REPLY_ARRAY && r->elements == 2 ?
-                     atoll(r->element[1]->str) : 128;
+    long long dflt = config_get(c, "zset-max-listpack-entries");
     FILE *md = out_section("memory");
     double worst_bytes, worst_page, lp_vs_sl;
 
-    freeReplyObject(r);
     note("memory: bytes per item by member encoding");
     fprintf(md, "## Memory: members, zset encodings, capacity\n\n");
     worst_bytes = bytes_per_item(md, c, k1, n1k, dflt);
@@ -455,11 +516,11 @@ void section_memory(void)
                 " decimal ids: 6- and 19-digit ids, max_len 127 and 1,000, default and"
                 " raised listpack", "<= 1.15x", verdict(worst_bytes <= 1.15), "worst %.2fx",
                 worst_bytes);
-    worst_page = page_time(md, c, stats, rpid, k1, n1k, tie, ntie, dflt);
+    worst_page = page_time(md, c, k1, n1k, tie, ntie, dflt);
     out_summary("mem_pages", "page server time, new members / old (19 digits), 1,000-item"
                 " feed at every depth and the 10,000-item tie group", "<= 1.05x",
                 verdict(worst_page <= 1.05), "worst %.3fx", worst_page);
-    capacity(md, c, stats, rpid, pg, dflt, &lp_vs_sl);
+    capacity(md, c, pg, dflt, &lp_vs_sl);
     out_summary("encoding", "page server time, max_len 1,000 as listpack vs skiplist, depth 500",
                 "report", "report", "listpack %.2fx the skiplist's", lp_vs_sl);
     fclose(md);
@@ -467,5 +528,4 @@ void section_memory(void)
     free(tie);
     PQfinish(pg);
     redisFree(c);
-    redisFree(stats);
 }
