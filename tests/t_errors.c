@@ -269,7 +269,7 @@ static void foreign_redis_data(void)
      * the key first, so the delete finds no copy to fix. */
     is_int(feed_on_delete(f, 20, 3), FEED_OK, "  the next hook drops the foreign key first (repair)");
     {
-        redisReply *e = tu_redis_cmd(r, "EXISTS feed:{20}");
+        redisReply *e = tu_redis_cmd(r, "EXISTS %s", tu_key(20, ""));
         is_int(e->integer, 0, "  the key is gone");
         freeReplyObject(e);
     }
