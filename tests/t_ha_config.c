@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "tap.h"
 #include "testutil.h"
 #include "fault.h"
@@ -118,7 +119,12 @@ static void fence(redisContext *r)
         freeReplyObject(tu_redis_cmd(r, "SET hz:{%d} x", i + 100000));
         freeReplyObject(tu_redis_cmd(r, "SET hzz:{%d} x", i));
     }
-    freeReplyObject(tu_redis_cmd(r, "ZADD hz:{%d} -inf end 5 %019d", UID, 99));
+    {
+        char m[FEED_MEMBER_MAX];
+        size_t mlen = tu_member(99, m);
+        freeReplyObject(tu_redis_cmd(r, "ZADD %s -inf end 5 %b", tu_key_of("hz", UID, ""),
+                                     m, mlen));
+    }
     freeReplyObject(tu_redis_cmd(r, "SET hz:fence 0000000000000000000000000000000000000000"));
 
     tu_config(&cfg);
