@@ -334,8 +334,9 @@ FEED_API int feed_invalidate(feed *f, int64_t uid);
 FEED_API int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
 
 /* Drop every cached copy and lease under this handle's key_prefix (SCAN with
- * MATCH "<prefix>:{*", then DEL per page of keys): what a TRUNCATE of the
- * table needs. If dropped is not NULL, *dropped counts the keys removed.
+ * MATCH "<prefix>:2:{*", 2 being the key format version, then DEL per page
+ * of keys): what a TRUNCATE of the table needs. If dropped is not NULL,
+ * *dropped counts the keys removed.
  * A copy installed while the scan runs may be missed; it can only come from
  * a rebuild whose lease was taken before the call, so calling it again
  * lease_ms after the first call began drops those too (feedcache-sync does).

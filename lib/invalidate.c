@@ -56,11 +56,13 @@ int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
 }
 
 /* SCAN's MATCH is a glob: the prefix's own '*', '?', '[', ']' and '\' must
- * match themselves. Returns a malloc'd "<escaped prefix>:{*". */
+ * match themselves. Returns a malloc'd "<escaped prefix>:2:{*" (2 is
+ * FEED_KEY_VERSION: copies in another key format are never read, so they
+ * are left to their TTL). */
 static char *scan_pattern(const char *prefix)
 {
     size_t len = strlen(prefix);
-    char *pat = malloc(2 * len + sizeof ":{*"), *p = pat;
+    char *pat = malloc(2 * len + sizeof ":" FEED_KEY_VERSION ":{*"), *p = pat;
 
     if (!pat)
         return NULL;
@@ -69,7 +71,7 @@ static char *scan_pattern(const char *prefix)
             *p++ = '\\';
         *p++ = *s;
     }
-    memcpy(p, ":{*", sizeof ":{*");
+    memcpy(p, ":" FEED_KEY_VERSION ":{*", sizeof ":" FEED_KEY_VERSION ":{*");
     return pat;
 }
 

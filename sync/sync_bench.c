@@ -106,7 +106,7 @@ static void lag_run(feed *f, PGconn *w, redisContext *r, int samples,
         PQclear(PQexec(w, sql));
         double c = st_now();
         while (st_now() - c < 5) {
-            redisReply *e = tu_redis_cmd(r, "EXISTS feed:{%lld}", (long long)uid);
+            redisReply *e = tu_redis_cmd(r, "EXISTS %s", tu_key(uid, ""));
             int gone = e->integer == 0;
             freeReplyObject(e);
             if (gone) {

@@ -195,7 +195,7 @@ static inline int st_copy_is_prefix(redisContext *r, PGconn *pg, int64_t uid)
 {
     feed_item *want;
     size_t nwant = tu_sql_feed(pg, uid, &want), n = 0;
-    redisReply *rep = tu_redis_cmd(r, "ZREVRANGE feed:{%lld} 0 -1 WITHSCORES", (long long)uid);
+    redisReply *rep = tu_redis_cmd(r, "ZREVRANGE %s 0 -1 WITHSCORES", tu_key(uid, ""));
     int complete = 0, good = 1;
 
     if (!rep || rep->type != REDIS_REPLY_ARRAY)

@@ -54,13 +54,13 @@ int main(void)
         is_int(feed_page(f, uid, FEED_FIRST, 0, 2, &res), FEED_OK, "feed %lld cached", (long long)uid);
         feed_result_free(&res);
     }
-    set(r, "feed:{1}:lease");
-    set(r, "feed:{2}:lease");
+    set(r, "feed:2:{1}:lease");
+    set(r, "feed:2:{2}:lease");
 
     is_int(feed_invalidate_many(f, uids, 3), FEED_OK, "feed_invalidate_many of 1, 3, 3");
-    ok(!exists(r, "feed:{1}") && !exists(r, "feed:{1}:lease") && !exists(r, "feed:{3}"),
+    ok(!exists(r, "feed:2:{1}") && !exists(r, "feed:2:{1}:lease") && !exists(r, "feed:2:{3}"),
        "feeds 1 and 3 dropped, with the lease");
-    ok(exists(r, "feed:{2}") && exists(r, "feed:{2}:lease") && exists(r, "feed:{4}"),
+    ok(exists(r, "feed:2:{2}") && exists(r, "feed:2:{2}:lease") && exists(r, "feed:2:{4}"),
        "feeds 2 and 4 (and 2's lease) untouched");
     is_int(feed_invalidate_many(f, uids, 3), FEED_OK, "again: idempotent");
     is_int(feed_invalidate_many(f, NULL, 0), FEED_OK, "n = 0 is a no-op");
@@ -74,10 +74,10 @@ int main(void)
     /* feed_invalidate_all: only this prefix, its copies and leases. */
     set(r, "feedx:{1}");
     set(r, "other:{1}");
-    set(r, "feed:{5}:lease");
+    set(r, "feed:2:{5}:lease");
     is_int(feed_invalidate_all(f, &dropped), FEED_OK, "feed_invalidate_all");
-    ok(!exists(r, "feed:{1}") && !exists(r, "feed:{2}") && !exists(r, "feed:{2}:lease") &&
-       !exists(r, "feed:{4}") && !exists(r, "feed:{5}:lease"), "every copy and lease of prefix feed gone");
+    ok(!exists(r, "feed:2:{1}") && !exists(r, "feed:2:{2}") && !exists(r, "feed:2:{2}:lease") &&
+       !exists(r, "feed:2:{4}") && !exists(r, "feed:2:{5}:lease"), "every copy and lease of prefix feed gone");
     ok(exists(r, "feedx:{1}") && exists(r, "other:{1}"), "keys of other prefixes kept");
     ok(dropped >= 4, "dropped counts the keys removed (%llu)", (unsigned long long)dropped);
 
@@ -108,11 +108,11 @@ int main(void)
         is_int(feed_invalidate_many(h, &nine, 1), FEED_EREDIS, "Redis frozen: FEED_EREDIS");
         is_int(feed_invalidate_many(h, &seven, 1), FEED_EREDIS, "... and at once for the next call");
         servers("redis-thaw");
-        ok(exists(r, "feed:{7}"), "the copy of feed 7 is still there after the thaw");
+        ok(exists(r, "feed:2:{7}"), "the copy of feed 7 is still there after the thaw");
         nanosleep(&(struct timespec){ 0, 600 * 1000000L }, NULL);   /* retry_ms */
         is_int(feed_page(h, 8, FEED_FIRST, 0, 2, &res), FEED_OK, "the next call reaches Redis");
         feed_result_free(&res);
-        ok(!exists(r, "feed:{7}"), "... and drops the copy the failed call could not");
+        ok(!exists(r, "feed:2:{7}"), "... and drops the copy the failed call could not");
         feed_close(h);
     }
 

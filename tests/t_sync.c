@@ -117,7 +117,7 @@ static void warm(feed *f, int64_t from, int64_t to)
 
 static int cached(redisContext *r, int64_t uid)
 {
-    redisReply *rep = tu_redis_cmd(r, "EXISTS feed:{%lld}", (long long)uid);
+    redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_key(uid, ""));
     int yes = rep->integer == 1;
 
     freeReplyObject(rep);
@@ -264,10 +264,11 @@ static void partitioned(PGconn *pg, redisContext *r)
     /* Its first run drops every copy under the prefix: wait for it. */
     ok(st_wait_following("t_sync_part", 30), "a partitioned table: sync starts");
     for (int uid = 1; uid <= 4; uid++)
-        freeReplyObject(tu_redis_cmd(r, "ZADD tsp:{%d} 1 x", uid));
+        freeReplyObject(tu_redis_cmd(r, "ZADD %s 1 x", tu_key_of("tsp", uid, "")));
     tu_sql(pg, "INSERT INTO t_sync_part VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)");
     ok(st_caught_up(pg, "t_sync_part", 30), "... and confirms the inserts");
-    rep = tu_redis_cmd(r, "EXISTS tsp:{1} tsp:{2} tsp:{3} tsp:{4}");
+    rep = tu_redis_cmd(r, "EXISTS %s %s %s %s", tu_key_of("tsp", 1, ""), tu_key_of("tsp", 2, ""),
+                       tu_key_of("tsp", 3, ""), tu_key_of("tsp", 4, ""));
     is_int(rep->integer, 1, "the copies of feeds 1, 2, 3 (rows in both partitions) are dropped, "
            "feed 4's is not");
     freeReplyObject(rep);

@@ -65,7 +65,7 @@ static int cached_feeds(redisContext *r)
     int n = 0;
 
     for (int64_t uid = 1; uid <= FEEDS; uid++) {
-        redisReply *rep = tu_redis_cmd(r, "EXISTS feed:{%lld}", (long long)uid);
+        redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_key(uid, ""));
         n += rep->integer == 1;
         freeReplyObject(rep);
     }
