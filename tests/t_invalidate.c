@@ -72,23 +72,23 @@ int main(void)
     ok(tu_walk_equals_sql(f, pg, 1, 3, &info), "after the drop a walk rebuilds from SQL");
 
     /* feed_invalidate_all: only this prefix, its copies and leases. */
-    set(r, "feedx:{1}");
-    set(r, "other:{1}");
+    set(r, "feedx:2:{1}");
+    set(r, "other:2:{1}");
     set(r, "feed:2:{5}:lease");
     is_int(feed_invalidate_all(f, &dropped), FEED_OK, "feed_invalidate_all");
     ok(!exists(r, "feed:2:{1}") && !exists(r, "feed:2:{2}") && !exists(r, "feed:2:{2}:lease") &&
        !exists(r, "feed:2:{4}") && !exists(r, "feed:2:{5}:lease"), "every copy and lease of prefix feed gone");
-    ok(exists(r, "feedx:{1}") && exists(r, "other:{1}"), "keys of other prefixes kept");
+    ok(exists(r, "feedx:2:{1}") && exists(r, "other:2:{1}"), "keys of other prefixes kept");
     ok(dropped >= 4, "dropped counts the keys removed (%llu)", (unsigned long long)dropped);
 
     /* A prefix with glob characters matches itself only. */
     cfg.key_prefix = "f*";
     g = tu_open(&cfg);
-    set(r, "f*:{1}");
-    set(r, "fa:{1}");
+    set(r, "f*:2:{1}");
+    set(r, "fa:2:{1}");
     is_int(feed_invalidate_all(g, NULL), FEED_OK, "feed_invalidate_all with prefix f*");
-    ok(!exists(r, "f*:{1}") && exists(r, "fa:{1}") && exists(r, "feedx:{1}"),
-       "prefix f* drops f*:{1} only, not fa:{1} or feedx:{1}");
+    ok(!exists(r, "f*:2:{1}") && exists(r, "fa:2:{1}") && exists(r, "feedx:2:{1}"),
+       "prefix f* drops f*:2:{1} only, not fa:2:{1} or feedx:2:{1}");
     is_int(feed_invalidate_all(NULL, NULL), FEED_EINVAL, "f NULL: FEED_EINVAL");
 
     /* Redis frozen: a first call times out and drops the connection; the
