@@ -123,13 +123,17 @@ static void part_idle(FILE *md, redisContext *c, redisContext *stats, pid_t rpid
     size_t n1k = sql_feed(pg, UID_1K, &k1), ntie = sql_feed(pg, UID_TIE, &tie);
     int rounds = q_rounds(15);
     double secs = q_secs(0.15);
+    char key1k[64], keytie[64];
     cpu_case cases[] = {
-        { "first page", UID_1K, f1k, NULL, "feed:{2}", pos_at(k1, n1k, 0) },
-        { "next page, depth 500 of 1,000", UID_1K, f1k, c1k, "feed:{2}", pos_at(k1, n1k, 500) },
-        { "next page, depth 990 of 1,000", UID_1K, f1k, c1k, "feed:{2}", pos_at(k1, n1k, 990) },
+        { "first page", UID_1K, f1k, NULL, key1k, pos_at(k1, n1k, 0) },
+        { "next page, depth 500 of 1,000", UID_1K, f1k, c1k, key1k, pos_at(k1, n1k, 500) },
+        { "next page, depth 990 of 1,000", UID_1K, f1k, c1k, key1k, pos_at(k1, n1k, 990) },
         { "next page inside a 10,000-item tie group, depth 5,000", UID_TIE, ftie, NULL,
-          "tie:{3}", pos_at(tie, ntie, 5000) },
+          keytie, pos_at(tie, ntie, 5000) },
     };
+
+    snprintf(key1k, sizeof key1k, "%s", b_key("feed", UID_1K, ""));
+    snprintf(keytie, sizeof keytie, "%s", b_key("tie", UID_TIE, ""));
 
     note("cpu: Redis CPU per page, no writes");
     warm(f1k, c, UID_1K, "feed", 1001);
@@ -239,17 +243,17 @@ static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rp
     pid_t wpid;
 
     note("cpu: with %d writes/s on the feed being read", WRITE_RATE);
-    b_cmd_ok(c, "DEL wr:{%d} wr:{%d}:lease", UID_W, UID_W);
+    b_cmd_ok(c, "DEL %s %s", b_key("wr", UID_W, ""), b_key("wr", UID_W, ":lease"));
     {
         feed_result fr;
         if (feed_page(f, UID_W, FEED_FIRST, 0, PAGE_LIMIT, &fr) != FEED_OK)
-            die("warming wr:{%d}: %s", UID_W, feed_errmsg(f));
+            die("warming %s: %s", b_key("wr", UID_W, ""), feed_errmsg(f));
         feed_result_free(&fr);
     }
-    card = b_cmd_int(c, "ZCARD wr:{%d}", UID_W);
+    card = b_cmd_int(c, "ZCARD %s", b_key("wr", UID_W, ""));
     if (card < WALK_DEPTH + PAGE_LIMIT + 1)
-        die("wr:{%d} holds %lld entries", UID_W, card);
-    snprintf(plain.key, sizeof plain.key, "wr:{%d}", UID_W);
+        die("%s holds %lld entries", b_key("wr", UID_W, ""), card);
+    snprintf(plain.key, sizeof plain.key, "%s", b_key("wr", UID_W, ""));
     memset(v, 0, sizeof v);
     v[0] = (variant){ .name = "plain walk", .op = op_walk_plain, .ctx = &plain };
     v[1] = (variant){ .name = "feed_page walk", .op = op_walk_page, .ctx = &page };

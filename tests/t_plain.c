@@ -230,7 +230,7 @@ static void tie_run(void)
 
 static long long pttl(int64_t uid)
 {
-    redisReply *rep = tu_redis_cmd(rc_, "PTTL feed:{%lld}", (long long)uid);
+    redisReply *rep = tu_redis_cmd(rc_, "PTTL %s", tu_key(uid, ""));
     long long v = rep->integer;
 
     freeReplyObject(rep);
@@ -264,7 +264,7 @@ static void ttl_refresh(void)
     feed_page(g, 4, FEED_FIRST, 0, LIMIT, &r);   /* the miss: rebuilds */
     feed_result_free(&r);
 
-    freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE feed:{4} %lld", ttl / 2 + 60000));
+    freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE %s %lld", tu_key(4, ""), ttl / 2 + 60000));
     pttls = served("pttl");
     ok(page_ok(f, 4, FEED_FIRST, 0, &r, &d), "more than half the TTL left: a first page");
     ok(d.redis_calls == 1 && served("pttl") == pttls + 1 && pttl(4) <= ttl / 2 + 60000,
@@ -276,7 +276,7 @@ static void ttl_refresh(void)
        "  sends no PTTL: the key is known to live 60 s past half the TTL");
     feed_result_free(&r);
 
-    freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE feed:{4} %lld", ttl / 2 - 60000));
+    freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE %s %lld", tu_key(4, ""), ttl / 2 - 60000));
     ok(page_ok(h, 4, FEED_FIRST, 0, &r, &d), "less than half the TTL left: a first page");
     ok(d.redis_calls == 2 && pttl(4) > ttl - 60000, "  a second round trip set the TTL back to full");
     feed_result_free(&r);
@@ -284,7 +284,7 @@ static void ttl_refresh(void)
     ok(page_ok(h, 4, FEED_FIRST, 0, &r, &d) && d.redis_calls == 1 && served("pttl") == pttls,
        "  the next first page on that handle: one plain command");
 
-    freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE feed:{4} 100000"));
+    freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE %s 100000", tu_key(4, "")));
     ok(page_ok(h, 4, r.next_score, r.next_id, &r2, &d), "a page after a cursor");
     ok(d.redis_calls == 1 && pttl(4) <= 100000, "  does not touch the TTL");
     feed_result_free(&r2);
