@@ -304,8 +304,10 @@ static void client(int kind, size_t depth, const page_pos *pos, double start,
     raw_ctx raw;
     page_ctx page = { f, UID_1K, *pos };
     long n = 0;
+    char key[64];
 
-    raw_init(&raw, c, "feed:{2}", depth);
+    snprintf(key, sizeof key, "%s", b_key("feed", UID_1K, ""));
+    raw_init(&raw, c, key, depth);
     if (kind == K_FEED && depth > 0)
         prime(f, UID_1K, depth);
     if (start > now_s())
