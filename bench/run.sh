@@ -46,6 +46,7 @@ trap 'exit 143' TERM
 
 tools/servers.sh start "$DIR"
 tools/servers.sh sentinel-start "$DIR"     # section wait: a primary with a replica
+tools/servers.sh cluster-start "$DIR"   # section "cluster": 3 primaries + 3 replicas
 # shellcheck source=/dev/null
 . "$DIR/env"
 # shellcheck source=/dev/null
@@ -109,6 +110,25 @@ done
 printf 'client_cpu\tclient CPU: instructions per cached page (callgrind) vs a bare hiredis ZREVRANGE call and parse\t<= 1.5x\tworst %sx\t%s\n' \
     "$worst" "$(awk -v r="$worst" 'BEGIN { print (r <= 1.5) ? "pass" : "MISS" }')" >>"$WORK/summary.tsv"
 
+# The same cached page through the Redis Cluster: instructions per page
+# against the single Redis (target <= 1.1x: routing must cost next to
+# nothing on the client).
+cl1=$(FEED_BENCH_CLUSTER=1 cg_count page 0 $N1); cl2=$(FEED_BENCH_CLUSTER=1 cg_count page 0 $N2)
+s1=$(cg_count page 0 $N1); s2=$(cg_count page 0 $N2)
+clp=$(((cl2 - cl1) / (N2 - N1)))
+sp=$(((s2 - s1) / (N2 - N1)))
+clr=$(awk -v a="$clp" -v b="$sp" 'BEGIN { printf "%.3f", a / b }')
+clv=$(awk -v r="$clr" 'BEGIN { print (r <= 1.1) ? "pass" : "MISS" }')
+{
+    echo
+    echo "Through the Redis Cluster (\`FEED_BENCH_CLUSTER=1\`, depth 0): $(printf "%'d" "$clp")"
+    echo "instructions per cached page vs $(printf "%'d" "$sp") on the single Redis:"
+    echo "**${clr}x** (target <= 1.1x) $clv."
+} >>"$WORK/sec_client.md"
+printf 'cluster_cpu	Redis Cluster: client instructions per cached page, cluster / single (callgrind)	<= 1.1x	%sx	%s
+' \
+    "$clr" "$clv" >>"$WORK/summary.tsv"
+
 # ---------------------------------------------------------------- charts
 echo "bench: charts (gnuplot)" >&2
 gnuplot -e "datadir='$WORK'; outdir='$OUT'" bench/plot.gp
@@ -150,7 +170,7 @@ TOTAL_S=$((SECONDS - START))
     echo "| --- | --- | --- | --- |"
     for key in cpu_idle cpu_writes cpu_clients pages_raw srv_cpu next_1k next_100k rebuild miss \
                pg_rate pg_cpu stampede fanout memory mem_pages encoding client_cpu wait_hook \
-               wait_page sync_apply sync_lag; do
+               wait_page sync_apply sync_lag cluster_rt cluster_cpu cluster_fanout; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done
@@ -160,7 +180,7 @@ TOTAL_S=$((SECONDS - START))
     echo "![installing a rebuild: server time by size](rebuild.png)"
     echo "![cached page vs PostgreSQL: pages/s and server CPU per page](pg.png)"
     echo
-    for s in cpu pages client writes stampede fanout pg memory wait sync; do
+    for s in cpu pages client writes stampede fanout pg memory wait sync cluster; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     cat bench/notes.md

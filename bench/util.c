@@ -346,6 +346,8 @@ feed *b_open(const char *prefix, uint32_t max_len)
     cfg.key_prefix = prefix;
     cfg.max_len = max_len;
     cfg.redis_timeout_ms = 30000;   /* 100,000-row installs take a while */
+    if (strcmp(env_or("FEED_BENCH_CLUSTER", "0"), "1") == 0)   /* client_cpu on the cluster */
+        cfg.redis_cluster = env_or("FEED_REDIS_CLUSTER", "");
     rc = feed_open(&f, &cfg);
     if (rc != FEED_OK)
         die("feed_open: %s: %s", feed_strerror(rc), feed_errmsg(NULL));

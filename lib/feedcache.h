@@ -526,6 +526,10 @@ typedef struct feed_stats {
     uint64_t plain_fallbacks; /* plain reads that could not prove their page exact
                                  (absent key, cursor moved, a long run of ties):
                                  page.lua then answered, one more round trip */
+    /* --- Redis Cluster (cluster) --- */
+    uint64_t redis_redirects; /* Redis Cluster: MOVED or ASK answers followed */
+    uint64_t redis_retries;   /* Redis Cluster: waits after TRYAGAIN, CLUSTERDOWN or LOADING
+                                 (a slot migrating, a failover) before sending again */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

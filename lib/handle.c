@@ -128,6 +128,7 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(replica_lagging),
     FEED_STAT(wait_failures), FEED_STAT(fence_flushes), FEED_STAT(failovers),
     FEED_STAT(plain_pages), FEED_STAT(script_pages), FEED_STAT(plain_fallbacks),
+    FEED_STAT(redis_redirects), FEED_STAT(redis_retries),
 };
 #undef FEED_STAT
 
@@ -259,6 +260,8 @@ static const char *check_config(const feed_config *c)
         return "pg_timeout_ms must be > 0";
     if (c->pg_replica_conninfo && !*c->pg_replica_conninfo)
         return "pg_replica_conninfo is empty (NULL for no replica)";
+    if (c->redis_cluster && feed__parse_addrs(c->redis_cluster, NULL, NULL) != FEED_OK)
+        return "redis_cluster must be host:port[,host:port...]";
     if (c->redis_cluster && c->redis_sentinels)
         return "redis_cluster and redis_sentinels are exclusive: set one";
     if (c->redis_sentinels && (!c->redis_master_name || !*c->redis_master_name))

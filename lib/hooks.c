@@ -67,10 +67,9 @@ static int integer_reply(feed *f, redisReply *r, const char *what)
  * is appended). */
 typedef struct insert_args {
     feed          *f;
-    const int64_t *uids;
-    size_t         n;          /* fan-out: feeds in all */
-    size_t         per;        /* fan-out: feeds per insert.lua call */
-    char          *keys;       /* fan-out: 2 * per keys of f->key_cap bytes */
+    const int64_t *uids;       /* fan-out: the feeds, batch after batch */
+    const size_t  *batch;      /* fan-out: call i has feeds batch[i] .. batch[i + 1] */
+    char          *keys;       /* fan-out: 2 * FANOUT_BATCH keys of f->key_cap bytes */
     char           score[21];
     char           member[FEED_MEMBER_MAX];
     size_t         member_len;
@@ -124,25 +123,24 @@ int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
  * its first line, comparable to the insert itself, which one call per feed
  * would pay per feed (figures: bench/results/latest.md, "Fan-out"). 100
  * keeps one call short in Redis time. On a Redis Cluster the keys of one
- * call must share a hash slot: batches would then have to be grouped by
- * slot. */
+ * call must share a hash slot: the feeds are sorted by slot and a batch
+ * never crosses one. */
 #define FANOUT_BATCH 100
 
-/* Call i: feeds i * per .. up to n; a short last batch repeats its last
- * feed's keys to keep every call the same size (one pipeline), and tells
- * insert.lua to update only the real ones (ARGV[4]). */
-static void fanout_fill(void *arg, size_t i, const char **argv, size_t *lens)
+/* Call i: the feeds of batch i, then insert.lua's four arguments. */
+static int fanout_fill(void *arg, size_t i, const char **argv, size_t *lens, int *nkeys)
 {
     insert_args *a = arg;
-    size_t first = i * a->per, count = a->n - first < a->per ? a->n - first : a->per;
+    size_t first = a->batch[i], count = a->batch[i + 1] - first;
     size_t cap = a->f->key_cap, k = 0;
 
-    for (size_t j = 0; j < a->per; j++) {
+    for (size_t j = 0; j < count; j++) {
         char *key = a->keys + 2 * j * cap, *lease = key + cap;
-        feed__keys_of(a->f, a->uids[first + (j < count ? j : count - 1)], key, lease);
+        feed__keys_of(a->f, a->uids[first + j], key, lease);
         argv[k++] = key;
         argv[k++] = lease;
     }
+    *nkeys = (int)k;
     feed__i64_to_str((int64_t)count, a->count);
     argv[k++] = a->score;
     argv[k++] = a->member;
@@ -150,12 +148,60 @@ static void fanout_fill(void *arg, size_t i, const char **argv, size_t *lens)
     argv[k++] = a->count;
     for (size_t j = 0; j < k; j++)
         lens[j] = j == k - 3 ? a->member_len : strlen(argv[j]);
+    return (int)k;
+}
+
+typedef struct slot_uid {
+    unsigned slot;
+    int64_t  uid;
+} slot_uid;
+
+static int by_slot(const void *x, const void *y)
+{
+    const slot_uid *a = x, *b = y;
+
+    return a->slot < b->slot ? -1 : a->slot > b->slot;
+}
+
+/* Cut n feeds into batches: evenly into ceil(n / FANOUT_BATCH) on a single
+ * Redis; on a cluster, by slot first (*sorted then holds the uids in slot
+ * order). batch gets n + 1 entries at most; returns the number of calls. */
+static size_t fanout_batches(feed *f, const int64_t *uids, size_t n, int64_t *sorted,
+                             size_t *batch)
+{
+    size_t calls = 0;
+
+    if (!f->cfg.redis_cluster) {
+        size_t c = (n + FANOUT_BATCH - 1) / FANOUT_BATCH, per = (n + c - 1) / c;
+        memcpy(sorted, uids, n * sizeof *uids);
+        for (size_t first = 0; first < n; first += per)
+            batch[calls++] = first;
+    } else {
+        slot_uid *su = malloc(n * sizeof *su);
+        if (!su)
+            return 0;
+        for (size_t i = 0; i < n; i++) {
+            su[i].slot = feed__uid_slot(uids[i]);
+            su[i].uid = uids[i];
+        }
+        qsort(su, n, sizeof *su, by_slot);
+        for (size_t i = 0; i < n; i++) {
+            sorted[i] = su[i].uid;
+            if (i == 0 || su[i].slot != su[i - 1].slot ||
+                i - batch[calls - 1] == FANOUT_BATCH)
+                batch[calls++] = i;
+        }
+        free(su);
+    }
+    batch[calls] = n;
+    return calls;
 }
 
 int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id)
 {
     insert_args a;
-    size_t calls;
+    int64_t *sorted;
+    size_t *batch, calls;
     int rc;
 
     if (!f)
@@ -168,16 +214,23 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
     if (n == 0)
         return FEED_OK;
     insert_args_init(&a, f, score, id);
-    a.uids = uids;
-    a.n = n;
-    calls = (n + FANOUT_BATCH - 1) / FANOUT_BATCH;
-    a.per = (n + calls - 1) / calls;   /* even batches: the last is short by < calls */
-    a.keys = malloc(2 * a.per * f->key_cap);
-    if (!a.keys)
+    sorted = malloc(n * sizeof *sorted);
+    batch = malloc((n + 1) * sizeof *batch);
+    a.keys = malloc(2 * FANOUT_BATCH * f->key_cap);
+    calls = sorted && batch && a.keys ? fanout_batches(f, uids, n, sorted, batch) : 0;
+    if (calls == 0) {
+        free(sorted);
+        free(batch);
+        free(a.keys);
         return feed__error(f, FEED_ENOMEM, "out of memory for a fan-out of %zu", n);
+    }
+    a.uids = sorted;
+    a.batch = batch;
     hook_begin(f);
-    rc = feed__redis_script_many(f, FEED_SCRIPT_INSERT, calls, (int)(2 * a.per),
-                                 (int)(2 * a.per + 4), fanout_fill, &a);
+    rc = feed__redis_script_many(f, FEED_SCRIPT_INSERT, calls, 2 * FANOUT_BATCH + 4,
+                                 fanout_fill, &a);
+    free(sorted);
+    free(batch);
     free(a.keys);
     if (rc == FEED_OK || rc == FEED_ENOMEM)
         return note_failure(f, rc, 0);

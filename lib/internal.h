@@ -13,6 +13,8 @@
  *   hooks.c    the write path: insert, delete, fanout, reload, invalidate
  *   cursor.c   opaque cursor tokens
  *   score.c    composite scores
+ *   cluster.c  Redis Cluster decisions: slots, the slot map, what a reply means
+ *   cluster_io.c  Redis Cluster transport: a connection per node, redirects
  *   sentinel.c asking the Sentinels for the primary, checking its ROLE
  *   fence.c    the restart fence: no cached page survives a restart or failover
  *   wait.c     WAIT after hooks, ROLE after reads: the replicas hold what was served
@@ -126,6 +128,9 @@ struct feed {
     feed_stats stats;
     char       errmsg[512];
 
+    /* Redis Cluster (cfg.redis_cluster set): the nodes, the slot map and
+     * their connections; redis is then unused. NULL on a single Redis. */
+    struct feed_cluster *cluster;
     /* ha: the primary the Sentinels named (sentinel.c), the restart fence
      * (fence.c) and WAIT (redis.c). in_hook is set while a write hook runs:
      * only hooks are WAITed, and only hooks may write before the fence is
@@ -168,14 +173,17 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
                                      int argc, const char **argv, const size_t *lens);
 /* n plain commands on one hash slot in one round trip; replies[i] gets each
  * reply (error replies included; the caller frees them). FEED_OK, or
- * FEED_EREDIS with the connection dropped and every replies[i] NULL. */
+ * FEED_EREDIS with the connection dropped and every replies[i] NULL. On a
+ * Redis Cluster, routed by the first command's first key. */
 int  feed__redis_commands(feed *f, size_t n, const int *argc,
                           const char **const *argv, const size_t *const *lens,
                           redisReply **replies);
-/* Fills argv[0..argc) and lens for the i-th call of a pipeline. */
-typedef void feed__args_fn(void *arg, size_t i, const char **argv, size_t *lens);
+/* Fills argv and lens for the i-th call of a pipeline. */
+typedef int feed__args_fn(void *arg, size_t i, const char **argv, size_t *lens,
+                          int *nkeys);
+/* Returns each call's argc (at most max_argc) and sets its *nkeys. */
 int  feed__redis_script_many(feed *f, enum feed_script script, size_t n,
-                             int nkeys, int argc, feed__args_fn *fill, void *arg);
+                             int max_argc, feed__args_fn *fill, void *arg);
 /* A write for uid could not reach Redis: remember, process-wide, to drop
  * uid's cached copy as soon as any handle on the same Redis and key prefix
  * reaches it. Returns 0 when the list (FEED_REPAIR_MAX feeds) is full. */
@@ -183,6 +191,58 @@ int  feed__redis_script_many(feed *f, enum feed_script script, size_t n,
 int  feed__redis_remember(feed *f, int64_t uid);
 void feed__redis_forget_repairs(void);   /* tests only */
 
+/* n plain commands whose keys share one hash slot, in ONE round trip;
+ * replies[i] gets each reply (error replies included; the caller frees).
+ * Returns FEED_OK, or FEED_EREDIS with the connection dropped and the reason
+ * on f (replies then all NULL). On a cluster, routed by the first command's
+ * first key. */
+int  feed__redis_commands(feed *f, size_t n, const int *argc,
+                          const char **const *argv,
+                          const size_t *const *lens, redisReply **replies);
+/* AUTH (when configured) and SCRIPT LOAD of every script on a cluster
+ * node's fresh connection *c. FEED_OK, FEED_EREDIS (refused) or
+ * FEED_EUNAVAILABLE (I/O: *c is then freed and NULL). */
+int  feed__redis_hello(feed *f, redisContext **c);
+
+/* cluster.c -- decisions only, no I/O: an event-loop transport reuses them. */
+#define FEED_SLOTS 16384
+typedef struct feed_addr {
+    char host[256];
+    int  port;
+} feed_addr;
+enum feed_verdict {
+    FEED_V_DONE,        /* a final answer (maybe an error reply) */
+    FEED_V_MOVED,       /* the slot lives elsewhere for good: refresh the map */
+    FEED_V_ASK,         /* migrating: ASKING + the command at the target, once */
+    FEED_V_TRYAGAIN,    /* TRYAGAIN, CLUSTERDOWN, LOADING: back off, try again */
+    FEED_V_NOSCRIPT     /* this node lacks the script: load it, try again */
+};
+unsigned feed__key_slot(const char *key, size_t len);
+unsigned feed__uid_slot(int64_t uid);
+int  feed__parse_addrs(const char *list, feed_addr **out, size_t *n);
+enum feed_verdict feed__classify(const redisReply *r, const char *here, feed_addr *to);
+int64_t feed__backoff_ms(int tries, int64_t now, int64_t deadline);
+int  feed__slot_map_parse(const redisReply *r, const char *here,
+                          int (*each)(void *arg, unsigned from, unsigned to,
+                                      const feed_addr *owner),
+                          void *arg);
+
+/* cluster_io.c -- the blocking cluster transport. */
+int  feed__cluster_connect(feed *f);
+void feed__cluster_free(feed *f);
+/* n commands on one slot, one pipeline to its node; redirects and retries
+ * followed within redis_timeout_ms. Same contract as feed__redis_commands. */
+int  feed__cluster_exchange(feed *f, unsigned slot, size_t n, const int *argc,
+                            const char **const *argv, const size_t *const *lens,
+                            redisReply **replies);
+/* n independent commands, each routed by its own first key, pipelined per
+ * node, every node at once. build(arg, i, &argv, &lens) makes command i
+ * (valid until the next build) and returns its argc. Error replies are
+ * counted and the first one reported; FEED_OK when none. */
+typedef int feed__cmd_fn(void *arg, size_t i, const char ***argv, const size_t **lens);
+int  feed__cluster_many(feed *f, size_t n, feed__cmd_fn *build, void *arg);
+/* The slot of a command's first key: argv[1], or argv[3] for EVALSHA. */
+unsigned feed__command_slot(int argc, const char **argv, const size_t *lens);
 /* sentinel.c -- ha */
 int  feed__sentinels_valid(const char *list);     /* "host:port[,...]" well formed */
 int  feed__sentinel_primary(feed *f);             /* fills f->primary_host/port */

@@ -16,7 +16,7 @@ typedef struct many_args {
     char          *keys;      /* key, lease: f->key_cap bytes each */
 } many_args;
 
-static void many_fill(void *arg, size_t i, const char **argv, size_t *lens)
+static int many_fill(void *arg, size_t i, const char **argv, size_t *lens, int *nkeys)
 {
     many_args *a = arg;
     char *key = a->keys, *lease = a->keys + a->f->key_cap;
@@ -26,6 +26,8 @@ static void many_fill(void *arg, size_t i, const char **argv, size_t *lens)
     argv[1] = lease;
     lens[0] = strlen(key);
     lens[1] = strlen(lease);
+    *nkeys = 2;
+    return 2;
 }
 
 int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
@@ -45,7 +47,7 @@ int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
     a.keys = malloc(2 * f->key_cap);
     if (!a.keys)
         return feed__error(f, FEED_ENOMEM, "out of memory invalidating %zu feeds", n);
-    rc = feed__redis_script_many(f, FEED_SCRIPT_INVALIDATE, n, 2, 2, many_fill, &a);
+    rc = feed__redis_script_many(f, FEED_SCRIPT_INVALIDATE, n, 2, many_fill, &a);
     free(a.keys);
     /* Which feeds were dropped is unknown: each goes on the process-wide
      * repair list, like the feed of a failed hook. */

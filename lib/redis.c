@@ -17,6 +17,11 @@
  *
  * A later step adds Redis Cluster routing here: every key a call names lives
  * on one slot (the {uid} hash tag), so routing is by the first key.
+ *
+ * On a Redis Cluster (cfg.redis_cluster) every function here hands its
+ * commands to cluster_io.c instead: every key a call names lives on one slot
+ * (the {uid} hash tag), so a call is routed by its first key. A single Redis
+ * takes exactly the paths and round trips it always did.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -63,6 +68,7 @@ static struct timeval ms_to_timeval(uint32_t ms)
 
 void feed__redis_drop(feed *f)
 {
+    feed__cluster_free(f);
     if (f->redis) {
         redisFree(f->redis);
         f->redis = NULL;
@@ -145,6 +151,25 @@ static int load_scripts(feed *f)
     return rc;
 }
 
+/* AUTH and the scripts on a cluster node's fresh connection *c, by the
+ * same code as the single connection's. *c is NULL afterwards if it failed
+ * under the hello. */
+int feed__redis_hello(feed *f, redisContext **c)
+{
+    redisContext *saved = f->redis;
+    int64_t attempt = f->redis_attempt_ms;
+    int rc;
+
+    f->redis = *c;
+    rc = f->cfg.redis_password ? authenticate(f) : FEED_OK;
+    if (rc == FEED_OK)
+        rc = load_scripts(f);
+    *c = f->redis;
+    f->redis = saved;
+    f->redis_attempt_ms = attempt;
+    return rc;
+}
+
 /* ---- Repairs after lost writes --------------------------------------
  *
  * One list for the whole process, so that whichever handle reaches Redis
@@ -167,8 +192,12 @@ static atomic_size_t   repair_pending;   /* repair_count, read without the lock 
 static uint64_t store_of(const feed *f)
 {
     /* Under Sentinel the store is the master name, wherever it now runs. */
-    const char *parts[3] = { f->cfg.redis_host, f->cfg.key_prefix, "" };
-    uint64_t h = 14695981039346656037ULL ^ (uint64_t)f->cfg.redis_port;
+    /* A cluster is named by its seed list: every handle of an application
+     * is configured alike. */
+    const char *parts[3] = { f->cfg.redis_cluster ? f->cfg.redis_cluster : f->cfg.redis_host,
+                             f->cfg.key_prefix, "" };
+    uint64_t h = 14695981039346656037ULL ^
+                 (uint64_t)(f->cfg.redis_cluster ? 0 : f->cfg.redis_port);
 
     if (f->cfg.redis_sentinels) {
         parts[0] = f->cfg.redis_sentinels;
@@ -347,6 +376,8 @@ int feed__redis_connect(feed *f)
     const char *host = f->cfg.redis_host;
     int port = f->cfg.redis_port, rc;
 
+    if (f->cfg.redis_cluster)
+        return feed__cluster_connect(f);
     feed__redis_drop(f);
     f->redis_attempt_ms = feed__now_ms();
     f->stats.redis_connects++;
@@ -400,6 +431,86 @@ static int redis_ready(feed *f)
     return atomic_load(&repair_pending) > 0 ? repair(f) : FEED_OK;
 }
 
+/* On a cluster: each remembered feed's lease, then its copy, by
+ * single-key DELs sent to the feed's slot (a multi-key DEL gets TRYAGAIN
+ * while the slot migrates; a single key is redirected with ASK). The lease
+ * first: once it is gone, no rebuild that read SQL before the lost write
+ * can install, and the second DEL removes whatever copy is there. A feed
+ * whose node cannot be reached goes back on the list, and the caller's call
+ * goes on: it may well be for another node. */
+static void repair_cluster(feed *f)
+{
+    size_t n;
+    int64_t *uids = take_repairs(store_of(f), &n);
+    char *key, *lease_key;
+
+    if (!uids)
+        return;
+    if ((key = malloc(2 * f->key_cap)) == NULL) {
+        put_back(f, uids, n);
+        free(uids);
+        return;
+    }
+    lease_key = key + f->key_cap;
+    for (size_t i = 0; i < n; i++) {
+        const char *del_lease[2] = { "DEL", lease_key }, *del_feed[2] = { "DEL", key };
+        const char **argv[2] = { del_lease, del_feed };
+        const size_t *lens[2] = { NULL, NULL };
+        const int argc[2] = { 2, 2 };
+        redisReply *r[2];
+
+        feed__keys_of(f, uids[i], key, lease_key);
+        if (feed__cluster_exchange(f, feed__uid_slot(uids[i]), 2, argc, argv, lens, r) != FEED_OK) {
+            feed__redis_remember(f, uids[i]);
+            continue;
+        }
+        if (r[0]->type != REDIS_REPLY_ERROR && r[1]->type != REDIS_REPLY_ERROR) {
+            f->stats.repairs++;
+        } else {
+            /* Refused (an ACL): the copy may stay, so the entry does too. */
+            f->stats.redis_errors++;
+            feed__redis_remember(f, uids[i]);
+        }
+        for (int k = 0; k < 2; k++)
+            freeReplyObject(r[k]);
+    }
+    free(key);
+    free(uids);
+    feed__clear_error(f);   /* the caller's call decides its own outcome */
+}
+
+/* The cluster transport is set up (feed_open may have failed to), then
+ * repairs pending for this cluster go first. */
+static int cluster_ready(feed *f)
+{
+    int rc;
+
+    if (!f->cluster) {
+        if ((rc = feed__retry_due(f, f->redis_attempt_ms, "Redis Cluster")) != FEED_OK)
+            return rc;
+        f->redis_attempt_ms = feed__now_ms();
+        if ((rc = feed__redis_connect(f)) != FEED_OK && !f->cluster)
+            return rc;
+    }
+    if (atomic_load(&repair_pending) > 0)
+        repair_cluster(f);
+    return FEED_OK;
+}
+
+/* One command on a cluster: routed by its first key. */
+static redisReply *cluster_round_trip(feed *f, int argc, const char **argv,
+                                      const size_t *lens)
+{
+    redisReply *r;
+
+    if (cluster_ready(f) != FEED_OK)
+        return NULL;
+    if (feed__cluster_exchange(f, feed__command_slot(argc, argv, lens), 1, &argc, &argv,
+                               &lens, &r) != FEED_OK)
+        return NULL;
+    return r;
+}
+
 /* Did the server close a connection that worked (a restart)? Then one retry
  * on a fresh connection is worth it. A timeout is not retried: a frozen
  * server would only double the wait. */
@@ -433,6 +544,8 @@ static redisReply *round_trip(feed *f, int argc, const char **argv,
     redisReply *r;
     int retried = 0;
 
+    if (f->cfg.redis_cluster)
+        return cluster_round_trip(f, argc, argv, lens);
     for (;;) {
         if (redis_ready(f) != FEED_OK)
             return NULL;
@@ -573,6 +686,58 @@ redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
     return no_error(f, r, script_name(script));
 }
 
+/* On a cluster: the commands and the script in one exchange on their slot
+ * (NOSCRIPT is handled there, per node). */
+static redisReply *cluster_script_after(feed *f, size_t ncmds, const int *cargc,
+                                        const char **const *cargv,
+                                        const size_t *const *clens,
+                                        enum feed_script script, int nkeys,
+                                        int argc, const char **argv, const size_t *lens)
+{
+    int all_argc[8];
+    const char **all_argv[8];
+    const size_t *all_lens[8];
+    redisReply *replies[8], *r;
+    evalsha_args e;
+    int failed = 0;
+
+    if (ncmds + 1 > 8)
+        return feed__error(f, FEED_EINVAL, "feed__redis_script_after: %zu commands", ncmds),
+               NULL;
+    if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK)
+        return NULL;
+    evalsha_set(&e, argc, argv, lens);
+    for (size_t i = 0; i < ncmds; i++) {
+        all_argc[i] = cargc[i];
+        all_argv[i] = cargv[i];
+        all_lens[i] = clens[i];
+    }
+    all_argc[ncmds] = argc + 3;
+    all_argv[ncmds] = e.argv;
+    all_lens[ncmds] = e.lens;
+    if (feed__redis_commands(f, ncmds + 1, all_argc, all_argv, all_lens, replies) != FEED_OK) {
+        evalsha_free(&e);
+        return NULL;
+    }
+    for (size_t i = 0; i < ncmds; i++) {
+        if (replies[i]->type == REDIS_REPLY_ERROR && !failed) {
+            f->stats.redis_errors++;
+            feed__error(f, FEED_EREDIS, "Redis %s: %s", cargv[i][0], replies[i]->str);
+            failed = 1;
+        }
+        freeReplyObject(replies[i]);
+    }
+    r = replies[ncmds];
+    if (!failed)
+        r = again_if_noscript(f, &e, argc, r);
+    evalsha_free(&e);
+    if (failed) {
+        freeReplyObject(r);
+        return NULL;
+    }
+    return no_error(f, r, script_name(script));
+}
+
 /* Plain commands, then one script call, all in one round trip: the script
  * decides atomically what to do with what the commands prepared (rebuild.c
  * stages rows with a plain ZADD, which Redis parses far faster than a script
@@ -590,6 +755,9 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
     redisReply *r = NULL;
     int failed = 0;
 
+    if (f->cfg.redis_cluster)
+        return cluster_script_after(f, ncmds, cargc, cargv, clens, script, nkeys, argc, argv,
+                                    lens);
     if (redis_ready(f) != FEED_OK)
         return NULL;
     if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK)
@@ -638,7 +806,7 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
 }
 
 /* n plain commands in ONE round trip; every key they name lives on one
- * hash slot (routing, when it comes, is by the first command's key).
+ * hash slot (on a Redis Cluster, routed by the first command's key).
  * replies[i] gets each reply, error replies included: the caller reads and
  * frees them. A server that closed a working connection (a restart) is
  * retried once on a fresh one, as round_trip() does. Returns FEED_OK, or
@@ -652,6 +820,14 @@ int feed__redis_commands(feed *f, size_t n, const int *argc,
 
     for (size_t i = 0; i < n; i++)
         replies[i] = NULL;
+    if (f->cfg.redis_cluster) {
+        if (n == 0)
+            return FEED_OK;
+        if (cluster_ready(f) != FEED_OK)
+            return FEED_EREDIS;
+        return feed__cluster_exchange(f, feed__command_slot(argc[0], argv[0], lens[0]), n,
+                                      argc, argv, lens, replies);
+    }
     for (;;) {
         size_t sent = 0, got = 0;
         if (redis_ready(f) != FEED_OK)
@@ -696,10 +872,20 @@ int feed__redis_commands(feed *f, size_t n, const int *argc,
     }
 }
 
+/* Call i of a pipeline into e: the caller's arguments after EVALSHA's
+ * three. Returns the whole argc. */
+static int evalsha_fill(evalsha_args *e, feed__args_fn *fill, void *arg, size_t i)
+{
+    int nkeys, argc = fill(arg, i, e->argv + 3, e->lens + 3, &nkeys);
+
+    e->lens[2] = (size_t)snprintf(e->nkeys, sizeof e->nkeys, "%d", nkeys);
+    return argc + 3;
+}
+
 /* Send the calls not yet done (done[i] == 0) in one pipeline and read every
  * reply. A NOSCRIPT leaves done[i] at 0 for another pass; any other error
  * reply marks the call done and failed. */
-static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
+static int pipeline_pass(feed *f, evalsha_args *e, size_t n,
                          feed__args_fn *fill, void *arg, unsigned char *done,
                          int *noscript)
 {
@@ -711,8 +897,8 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
     for (size_t i = 0; i < n; i++) {
         if (done[i])
             continue;
-        fill(arg, i, e->argv + 3, e->lens + 3);
-        if (redisAppendCommandArgv(f->redis, argc + 3, e->argv, e->lens) != REDIS_OK) {
+        if (redisAppendCommandArgv(f->redis, evalsha_fill(e, fill, arg, i), e->argv,
+                                   e->lens) != REDIS_OK) {
             io_failed(f, "pipeline");
             return FEED_EREDIS;
         }
@@ -753,10 +939,28 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n, int argc,
     return rc;
 }
 
+/* On a cluster each call goes to its slot's node (hooks.c groups a
+ * fan-out's feeds by slot), every node's pipeline at once. */
+typedef struct many_args {
+    evalsha_args  *e;
+    feed__args_fn *fill;
+    void          *arg;
+} many_args;
+
+static int many_build(void *arg, size_t i, const char ***argv, const size_t **lens)
+{
+    many_args *m = arg;
+    int argc = evalsha_fill(m->e, m->fill, m->arg, i);
+
+    *argv = m->e->argv;
+    *lens = m->e->lens;
+    return argc;
+}
+
 /* The same script for n feeds, pipelined: one round trip, plus one more if
  * the server lost the script. */
 int feed__redis_script_many(feed *f, enum feed_script script, size_t n,
-                            int nkeys, int argc, feed__args_fn *fill, void *arg)
+                            int max_argc, feed__args_fn *fill, void *arg)
 {
     evalsha_args e;
     unsigned char *done;
@@ -764,18 +968,26 @@ int feed__redis_script_many(feed *f, enum feed_script script, size_t n,
 
     if (n == 0)
         return FEED_OK;
-    done = calloc(n, 1);
-    if (!done)
-        return feed__error(f, FEED_ENOMEM, "out of memory for a pipeline of %zu", n);
-    if (evalsha_init(&e, f, script, nkeys, argc) != FEED_OK) {
-        free(done);
+    if (evalsha_init(&e, f, script, 0, max_argc) != FEED_OK)
         return FEED_ENOMEM;
+    if (f->cfg.redis_cluster) {
+        many_args m = { &e, fill, arg };
+        rc = cluster_ready(f);
+        if (rc == FEED_OK)
+            rc = feed__cluster_many(f, n, many_build, &m);
+        evalsha_free(&e);
+        return rc == FEED_OK || rc == FEED_ENOMEM ? rc : FEED_EREDIS;
     }
-    rc = pipeline_pass(f, &e, n, argc, fill, arg, done, &noscript);
+    done = calloc(n, 1);
+    if (!done) {
+        evalsha_free(&e);
+        return feed__error(f, FEED_ENOMEM, "out of memory for a pipeline of %zu", n);
+    }
+    rc = pipeline_pass(f, &e, n, fill, arg, done, &noscript);
     if (noscript && f->redis) {
         if (reload_script(f, script) == FEED_OK) {
             e.argv[1] = f->sha[script];
-            int again = pipeline_pass(f, &e, n, argc, fill, arg, done, &noscript);
+            int again = pipeline_pass(f, &e, n, fill, arg, done, &noscript);
             if (rc == FEED_OK)
                 rc = again;
         }

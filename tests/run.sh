@@ -2,7 +2,11 @@
 # Test runner for `make check`: throwaway Redis + PostgreSQL, then prove.
 #
 #   tests/run.sh [TEST...]   default: every executable $BUILD/tests/t_* and
-#                            every tests/*.t (bash scripts printing TAP)
+#                            every tests/*.t (bash scripts printing TAP), then
+#                            the tests of CLUSTER_TESTS once more against a
+#                            Redis Cluster, named $BUILD/tests/t_foo:cluster
+#                            (a name may be given so too; the cluster is
+#                            started only when some test needs it)
 # Env: BUILD (default build); PROVE_QUIET=1 drops -v; FEED_KEEP=1 keeps the
 # servers' folder (logs, data) and prints its path; FEED_TEST_WRAPPER, e.g.
 # "valgrind --error-exitcode=99 -q", wraps the C test binaries (not .t files).
@@ -15,6 +19,10 @@ SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}
 # files go to bash, binaries through the optional wrapper.
 if [[ ${1:-} == --exec-one ]]; then
     [[ $2 == *.t ]] && exec bash "$2"
+    if [[ $2 == *:cluster ]]; then
+        export FEED_TEST_CLUSTER=1
+        set -- "$1" "${2%:cluster}"
+    fi
     # shellcheck disable=SC2086  # the wrapper is a command line: split it
     exec ${FEED_TEST_WRAPPER:-} "$2"
 fi
@@ -36,6 +44,11 @@ if ((!$#)); then
         [[ -f $t && ( -x $t || $t == *.t ) ]] && tests+=("$t")
     done
     ((${#tests[@]})) || { echo "run.sh: no tests found (did you run make?)" >&2; exit 1; }
+    # The correctness tests again through Redis Cluster routing; t_cluster
+    # (resharding, failover) only makes sense there.
+    for t in t_walk t_hooks t_model t_lease t_stress t_cluster; do
+        [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:cluster")
+    done
 fi
 
 DIR=$(mktemp -d -t feedcache-test.XXXXXX)
@@ -65,6 +78,9 @@ trap 'stop_prove; exit 130' INT
 trap 'stop_prove; exit 143' TERM
 
 tools/servers.sh start "$DIR"
+if [[ " ${tests[*]} " == *":cluster "* ]]; then
+    tools/servers.sh cluster-start "$DIR"
+fi
 # shellcheck source=/dev/null
 . "$DIR/env"
 

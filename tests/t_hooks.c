@@ -219,7 +219,11 @@ static void fanout(void)
     feed_stats_get(f, &before);
     is_int(feed_fanout(f, uids, 50, 75, 9999), FEED_OK, "fanout to 50 feeds");
     d = tu_stats_since(f, &before);
-    is_int(d.redis_calls, 1, "  one Redis round trip");
+    if (tu_cluster())   /* one pipeline per primary, all written before any is read */
+        ok(d.redis_calls >= 1 && d.redis_calls <= 3, "  one pipeline per primary (%llu)",
+           (unsigned long long)d.redis_calls);
+    else
+        is_int(d.redis_calls, 1, "  one Redis round trip");
     for (int i = 0; i < 50; i++) {
         int want = i % 2 == 0;       /* cached feeds get it (75 is inside every window) */
         if (cached(uids[i], 9999) != want || !walk_ok(uids[i])) {

@@ -1,4 +1,5 @@
 /* testutil.c -- see testutil.h. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +28,24 @@ static const char *env_or(const char *name, const char *dflt)
     return v && *v ? v : dflt;
 }
 
+int tu_cluster(void)
+{
+    const char *v = getenv("FEED_TEST_CLUSTER");
+
+    return v && strcmp(v, "1") == 0;
+}
+
 void tu_config(feed_config *cfg)
 {
     feed_config_init(cfg);
     cfg->redis_host = env_or("FEED_REDIS_HOST", "127.0.0.1");
     cfg->redis_port = atoi(env_or("FEED_REDIS_PORT", "6379"));
     cfg->pg_conninfo = env_or("FEED_PG_CONNINFO", "");
+    if (tu_cluster()) {
+        cfg->redis_cluster = getenv("FEED_REDIS_CLUSTER");
+        if (!cfg->redis_cluster || !*cfg->redis_cluster)
+            bail("FEED_TEST_CLUSTER=1 but FEED_REDIS_CLUSTER is not set");
+    }
 }
 
 feed *tu_open(const feed_config *cfg)
@@ -106,27 +119,123 @@ long long tu_sql_int(PGconn *pg, const char *fmt, ...)
     return v;
 }
 
-redisContext *tu_redis(void)
+/* On a cluster (FEED_TEST_CLUSTER=1) tu_redis connects to the first seed and
+ * tu_redis_cmd follows MOVED and ASK to the node that holds the key, on
+ * connections kept here for the whole test; FLUSHDB and FLUSHALL go to
+ * every primary. Every key a test names carries its feed's {uid}, so one
+ * node answers each command. */
+static pthread_mutex_t nodes_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { char host[64]; int port; redisContext *c; } nodes[32];
+static int nnodes;
+
+static redisContext *connect_to(const char *host, int port)
 {
     struct timeval tv = { 5, 0 };
-    redisContext *r = redisConnectWithTimeout(env_or("FEED_REDIS_HOST", "127.0.0.1"),
-                                              atoi(env_or("FEED_REDIS_PORT", "6379")), tv);
+    redisContext *r = redisConnectWithTimeout(host, port, tv);
 
     if (!r || r->err)
-        bail("Redis: %s", r ? r->errstr : "out of memory");
+        bail("Redis %s:%d: %s", host, port, r ? r->errstr : "out of memory");
     return r;
+}
+
+/* A kept connection to host:port (lock held). */
+static redisContext *node_at(const char *host, int port)
+{
+    for (int i = 0; i < nnodes; i++)
+        if (nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
+            return nodes[i].c;
+    if (nnodes == (int)(sizeof nodes / sizeof nodes[0]))
+        bail("tu_redis_cmd: too many cluster nodes");
+    snprintf(nodes[nnodes].host, sizeof nodes[nnodes].host, "%s", host);
+    nodes[nnodes].port = port;
+    nodes[nnodes].c = connect_to(host, port);
+    return nodes[nnodes++].c;
+}
+
+redisContext *tu_redis(void)
+{
+    if (tu_cluster()) {
+        char host[64];
+        int port;
+        if (sscanf(env_or("FEED_REDIS_CLUSTER", ""), "%63[^:]:%d", host, &port) != 2)
+            bail("FEED_REDIS_CLUSTER is not host:port,...");
+        return connect_to(host, port);
+    }
+    return connect_to(env_or("FEED_REDIS_HOST", "127.0.0.1"),
+                      atoi(env_or("FEED_REDIS_PORT", "6379")));
+}
+
+static redisReply *send_formatted(redisContext *r, const char *cmd, size_t len, int asking)
+{
+    redisReply *reply = NULL;
+
+    if ((asking && redisAppendCommand(r, "ASKING") != REDIS_OK) ||
+        redisAppendFormattedCommand(r, cmd, len) != REDIS_OK)
+        bail("Redis command failed: %s", r->errstr);
+    if (asking) {
+        if (redisGetReply(r, (void **)&reply) != REDIS_OK)
+            bail("Redis command failed: %s", r->errstr);
+        freeReplyObject(reply);
+    }
+    if (redisGetReply(r, (void **)&reply) != REDIS_OK || !reply)
+        bail("Redis command failed: %s", r->errstr);
+    return reply;
+}
+
+/* FLUSHDB / FLUSHALL on a cluster: on every primary CLUSTER SLOTS names. */
+static redisReply *on_every_primary(redisContext *r, const char *cmd, size_t len)
+{
+    redisReply *slots = send_formatted(r, "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n", 28, 0);
+    redisReply *last = NULL;
+
+    if (slots->type != REDIS_REPLY_ARRAY)
+        bail("CLUSTER SLOTS: unexpected reply");
+    pthread_mutex_lock(&nodes_lock);
+    for (size_t i = 0; i < slots->elements; i++) {
+        redisReply *owner = slots->element[i]->element[2];
+        redisContext *n = node_at(owner->element[0]->str, (int)owner->element[1]->integer);
+        freeReplyObject(last);
+        last = send_formatted(n, cmd, len, 0);
+        if (last->type == REDIS_REPLY_ERROR)
+            bail("%.*s: %s", (int)len, cmd, last->str);
+    }
+    pthread_mutex_unlock(&nodes_lock);
+    freeReplyObject(slots);
+    return last;
 }
 
 redisReply *tu_redis_cmd(redisContext *r, const char *fmt, ...)
 {
     va_list ap;
     redisReply *reply;
+    char *cmd;
+    int len;
 
     va_start(ap, fmt);
-    reply = redisvCommand(r, fmt, ap);
+    len = redisvFormatCommand(&cmd, fmt, ap);
     va_end(ap);
-    if (!reply)
-        bail("Redis command failed: %s", r->errstr);
+    if (len < 0)
+        bail("tu_redis_cmd: cannot format %s", fmt);
+    if (tu_cluster() && (strncmp(fmt, "FLUSHDB", 7) == 0 || strncmp(fmt, "FLUSHALL", 8) == 0)) {
+        reply = on_every_primary(r, cmd, (size_t)len);
+        free(cmd);
+        return reply;
+    }
+    reply = send_formatted(r, cmd, (size_t)len, 0);
+    /* A few hops at most: MOVED to the owner, then maybe ASK while a slot
+     * migrates. */
+    for (int hops = 0; tu_cluster() && reply->type == REDIS_REPLY_ERROR && hops < 5; hops++) {
+        char host[64];
+        int port, slot, asking = strncmp(reply->str, "ASK ", 4) == 0;
+        if (!(strncmp(reply->str, "MOVED ", 6) == 0 || asking) ||
+            sscanf(reply->str + (asking ? 4 : 6), "%d %63[^:]:%d", &slot, host, &port) != 3)
+            break;
+        freeReplyObject(reply);
+        pthread_mutex_lock(&nodes_lock);
+        reply = send_formatted(node_at(host, port), cmd, (size_t)len, asking);
+        pthread_mutex_unlock(&nodes_lock);
+    }
+    free(cmd);
     return reply;
 }
 

@@ -10,6 +10,11 @@
 
 #include "feedcache.h"
 
+/* 1 when the tests run against the Redis Cluster (FEED_TEST_CLUSTER=1,
+ * seeds in FEED_REDIS_CLUSTER): tu_config then sets redis_cluster, and
+ * tu_redis_cmd follows the key to its node. */
+int tu_cluster(void);
+
 /* Defaults plus the test servers from the environment. */
 void tu_config(feed_config *cfg);
 feed *tu_open(const feed_config *cfg);          /* bails on failure */

@@ -25,6 +25,18 @@
 #     ha-kill-primary DIR               SIGKILL the primary (no restart)
 #     ha-failover DIR                   SENTINEL FAILOVER; waits for the new primary
 #     ha-freeze-replica | ha-thaw-replica DIR   SIGSTOP / SIGCONT the replica
+#   Redis Cluster (3 primaries + 3 replicas, data in DIR/cluster/), started
+#   only on request (startup costs seconds):
+#     cluster-start DIR       start (or reuse) it; adds FEED_REDIS_CLUSTER (the
+#                             seed list) to DIR/env
+#     cluster-stop DIR        stop it (stop does it too)
+#     cluster-ports DIR       "port role" per live node (role: master|slave)
+#     cluster-reshard DIR FROM TO N   move N slots from primary port FROM to TO
+#     cluster-failover DIR PORT       CLUSTER FAILOVER on replica PORT, wait for it
+#     cluster-kill DIR PORT           SIGKILL node PORT (a crash)
+#     cluster-wait DIR                until every live node says cluster_state:ok
+#                                     and all 16384 slots are served, replicas in sync
+#     cluster-restart DIR PORT        start a killed node again (rejoins as a replica)
 #
 # Layout of DIR: redis.conf redis.port redis.pid redis.log redis/   (Redis)
 #                pg/ pg.port pg.log sock/                          (PostgreSQL)
@@ -445,10 +457,133 @@ ha_signal() {  # name SIG want-glob
     die "$1 (pid $p) did not change state after SIG$2"
 }
 
+# ---------------------------------------------------------------- Redis Cluster
+# Six nodes in DIR/cluster/<port>/; DIR/cluster/ports lists them. Each node's
+# cluster bus listens on port + 10000, which must be free too (and <= 65535).
+C=$D/cluster
+cluster_node_pid() {  # port
+    local p
+    p=$(cat "$C/$1/redis.pid" 2>/dev/null) || return 1
+    alive "$p" && [[ $(cat "/proc/$p/comm" 2>/dev/null) == redis-server* ]] && echo "$p"
+}
+ccli() {  # port args...: redis-cli against one node
+    local port=$1
+    shift
+    timeout 10 redis-cli -h 127.0.0.1 -p "$port" "$@"
+}
+cluster_pick_ports() {  # six ports, each with a free bus port, none in use
+    local low p i ports=() taken=" $(redis_port) $(pg_port) "
+    low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    ((low > 12000)) || low=32768
+    ((low - 10000 > 10000)) || low=30000
+    for ((i = 0; i < 1000 && ${#ports[@]} < 6; i++)); do
+        # Both the port and its bus port (+10000) below the ephemeral range.
+        p=$((10000 + (RANDOM * 32768 + RANDOM) % (low - 10000 - 10000)))
+        [[ $taken != *" $p "* && $taken != *" $((p + 10000)) "* ]] || continue
+        port_free "$p" && port_free $((p + 10000)) || continue
+        ports+=("$p")
+        taken+="$p $((p + 10000)) "
+    done
+    ((${#ports[@]} == 6)) || die "no six free loopback port pairs found"
+    echo "${ports[@]}"
+}
+cluster_launch() {  # port: start one node from its config, wait for PING
+    local port=$1 end=$((SECONDS + 10))
+    redis-server "$C/$port/redis.conf" >>"$C/$port/redis.log" 2>&1 </dev/null || true
+    while ((SECONDS < end)); do
+        [[ $(ccli "$port" ping 2>/dev/null) == PONG ]] && return 0
+        sleep 0.1
+    done
+    tail -n 20 "$C/$port/redis.log" >&2
+    die "cluster node $port did not answer PING in 10 s"
+}
+cluster_ok() {  # every live node: state ok, every slot served, every replica in sync
+    local port info
+    for port in $(cat "$C/ports"); do
+        cluster_node_pid "$port" >/dev/null || continue
+        info=$(ccli "$port" cluster info 2>/dev/null) || return 1
+        [[ $info == *cluster_state:ok* && $info == *cluster_slots_ok:16384* ]] || return 1
+        info=$(ccli "$port" info replication 2>/dev/null) || return 1
+        [[ $info != *role:slave* || $info == *master_link_status:up* ]] || return 1
+    done
+}
+cluster_wait() {  # up to 30 s
+    local end=$((SECONDS + 30))
+    while ((SECONDS < end)); do cluster_ok && return 0; sleep 0.2; done
+    die "cluster not ok after 30 s"
+}
+cluster_start() {
+    local port
+    if [[ -f $C/ports ]]; then
+        for port in $(cat "$C/ports"); do
+            cluster_node_pid "$port" >/dev/null || cluster_launch "$port"
+        done
+        cluster_wait
+        return
+    fi
+    mkdir -p "$C"
+    local ports
+    read -ra ports <<<"$(cluster_pick_ports)"
+    for port in "${ports[@]}"; do
+        mkdir -p "$C/$port"
+        # cluster-node-timeout 2000: a dead primary is replaced in ~2-4 s
+        # rather than the default 15 s.
+        cat >"$C/$port/redis.conf" <<EOC
+bind 127.0.0.1
+port $port
+daemonize yes
+pidfile $C/$port/redis.pid
+logfile $C/$port/redis.log
+dir $C/$port
+save ""
+appendonly no
+cluster-enabled yes
+cluster-config-file nodes.conf
+cluster-node-timeout 2000
+cluster-replica-validity-factor 0
+cluster-require-full-coverage no
+# A replica syncs at once (the default waits 5 s for more replicas).
+repl-diskless-sync-delay 0
+EOC
+        cluster_launch "$port"
+    done
+    local addrs=()
+    for port in "${ports[@]}"; do addrs+=("127.0.0.1:$port"); done
+    redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
+        >"$C/create.log" 2>&1 || { cat "$C/create.log" >&2; die "redis-cli --cluster create failed"; }
+    echo "${ports[@]}" >"$C/ports"
+    cluster_wait
+}
+cluster_stop() {
+    local port p
+    [[ -f $C/ports ]] || return 0
+    for port in $(cat "$C/ports"); do
+        p=$(cluster_node_pid "$port") || continue
+        kill -CONT "$p" 2>/dev/null || true
+        kill -TERM "$p" 2>/dev/null || true
+    done
+    for port in $(cat "$C/ports"); do
+        p=$(cluster_node_pid "$port") || continue
+        wait_gone "$p" || { kill -KILL "$p" 2>/dev/null || true; wait_gone "$p" || true; }
+    done
+}
+cluster_ports() {  # "port role" of every live node
+    local port
+    for port in $(cat "$C/ports"); do
+        cluster_node_pid "$port" >/dev/null || continue
+        echo "$port $(ccli "$port" role 2>/dev/null | head -n1)"
+    done
+}
+cluster_seeds() {
+    local port s=
+    for port in $(cat "$C/ports"); do s+=${s:+,}127.0.0.1:$port; done
+    echo "$s"
+}
+
 # ---------------------------------------------------------------- env file
 write_env() {
     local rp pp
-    rp=$(redis_port) pp=$(pg_port)
+    rp=$(redis_port || true) pp=$(pg_port || true)
     cat >"$D/env.tmp" <<EOE
 # Generated by tools/servers.sh start; source it.
 export FEED_REDIS_HOST=127.0.0.1
@@ -464,6 +599,9 @@ EOE
     if [[ -f $D/replica.port ]]; then
         echo "export FEED_PG_REPLICA_CONNINFO=\"host=127.0.0.1 port=$(replica_port) user=postgres dbname=feedcache\"" >>"$D/env.tmp"
     fi
+    if [[ -f $C/ports ]]; then
+        echo "export FEED_REDIS_CLUSTER=$(cluster_seeds)" >>"$D/env.tmp"
+    fi
     mv "$D/env.tmp" "$D/env"
 }
 
@@ -474,6 +612,7 @@ start)
     write_env
     ;;
 stop)
+    cluster_stop || true
     ha_stop || true
     redis_stop || true
     pg_stop fast "$D/replica" || true
@@ -572,6 +711,46 @@ replica-start)
     ;;
 replica-stop)
     pg_stop immediate "$D/replica"
+    ;;
+cluster-start)
+    cluster_start
+    write_env
+    ;;
+cluster-stop)
+    cluster_stop
+    ;;
+cluster-ports)
+    cluster_ports
+    ;;
+cluster-wait)
+    cluster_wait
+    ;;
+cluster-reshard)
+    [[ $# -eq 5 ]] || die "usage: $0 cluster-reshard DIR FROM_PORT TO_PORT NSLOTS"
+    from=$(ccli "$3" cluster myid) to=$(ccli "$4" cluster myid)
+    redis-cli --cluster reshard "127.0.0.1:$3" --cluster-from "$from" --cluster-to "$to" \
+        --cluster-slots "$5" --cluster-yes --cluster-pipeline 10 >>"$C/reshard.log" 2>&1 ||
+        { tail -n 20 "$C/reshard.log" >&2; die "reshard $3 -> $4 failed"; }
+    ;;
+cluster-failover)
+    [[ $# -eq 3 ]] || die "usage: $0 cluster-failover DIR REPLICA_PORT"
+    [[ $(ccli "$3" cluster failover) == OK ]] || die "CLUSTER FAILOVER on $3 refused"
+    for ((i = 0; i < 200; i++)); do
+        [[ $(ccli "$3" role 2>/dev/null | head -n1) == master ]] && { cluster_wait; exit 0; }
+        sleep 0.05
+    done
+    die "replica $3 did not become primary in 10 s"
+    ;;
+cluster-kill)
+    [[ $# -eq 3 ]] || die "usage: $0 cluster-kill DIR PORT"
+    if p=$(cluster_node_pid "$3"); then
+        kill -KILL "$p" 2>/dev/null || true
+        wait_gone "$p" || die "cluster node pid $p did not die"
+    fi
+    ;;
+cluster-restart)
+    [[ $# -eq 3 && -f $C/$3/redis.conf ]] || die "usage: $0 cluster-restart DIR PORT (a node of DIR)"
+    cluster_node_pid "$3" >/dev/null || cluster_launch "$3"
     ;;
 *)
     die "unknown command: $cmd"
