@@ -686,6 +686,21 @@ redisReply *feed__redis_script(feed *f, enum feed_script script, int nkeys,
     return no_error(f, r, script_name(script));
 }
 
+/* The script's reply r after its commands: none failed, then NOSCRIPT is
+ * handled and an error reply becomes NULL; otherwise r is dropped. */
+static redisReply *script_after_end(feed *f, evalsha_args *e, int argc, redisReply *r,
+                                    int failed)
+{
+    if (!failed)
+        r = again_if_noscript(f, e, argc, r);
+    evalsha_free(e);
+    if (failed) {
+        freeReplyObject(r);
+        return NULL;
+    }
+    return no_error(f, r, script_name(e->script));
+}
+
 /* On a cluster: the commands and the script in one exchange on their slot
  * (NOSCRIPT is handled there, per node). */
 static redisReply *cluster_script_after(feed *f, size_t ncmds, const int *cargc,
@@ -728,14 +743,7 @@ static redisReply *cluster_script_after(feed *f, size_t ncmds, const int *cargc,
         freeReplyObject(replies[i]);
     }
     r = replies[ncmds];
-    if (!failed)
-        r = again_if_noscript(f, &e, argc, r);
-    evalsha_free(&e);
-    if (failed) {
-        freeReplyObject(r);
-        return NULL;
-    }
-    return no_error(f, r, script_name(script));
+    return script_after_end(f, &e, argc, r, failed);
 }
 
 /* Plain commands, then one script call, all in one round trip: the script
@@ -795,14 +803,7 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
     }
     if (failed == 2)
         feed__demote(f);
-    if (!failed)
-        r = again_if_noscript(f, &e, argc, r);
-    evalsha_free(&e);
-    if (failed) {
-        freeReplyObject(r);
-        return NULL;
-    }
-    return no_error(f, r, script_name(script));
+    return script_after_end(f, &e, argc, r, failed);
 }
 
 /* n plain commands in ONE round trip; every key they name lives on one
