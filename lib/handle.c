@@ -388,6 +388,7 @@ void feed_close(feed *f)
     if (!f)
         return;
     feed__redis_drop(f);
+    feed__cluster_free(f);
     feed__pg_drop(f);
     for (size_t i = 0; i < sizeof f->owned / sizeof f->owned[0]; i++)
         free(f->owned[i]);

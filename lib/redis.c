@@ -68,7 +68,6 @@ static struct timeval ms_to_timeval(uint32_t ms)
 
 void feed__redis_drop(feed *f)
 {
-    feed__cluster_free(f);
     if (f->redis) {
         redisFree(f->redis);
         f->redis = NULL;
