@@ -119,7 +119,8 @@ typedef struct feed_config {
                                           the server's run_id with the one recorded in
                                           "<prefix>:fence"; if they differ (a restart from
                                           disk, a promoted replica) no cached page is served
-                                          until every "<prefix>:*" key has been dropped */
+                                          until every "<prefix>:*" key has been dropped.
+                                          Not with redis_cluster yet (FEED_EINVAL) */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -340,9 +341,11 @@ FEED_API int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
  * A copy installed while the scan runs may be missed; it can only come from
  * a rebuild whose lease was taken before the call, so calling it again
  * lease_ms after the first call began drops those too (feedcache-sync does).
- * It scans the one Redis of the handle; with Redis Cluster routing it must
- * scan every primary (lib/invalidate.c says where).
- * Errors: FEED_EINVAL, FEED_ENOMEM, FEED_EREDIS (part may be dropped). */
+ * It scans the one Redis of the handle. A handle on a Redis Cluster (whose
+ * keys are spread over every primary) is refused with FEED_EINVAL for now:
+ * dropping one node's copies and reporting success would leave the rest.
+ * Errors: FEED_EINVAL (f NULL, or redis_cluster set), FEED_ENOMEM,
+ * FEED_EREDIS (part may be dropped). */
 FEED_API int feed_invalidate_all(feed *f, uint64_t *dropped);
 /* ---- end invalidation in bulk ---- */
 

@@ -116,9 +116,10 @@ static int drop_page(feed *f, const redisReply *keys, uint64_t *dropped)
 }
 
 /* One Redis: SCAN it. On a Redis Cluster the keys of a prefix are spread
- * over every primary, and SCAN sees one node's: the loop below must then
- * run once per primary (and the DEL of a page be split by slot), which is
- * the cluster routing's to provide. */
+ * over every primary, and SCAN sees one node's: the loop below would have
+ * to run once per primary (and the DEL of a page be split by slot). Until
+ * it does, a cluster handle refuses: dropping some copies and reporting
+ * success would leave the others stale. */
 int feed_invalidate_all(feed *f, uint64_t *dropped)
 {
     char cursor[32] = "0";
@@ -130,6 +131,9 @@ int feed_invalidate_all(feed *f, uint64_t *dropped)
     feed__clear_error(f);
     if (dropped)
         *dropped = 0;
+    if (f->cfg.redis_cluster)
+        return feed__error(f, FEED_EINVAL, "feed_invalidate_all: not supported on a Redis"
+                           " Cluster yet; drop the feeds with feed_invalidate_many");
     if (!(pattern = scan_pattern(f->cfg.key_prefix)))
         return feed__error(f, FEED_ENOMEM, "out of memory for a SCAN pattern");
     do {

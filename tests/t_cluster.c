@@ -324,7 +324,7 @@ static void migration_by_hand(PGconn *pg)
         c[i] = node(ports[i]);
         if (!primary[i])
             continue;
-        r = on(c[i], "EXISTS feed:{%lld}", (long long)uid);
+        r = on(c[i], "EXISTS %s", tu_key(uid, ""));
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
             src = i;
         else if (dst < 0)
@@ -335,7 +335,7 @@ static void migration_by_hand(PGconn *pg)
         tap_bail("by hand: no owner or no other primary found");
         exit(255);
     }
-    r = on(c[src], "CLUSTER KEYSLOT feed:{%lld}", (long long)uid);
+    r = on(c[src], "CLUSTER KEYSLOT %s", tu_key(uid, ""));
     slot = r->integer;
     freeReplyObject(r);
     r = on(c[src], "CLUSTER MYID");
@@ -346,7 +346,7 @@ static void migration_by_hand(PGconn *pg)
     freeReplyObject(r);
     freeReplyObject(on(c[dst], "CLUSTER SETSLOT %lld IMPORTING %s", slot, src_id));
     freeReplyObject(on(c[src], "CLUSTER SETSLOT %lld MIGRATING %s", slot, dst_id));
-    r = on(c[src], "MIGRATE 127.0.0.1 %d feed:{%lld} 0 5000", ports[dst], (long long)uid);
+    r = on(c[src], "MIGRATE 127.0.0.1 %d %s 0 5000", ports[dst], tu_key(uid, ""));
     ok(r->type == REDIS_REPLY_STATUS, "by hand: the feed's set moved, the slot still migrating");
     freeReplyObject(r);
 
