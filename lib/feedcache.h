@@ -112,7 +112,8 @@ typedef struct feed_config {
                                           sends WAIT n in the same round trip; fewer than n
                                           replicas acknowledging within redis_wait_timeout_ms
                                           fails the hook with FEED_EREDIS and the feed's copy
-                                          is dropped as soon as that is itself acknowledged */
+                                          is dropped as soon as that is itself acknowledged.
+                                          Not with redis_cluster yet (FEED_EINVAL) */
     uint32_t    redis_wait_timeout_ms; /* default 100; with redis_wait_replicas, 1 ..
                                           redis_timeout_ms - 1 */
     int         redis_restart_fence;   /* default 0: off. 1: on each new connection compare

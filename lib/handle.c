@@ -277,6 +277,10 @@ static const char *check_config(const feed_config *c)
      * copies live on several primaries, each with its own run_id. */
     if (c->redis_restart_fence && c->redis_cluster)
         return "redis_restart_fence is not supported with redis_cluster yet";
+    /* The cluster path does not send WAIT yet: accepting the setting would
+     * promise a guarantee the hooks do not keep. */
+    if (c->redis_wait_replicas && c->redis_cluster)
+        return "redis_wait_replicas is not supported with redis_cluster yet";
     return NULL;
 }
 

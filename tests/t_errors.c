@@ -118,6 +118,8 @@ static void bad_configs(void)
     BAD_CONFIG("redis_user without a password", c.redis_user = "app");
     BAD_CONFIG("redis_restart_fence with redis_cluster",
                (c.redis_cluster = "127.0.0.1:1", c.redis_restart_fence = 1));
+    BAD_CONFIG("redis_wait_replicas with redis_cluster",
+               (c.redis_cluster = "127.0.0.1:1", c.redis_wait_replicas = 1));
     BAD_CONFIG("redis_cluster and redis_sentinels together",
                (c.redis_cluster = "127.0.0.1:1", c.redis_sentinels = "127.0.0.1:2"));
 }

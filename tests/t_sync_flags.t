@@ -30,5 +30,8 @@ is "${unknown[*]}" "" "  and the parser takes each of them (only the bogus flag 
 is "$?" 2 "an unknown flag exits 2"
 "$BIN" --redis-restart-fence 2 >/dev/null 2>&1
 is "$?" 2 "--redis-restart-fence 2 exits 2"
+out=$("$BIN" --redis-cluster 127.0.0.1:1 2>&1 >/dev/null); rc=$?
+is "$rc" 1 "--redis-cluster: exit 1 (not supported yet), never a retry loop"
+like "$out" "not supported yet" "  with the reason on stderr"
 echo "1..$n"
 ((failed == 0))
