@@ -87,6 +87,25 @@ void feed__clear_error(feed *f)
     f->errmsg[0] = '\0';
 }
 
+/* The end of a read that PostgreSQL answered instead of Redis (redis_failed:
+ * Redis could not answer either; redis_msg: why). Degraded but answered:
+ * keep why Redis was not used. PostgreSQL failed too: the feed is
+ * unavailable, with both reasons. Any other rc is returned as it is. */
+int feed__db_outcome(feed *f, int rc, int redis_failed, const char *redis_msg)
+{
+    char pg_msg[sizeof f->errmsg];
+
+    if (!redis_failed)
+        return rc;
+    if (rc == FEED_OK) {
+        snprintf(f->errmsg, sizeof f->errmsg, "%s", redis_msg);
+    } else if (rc == FEED_EPG) {
+        snprintf(pg_msg, sizeof pg_msg, "%s", f->errmsg);
+        rc = feed__error(f, FEED_EUNAVAILABLE, "%s; %s", redis_msg, pg_msg);
+    }
+    return rc;
+}
+
 int64_t feed__now_ms(void)
 {
     struct timespec ts;

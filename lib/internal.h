@@ -153,6 +153,7 @@ int  feed__error(feed *f, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void feed__clear_error(feed *f);
 int64_t feed__now_ms(void);
+int  feed__db_outcome(feed *f, int rc, int redis_failed, const char *redis_msg);
 int  feed__retry_due(feed *f, int64_t last_attempt_ms, const char *store);
 void feed__set_keys(feed *f, int64_t uid);
 void feed__keys_of(const feed *f, int64_t uid, char *key, char *lease_key); /* f->key_cap each */

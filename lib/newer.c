@@ -139,15 +139,9 @@ static int answer_from_db(feed *f, int64_t uid, feed_item cursor, size_t limit,
 
     snprintf(redis_msg, sizeof redis_msg, "%s", f->errmsg);
     rc = feed__pg_before(f, uid, cursor.score, cursor.id, limit + 1, &rows);
-    if (rc == FEED_OK) {
+    if (rc == FEED_OK)
         rc = answer(f, out, &rows, limit, FEED_SOURCE_DB);
-        if (rc == FEED_OK && redis_failed)
-            snprintf(f->errmsg, sizeof f->errmsg, "%s", redis_msg);
-    } else if (rc == FEED_EPG && redis_failed) {
-        char pg_msg[sizeof f->errmsg];
-        snprintf(pg_msg, sizeof pg_msg, "%s", f->errmsg);
-        rc = feed__error(f, FEED_EUNAVAILABLE, "%s; %s", redis_msg, pg_msg);
-    }
+    rc = feed__db_outcome(f, rc, redis_failed, redis_msg);
     feed__rows_free(&rows);
     return rc;
 }

@@ -553,16 +553,9 @@ static int answer_from_db(feed *f, const page_req *q, feed_result *out,
     snprintf(redis_msg, sizeof redis_msg, "%s", f->errmsg);
     /* Never installed in the cache: the replica may answer it. */
     rc = feed__pg_page(f, q->uid, q->first, q->score, q->id, q->limit + 1, &rows);
-    if (rc == FEED_OK) {
+    if (rc == FEED_OK)
         rc = answer(f, out, rows.items, rows.count, q->limit, FEED_SOURCE_DB);
-        /* Degraded but answered: keep why Redis was not used. */
-        if (rc == FEED_OK && redis_failed)
-            snprintf(f->errmsg, sizeof f->errmsg, "%s", redis_msg);
-    } else if (rc == FEED_EPG && redis_failed) {
-        char pg_msg[sizeof f->errmsg];
-        snprintf(pg_msg, sizeof pg_msg, "%s", f->errmsg);
-        rc = feed__error(f, FEED_EUNAVAILABLE, "%s; %s", redis_msg, pg_msg);
-    }
+    rc = feed__db_outcome(f, rc, redis_failed, redis_msg);
     feed__rows_free(&rows);
     return rc;
 }
