@@ -716,3 +716,61 @@ int feed__cluster_many(feed *f, size_t n, feed__cmd_fn *build, void *arg)
     free(cmds);
     return rc;
 }
+
+/* ---- Every primary: feed__cluster_each_primary ------------------------- */
+
+/* FNV-1a over the slot -> node table: equal stamps, same map (node
+ * indexes are never reused, so an index names one address for good). */
+static uint64_t map_stamp(const feed_cluster *cl)
+{
+    const unsigned char *p = (const unsigned char *)cl->owner;
+    uint64_t h = 14695981039346656037ULL;
+
+    for (size_t i = 0; i < sizeof cl->owner; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The map is asked afresh (a call that must reach every primary cannot
+ * trust one that may predate a failover), then each node that owns a slot
+ * is visited once, in node order. A node that cannot be reached, or whose
+ * connection breaks under visit, ends the walk with FEED_EREDIS and marks
+ * the map stale: the caller calls again once the cluster has settled (a
+ * replica promoted, a node back). */
+int feed__cluster_each_primary(feed *f, feed__node_fn *visit, void *arg, uint64_t *stamp)
+{
+    feed_cluster *cl = f->cluster;
+    unsigned char *primary;
+    size_t count;
+    int rc;
+
+    if ((rc = map_refresh(f)) != FEED_OK)
+        return rc == FEED_ENOMEM ? rc : give_up(f, f->errmsg[0] ? f->errmsg : "no node answers");
+    if (stamp)
+        *stamp = map_stamp(cl);
+    count = cl->nnodes;
+    if ((primary = calloc(count, 1)) == NULL)
+        return feed__error(f, FEED_ENOMEM, "out of memory for the node list");
+    for (size_t s = 0; s < FEED_SLOTS; s++)
+        if (cl->owner[s])
+            primary[cl->owner[s] - 1] = 1;
+    for (size_t i = 0; i < count && rc == FEED_OK; i++) {
+        feed_node *nd = &cl->nodes[i];
+        if (!primary[i])
+            continue;
+        if ((rc = node_ready(f, nd)) != FEED_OK) {
+            cl->stale = 1;
+            if (rc != FEED_ENOMEM)
+                rc = give_up(f, f->errmsg);
+            break;
+        }
+        rc = visit(f, nd->c, &nd->addr, arg);
+        if (nd->c && nd->c->err) {
+            node_failed(f, nd, "(a walk over every primary)");
+            rc = give_up(f, f->errmsg);
+        }
+        nd->fresh = 0;
+    }
+    free(primary);
+    return rc;
+}

@@ -342,11 +342,14 @@ FEED_API int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
  * A copy installed while the scan runs may be missed; it can only come from
  * a rebuild whose lease was taken before the call, so calling it again
  * lease_ms after the first call began drops those too (feedcache-sync does).
- * It scans the one Redis of the handle. A handle on a Redis Cluster (whose
- * keys are spread over every primary) is refused with FEED_EINVAL for now:
- * dropping one node's copies and reporting success would leave the rest.
- * Errors: FEED_EINVAL (f NULL, or redis_cluster set), FEED_ENOMEM,
- * FEED_EREDIS (part may be dropped). */
+ * On a Redis Cluster every primary is scanned. If the slot map changed or a
+ * slot was migrating meanwhile (a key may have moved from a node not yet
+ * scanned to one already scanned), every primary is scanned again, up to 3
+ * times in all, then FEED_EREDIS. A primary that fails during the call fails
+ * it (FEED_EREDIS): call again once a replica has taken over. So FEED_OK
+ * means the same on both: no key there before the call survives it.
+ * Errors: FEED_EINVAL (f NULL), FEED_ENOMEM, FEED_EREDIS (part may be
+ * dropped: call again). */
 FEED_API int feed_invalidate_all(feed *f, uint64_t *dropped);
 /* ---- end invalidation in bulk ---- */
 

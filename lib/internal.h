@@ -146,6 +146,8 @@ struct feed {
     /* Tests only: called between a rebuild's SQL read and its install. */
     void (*test_before_install)(feed *f, int64_t uid, void *arg);
     void  *test_arg;
+    /* Tests only: called after feed_invalidate_all scanned a cluster node. */
+    void (*test_after_node_scan)(feed *f, int port, void *arg);
 };
 
 /* handle.c */
@@ -244,6 +246,20 @@ typedef int feed__cmd_fn(void *arg, size_t i, const char ***argv, const size_t *
 int  feed__cluster_many(feed *f, size_t n, feed__cmd_fn *build, void *arg);
 /* The slot of a command's first key: argv[1], or argv[3] for EVALSHA. */
 unsigned feed__command_slot(int argc, const char **argv, const size_t *lens);
+/* visit(f, c, node, arg) once per primary (every node that owns a slot in
+ * a map asked afresh), on that node's connection c: for what no key routes,
+ * such as SCAN (invalidate.c) or a per-node health check. visit may send and
+ * read on c only (not call the cluster transport: the node table may move);
+ * on an I/O failure it returns any error and the walk drops c. The walk
+ * stops at the first visit that does not return FEED_OK and returns that;
+ * FEED_EREDIS when a primary cannot be reached (the map is then stale: call
+ * again). *stamp (if not NULL) identifies the map the walk used: a later
+ * walk with another stamp saw the slots owned differently. */
+typedef int feed__node_fn(feed *f, redisContext *c, const feed_addr *node, void *arg);
+int  feed__cluster_each_primary(feed *f, feed__node_fn *visit, void *arg, uint64_t *stamp);
+/* redis.c: the cluster transport set up (retried at most every retry_ms),
+ * pending repairs sent first. FEED_OK or the reason on f. */
+int  feed__cluster_ready(feed *f);
 /* sentinel.c -- ha */
 int  feed__sentinels_valid(const char *list);     /* "host:port[,...]" well formed */
 int  feed__sentinel_primary(feed *f);             /* fills f->primary_host/port */

@@ -10,6 +10,10 @@
 
 #include "internal.h"
 
+/* A cluster's primaries are walked at most this many times by one
+ * feed_invalidate_all: a slot map that keeps moving fails the call. */
+#define MAX_PASSES 3
+
 typedef struct many_args {
     feed          *f;
     const int64_t *uids;
@@ -115,47 +119,256 @@ static int drop_page(feed *f, const redisReply *keys, uint64_t *dropped)
     return FEED_OK;
 }
 
-/* One Redis: SCAN it. On a Redis Cluster the keys of a prefix are spread
- * over every primary, and SCAN sees one node's: the loop below would have
- * to run once per primary (and the DEL of a page be split by slot). Until
- * it does, a cluster handle refuses: dropping some copies and reporting
- * success would leave the others stale. */
-int feed_invalidate_all(feed *f, uint64_t *dropped)
+/* One SCAN reply: its keys (r->element[1]) and the next cursor, or
+ * FEED_EREDIS. */
+static int scan_reply(feed *f, const redisReply *r, char cursor[32])
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= 32 ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
+        f->stats.redis_errors++;
+        return feed__error(f, FEED_EREDIS, "Redis SCAN: %s",
+                           r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    memcpy(cursor, r->element[0]->str, r->element[0]->len + 1);
+    return FEED_OK;
+}
+
+/* One Redis: SCAN it, DEL page by page. */
+static int invalidate_one(feed *f, const char *pattern, uint64_t *dropped)
 {
     char cursor[32] = "0";
-    char *pattern;
     int rc = FEED_OK;
+
+    do {
+        const char *argv[6] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000" };
+        redisReply *r = feed__redis_command(f, 6, argv, NULL);
+
+        if (!r)
+            return FEED_EREDIS;
+        if ((rc = scan_reply(f, r, cursor)) == FEED_OK)
+            rc = drop_page(f, r->element[1], dropped);
+        freeReplyObject(r);
+    } while (rc == FEED_OK && strcmp(cursor, "0") != 0);
+    return rc;
+}
+
+/* ---- A Redis Cluster: every primary ----
+ *
+ * Each primary is SCANned on its own connection (feed__cluster_each_primary)
+ * and the keys of a page are DELed there, one DEL per key (the keys of a
+ * page lie on many slots), pipelined: one round trip per page. A key that
+ * left the node between its SCAN and its DEL (MOVED, ASK) is kept aside and
+ * DELed after the walk through the routed path, which follows it.
+ *
+ * SCAN promises the keys that stay on one node while it runs, not keys that
+ * move from a node not yet scanned to one already scanned: a slot migrating
+ * (resharding) or a failover during the walk. So after the walk the map is
+ * asked again and every primary says whether it has a slot migrating or
+ * importing (CLUSTER NODES, its "myself" line: "[slot->-id]" / "[slot-<-id]").
+ * Same map and nothing migrating: no key changed node during the walk, so
+ * each one there before the call was met on its node and dropped. Else the
+ * walk runs again (MAX_PASSES in all, then FEED_EREDIS: call again once the
+ * resharding is over). A primary that fails mid-walk fails the call (the
+ * caller calls again once a replica has taken over). */
+typedef struct scan_all {
+    const char *pattern;
+    uint64_t    dropped;
+    char      **away;           /* keys that left their node: DEL them routed */
+    size_t     *away_len, naway, cap;
+} scan_all;
+
+static int keep_away(feed *f, scan_all *a, const redisReply *key)
+{
+    char *copy;
+
+    if (a->naway == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 16;
+        char **keys = realloc(a->away, cap * sizeof *keys);
+        size_t *lens = keys ? realloc(a->away_len, cap * sizeof *lens) : NULL;
+        if (keys)
+            a->away = keys;
+        if (!keys || !lens)
+            return feed__error(f, FEED_ENOMEM, "out of memory for moved keys");
+        a->away_len = lens;
+        a->cap = cap;
+    }
+    if ((copy = malloc(key->len + 1)) == NULL)
+        return feed__error(f, FEED_ENOMEM, "out of memory for moved keys");
+    memcpy(copy, key->str, key->len + 1);
+    a->away[a->naway] = copy;
+    a->away_len[a->naway++] = key->len;
+    return FEED_OK;
+}
+
+/* DEL each key of a SCAN page on node c, pipelined. */
+static int drop_on_node(feed *f, redisContext *c, const feed_addr *node,
+                        const redisReply *keys, scan_all *a)
+{
+    int rc = FEED_OK;
+
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *argv[2] = { "DEL", keys->element[i]->str };
+        size_t lens[2] = { 3, keys->element[i]->len };
+        if (keys->element[i]->type != REDIS_REPLY_STRING) {
+            f->stats.redis_errors++;
+            return feed__error(f, FEED_EREDIS, "Redis SCAN: a key is not a string");
+        }
+        if (redisAppendCommandArgv(c, 2, argv, lens) != REDIS_OK)
+            return FEED_EREDIS;
+    }
+    if (keys->elements > 0)
+        f->stats.redis_calls++;
+    /* Every reply is read, even after a refusal: the connection stays in
+     * step. */
+    for (size_t i = 0; i < keys->elements; i++) {
+        redisReply *r = NULL;
+        feed_addr to;
+        if (redisGetReply(c, (void **)&r) != REDIS_OK || !r)
+            return FEED_EREDIS;
+        if (r->type == REDIS_REPLY_INTEGER) {
+            a->dropped += (uint64_t)r->integer;
+        } else if (feed__classify(r, node->host, &to) != FEED_V_DONE) {
+            if (rc == FEED_OK)
+                rc = keep_away(f, a, keys->element[i]);
+        } else if (rc == FEED_OK) {
+            f->stats.redis_errors++;
+            rc = feed__error(f, FEED_EREDIS, "Redis %s:%d DEL: %s", node->host, node->port,
+                             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        }
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+static int scan_node(feed *f, redisContext *c, const feed_addr *node, void *arg)
+{
+    scan_all *a = arg;
+    char cursor[32] = "0";
+    int rc = FEED_OK;
+
+    do {
+        const char *argv[6] = { "SCAN", cursor, "MATCH", a->pattern, "COUNT", "1000" };
+        redisReply *r;
+
+        f->stats.redis_calls++;
+        if ((r = redisCommandArgv(c, 6, argv, NULL)) == NULL)
+            return FEED_EREDIS;
+        if ((rc = scan_reply(f, r, cursor)) == FEED_OK)
+            rc = drop_on_node(f, c, node, r->element[1], a);
+        freeReplyObject(r);
+    } while (rc == FEED_OK && strcmp(cursor, "0") != 0);
+    if (rc == FEED_OK && f->test_after_node_scan)
+        f->test_after_node_scan(f, node->port, f->test_arg);
+    return rc;
+}
+
+/* Is a slot migrating to or from this node? CLUSTER NODES's "myself" line
+ * lists them in brackets. */
+static int node_settled(feed *f, redisContext *c, const feed_addr *node, void *arg)
+{
+    const char *argv[2] = { "CLUSTER", "NODES" };
+    const char *me, *start, *end;
+    redisReply *r;
+
+    f->stats.redis_calls++;
+    if ((r = redisCommandArgv(c, 2, argv, NULL)) == NULL)
+        return FEED_EREDIS;
+    if (r->type != REDIS_REPLY_STRING ||
+        (me = strstr(r->str, "myself")) == NULL) {
+        f->stats.redis_errors++;
+        feed__error(f, FEED_EREDIS, "Redis %s:%d CLUSTER NODES: %s", node->host, node->port,
+                    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        freeReplyObject(r);
+        return FEED_EREDIS;
+    }
+    for (start = me; start > r->str && start[-1] != '\n'; start--) {}
+    if ((end = strchr(me, '\n')) == NULL)
+        end = me + strlen(me);
+    if (memchr(start, '[', (size_t)(end - start)))
+        *(int *)arg = 1;
+    freeReplyObject(r);
+    return FEED_OK;
+}
+
+/* The keys kept aside, each DELed where its slot lives now. */
+static int drop_away(feed *f, scan_all *a)
+{
+    int rc = FEED_OK;
+
+    for (size_t i = 0; i < a->naway; i++) {
+        const char *argv[2] = { "DEL", a->away[i] };
+        size_t lens[2] = { 3, a->away_len[i] };
+        redisReply *r = rc == FEED_OK ? feed__redis_command(f, 2, argv, lens) : NULL;
+
+        if (rc == FEED_OK && !r)
+            rc = FEED_EREDIS;
+        else if (r && r->type == REDIS_REPLY_INTEGER)
+            a->dropped += (uint64_t)r->integer;
+        else if (r) {
+            f->stats.redis_errors++;
+            rc = feed__error(f, FEED_EREDIS, "Redis DEL: %s",
+                             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        }
+        freeReplyObject(r);
+        free(a->away[i]);
+    }
+    a->naway = 0;
+    return rc;
+}
+
+static int invalidate_cluster(feed *f, const char *pattern, uint64_t *dropped)
+{
+    scan_all a = { pattern, 0, NULL, NULL, 0, 0 };
+    int rc, pass = 1;
+
+    if ((rc = feed__cluster_ready(f)) != FEED_OK)
+        return rc == FEED_ENOMEM ? rc : FEED_EREDIS;
+    for (;; pass++) {
+        uint64_t before = 0, after = 0;
+        int moving = 0;
+
+        rc = feed__cluster_each_primary(f, scan_node, &a, &before);
+        if (rc == FEED_OK)
+            rc = drop_away(f, &a);
+        for (size_t i = 0; i < a.naway; i++)    /* left by a failure */
+            free(a.away[i]);
+        a.naway = 0;
+        if (rc == FEED_OK)
+            rc = feed__cluster_each_primary(f, node_settled, &moving, &after);
+        if (rc != FEED_OK || (before == after && !moving))
+            break;
+        if (pass == MAX_PASSES) {
+            f->stats.redis_errors++;
+            rc = feed__error(f, FEED_EREDIS, "Redis Cluster: slots moved during each of %d "
+                             "scans of every primary (resharding or failover); call again",
+                             MAX_PASSES);
+            break;
+        }
+    }
+    free(a.away);
+    free(a.away_len);
+    if (dropped)
+        *dropped = a.dropped;
+    return rc;
+}
+
+/* Keys of this prefix and key format, dropped: SCAN on a single Redis, on
+ * every primary of a cluster (see above). */
+int feed_invalidate_all(feed *f, uint64_t *dropped)
+{
+    char *pattern;
+    int rc;
 
     if (!f)
         return FEED_EINVAL;
     feed__clear_error(f);
     if (dropped)
         *dropped = 0;
-    if (f->cfg.redis_cluster)
-        return feed__error(f, FEED_EINVAL, "feed_invalidate_all: not supported on a Redis"
-                           " Cluster yet; drop the feeds with feed_invalidate_many");
     if (!(pattern = scan_pattern(f->cfg.key_prefix)))
         return feed__error(f, FEED_ENOMEM, "out of memory for a SCAN pattern");
-    do {
-        const char *argv[6] = { "SCAN", cursor, "MATCH", pattern, "COUNT", "1000" };
-        redisReply *r = feed__redis_command(f, 6, argv, NULL);
-
-        if (!r) {
-            rc = FEED_EREDIS;
-            break;
-        }
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof cursor ||
-            r->element[1]->type != REDIS_REPLY_ARRAY) {
-            freeReplyObject(r);
-            f->stats.redis_errors++;
-            rc = feed__error(f, FEED_EREDIS, "Redis SCAN: unexpected reply");
-            break;
-        }
-        memcpy(cursor, r->element[0]->str, r->element[0]->len + 1);
-        rc = drop_page(f, r->element[1], dropped);
-        freeReplyObject(r);
-    } while (rc == FEED_OK && strcmp(cursor, "0") != 0);
+    rc = f->cfg.redis_cluster ? invalidate_cluster(f, pattern, dropped)
+                              : invalidate_one(f, pattern, dropped);
     free(pattern);
     return rc;
 }

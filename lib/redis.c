@@ -480,7 +480,7 @@ static void repair_cluster(feed *f)
 
 /* The cluster transport is set up (feed_open may have failed to), then
  * repairs pending for this cluster go first. */
-static int cluster_ready(feed *f)
+int feed__cluster_ready(feed *f)
 {
     int rc;
 
@@ -502,7 +502,7 @@ static redisReply *cluster_round_trip(feed *f, int argc, const char **argv,
 {
     redisReply *r;
 
-    if (cluster_ready(f) != FEED_OK)
+    if (feed__cluster_ready(f) != FEED_OK)
         return NULL;
     if (feed__cluster_exchange(f, feed__command_slot(argc, argv, lens), 1, &argc, &argv,
                                &lens, &r) != FEED_OK)
@@ -823,7 +823,7 @@ int feed__redis_commands(feed *f, size_t n, const int *argc,
     if (f->cfg.redis_cluster) {
         if (n == 0)
             return FEED_OK;
-        if (cluster_ready(f) != FEED_OK)
+        if (feed__cluster_ready(f) != FEED_OK)
             return FEED_EREDIS;
         return feed__cluster_exchange(f, feed__command_slot(argc[0], argv[0], lens[0]), n,
                                       argc, argv, lens, replies);
@@ -972,7 +972,7 @@ int feed__redis_script_many(feed *f, enum feed_script script, size_t n,
         return FEED_ENOMEM;
     if (f->cfg.redis_cluster) {
         many_args m = { &e, fill, arg };
-        rc = cluster_ready(f);
+        rc = feed__cluster_ready(f);
         if (rc == FEED_OK)
             rc = feed__cluster_many(f, n, many_build, &m);
         evalsha_free(&e);

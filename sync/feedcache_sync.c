@@ -634,14 +634,6 @@ int main(int argc, char **argv)
 
     if ((rc = parse_flags(argc, argv, &opt)) != 0)
         return rc > 0 ? 0 : 2;
-    /* Its first run and a TRUNCATE drop every copy (feed_invalidate_all),
-     * which a cluster handle refuses until it scans every primary: better
-     * a clear stop than a loop of retries that never confirms. */
-    if (opt.cfg.redis_cluster) {
-        fprintf(stderr, "feedcache-sync: --redis-cluster is not supported yet"
-                " (dropping every copy needs a scan of every primary)\n");
-        return 1;
-    }
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
     sigaction(SIGTERM, &sa, NULL);

@@ -44,9 +44,10 @@ if ((!$#)); then
         [[ -f $t && ( -x $t || $t == *.t ) ]] && tests+=("$t")
     done
     ((${#tests[@]})) || { echo "run.sh: no tests found (did you run make?)" >&2; exit 1; }
-    # The correctness tests again through Redis Cluster routing; t_cluster
-    # (resharding, failover) only makes sense there.
-    for t in t_walk t_hooks t_model t_lease t_stress t_cluster; do
+    # The correctness tests again through Redis Cluster routing, and
+    # feedcache-sync on the cluster; t_cluster (resharding, failover) only
+    # makes sense there.
+    for t in t_walk t_hooks t_model t_lease t_stress t_invalidate t_cluster; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:cluster")
     done
 fi
