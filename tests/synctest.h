@@ -58,10 +58,15 @@ static inline pid_t st_sync_start(const char *slot, const char *const *extra)
     argv[argc++] = bin;
     argv[argc++] = "--pg-conninfo";
     argv[argc++] = st_env("FEED_PG_CONNINFO", "");
-    argv[argc++] = "--redis-host";
-    argv[argc++] = st_env("FEED_REDIS_HOST", "127.0.0.1");
-    argv[argc++] = "--redis-port";
-    argv[argc++] = port;
+    if (tu_cluster()) {     /* the tests' :cluster runs: the same through the cluster */
+        argv[argc++] = "--redis-cluster";
+        argv[argc++] = st_env("FEED_REDIS_CLUSTER", "");
+    } else {
+        argv[argc++] = "--redis-host";
+        argv[argc++] = st_env("FEED_REDIS_HOST", "127.0.0.1");
+        argv[argc++] = "--redis-port";
+        argv[argc++] = port;
+    }
     argv[argc++] = "--slot";
     argv[argc++] = slot;
     argv[argc++] = "--metrics-file";

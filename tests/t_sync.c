@@ -252,6 +252,7 @@ static void partitioned(PGconn *pg, redisContext *r)
     const char *flags[] = { "--table", "t_sync_part", "--publication", "t_sync_part",
                             "--key-prefix", "tsp", "--lease-ms", "300", NULL };
     redisReply *rep;
+    long long left = 0;
     pid_t pid;
 
     tu_sql(pg, "CREATE TABLE t_sync_part (uid bigint NOT NULL, score bigint NOT NULL,"
@@ -267,11 +268,13 @@ static void partitioned(PGconn *pg, redisContext *r)
         freeReplyObject(tu_redis_cmd(r, "ZADD %s 1 x", tu_key_of("tsp", uid, "")));
     tu_sql(pg, "INSERT INTO t_sync_part VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)");
     ok(st_caught_up(pg, "t_sync_part", 30), "... and confirms the inserts");
-    rep = tu_redis_cmd(r, "EXISTS %s %s %s %s", tu_key_of("tsp", 1, ""), tu_key_of("tsp", 2, ""),
-                       tu_key_of("tsp", 3, ""), tu_key_of("tsp", 4, ""));
-    is_int(rep->integer, 1, "the copies of feeds 1, 2, 3 (rows in both partitions) are dropped, "
+    for (int uid = 1; uid <= 4; uid++) {   /* one key a command: a cluster's slots differ */
+        rep = tu_redis_cmd(r, "EXISTS %s", tu_key_of("tsp", uid, ""));
+        left += rep->integer;
+        freeReplyObject(rep);
+    }
+    is_int(left, 1, "the copies of feeds 1, 2, 3 (rows in both partitions) are dropped, "
            "feed 4's is not");
-    freeReplyObject(rep);
     is_int(st_sync_stop(pid, SIGTERM), 0, "stopped");
     st_drop_slot(pg, "t_sync_part");
     tu_sql(pg, "DROP PUBLICATION t_sync_part");
