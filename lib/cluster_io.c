@@ -765,7 +765,7 @@ int feed__cluster_each_primary(feed *f, feed__node_fn *visit, void *arg, uint64_
             break;
         }
         rc = visit(f, nd->c, &nd->addr, arg);
-        if (nd->c && nd->c->err) {
+        if (rc == FEED_EUNAVAILABLE || (nd->c && nd->c->err)) {
             node_failed(f, nd, "(a walk over every primary)");
             rc = give_up(f, f->errmsg);
         }

@@ -249,12 +249,14 @@ unsigned feed__command_slot(int argc, const char **argv, const size_t *lens);
 /* visit(f, c, node, arg) once per primary (every node that owns a slot in
  * a map asked afresh), on that node's connection c: for what no key routes,
  * such as SCAN (invalidate.c) or a per-node health check. visit may send and
- * read on c only (not call the cluster transport: the node table may move);
- * on an I/O failure it returns any error and the walk drops c. The walk
- * stops at the first visit that does not return FEED_OK and returns that;
- * FEED_EREDIS when a primary cannot be reached (the map is then stale: call
- * again). *stamp (if not NULL) identifies the map the walk used: a later
- * walk with another stamp saw the slots owned differently. */
+ * read on c only (not call the cluster transport: the node table may move).
+ * It returns FEED_EUNAVAILABLE when c is no longer usable (an I/O failure,
+ * or replies left unread): the walk then drops c and fails with FEED_EREDIS
+ * (it does so too whenever c->err is set). The walk stops at the first visit
+ * that does not return FEED_OK and returns that; FEED_EREDIS when a primary
+ * cannot be reached (the map is then stale: call again). *stamp (if not
+ * NULL) identifies the map the walk used: a later walk with another stamp
+ * saw the slots owned differently. */
 typedef int feed__node_fn(feed *f, redisContext *c, const feed_addr *node, void *arg);
 int  feed__cluster_each_primary(feed *f, feed__node_fn *visit, void *arg, uint64_t *stamp);
 /* redis.c: the cluster transport set up (retried at most every retry_ms),

@@ -10,10 +10,6 @@
 
 #include "internal.h"
 
-/* A cluster's primaries are walked at most this many times by one
- * feed_invalidate_all: a slot map that keeps moving fails the call. */
-#define MAX_PASSES 3
-
 typedef struct many_args {
     feed          *f;
     const int64_t *uids;
@@ -171,6 +167,10 @@ static int invalidate_one(feed *f, const char *pattern, uint64_t *dropped)
  * walk runs again (MAX_PASSES in all, then FEED_EREDIS: call again once the
  * resharding is over). A primary that fails mid-walk fails the call (the
  * caller calls again once a replica has taken over). */
+/* A cluster's primaries are walked at most this many times by one
+ * feed_invalidate_all: a slot map that keeps moving fails the call. */
+#define MAX_PASSES 3
+
 typedef struct scan_all {
     const char *pattern;
     uint64_t    dropped;
@@ -201,21 +201,23 @@ static int keep_away(feed *f, scan_all *a, const redisReply *key)
     return FEED_OK;
 }
 
-/* DEL each key of a SCAN page on node c, pipelined. */
+/* DEL each key of a SCAN page on node c, pipelined. FEED_EUNAVAILABLE: c
+ * is out of step (feed__cluster_each_primary drops it). */
 static int drop_on_node(feed *f, redisContext *c, const feed_addr *node,
                         const redisReply *keys, scan_all *a)
 {
     int rc = FEED_OK;
 
-    for (size_t i = 0; i < keys->elements; i++) {
-        const char *argv[2] = { "DEL", keys->element[i]->str };
-        size_t lens[2] = { 3, keys->element[i]->len };
+    for (size_t i = 0; i < keys->elements; i++)
         if (keys->element[i]->type != REDIS_REPLY_STRING) {
             f->stats.redis_errors++;
             return feed__error(f, FEED_EREDIS, "Redis SCAN: a key is not a string");
         }
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *argv[2] = { "DEL", keys->element[i]->str };
+        size_t lens[2] = { 3, keys->element[i]->len };
         if (redisAppendCommandArgv(c, 2, argv, lens) != REDIS_OK)
-            return FEED_EREDIS;
+            return FEED_EUNAVAILABLE;
     }
     if (keys->elements > 0)
         f->stats.redis_calls++;
@@ -225,7 +227,7 @@ static int drop_on_node(feed *f, redisContext *c, const feed_addr *node,
         redisReply *r = NULL;
         feed_addr to;
         if (redisGetReply(c, (void **)&r) != REDIS_OK || !r)
-            return FEED_EREDIS;
+            return FEED_EUNAVAILABLE;
         if (r->type == REDIS_REPLY_INTEGER) {
             a->dropped += (uint64_t)r->integer;
         } else if (feed__classify(r, node->host, &to) != FEED_V_DONE) {
@@ -253,7 +255,7 @@ static int scan_node(feed *f, redisContext *c, const feed_addr *node, void *arg)
 
         f->stats.redis_calls++;
         if ((r = redisCommandArgv(c, 6, argv, NULL)) == NULL)
-            return FEED_EREDIS;
+            return FEED_EUNAVAILABLE;
         if ((rc = scan_reply(f, r, cursor)) == FEED_OK)
             rc = drop_on_node(f, c, node, r->element[1], a);
         freeReplyObject(r);
@@ -273,7 +275,7 @@ static int node_settled(feed *f, redisContext *c, const feed_addr *node, void *a
 
     f->stats.redis_calls++;
     if ((r = redisCommandArgv(c, 2, argv, NULL)) == NULL)
-        return FEED_EREDIS;
+        return FEED_EUNAVAILABLE;
     if (r->type != REDIS_REPLY_STRING ||
         (me = strstr(r->str, "myself")) == NULL) {
         f->stats.redis_errors++;
