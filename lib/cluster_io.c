@@ -19,6 +19,9 @@
  *
  * Failures of a node are rate-limited like a single Redis's (retry_ms per
  * node), and any failure marks the map for a refresh.
+ *
+ * What no key routes (SCAN for feed_invalidate_all) visits every primary in
+ * turn on its own connection: feed__cluster_each_primary.
  */
 #include <errno.h>
 #include <stdlib.h>
