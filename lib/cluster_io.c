@@ -624,7 +624,7 @@ static int many_send(feed *f, size_t n, feed__cmd_fn *build, void *arg, many_cmd
 /* Read every reply of the pass, node by node in sending order. Any I/O
  * failure loses the commands of that node (done stays 0, rc EREDIS). */
 static int many_read(feed *f, attempt *a, size_t n, many_cmd *cmds, pass_need *need,
-                     int *first_error)
+                     int *first_error, feed__reply_fn *on_reply, void *arg)
 {
     feed_cluster *cl = f->cluster;
     int rc = FEED_OK;
@@ -663,6 +663,8 @@ static int many_read(feed *f, attempt *a, size_t n, many_cmd *cmds, pass_need *n
                 f->stats.redis_errors++;
                 feed__error(f, FEED_EREDIS, "Redis: %s", r->str);
                 *first_error = 1;
+            } else if (r->type != REDIS_REPLY_ERROR && on_reply) {
+                on_reply(arg, i, r);
             }
         } else if (v == FEED_V_ASK) {
             int k = node_index(cl, &to);
@@ -674,6 +676,19 @@ static int many_read(feed *f, attempt *a, size_t n, many_cmd *cmds, pass_need *n
 }
 
 int feed__cluster_many(feed *f, size_t n, feed__cmd_fn *build, void *arg)
+{
+    return feed__cluster_many_r(f, n, build, NULL, arg);
+}
+
+int feed__cluster_owner(const feed *f, unsigned slot)
+{
+    const feed_cluster *cl = f->cluster;
+
+    return cl && slot < FEED_SLOTS && cl->owner[slot] ? cl->owner[slot] - 1 : -1;
+}
+
+int feed__cluster_many_r(feed *f, size_t n, feed__cmd_fn *build, feed__reply_fn *on_reply,
+                         void *arg)
 {
     feed_cluster *cl = f->cluster;
     many_cmd *cmds = calloc(n ? n : 1, sizeof *cmds);
@@ -694,7 +709,8 @@ int feed__cluster_many(feed *f, size_t n, feed__cmd_fn *build, void *arg)
         memset(&need, 0, sizeof need);
         /* Read what was sent even if a later send failed: the connections
          * stay in step. */
-        if (many_read(f, &a, n, cmds, &need, &first_error) != FEED_OK && rc == FEED_OK)
+        if (many_read(f, &a, n, cmds, &need, &first_error, on_reply, arg) != FEED_OK &&
+            rc == FEED_OK)
             rc = FEED_EREDIS;
         if (rc != FEED_OK)
             break;

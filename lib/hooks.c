@@ -70,6 +70,10 @@ typedef struct insert_args {
     const int64_t *uids;       /* fan-out: the feeds, batch after batch */
     const size_t  *batch;      /* fan-out: call i has feeds batch[i] .. batch[i + 1] */
     char          *keys;       /* fan-out: 2 * FANOUT_BATCH keys of f->key_cap bytes */
+    int            by_node;    /* fan-out on a cluster: a batch is one node's */
+    int64_t       *away;       /* ... the feeds its node did not serve, */
+    size_t         naway;      /* ... so many */
+    int            bad_reply;  /* ... a reply that named no such feed */
     char           score[21];
     char           member[FEED_MEMBER_MAX];
     size_t         member_len;
@@ -122,36 +126,76 @@ int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
  * pipeline. Batches because a script call has a fixed cost in Redis before
  * its first line, comparable to the insert itself, which one call per feed
  * would pay per feed (figures: bench/results/latest.md, "Fan-out"). 100
- * keeps one call short in Redis time. On a Redis Cluster the keys of one
- * call must share a hash slot: the feeds are sorted by slot and a batch
- * never crosses one. */
+ * keeps one call short in Redis time.
+ *
+ * On a Redis Cluster the keys a call declares must share a hash slot, and
+ * 10,000 feeds fall in ~7,400 slots. So a batch is the feeds one node
+ * serves by the slot map: the call declares its first feed (which routes
+ * it, MOVED and ASK included) and passes the others as arguments, which the
+ * node updates if it serves them (insert.lua, "Undeclared feeds") and
+ * names back otherwise. Those few, after a reshard the map had not seen,
+ * go out again by slot, one slot per call, like a single hook. */
 #define FANOUT_BATCH 100
 
-/* Call i: the feeds of batch i, then insert.lua's four arguments. */
+/* Call i: the feeds of batch i, then insert.lua's four arguments; by node,
+ * the first feed's keys, the four arguments, then the other feeds' keys. */
 static int fanout_fill(void *arg, size_t i, const char **argv, size_t *lens, int *nkeys)
 {
     insert_args *a = arg;
     size_t first = a->batch[i], count = a->batch[i + 1] - first;
-    size_t cap = a->f->key_cap, k = 0;
+    size_t cap = a->f->key_cap, k = 0, declared = a->by_node ? 1 : count;
 
     for (size_t j = 0; j < count; j++) {
         char *key = a->keys + 2 * j * cap, *lease = key + cap;
         feed__keys_of(a->f, a->uids[first + j], key, lease);
+        if (j == declared) {
+            *nkeys = (int)k;
+            argv[k++] = a->score;
+            argv[k++] = a->member;
+            argv[k++] = a->max_len;
+            argv[k++] = a->count;
+        }
         argv[k++] = key;
         argv[k++] = lease;
     }
-    *nkeys = (int)k;
-    feed__i64_to_str((int64_t)count, a->count);
-    argv[k++] = a->score;
-    argv[k++] = a->member;
-    argv[k++] = a->max_len;
-    argv[k++] = a->count;
+    if (declared == count) {
+        *nkeys = (int)k;
+        argv[k++] = a->score;
+        argv[k++] = a->member;
+        argv[k++] = a->max_len;
+        argv[k++] = a->count;
+    }
+    feed__i64_to_str((int64_t)declared, a->count);
     for (size_t j = 0; j < k; j++)
-        lens[j] = j == k - 3 ? a->member_len : strlen(argv[j]);
+        lens[j] = argv[j] == a->member ? a->member_len : strlen(argv[j]);
     return (int)k;
 }
 
+/* Call i's reply, by node: an array of the positions (1 = the second feed)
+ * of the feeds its node did not serve; they go out again. */
+static void fanout_reply(void *arg, size_t i, const redisReply *r)
+{
+    insert_args *a = arg;
+    size_t first = a->batch[i], count = a->batch[i + 1] - first;
+
+    if (r->type == REDIS_REPLY_INTEGER)
+        return;
+    if (r->type != REDIS_REPLY_ARRAY || !a->by_node) {
+        a->bad_reply = 1;
+        return;
+    }
+    for (size_t e = 0; e < r->elements; e++) {
+        const redisReply *k = r->element[e];
+        if (k->type != REDIS_REPLY_INTEGER || k->integer < 1 || (size_t)k->integer >= count) {
+            a->bad_reply = 1;
+            return;
+        }
+        a->away[a->naway++] = a->uids[first + (size_t)k->integer];
+    }
+}
+
 typedef struct slot_uid {
+    int      node;          /* by node: the slot's owner by the map, else 0 */
     unsigned slot;
     int64_t  uid;
 } slot_uid;
@@ -160,14 +204,17 @@ static int by_slot(const void *x, const void *y)
 {
     const slot_uid *a = x, *b = y;
 
+    if (a->node != b->node)
+        return a->node < b->node ? -1 : 1;
     return a->slot < b->slot ? -1 : a->slot > b->slot;
 }
 
 /* Cut n feeds into batches: evenly into ceil(n / FANOUT_BATCH) on a single
- * Redis; on a cluster, by slot first (*sorted then holds the uids in slot
- * order). batch gets n + 1 entries at most; returns the number of calls. */
-static size_t fanout_batches(feed *f, const int64_t *uids, size_t n, int64_t *sorted,
-                             size_t *batch)
+ * Redis; on a cluster, by node or by slot (*sorted then holds the uids in
+ * that order). batch gets n + 1 entries at most; returns the number of
+ * calls. */
+static size_t fanout_batches(feed *f, const int64_t *uids, size_t n, int by_node,
+                             int64_t *sorted, size_t *batch)
 {
     size_t calls = 0;
 
@@ -182,12 +229,14 @@ static size_t fanout_batches(feed *f, const int64_t *uids, size_t n, int64_t *so
             return 0;
         for (size_t i = 0; i < n; i++) {
             su[i].slot = feed__uid_slot(uids[i]);
+            su[i].node = by_node ? feed__cluster_owner(f, su[i].slot) : 0;
             su[i].uid = uids[i];
         }
         qsort(su, n, sizeof *su, by_slot);
         for (size_t i = 0; i < n; i++) {
             sorted[i] = su[i].uid;
-            if (i == 0 || su[i].slot != su[i - 1].slot ||
+            if (i == 0 || su[i].node != su[i - 1].node ||
+                (!by_node && su[i].slot != su[i - 1].slot) ||
                 i - batch[calls - 1] == FANOUT_BATCH)
                 batch[calls++] = i;
         }
@@ -197,11 +246,38 @@ static size_t fanout_batches(feed *f, const int64_t *uids, size_t n, int64_t *so
     return calls;
 }
 
+/* One pipeline of insert.lua calls for n feeds (by node: feeds a node did
+ * not serve are added to a->away). */
+static int fanout_send(feed *f, insert_args *a, const int64_t *uids, size_t n, int by_node)
+{
+    int64_t *sorted = malloc(n * sizeof *sorted);
+    size_t *batch = malloc((n + 1) * sizeof *batch), calls;
+    int rc;
+
+    calls = sorted && batch ? fanout_batches(f, uids, n, by_node, sorted, batch) : 0;
+    if (calls == 0) {
+        free(sorted);
+        free(batch);
+        return feed__error(f, FEED_ENOMEM, "out of memory for a fan-out of %zu", n);
+    }
+    a->uids = sorted;
+    a->batch = batch;
+    a->by_node = by_node;
+    a->bad_reply = 0;
+    rc = feed__redis_script_many_r(f, FEED_SCRIPT_INSERT, calls, 2 * FANOUT_BATCH + 4,
+                                   fanout_fill, fanout_reply, a);
+    if (rc == FEED_OK && a->bad_reply) {
+        f->stats.redis_errors++;
+        rc = feed__error(f, FEED_EREDIS, "Redis insert.lua: unexpected reply to a fan-out");
+    }
+    free(sorted);
+    free(batch);
+    return rc;
+}
+
 int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id)
 {
     insert_args a;
-    int64_t *sorted;
-    size_t *batch, calls;
     int rc;
 
     if (!f)
@@ -214,24 +290,19 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
     if (n == 0)
         return FEED_OK;
     insert_args_init(&a, f, score, id);
-    sorted = malloc(n * sizeof *sorted);
-    batch = malloc((n + 1) * sizeof *batch);
     a.keys = malloc(2 * FANOUT_BATCH * f->key_cap);
-    calls = sorted && batch && a.keys ? fanout_batches(f, uids, n, sorted, batch) : 0;
-    if (calls == 0) {
-        free(sorted);
-        free(batch);
+    a.away = f->cfg.redis_cluster ? malloc(n * sizeof *a.away) : NULL;
+    if (!a.keys || (f->cfg.redis_cluster && !a.away)) {
         free(a.keys);
+        free(a.away);
         return feed__error(f, FEED_ENOMEM, "out of memory for a fan-out of %zu", n);
     }
-    a.uids = sorted;
-    a.batch = batch;
     hook_begin(f);
-    rc = feed__redis_script_many(f, FEED_SCRIPT_INSERT, calls, 2 * FANOUT_BATCH + 4,
-                                 fanout_fill, &a);
-    free(sorted);
-    free(batch);
+    rc = fanout_send(f, &a, uids, n, f->cfg.redis_cluster != NULL);
+    if (rc == FEED_OK && a.naway > 0)
+        rc = fanout_send(f, &a, a.away, a.naway, 0);
     free(a.keys);
+    free(a.away);
     if (rc == FEED_OK || rc == FEED_ENOMEM)
         return note_failure(f, rc, 0);
     for (size_t i = 0; i < n; i++)   /* which feeds got the write is unknown */

@@ -187,6 +187,12 @@ typedef int feed__args_fn(void *arg, size_t i, const char **argv, size_t *lens,
 /* Returns each call's argc (at most max_argc) and sets its *nkeys. */
 int  feed__redis_script_many(feed *f, enum feed_script script, size_t n,
                              int max_argc, feed__args_fn *fill, void *arg);
+/* Each final reply of a pipeline that is not an error, with the call's
+ * index (r is freed after the call). */
+typedef void feed__reply_fn(void *arg, size_t i, const redisReply *r);
+/* feed__redis_script_many, with each call's reply given to on_reply(arg). */
+int  feed__redis_script_many_r(feed *f, enum feed_script script, size_t n, int max_argc,
+                               feed__args_fn *fill, feed__reply_fn *on_reply, void *arg);
 /* A write for uid could not reach Redis: remember, process-wide, to drop
  * uid's cached copy as soon as any handle on the same Redis and key prefix
  * reaches it. Returns 0 when the list (FEED_REPAIR_MAX feeds) is full. */
@@ -244,6 +250,14 @@ int  feed__cluster_exchange(feed *f, unsigned slot, size_t n, const int *argc,
  * counted and the first one reported; FEED_OK when none. */
 typedef int feed__cmd_fn(void *arg, size_t i, const char ***argv, const size_t **lens);
 int  feed__cluster_many(feed *f, size_t n, feed__cmd_fn *build, void *arg);
+/* The same, with each final reply that is not an error given to
+ * on_reply(arg, i, r) (NULL: none). */
+int  feed__cluster_many_r(feed *f, size_t n, feed__cmd_fn *build, feed__reply_fn *on_reply,
+                          void *arg);
+/* The node that serves slot by the current map (an index, stable for the
+ * handle's life), or -1 if the map names none. No I/O: it groups a
+ * fan-out's feeds, the calls themselves are routed by their first key. */
+int  feed__cluster_owner(const feed *f, unsigned slot);
 /* The slot of a command's first key: argv[1], or argv[3] for EVALSHA. */
 unsigned feed__command_slot(int argc, const char **argv, const size_t *lens);
 /* visit(f, c, node, arg) once per primary (every node that owns a slot in

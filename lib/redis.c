@@ -886,8 +886,8 @@ static int evalsha_fill(evalsha_args *e, feed__args_fn *fill, void *arg, size_t 
  * reply. A NOSCRIPT leaves done[i] at 0 for another pass; any other error
  * reply marks the call done and failed. */
 static int pipeline_pass(feed *f, evalsha_args *e, size_t n,
-                         feed__args_fn *fill, void *arg, unsigned char *done,
-                         int *noscript)
+                         feed__args_fn *fill, feed__reply_fn *on_reply, void *arg,
+                         unsigned char *done, int *noscript)
 {
     int rc = FEED_OK, demoted = 0;
     size_t sent = 0;
@@ -928,6 +928,8 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n,
                 rc = feed__error(f, FEED_EREDIS, "Redis %s: %s",
                                  script_name(e->script), r->str);
                 demoted = demoted || feed__is_readonly(r);
+            } else if (r->type != REDIS_REPLY_ERROR && on_reply) {
+                on_reply(arg, i, r);
             }
         }
         freeReplyObject(r);
@@ -942,9 +944,10 @@ static int pipeline_pass(feed *f, evalsha_args *e, size_t n,
 /* On a cluster each call goes to its slot's node (hooks.c groups a
  * fan-out's feeds by slot), every node's pipeline at once. */
 typedef struct many_args {
-    evalsha_args  *e;
-    feed__args_fn *fill;
-    void          *arg;
+    evalsha_args   *e;
+    feed__args_fn  *fill;
+    feed__reply_fn *on_reply;
+    void           *arg;
 } many_args;
 
 static int many_build(void *arg, size_t i, const char ***argv, const size_t **lens)
@@ -957,10 +960,23 @@ static int many_build(void *arg, size_t i, const char ***argv, const size_t **le
     return argc;
 }
 
-/* The same script for n feeds, pipelined: one round trip, plus one more if
- * the server lost the script. */
+static void many_reply(void *arg, size_t i, const redisReply *r)
+{
+    many_args *m = arg;
+
+    m->on_reply(m->arg, i, r);
+}
+
 int feed__redis_script_many(feed *f, enum feed_script script, size_t n,
                             int max_argc, feed__args_fn *fill, void *arg)
+{
+    return feed__redis_script_many_r(f, script, n, max_argc, fill, NULL, arg);
+}
+
+/* The same script for n feeds, pipelined: one round trip, plus one more if
+ * the server lost the script. */
+int feed__redis_script_many_r(feed *f, enum feed_script script, size_t n, int max_argc,
+                              feed__args_fn *fill, feed__reply_fn *on_reply, void *arg)
 {
     evalsha_args e;
     unsigned char *done;
@@ -971,10 +987,10 @@ int feed__redis_script_many(feed *f, enum feed_script script, size_t n,
     if (evalsha_init(&e, f, script, 0, max_argc) != FEED_OK)
         return FEED_ENOMEM;
     if (f->cfg.redis_cluster) {
-        many_args m = { &e, fill, arg };
+        many_args m = { &e, fill, on_reply, arg };
         rc = feed__cluster_ready(f);
         if (rc == FEED_OK)
-            rc = feed__cluster_many(f, n, many_build, &m);
+            rc = feed__cluster_many_r(f, n, many_build, on_reply ? many_reply : NULL, &m);
         evalsha_free(&e);
         return rc == FEED_OK || rc == FEED_ENOMEM ? rc : FEED_EREDIS;
     }
@@ -983,11 +999,11 @@ int feed__redis_script_many(feed *f, enum feed_script script, size_t n,
         evalsha_free(&e);
         return feed__error(f, FEED_ENOMEM, "out of memory for a pipeline of %zu", n);
     }
-    rc = pipeline_pass(f, &e, n, fill, arg, done, &noscript);
+    rc = pipeline_pass(f, &e, n, fill, on_reply, arg, done, &noscript);
     if (noscript && f->redis) {
         if (reload_script(f, script) == FEED_OK) {
             e.argv[1] = f->sha[script];
-            int again = pipeline_pass(f, &e, n, fill, arg, done, &noscript);
+            int again = pipeline_pass(f, &e, n, fill, on_reply, arg, done, &noscript);
             if (rc == FEED_OK)
                 rc = again;
         }

@@ -7,6 +7,9 @@
 -- ARGV[3]  max_len
 -- ARGV[4]  how many feeds of KEYS to update; the keys after them only pad a
 --          fan-out's last batch to the size of the others. Default: all.
+-- ARGV[5], ARGV[6], ...  a fan-out on a Redis Cluster: more feeds (feed,
+--          lease) that the node serves by the client's slot map, in other
+--          slots than KEYS. See "Undeclared feeds" below.
 --
 -- Keeps the invariant: the cached items are exactly the feed's rows at or
 -- above the lowest cached one, and the end marker is there only when they
@@ -28,11 +31,11 @@ local leases = {}
 for k = 1, n do leases[k] = KEYS[2 * k] end
 redis.call('DEL', unpack(leases))
 
-local function insert(feed)
+-- size: the feed's ZCARD.
+local function insert(feed, size)
     -- Not cached: nothing to keep right; the next read rebuilds with this
     -- row. (A cached feed is never an empty set: an empty feed holds the end
     -- marker. So ZCARD is 0 exactly when the feed is not cached.)
-    local size = redis.call('ZCARD', feed)
     if size == 0 then return 0 end
 
     local complete = redis.call('ZSCORE', feed, 'end') ~= false
@@ -54,9 +57,36 @@ local function insert(feed)
     return 1
 end
 
-if n == 1 and #KEYS == 2 then return insert(KEYS[1]) end
+if n == 1 and #KEYS == 2 and #ARGV <= 4 then
+    return insert(KEYS[1], redis.call('ZCARD', KEYS[1]))
+end
 local cached = 0
 for k = 1, n do
-    if insert(KEYS[2 * k - 1]) == 1 then cached = cached + 1 end
+    local feed = KEYS[2 * k - 1]
+    if insert(feed, redis.call('ZCARD', feed)) == 1 then cached = cached + 1 end
 end
-return cached
+if #ARGV <= 4 then return cached end
+
+-- Undeclared feeds. A cluster node runs a script's commands on keys of
+-- other slots than KEYS (scripts without a shebang may), as long as it
+-- serves them: a key it does not serve, or one that already left a
+-- migrating slot, fails that command alone, before it does anything. So
+-- one call serves a batch of the node's feeds, where KEYS could name one
+-- slot only. Each feed is tried with pcall, lease first: only when both
+-- its keys answered here is it written, so a feed is either updated whole
+-- here or left to the client, which sends it again by its own slot
+-- (insert.lua with declared keys: MOVED, ASK and TRYAGAIN then apply).
+-- A lease deleted before its feed's set turned out to be elsewhere only
+-- cancels a rebuild: harmless, and the retry deletes it again.
+-- Returns the positions (1 = ARGV[5], ARGV[6]) of the feeds left over.
+local away = {}
+for j = 5, #ARGV - 1, 2 do
+    local gone = redis.pcall('DEL', ARGV[j + 1])
+    local size = type(gone) == 'number' and redis.pcall('ZCARD', ARGV[j])
+    if type(size) == 'number' then
+        insert(ARGV[j], size)
+    else
+        away[#away + 1] = (j - 3) / 2
+    end
+end
+return away

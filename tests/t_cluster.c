@@ -315,6 +315,7 @@ static void migration_by_hand(PGconn *pg)
     feed_stats before, d;
     tu_walk_info info;
     long long slot;
+    int64_t fan[5] = { uid, FIRST_UID + 3, FIRST_UID + 5, FIRST_UID + 7, FIRST_UID + 9 };
     int rc;
 
     ok(feed_page(f, uid, FEED_FIRST, 0, 10, &res) == FEED_OK, "by hand: feed %lld cached",
@@ -370,6 +371,19 @@ static void migration_by_hand(PGconn *pg)
     ok(d.redis_retries > 0, "  TRYAGAIN was retried (%llu waits, %llu redirects)",
        (unsigned long long)d.redis_retries, (unsigned long long)d.redis_redirects);
     is_int(rc, FEED_EREDIS, "  the hook that cannot apply fails, remembered for repair");
+    {   /* A fan-out over that feed and others (by node: the feed declared,
+         * or undeclared and sent back, then by slot): it fails the same way,
+         * and every feed it names is remembered. */
+        for (int i = 1; i < 5; i++) {
+            ok(feed_page(f, fan[i], FEED_FIRST, 0, 10, &res) == FEED_OK, "  feed %lld cached",
+               (long long)fan[i]);
+            feed_result_free(&res);
+        }
+        for (int i = 0; i < 5; i++)
+            tu_insert(pg, fan[i], 999998, 424243);
+        is_int(feed_fanout(f, fan, 5, 999998, 424243), FEED_EREDIS,
+               "  a fan-out over it and 4 others fails the same way");
+    }
 
     for (int i = 0; i < n; i++)
         if (primary[i])
@@ -378,6 +392,65 @@ static void migration_by_hand(PGconn *pg)
         redisFree(c[i]);
     ok(tu_walk_equals_sql(f, pg, uid, 7, &info), "  the slot settled: the walk equals SQL,"
        " the hook's row included");
+    for (int i = 1; i < 5; i++)
+        ok(tu_walk_equals_sql(f, pg, fan[i], 7, &info), "  feed %lld equals SQL, the"
+           " fan-out's row included", (long long)fan[i]);
+    feed_close(f);
+}
+
+/* feed_fanout groups its feeds by node, by the handle's slot map, one call
+ * naming the node's other feeds undeclared (hooks.c, insert.lua). After a
+ * reshard that map is stale: a call whose first feed moved gets MOVED and
+ * goes to the new owner, and feeds a node no longer serves come back and go
+ * out again by slot. Every feed must get the row, exactly once, cached or
+ * not, complete or a partial window. */
+#define FAN_FEEDS 300
+#define FAN_UID0  9000
+static void fanout_by_node(PGconn *pg)
+{
+    int64_t uids[FAN_FEEDS];
+    feed_config cfg;
+    feed_stats before, d;
+    tu_walk_info info;
+    feed *f, *check;
+    int a = pick(1, 0), b = pick(1, a), wrong = 0, rc;
+    char args[128];
+
+    tu_config(&cfg);
+    cfg.max_len = 12;           /* feeds of up to 30 rows: some partial windows */
+    f = tu_open(&cfg);
+    check = tu_open(&cfg);
+    for (int k = 0; k < FAN_FEEDS; k++) {
+        feed_result res;
+        uids[k] = FAN_UID0 + k;
+        tu_sql(pg, "INSERT INTO feed_entry (uid, score, id) SELECT %lld, (g * 37) %% 1000, g"
+                   " FROM generate_series(1, %d) g", (long long)uids[k], k % 31);
+        if (k % 3 != 0 && feed_page(f, uids[k], FEED_FIRST, 0, 5, &res) == FEED_OK)
+            feed_result_free(&res);     /* a third stay uncached */
+    }
+    for (int round = 0; round < 2; round++) {
+        int64_t score = round ? 500 : 2000, id = 900000 + round;
+        if (round == 1) {   /* f's map is now stale for the slots that moved */
+            snprintf(args, sizeof args, "cluster-reshard %d %d 1500", a, b);
+            ok(srv(args) == 0, "fan-out: resharded 1500 slots %d -> %d", a, b);
+        }
+        for (int k = 0; k < FAN_FEEDS; k++)
+            tu_insert(pg, uids[k], score, id);
+        feed_stats_get(f, &before);
+        rc = feed_fanout(f, uids, FAN_FEEDS, score, id);
+        d = tu_stats_since(f, &before);
+        is_int(rc, FEED_OK, "fan-out to %d feeds, %s map (%llu redirects)", FAN_FEEDS,
+               round ? "a stale" : "a fresh", (unsigned long long)d.redis_redirects);
+        if (round == 1)
+            ok(d.redis_redirects > 0, "  the stale map was followed");
+        for (int k = 0; k < FAN_FEEDS; k++)
+            if (!tu_walk_equals_sql(check, pg, uids[k], 7, &info) && wrong++ < 3)
+                tap_diag("uid %lld: %s", (long long)uids[k], info.why);
+        is_int(wrong, 0, "  every feed's walk equals SQL, the new row included");
+    }
+    snprintf(args, sizeof args, "cluster-reshard %d %d 1500", b, a);
+    srv(args);
+    feed_close(check);
     feed_close(f);
 }
 
@@ -400,6 +473,7 @@ int main(void)
             expected_n[k] = tu_sql_feed(pg, FIRST_UID + k, &expected[k]);
     }
     migration_by_hand(pg);
+    fanout_by_node(pg);
     for (int i = 0; i < WRITERS; i++) {
         wr[i].n = i;
         wr[i].rng = 11 + (uint64_t)i;
