@@ -94,40 +94,46 @@ cg_count() {  # mode depth n
     echo "| ---: | ---: | ---: | ---: | ---: |"
 } >"$WORK/sec_client.md"
 worst=0
+clrow=()
+clworst=0
 for depth in 0 500; do
     p1=$(cg_count page $depth $N1); p2=$(cg_count page $depth $N2)
     c1=$(cg_count cold $depth $N1); c2=$(cg_count cold $depth $N2)
     r1=$(cg_count raw $depth $N1); r2=$(cg_count raw $depth $N2)
+    # The same page through the Redis Cluster (target <= 1.1x the single
+    # Redis: routing must cost next to nothing on the client).
+    k1=$(FEED_BENCH_CLUSTER=1 cg_count page $depth $N1)
+    k2=$(FEED_BENCH_CLUSTER=1 cg_count page $depth $N2)
     page=$(((p2 - p1) / (N2 - N1)))
     cold=$(((c2 - c1) / (N2 - N1)))
     raw=$(((r2 - r1) / (N2 - N1)))
+    clp=$(((k2 - k1) / (N2 - N1)))
     ratio=$(awk -v a="$page" -v b="$raw" 'BEGIN { printf "%.2f", a / b }')
     mark=$(awk -v r="$ratio" 'BEGIN { print (r <= 1.5) ? "pass" : "MISS" }')
     printf '| %s | %s | %s | %s | **%sx** %s |\n' "$depth" "$(printf "%'d" "$page")" \
         "$(printf "%'d" "$cold")" "$(printf "%'d" "$raw")" "$ratio" "$mark" >>"$WORK/sec_client.md"
     worst=$(awk -v r="$ratio" -v w="$worst" 'BEGIN { print (r > w) ? r : w }')
+    clr=$(awk -v a="$clp" -v b="$page" 'BEGIN { printf "%.3f", a / b }')
+    clrow+=("$(printf '| %s | %s | %s | **%sx** %s |' "$depth" "$(printf "%'d" "$clp")" \
+        "$(printf "%'d" "$page")" "$clr" "$(awk -v r="$clr" 'BEGIN { print (r <= 1.1) ? "pass" : "MISS" }')")")
+    clworst=$(awk -v r="$clr" -v w="$clworst" 'BEGIN { print (r > w) ? r : w }')
 done
 printf 'client_cpu\tclient CPU: instructions per cached page (callgrind) vs a bare hiredis ZREVRANGE call and parse\t<= 1.5x\tworst %sx\t%s\n' \
     "$worst" "$(awk -v r="$worst" 'BEGIN { print (r <= 1.5) ? "pass" : "MISS" }')" >>"$WORK/summary.tsv"
 
-# The same cached page through the Redis Cluster: instructions per page
-# against the single Redis (target <= 1.1x: routing must cost next to
-# nothing on the client).
-cl1=$(FEED_BENCH_CLUSTER=1 cg_count page 0 $N1); cl2=$(FEED_BENCH_CLUSTER=1 cg_count page 0 $N2)
-s1=$(cg_count page 0 $N1); s2=$(cg_count page 0 $N2)
-clp=$(((cl2 - cl1) / (N2 - N1)))
-sp=$(((s2 - s1) / (N2 - N1)))
-clr=$(awk -v a="$clp" -v b="$sp" 'BEGIN { printf "%.3f", a / b }')
-clv=$(awk -v r="$clr" 'BEGIN { print (r <= 1.1) ? "pass" : "MISS" }')
+clv=$(awk -v r="$clworst" 'BEGIN { print (r <= 1.1) ? "pass" : "MISS" }')
 {
     echo
-    echo "Through the Redis Cluster (\`FEED_BENCH_CLUSTER=1\`, depth 0): $(printf "%'d" "$clp")"
-    echo "instructions per cached page vs $(printf "%'d" "$sp") on the single Redis:"
-    echo "**${clr}x** (target <= 1.1x) $clv."
+    echo "Through the Redis Cluster (\`FEED_BENCH_CLUSTER=1\`, the same runs of"
+    echo "\`client_cpu page\`): the first page (depth 0) and a next page (depth 500, on"
+    echo "the handle that walked there), against the single Redis's figures above."
+    echo
+    echo "| depth | feed_page through the cluster | feed_page, single Redis | cluster / single (target <= 1.1x) |"
+    echo "| ---: | ---: | ---: | ---: |"
+    printf '%s\n' "${clrow[@]}"
 } >>"$WORK/sec_client.md"
-printf 'cluster_cpu	Redis Cluster: client instructions per cached page, cluster / single (callgrind)	<= 1.1x	%sx	%s
-' \
-    "$clr" "$clv" >>"$WORK/summary.tsv"
+printf 'cluster_cpu\tRedis Cluster: client instructions per cached page (first / next), cluster / single (callgrind)\t<= 1.1x\tworst %sx\t%s\n' \
+    "$clworst" "$clv" >>"$WORK/summary.tsv"
 
 # ---------------------------------------------------------------- charts
 echo "bench: charts (gnuplot)" >&2
