@@ -72,7 +72,7 @@ typedef struct insert_args {
     char          *keys;       /* fan-out: 2 * FANOUT_BATCH keys of f->key_cap bytes */
     int            by_node;    /* fan-out on a cluster: a batch is one node's */
     int64_t       *away;       /* ... the feeds its node did not serve, */
-    size_t         naway;      /* ... so many */
+    size_t         naway, cap; /* ... so many, room for so many */
     int            bad_reply;  /* ... a reply that named no such feed */
     char           score[21];
     char           member[FEED_MEMBER_MAX];
@@ -130,55 +130,48 @@ int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
  *
  * On a Redis Cluster the keys a call declares must share a hash slot, and
  * 10,000 feeds fall in ~7,400 slots. So a batch is the feeds one node
- * serves by the slot map: the call declares its first feed (which routes
- * it, MOVED and ASK included) and passes the others as arguments, which the
- * node updates if it serves them (insert.lua, "Undeclared feeds") and
- * names back otherwise. Those few, after a reshard the map had not seen,
- * go out again by slot, one slot per call, like a single hook. */
+ * serves by the slot map, and the call declares none of them: the node
+ * updates those it serves and names back the others (insert.lua,
+ * "Undeclared feeds"), which go out again by slot, declared, like a single
+ * hook: a few, after a reshard the map had not seen yet. The call is routed
+ * by its first argument, its first feed's key (cluster_io.c routes EVALSHA
+ * by argv[3]); a call without keys is never redirected. */
 #define FANOUT_BATCH 100
 
 /* Call i: the feeds of batch i, then insert.lua's four arguments; by node,
- * the first feed's keys, the four arguments, then the other feeds' keys. */
+ * the feeds as arguments, then score, member, max_len. */
 static int fanout_fill(void *arg, size_t i, const char **argv, size_t *lens, int *nkeys)
 {
     insert_args *a = arg;
     size_t first = a->batch[i], count = a->batch[i + 1] - first;
-    size_t cap = a->f->key_cap, k = 0, declared = a->by_node ? 1 : count;
+    size_t cap = a->f->key_cap, k = 0;
 
     for (size_t j = 0; j < count; j++) {
         char *key = a->keys + 2 * j * cap, *lease = key + cap;
         feed__keys_of(a->f, a->uids[first + j], key, lease);
-        if (j == declared) {
-            *nkeys = (int)k;
-            argv[k++] = a->score;
-            argv[k++] = a->member;
-            argv[k++] = a->max_len;
-            argv[k++] = a->count;
-        }
         argv[k++] = key;
         argv[k++] = lease;
     }
-    if (declared == count) {
-        *nkeys = (int)k;
-        argv[k++] = a->score;
-        argv[k++] = a->member;
-        argv[k++] = a->max_len;
+    *nkeys = a->by_node ? 0 : (int)k;
+    feed__i64_to_str((int64_t)count, a->count);
+    argv[k++] = a->score;
+    argv[k++] = a->member;
+    argv[k++] = a->max_len;
+    if (!a->by_node)
         argv[k++] = a->count;
-    }
-    feed__i64_to_str((int64_t)declared, a->count);
     for (size_t j = 0; j < k; j++)
         lens[j] = argv[j] == a->member ? a->member_len : strlen(argv[j]);
     return (int)k;
 }
 
-/* Call i's reply, by node: an array of the positions (1 = the second feed)
- * of the feeds its node did not serve; they go out again. */
+/* Call i's reply, by node: an array of the positions (1 = the batch's
+ * first feed) of the feeds its node did not serve; they go out again. */
 static void fanout_reply(void *arg, size_t i, const redisReply *r)
 {
     insert_args *a = arg;
     size_t first = a->batch[i], count = a->batch[i + 1] - first;
 
-    if (r->type == REDIS_REPLY_INTEGER)
+    if (r->type == REDIS_REPLY_INTEGER && !a->by_node)
         return;
     if (r->type != REDIS_REPLY_ARRAY || !a->by_node) {
         a->bad_reply = 1;
@@ -186,11 +179,12 @@ static void fanout_reply(void *arg, size_t i, const redisReply *r)
     }
     for (size_t e = 0; e < r->elements; e++) {
         const redisReply *k = r->element[e];
-        if (k->type != REDIS_REPLY_INTEGER || k->integer < 1 || (size_t)k->integer >= count) {
+        if (k->type != REDIS_REPLY_INTEGER || k->integer < 1 || (size_t)k->integer > count ||
+            a->naway == a->cap) {
             a->bad_reply = 1;
             return;
         }
-        a->away[a->naway++] = a->uids[first + (size_t)k->integer];
+        a->away[a->naway++] = a->uids[first + (size_t)k->integer - 1];
     }
 }
 
@@ -292,6 +286,7 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
     insert_args_init(&a, f, score, id);
     a.keys = malloc(2 * FANOUT_BATCH * f->key_cap);
     a.away = f->cfg.redis_cluster ? malloc(n * sizeof *a.away) : NULL;
+    a.cap = n;
     if (!a.keys || (f->cfg.redis_cluster && !a.away)) {
         free(a.keys);
         free(a.away);

@@ -7,9 +7,8 @@
 -- ARGV[3]  max_len
 -- ARGV[4]  how many feeds of KEYS to update; the keys after them only pad a
 --          fan-out's last batch to the size of the others. Default: all.
--- ARGV[5], ARGV[6], ...  a fan-out on a Redis Cluster: more feeds (feed,
---          lease) that the node serves by the client's slot map, in other
---          slots than KEYS. See "Undeclared feeds" below.
+-- No KEYS: a fan-out on a Redis Cluster, ARGV = feed, lease, feed, lease,
+--          ..., score, member, max_len. See "Undeclared feeds" below.
 --
 -- Keeps the invariant: the cached items are exactly the feed's rows at or
 -- above the lowest cached one, and the end marker is there only when they
@@ -23,13 +22,9 @@
 -- of a batch's leases go in one DEL, and ZCARD alone says whether a feed is
 -- cached and how big it is.
 
-local n = tonumber(ARGV[4]) or #KEYS / 2
-local score, member, max_len = ARGV[1], ARGV[2], tonumber(ARGV[3])
-
--- Cancel any rebuild in flight: it may have read SQL before this write.
-local leases = {}
-for k = 1, n do leases[k] = KEYS[2 * k] end
-redis.call('DEL', unpack(leases))
+local pairs_end = #KEYS == 0 and #ARGV - 3 or 0     -- undeclared feeds: ARGV[1 .. pairs_end]
+local score = ARGV[pairs_end + 1]
+local member, max_len = ARGV[pairs_end + 2], tonumber(ARGV[pairs_end + 3])
 
 -- size: the feed's ZCARD.
 local function insert(feed, size)
@@ -57,36 +52,45 @@ local function insert(feed, size)
     return 1
 end
 
-if n == 1 and #KEYS == 2 and #ARGV <= 4 then
-    return insert(KEYS[1], redis.call('ZCARD', KEYS[1]))
+-- Undeclared feeds. A cluster node runs a script's commands on keys the
+-- call did not declare, of any slot (scripts without a shebang may), as
+-- long as it serves them: a key of a slot it does not serve, or one that
+-- already left a migrating slot, fails that command alone, before it does
+-- anything. (Declaring none matters: after an ASK the call would run with
+-- ASKING, and a missing key of an importing slot would then pass for an
+-- uncached feed while its set is still on the source.) So one call serves
+-- a batch of the node's feeds, where KEYS could name one slot only. Each
+-- feed is tried with pcall, lease first, and written only when both its
+-- keys answered here; the others are named back and the client sends them
+-- again by slot, declared (MOVED, ASK and TRYAGAIN then apply). A lease
+-- deleted before its set turned out to be elsewhere only cancels a
+-- rebuild: harmless, and the retry deletes it again. Returns the positions
+-- (1 = ARGV[1], ARGV[2]) of the feeds named back.
+if pairs_end > 0 then
+    local away = {}
+    for j = 1, pairs_end - 1, 2 do
+        local gone = redis.pcall('DEL', ARGV[j + 1])
+        local size = type(gone) == 'number' and redis.pcall('ZCARD', ARGV[j])
+        if type(size) == 'number' then
+            insert(ARGV[j], size)
+        else
+            away[#away + 1] = (j + 1) / 2
+        end
+    end
+    return away
 end
+
+local n = tonumber(ARGV[4]) or #KEYS / 2
+
+-- Cancel any rebuild in flight: it may have read SQL before this write.
+local leases = {}
+for k = 1, n do leases[k] = KEYS[2 * k] end
+redis.call('DEL', unpack(leases))
+
+if n == 1 and #KEYS == 2 then return insert(KEYS[1], redis.call('ZCARD', KEYS[1])) end
 local cached = 0
 for k = 1, n do
     local feed = KEYS[2 * k - 1]
     if insert(feed, redis.call('ZCARD', feed)) == 1 then cached = cached + 1 end
 end
-if #ARGV <= 4 then return cached end
-
--- Undeclared feeds. A cluster node runs a script's commands on keys of
--- other slots than KEYS (scripts without a shebang may), as long as it
--- serves them: a key it does not serve, or one that already left a
--- migrating slot, fails that command alone, before it does anything. So
--- one call serves a batch of the node's feeds, where KEYS could name one
--- slot only. Each feed is tried with pcall, lease first: only when both
--- its keys answered here is it written, so a feed is either updated whole
--- here or left to the client, which sends it again by its own slot
--- (insert.lua with declared keys: MOVED, ASK and TRYAGAIN then apply).
--- A lease deleted before its feed's set turned out to be elsewhere only
--- cancels a rebuild: harmless, and the retry deletes it again.
--- Returns the positions (1 = ARGV[5], ARGV[6]) of the feeds left over.
-local away = {}
-for j = 5, #ARGV - 1, 2 do
-    local gone = redis.pcall('DEL', ARGV[j + 1])
-    local size = type(gone) == 'number' and redis.pcall('ZCARD', ARGV[j])
-    if type(size) == 'number' then
-        insert(ARGV[j], size)
-    else
-        away[#away + 1] = (j - 3) / 2
-    end
-end
-return away
+return cached
