@@ -256,9 +256,10 @@ int  feed__cluster_many_r(feed *f, size_t n, feed__cmd_fn *build, feed__reply_fn
                           void *arg);
 /* The node that serves slot by the current map (an index, stable for the
  * handle's life), or -1 if the map names none. No I/O: it groups a
- * fan-out's feeds, the calls themselves are routed by their first key. */
+ * fan-out's feeds; the calls are routed by their first feed's key. */
 int  feed__cluster_owner(const feed *f, unsigned slot);
-/* The slot of a command's first key: argv[1], or argv[3] for EVALSHA. */
+/* The slot of a command's first key: argv[1], or argv[3] for EVALSHA (with
+ * no keys, its first argument: a fan-out by node routes by it, hooks.c). */
 unsigned feed__command_slot(int argc, const char **argv, const size_t *lens);
 /* visit(f, c, node, arg) once per primary (every node that owns a slot in
  * a map asked afresh), on that node's connection c: for what no key routes,
