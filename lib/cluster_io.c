@@ -22,6 +22,18 @@
  *
  * What no key routes (SCAN for feed_invalidate_all) visits every primary in
  * turn on its own connection: feed__cluster_each_primary.
+ *
+ * The failover guarantee (wait.c, fence.c), per node:
+ *   WAIT       with redis_wait_replicas, a hook's commands to a node are
+ *              followed by WAIT in the same pipeline (one per node and
+ *              pass: a fan-out over many slots of a node pays one);
+ *   the fence  with redis_restart_fence, each node connection has its own
+ *              fence, checked before the node serves anything. It starts
+ *              UNKNOWN on a new connection AND whenever the slot map
+ *              changes owners: a node keeps its run_id when it is demoted,
+ *              resynced from the new primary (maybe behind) and promoted
+ *              again, and it is the fence key in its data set, written by
+ *              whichever node was primary, that then shows the change.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -37,6 +49,8 @@ typedef struct feed_node {
     int           fresh;        /* connected by this call: no retry on EOF */
     int           used;         /* feed__cluster_many: got commands this pass */
     int           unflushed;    /* ... appended since its last write */
+    int           applied;      /* commands answered for good this pass (WAIT) */
+    feed_fence    fence;        /* restart fence of this connection (fence.c) */
 } feed_node;
 
 typedef struct feed_cluster {
@@ -93,6 +107,7 @@ static void node_drop(feed_node *n)
         redisFree(n->c);
         n->c = NULL;
     }
+    n->fence.state = FEED_FENCE_UNKNOWN;    /* whoever answers next is checked */
 }
 
 /* The node's connection failed under a call: keep the reason, drop it,
@@ -192,6 +207,11 @@ static int map_from(feed *f, int i)
     }
     freeReplyObject(r);
     if (rc == FEED_OK) {
+        /* Owners changed (a failover, a reshard): check every node's fence
+         * again before it serves (see the top of this file). */
+        if (memcmp(cl->owner, owner, sizeof cl->owner) != 0)
+            for (size_t k = 0; k < cl->nnodes; k++)
+                cl->nodes[k].fence.state = FEED_FENCE_UNKNOWN;
         memcpy(cl->owner, owner, sizeof cl->owner);
         cl->stale = 0;
     }
@@ -241,6 +261,46 @@ static int route(feed *f, unsigned slot)
         return -1;
     }
     return cl->owner[slot] - 1;
+}
+
+/* Where node i's fence key lives: its lowest slot in the map (the same
+ * for every handle that sees the same map), else the slot being sent to
+ * (an ASK target that owns nothing yet). A reshard that moves that slot
+ * costs the node one flush at its next check, never a wrong page. */
+static int fence_slot(const feed_cluster *cl, int i, unsigned slot)
+{
+    for (unsigned s = 0; s < FEED_SLOTS; s++)
+        if (cl->owner[s] == i + 1)
+            return (int)s;
+    return (int)slot;
+}
+
+/* Node i may serve the call: its restart fence is cleared (fence.c), or it
+ * is being cleared and the call is a hook (hooks only make a copy more
+ * right, and every copy is dropped anyway). Returns FEED_OK, the fence's
+ * failure (the node then dropped, retried after retry_ms), or
+ * FEED_EUNAVAILABLE while the node's copies are being dropped. */
+static int node_fenced(feed *f, int i, unsigned slot)
+{
+    feed_cluster *cl = f->cluster;
+    feed_node *n = &cl->nodes[i];
+    int rc;
+
+    if (!f->cfg.redis_restart_fence || n->fence.state == FEED_FENCE_TRUSTED)
+        return FEED_OK;
+    rc = feed__fence_step(f, &n->c, &n->fence, fence_slot(cl, i, slot));
+    if (!n->c) {                /* fence.c freed it */
+        node_drop(n);
+        n->attempt_ms = feed__now_ms();
+        cl->stale = 1;
+    }
+    if (rc != FEED_OK)
+        return rc;
+    if (n->fence.state != FEED_FENCE_TRUSTED && !f->in_hook)
+        return feed__error(f, FEED_EUNAVAILABLE, "Redis %s:%d came back from a restart or "
+                           "failover: its cached copies are being dropped", n->addr.host,
+                           n->addr.port);
+    return FEED_OK;
 }
 
 int feed__cluster_connect(feed *f)
@@ -357,8 +417,10 @@ static int note_verdict(feed *f, attempt *a, pass_need *need, const redisReply *
     case FEED_V_MOVED: {
         int i = node_index(cl, to);
         need->moved = 1;
-        if (i >= 0)
+        if (i >= 0) {
             cl->owner[slot] = (uint16_t)(i + 1);   /* until the refresh says more */
+            cl->nodes[i].fence.state = FEED_FENCE_UNKNOWN;   /* it gained a slot */
+        }
         cl->stale = 1;
         break;
     }
@@ -452,6 +514,23 @@ static int read_reply(feed_node *n, redisReply **r)
     return -1;
 }
 
+/* The replica check (wait.c: WAIT in a hook) that rode node n's pipeline
+ * this pass: read and judged if a command was applied there, else dropped.
+ * Too few replicas: the call fails, and the map is asked again (a primary
+ * short of its replicas may be on its way out). */
+static int check_pass(feed *f, feed_node *n)
+{
+    int rc = n->applied ? feed__check_read(f, n->c) : feed__check_skip(f, n->c);
+
+    if (rc == FEED_EUNAVAILABLE) {
+        node_drop(n);
+        n->attempt_ms = feed__now_ms();
+    }
+    if (rc != FEED_OK)
+        f->cluster->stale = 1;
+    return rc;
+}
+
 int feed__cluster_exchange(feed *f, unsigned slot, size_t n, const int *argc,
                            const char **const *argv, const size_t *const *lens,
                            redisReply **replies)
@@ -459,7 +538,7 @@ int feed__cluster_exchange(feed *f, unsigned slot, size_t n, const int *argc,
     feed_cluster *cl = f->cluster;
     unsigned char small[16], *pending = n <= sizeof small ? small : malloc(n);
     size_t left = n;
-    int ask_node = -1;
+    int ask_node = -1, checked = feed__check_on(f);
     attempt a;
 
     memset(replies, 0, n * sizeof *replies);
@@ -481,9 +560,16 @@ int feed__cluster_exchange(feed *f, unsigned slot, size_t n, const int *argc,
                 give_up(f, f->errmsg[0] ? f->errmsg : "no node");
             goto failed;
         }
+        if (node_fenced(f, node, slot) != FEED_OK)
+            goto failed;
         nd = &cl->nodes[node];
+        nd->applied = 0;
         if (send_pending(f, nd, ask_node >= 0, n, argc, argv, lens, pending) < 0)
             goto io_failed;
+        if (checked && feed__check_append(f, nd->c) != REDIS_OK) {
+            node_failed(f, nd, "WAIT");
+            goto failed;
+        }
         memset(&need, 0, sizeof need);
         for (size_t i = 0; i < n; i++) {
             redisReply *r;
@@ -501,10 +587,13 @@ int feed__cluster_exchange(feed *f, unsigned slot, size_t n, const int *argc,
                 replies[i] = r;
                 pending[i] = 0;
                 left--;
+                nd->applied++;
             } else {
                 freeReplyObject(r);
             }
         }
+        if (checked && check_pass(f, nd) != FEED_OK)
+            goto failed;
         nd->fresh = 0;
         ask_node = -1;
         if (left == 0)
@@ -517,7 +606,9 @@ int feed__cluster_exchange(feed *f, unsigned slot, size_t n, const int *argc,
             goto failed;
         continue;
 io_failed:
-        if (!nd->fresh && !a.peer_retried && nd->c && closed_by_peer(nd->c)) {
+        /* Not after a command was applied under WAIT: its WAIT is lost. */
+        if (!nd->fresh && !a.peer_retried && nd->c && closed_by_peer(nd->c) &&
+            !(checked && nd->applied)) {
             /* The node went away under a connection that had worked: ask
              * the map again and send what is still owed, once. */
             node_drop(nd);
@@ -608,6 +699,10 @@ static int many_send(feed *f, size_t n, feed__cmd_fn *build, void *arg, many_cmd
             cl->stale = 1;
             return rc;
         }
+        /* The fence talks on the connection: only before anything of this
+         * pass is appended to it. */
+        if (!nd->used && (rc = node_fenced(f, node, cmds[i].slot)) != FEED_OK)
+            return rc;
         if ((cmds[i].ask && redisAppendCommandArgv(nd->c, 1, asking_argv, NULL) != REDIS_OK) ||
             redisAppendCommandArgv(nd->c, argc, argv, lens) != REDIS_OK) {
             node_failed(f, nd, "pipeline");
@@ -659,6 +754,7 @@ static int many_read(feed *f, attempt *a, size_t n, many_cmd *cmds, pass_need *n
         v = feed__classify(r, nd->addr.host, &to);
         if (note_verdict(f, a, need, r, v, &to, cmds[i].slot)) {
             cmds[i].done = 1;
+            nd->applied++;
             if (r->type == REDIS_REPLY_ERROR && *first_error == 0) {
                 f->stats.redis_errors++;
                 feed__error(f, FEED_EREDIS, "Redis: %s", r->str);
@@ -671,6 +767,33 @@ static int many_read(feed *f, attempt *a, size_t n, many_cmd *cmds, pass_need *n
             cmds[i].ask = k >= 0 ? k + 1 : 0;
         }
         freeReplyObject(r);
+    }
+    return rc;
+}
+
+/* The replica check after each node's commands of a pass (wait.c): one
+ * per node, appended once every command is, read once every reply is. */
+static void many_check_append(feed *f)
+{
+    feed_cluster *cl = f->cluster;
+
+    for (size_t k = 0; k < cl->nnodes; k++) {
+        feed_node *nd = &cl->nodes[k];
+        nd->applied = 0;
+        if (nd->used && nd->c && feed__check_append(f, nd->c) != REDIS_OK)
+            node_failed(f, nd, "WAIT");
+    }
+}
+
+static int many_check_read(feed *f)
+{
+    feed_cluster *cl = f->cluster;
+    int rc = FEED_OK;
+
+    for (size_t k = 0; k < cl->nnodes; k++) {
+        feed_node *nd = &cl->nodes[k];
+        if (nd->used && nd->c && check_pass(f, nd) != FEED_OK)
+            rc = FEED_EREDIS;
     }
     return rc;
 }
@@ -692,7 +815,7 @@ int feed__cluster_many_r(feed *f, size_t n, feed__cmd_fn *build, feed__reply_fn 
 {
     feed_cluster *cl = f->cluster;
     many_cmd *cmds = calloc(n ? n : 1, sizeof *cmds);
-    int first_error = 0, rc = FEED_OK;
+    int first_error = 0, rc = FEED_OK, checked = feed__check_on(f);
     attempt a;
 
     if (!cmds)
@@ -705,12 +828,16 @@ int feed__cluster_many_r(feed *f, size_t n, feed__cmd_fn *build, feed__reply_fn 
         for (size_t k = 0; k < cl->nnodes; k++)
             cl->nodes[k].used = 0;
         rc = many_send(f, n, build, arg, cmds);
+        if (checked)
+            many_check_append(f);
         flush_all(f);
         memset(&need, 0, sizeof need);
         /* Read what was sent even if a later send failed: the connections
          * stay in step. */
         if (many_read(f, &a, n, cmds, &need, &first_error, on_reply, arg) != FEED_OK &&
             rc == FEED_OK)
+            rc = FEED_EREDIS;
+        if (checked && many_check_read(f) != FEED_OK && rc == FEED_OK)
             rc = FEED_EREDIS;
         if (rc != FEED_OK)
             break;
@@ -792,4 +919,98 @@ int feed__cluster_each_primary(feed *f, feed__node_fn *visit, void *arg, uint64_
     }
     free(primary);
     return rc;
+}
+
+/* ---- Health: every primary ---------------------------------------------- */
+
+/* The first failure of a health check, kept: later ones overwrite f. */
+static void first_why(const feed *f, const feed_node *nd, char *why, size_t cap)
+{
+    if (!why[0] && snprintf(why, cap, "%s:%d: %s", nd->addr.host, nd->addr.port, f->errmsg) < 0)
+        why[0] = '\0';     /* cut to cap otherwise */
+}
+
+/* PING's answer from node nd within left ms; its timeout put back after. */
+static int pong_within(feed *f, feed_node *nd, int64_t left)
+{
+    redisReply *r = NULL;
+    int ok;
+
+    if (redisSetTimeout(nd->c, tv_of((uint32_t)(left < 1 ? 1 : left))) != REDIS_OK ||
+        read_reply(nd, &r) < 0) {
+        node_failed(f, nd, "PING");
+        return 0;
+    }
+    ok = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+    if (!ok) {
+        f->stats.redis_errors++;
+        feed__error(f, FEED_EREDIS, "PING: %s",
+                    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    if (redisSetTimeout(nd->c, tv_of(f->cfg.redis_timeout_ms)) != REDIS_OK)
+        node_drop(nd);
+    return ok;
+}
+
+/* feed_health on a cluster: PING every primary of the slot map (asked
+ * again first), all at once: the PINGs are written out, then each answer is
+ * awaited for what is left of one redis_timeout_ms. A node down since its
+ * last attempt is not reconnected before retry_ms (node_ready), and none is
+ * once the time is up (a reconnect may add its own timeout). *up and *total
+ * count the primaries; FEED_OK when every one answered PONG, else
+ * FEED_EREDIS with "Redis Cluster: <up> of <total> primaries answered PING;
+ * <host:port>: <why>" (the first failure) on f. */
+int feed__cluster_ping(feed *f, size_t *up, size_t *total)
+{
+    feed_cluster *cl = f->cluster;
+    int64_t deadline = feed__now_ms() + f->cfg.redis_timeout_ms;
+    unsigned char *primary;
+    char why[sizeof f->errmsg] = "";
+
+    *up = *total = 0;
+    if (feed__now_ms() - cl->map_ms >= REFRESH_MIN_MS)
+        map_refresh(f);
+    if ((primary = calloc(cl->nnodes + 1, 1)) == NULL)
+        return feed__error(f, FEED_ENOMEM, "out of memory for a health check");
+    for (unsigned s = 0; s < FEED_SLOTS; s++)
+        if (cl->owner[s])
+            primary[cl->owner[s] - 1] = 1;
+    for (size_t k = 0; k < cl->nnodes; k++) {
+        feed_node *nd = &cl->nodes[k];
+        if (!primary[k])
+            continue;
+        ++*total;
+        nd->used = 0;
+        if (feed__now_ms() >= deadline) {
+            feed__error(f, FEED_EREDIS, "not checked, no time left");
+        } else if (node_ready(f, nd) == FEED_OK) {
+            if (redisAppendCommand(nd->c, "PING") != REDIS_OK)
+                node_failed(f, nd, "PING");
+            else
+                flush_node(f, nd);
+            nd->used = nd->c != NULL;
+        }
+        if (!nd->used)
+            first_why(f, nd, why, sizeof why);
+    }
+    if (*total > 0)
+        f->stats.redis_calls++;
+    for (size_t k = 0; k < cl->nnodes; k++) {
+        feed_node *nd = &cl->nodes[k];
+        if (!primary[k] || !nd->used)
+            continue;
+        nd->used = 0;
+        if (pong_within(f, nd, deadline - feed__now_ms()))
+            ++*up;
+        else
+            first_why(f, nd, why, sizeof why);
+    }
+    free(primary);
+    if (*total == 0)
+        return feed__error(f, FEED_EREDIS, "Redis Cluster: no primary known (%s)", f->errmsg);
+    if (*up < *total)
+        return feed__error(f, FEED_EREDIS, "Redis Cluster: %zu of %zu primaries answered PING; "
+                           "%s", *up, *total, why);
+    return FEED_OK;
 }

@@ -24,17 +24,41 @@
  * fence build copies, so when the pass ends nothing from the old data set
  * is left. The fence key is never dropped by a pass (another handle may
  * have just written it).
+ *
+ * On a Redis Cluster each node holds its own copies, so each node
+ * connection has its own fence (cluster_io.c) and the fence key is one per
+ * node: "<prefix>:fence{<n>}", n chosen so that the key hashes to a slot
+ * the node owns (its lowest). The key then lives in the node's data set,
+ * is replicated to the node's replicas with the copies, and a promoted
+ * replica finds the old primary's run_id in it: the same test, per node.
+ * SCAN on a node sees that node's keys only, and its UNLINKs go one key
+ * each (keys of several slots cannot share a command on a cluster).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-/* "<prefix>:fence" and the SCAN pattern "<prefix>:*", glob characters of the
- * prefix escaped. */
-static void fence_key(const feed *f, char *buf, size_t cap)
+/* "<prefix>:fence", or on a cluster node (slot >= 0) "<prefix>:fence{<n>}"
+ * with the least n whose text hashes to slot: the prefix holds no braces
+ * (handle.c), so the tag alone decides the slot. Every slot is reached by
+ * some n below 10^6 (about 16384 tries on average, a millisecond). */
+static int fence_key(feed *f, int slot, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s:fence", f->cfg.key_prefix);
+    char num[21];
+
+    if (slot < 0) {
+        snprintf(buf, cap, "%s:fence", f->cfg.key_prefix);
+        return FEED_OK;
+    }
+    for (int64_t n = 0; n < 1000000; n++) {
+        size_t len = feed__i64_to_str(n, num);
+        if (feed__key_slot(num, len) == (unsigned)slot) {
+            snprintf(buf, cap, "%s:fence{%s}", f->cfg.key_prefix, num);
+            return FEED_OK;
+        }
+    }
+    return feed__error(f, FEED_EREDIS, "restart fence: no key name for slot %d", slot);
 }
 
 static void scan_pattern(const feed *f, char *buf, size_t cap)
@@ -51,67 +75,108 @@ static void scan_pattern(const feed *f, char *buf, size_t cap)
     buf[n] = '\0';
 }
 
-static int fence_fail(feed *f, const char *what, redisReply *r)
+/* The connection *c is freed and NULL after a failure (never left
+ * half-read); f->redis's reconnect waits retry_ms, a cluster node's is its
+ * caller's to schedule. */
+static int fence_fail(feed *f, redisContext **c, const char *what, redisReply *r)
 {
     f->stats.redis_errors++;
     feed__error(f, FEED_EREDIS, "Redis %s (restart fence): %s", what,
-                r && r->type == REDIS_REPLY_ERROR ? r->str : f->redis && f->redis->errstr[0]
-                ? f->redis->errstr : "unexpected reply");
+                r && r->type == REDIS_REPLY_ERROR ? r->str : *c && (*c)->errstr[0]
+                ? (*c)->errstr : "unexpected reply");
     freeReplyObject(r);
-    feed__redis_drop(f);   /* never leave a connection half-read */
-    f->redis_attempt_ms = feed__now_ms();
+    if (*c) {
+        redisFree(*c);
+        *c = NULL;
+    }
+    if (c == &f->redis)
+        f->redis_attempt_ms = feed__now_ms();
     return FEED_EREDIS;
 }
 
 /* The recorded run_id matches the live one? r is GET's reply. */
-static int fence_matches(const feed *f, const redisReply *r)
+static int fence_matches(const feed_fence *fc, const redisReply *r)
 {
-    return r->type == REDIS_REPLY_STRING && r->len == strlen(f->run_id) &&
-           memcmp(r->str, f->run_id, r->len) == 0;
+    return r->type == REDIS_REPLY_STRING && r->len == strlen(fc->run_id) &&
+           memcmp(r->str, fc->run_id, r->len) == 0;
+}
+
+/* One step's state: the connection, its fence, the key names. */
+typedef struct fence_run {
+    feed          *f;
+    redisContext **c;
+    feed_fence    *fc;
+    const char    *key;       /* the fence key */
+    const char    *pattern;   /* SCAN MATCH */
+    int            cluster;   /* UNLINK one key per command */
+} fence_run;
+
+static int fail(fence_run *x, const char *what, redisReply *r)
+{
+    return fence_fail(x->f, x->c, what, r);
 }
 
 /* INFO server and GET fence, one round trip: learn the run_id, compare. */
-static int first_look(feed *f, const char *key)
+static int first_look(fence_run *x)
 {
+    redisContext *c = *x->c;
     redisReply *info = NULL, *got = NULL;
     const char *p;
 
-    f->stats.redis_calls++;
-    if (redisAppendCommand(f->redis, "INFO server") != REDIS_OK ||
-        redisAppendCommand(f->redis, "GET %s", key) != REDIS_OK ||
-        redisGetReply(f->redis, (void **)&info) != REDIS_OK)
-        return fence_fail(f, "INFO", NULL);
-    if (redisGetReply(f->redis, (void **)&got) != REDIS_OK) {
+    x->f->stats.redis_calls++;
+    if (redisAppendCommand(c, "INFO server") != REDIS_OK ||
+        redisAppendCommand(c, "GET %s", x->key) != REDIS_OK ||
+        redisGetReply(c, (void **)&info) != REDIS_OK)
+        return fail(x, "INFO", NULL);
+    if (redisGetReply(c, (void **)&got) != REDIS_OK) {
         freeReplyObject(info);
-        return fence_fail(f, "GET", NULL);
+        return fail(x, "GET", NULL);
     }
     if (info->type != REDIS_REPLY_STRING || !(p = strstr(info->str, "run_id:")) ||
         strspn(p + 7, "0123456789abcdef") != 40) {
         freeReplyObject(got);
-        return fence_fail(f, "INFO", info);
+        return fail(x, "INFO", info);
     }
-    memcpy(f->run_id, p + 7, 40);
-    f->run_id[40] = '\0';
+    memcpy(x->fc->run_id, p + 7, 40);
+    x->fc->run_id[40] = '\0';
     freeReplyObject(info);
     if (got->type != REDIS_REPLY_STRING && got->type != REDIS_REPLY_NIL)
-        return fence_fail(f, "GET", got);
-    if (fence_matches(f, got)) {
-        f->fence_state = FEED_FENCE_TRUSTED;
+        return fail(x, "GET", got);
+    if (fence_matches(x->fc, got)) {
+        x->fc->state = FEED_FENCE_TRUSTED;
     } else {
-        f->fence_state = FEED_FENCE_FLUSHING;
-        strcpy(f->fence_cursor, "0");
-        f->stats.fence_flushes++;
+        x->fc->state = FEED_FENCE_FLUSHING;
+        strcpy(x->fc->cursor, "0");
+        x->f->stats.fence_flushes++;
     }
     freeReplyObject(got);
     return FEED_OK;
 }
 
-/* UNLINK the keys of one SCAN batch, the fence key left alone. */
-static int unlink_batch(feed *f, const redisReply *keys, const char *key)
+/* The keys of one SCAN batch but the fence key. */
+static size_t batch_keys(const fence_run *x, const redisReply *keys, const char **argv,
+                         size_t *lens)
+{
+    size_t n = 0, klen = strlen(x->key);
+
+    for (size_t i = 0; i < keys->elements; i++) {
+        const redisReply *k = keys->element[i];
+        if (k->type != REDIS_REPLY_STRING || (k->len == klen && !memcmp(k->str, x->key, klen)))
+            continue;
+        argv[n] = k->str;
+        lens[n++] = k->len;
+    }
+    return n;
+}
+
+/* UNLINK the keys of one SCAN batch, the fence key left alone: one UNLINK
+ * on a single Redis, one per key pipelined on a cluster node. */
+static int unlink_batch(fence_run *x, const redisReply *keys)
 {
     const char **argv;
-    size_t *lens, n = 1;
-    redisReply *r;
+    size_t *lens, n, cmds;
+    redisReply *r = NULL;
+    int rc = FEED_OK;
 
     if (keys->elements == 0)
         return FEED_OK;
@@ -120,96 +185,101 @@ static int unlink_batch(feed *f, const redisReply *keys, const char *key)
     if (!argv || !lens) {
         free(argv);
         free(lens);
-        return feed__error(f, FEED_ENOMEM, "out of memory flushing after a restart");
+        return feed__error(x->f, FEED_ENOMEM, "out of memory flushing after a restart");
     }
     argv[0] = "UNLINK";
     lens[0] = 6;
-    for (size_t i = 0; i < keys->elements; i++) {
-        const redisReply *k = keys->element[i];
-        if (k->type != REDIS_REPLY_STRING || (k->len == strlen(key) && !memcmp(k->str, key, k->len)))
-            continue;
-        argv[n] = k->str;
-        lens[n++] = k->len;
+    n = batch_keys(x, keys, argv + 1, lens + 1);
+    cmds = x->cluster ? n : n > 0;
+    for (size_t i = 0; i < cmds && rc == FEED_OK; i++) {
+        const char *one[2] = { "UNLINK", argv[1 + i] };
+        size_t one_len[2] = { 6, lens[1 + i] };
+        if (x->cluster ? redisAppendCommandArgv(*x->c, 2, one, one_len) != REDIS_OK
+                       : redisAppendCommandArgv(*x->c, (int)n + 1, argv, lens) != REDIS_OK)
+            rc = fail(x, "UNLINK", NULL);
     }
-    r = n > 1 ? redisCommandArgv(f->redis, (int)n, argv, lens) : NULL;
     free(argv);
     free(lens);
-    if (n == 1)
-        return FEED_OK;
-    f->stats.redis_calls++;
-    if (!r || r->type != REDIS_REPLY_INTEGER)
-        return fence_fail(f, "UNLINK", r);
-    freeReplyObject(r);
-    return FEED_OK;
+    if (cmds > 0 && rc == FEED_OK)
+        x->f->stats.redis_calls++;
+    for (size_t i = 0; i < cmds && rc == FEED_OK; i++) {
+        if (redisGetReply(*x->c, (void **)&r) != REDIS_OK || r->type != REDIS_REPLY_INTEGER)
+            rc = fail(x, "UNLINK", r);
+        else
+            freeReplyObject(r);
+        r = NULL;
+    }
+    return rc;
 }
 
 /* One pass step: GET fence (someone finished?) and SCAN, one round trip;
  * then UNLINK what SCAN found. */
-static int flush_step(feed *f, const char *key, const char *pattern)
+static int flush_step(fence_run *x)
 {
+    redisContext *c = *x->c;
     redisReply *got = NULL, *scan = NULL;
     int rc;
 
-    f->stats.redis_calls++;
-    if (redisAppendCommand(f->redis, "GET %s", key) != REDIS_OK ||
-        redisAppendCommand(f->redis, "SCAN %s MATCH %s COUNT 1000", f->fence_cursor, pattern) != REDIS_OK ||
-        redisGetReply(f->redis, (void **)&got) != REDIS_OK)
-        return fence_fail(f, "GET", NULL);
-    if (redisGetReply(f->redis, (void **)&scan) != REDIS_OK) {
+    x->f->stats.redis_calls++;
+    if (redisAppendCommand(c, "GET %s", x->key) != REDIS_OK ||
+        redisAppendCommand(c, "SCAN %s MATCH %s COUNT 1000", x->fc->cursor, x->pattern) != REDIS_OK ||
+        redisGetReply(c, (void **)&got) != REDIS_OK)
+        return fail(x, "GET", NULL);
+    if (redisGetReply(c, (void **)&scan) != REDIS_OK) {
         freeReplyObject(got);
-        return fence_fail(f, "SCAN", NULL);
+        return fail(x, "SCAN", NULL);
     }
-    if (fence_matches(f, got)) {          /* another handle finished the pass */
+    if (fence_matches(x->fc, got)) {      /* another handle finished the pass */
         freeReplyObject(got);
         freeReplyObject(scan);
-        f->fence_state = FEED_FENCE_TRUSTED;
+        x->fc->state = FEED_FENCE_TRUSTED;
         return FEED_OK;
     }
     freeReplyObject(got);
     if (scan->type != REDIS_REPLY_ARRAY || scan->elements != 2 ||
         scan->element[0]->type != REDIS_REPLY_STRING ||
-        scan->element[0]->len >= sizeof f->fence_cursor ||
+        scan->element[0]->len >= sizeof x->fc->cursor ||
         scan->element[1]->type != REDIS_REPLY_ARRAY)
-        return fence_fail(f, "SCAN", scan);
-    rc = unlink_batch(f, scan->element[1], key);
+        return fail(x, "SCAN", scan);
+    rc = unlink_batch(x, scan->element[1]);
     if (rc == FEED_OK) {
-        memcpy(f->fence_cursor, scan->element[0]->str, scan->element[0]->len);
-        f->fence_cursor[scan->element[0]->len] = '\0';
+        memcpy(x->fc->cursor, scan->element[0]->str, scan->element[0]->len);
+        x->fc->cursor[scan->element[0]->len] = '\0';
     }
     freeReplyObject(scan);
     return rc;
 }
 
-static int record_run_id(feed *f, const char *key)
+static int record_run_id(fence_run *x)
 {
-    redisReply *r = redisCommand(f->redis, "SET %s %s", key, f->run_id);
+    redisReply *r = redisCommand(*x->c, "SET %s %s", x->key, x->fc->run_id);
 
-    f->stats.redis_calls++;
+    x->f->stats.redis_calls++;
     if (!r || r->type == REDIS_REPLY_ERROR)
-        return fence_fail(f, "SET", r);
+        return fail(x, "SET", r);
     freeReplyObject(r);
-    f->fence_state = FEED_FENCE_TRUSTED;
+    x->fc->state = FEED_FENCE_TRUSTED;
     return FEED_OK;
 }
 
-int feed__fence_step(feed *f)
+int feed__fence_step(feed *f, redisContext **c, feed_fence *fc, int slot)
 {
-    size_t cap = 2 * f->key_cap + 8;     /* the prefix, each byte maybe escaped */
+    size_t cap = 2 * f->key_cap + 32;    /* the prefix, each byte maybe escaped; a tag */
     char *key = malloc(2 * cap), *pattern = key + cap;
     int64_t deadline = feed__now_ms() + f->cfg.redis_timeout_ms;
-    int rc = FEED_OK;
+    fence_run x = { f, c, fc, key, pattern, slot >= 0 };
+    int rc;
 
     if (!key)
         return feed__error(f, FEED_ENOMEM, "out of memory checking the restart fence");
-    fence_key(f, key, cap);
+    rc = fence_key(f, slot, key, cap);
     scan_pattern(f, pattern, cap);
-    if (f->fence_state == FEED_FENCE_UNKNOWN)
-        rc = first_look(f, key);
-    while (rc == FEED_OK && f->fence_state == FEED_FENCE_FLUSHING && feed__now_ms() < deadline) {
-        rc = flush_step(f, key, pattern);
-        if (rc == FEED_OK && f->fence_state == FEED_FENCE_FLUSHING &&
-            strcmp(f->fence_cursor, "0") == 0)
-            rc = record_run_id(f, key);
+    if (rc == FEED_OK && fc->state == FEED_FENCE_UNKNOWN)
+        rc = first_look(&x);
+    while (rc == FEED_OK && fc->state == FEED_FENCE_FLUSHING && feed__now_ms() < deadline) {
+        rc = flush_step(&x);
+        if (rc == FEED_OK && fc->state == FEED_FENCE_FLUSHING && strcmp(fc->cursor, "0") == 0)
+            rc = record_run_id(&x);
     }
     free(key);
     return rc;

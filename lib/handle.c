@@ -292,14 +292,6 @@ static const char *check_config(const feed_config *c)
         return "redis_wait_timeout_ms must be 1 .. redis_timeout_ms - 1";
     if (c->redis_restart_fence != 0 && c->redis_restart_fence != 1)
         return "redis_restart_fence must be 0 or 1";
-    /* The fence compares one server's run_id with one key; a cluster's
-     * copies live on several primaries, each with its own run_id. */
-    if (c->redis_restart_fence && c->redis_cluster)
-        return "redis_restart_fence is not supported with redis_cluster yet";
-    /* The cluster path does not send WAIT yet: accepting the setting would
-     * promise a guarantee the hooks do not keep. */
-    if (c->redis_wait_replicas && c->redis_cluster)
-        return "redis_wait_replicas is not supported with redis_cluster yet";
     return NULL;
 }
 

@@ -36,6 +36,23 @@ static void check_redis(feed *f, feed_health_info *out)
     freeReplyObject(r);
 }
 
+/* A cluster is up when every primary of its slot map answers: a PING by
+ * the usual path first (it sets the transport up, under retry_ms, and runs
+ * pending repairs), then one to each primary (cluster_io.c). */
+static void check_cluster(feed *f, feed_health_info *out)
+{
+    size_t up, total;
+
+    check_redis(f, out);
+    if (!f->cluster)
+        return;             /* not even a slot map: check_redis said why */
+    feed__clear_error(f);
+    out->redis_msg[0] = '\0';
+    out->redis_up = feed__cluster_ping(f, &up, &total) == FEED_OK;
+    if (!out->redis_up)
+        take_msg(out->redis_msg, sizeof out->redis_msg, f);
+}
+
 /* One read of the feed table through the prepared statement every page
  * uses: a server that answers but lost the table or the rights is down for
  * feedcache. A row out of range is still an answer. */
@@ -59,7 +76,10 @@ int feed_health(feed *f, feed_health_info *out)
     if (!out)
         return feed__error(f, FEED_EINVAL, "feed_health: out is NULL");
     memset(out, 0, sizeof *out);
-    check_redis(f, out);
+    if (f->cfg.redis_cluster)
+        check_cluster(f, out);
+    else
+        check_redis(f, out);
     check_pg(f, out);
     feed__error(f, FEED_OK, "%s%s%s", out->redis_msg,
                 *out->redis_msg && *out->pg_msg ? "; " : "", out->pg_msg);

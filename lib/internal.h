@@ -63,6 +63,13 @@ enum feed_script {
 extern const char feed_lua_page[], feed_lua_rebuild[], feed_lua_insert[],
                   feed_lua_delete[], feed_lua_newer[], feed_lua_invalidate[];
 
+/* fence.c: one connection's restart fence (FEED_FENCE_* below). */
+typedef struct feed_fence {
+    int  state;                 /* FEED_FENCE_*; 0 = UNKNOWN */
+    char cursor[24];            /* SCAN cursor of a flush in progress */
+    char run_id[41];            /* of the server connected to */
+} feed_fence;
+
 /* A batch of rows from SQL, in (score DESC, id DESC) order. */
 typedef struct feed_rows {
     feed_item *items;
@@ -137,9 +144,7 @@ struct feed {
      * cleared. wait_short: the last WAIT got too few acknowledgements. */
     char     primary_host[256];
     int      primary_port;
-    int      fence_state;       /* FEED_FENCE_* */
-    char     fence_cursor[24];  /* SCAN cursor of a flush in progress */
-    char     run_id[41];        /* of the server connected to */
+    feed_fence fence;           /* of f->redis (a cluster: one per node) */
     int      in_hook;
     int      wait_short;
 
@@ -258,6 +263,8 @@ int  feed__cluster_many_r(feed *f, size_t n, feed__cmd_fn *build, feed__reply_fn
  * handle's life), or -1 if the map names none. No I/O: it groups a
  * fan-out's feeds; the calls are routed by their first feed's key. */
 int  feed__cluster_owner(const feed *f, unsigned slot);
+/* feed_health: PING every primary within redis_timeout_ms (health.c). */
+int  feed__cluster_ping(feed *f, size_t *up, size_t *total);
 /* The slot of a command's first key: argv[1], or argv[3] for EVALSHA (with
  * no keys, its first argument: a fan-out by node routes by it, hooks.c). */
 unsigned feed__command_slot(int argc, const char **argv, const size_t *lens);
@@ -294,15 +301,19 @@ int  feed__check_on(const feed *f);
 int  feed__check_append(feed *f, redisContext *c);
 int  feed__check_read(feed *f, redisContext *c);
 int  feed__wait_append(feed *f, redisContext *c);   /* WAIT regardless of in_hook (repairs) */
+int  feed__check_skip(feed *f, redisContext *c);    /* read and drop it: nothing applied */
 int  feed__wait_read(feed *f, redisContext *c);
 void feed__demote(feed *f);             /* -READONLY: drop, ask the Sentinels at once */
 void feed__if_demoted(feed *f, const redisReply *r);
 
 /* fence.c -- ha: the restart fence. A new connection starts UNKNOWN; a
  * step compares run_ids, then flushes with SCAN + UNLINK within one
- * redis_timeout_ms, and records the run_id when the flush is done. */
+ * redis_timeout_ms, and records the run_id when the flush is done. *c is
+ * the connection (&f->redis, or a cluster node's), fc its fence; slot -1 on
+ * a single Redis, else a slot the cluster node owns (where its fence key
+ * lives). On failure *c is freed and NULL. */
 enum { FEED_FENCE_UNKNOWN, FEED_FENCE_FLUSHING, FEED_FENCE_TRUSTED };
-int  feed__fence_step(feed *f);
+int  feed__fence_step(feed *f, redisContext **c, feed_fence *fc, int slot);
 
 /* pg.c */
 int  feed__pg_connect(feed *f);

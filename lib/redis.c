@@ -380,7 +380,7 @@ int feed__redis_connect(feed *f)
     feed__redis_drop(f);
     f->redis_attempt_ms = feed__now_ms();
     f->stats.redis_connects++;
-    f->fence_state = FEED_FENCE_UNKNOWN;
+    f->fence.state = FEED_FENCE_UNKNOWN;
     if (f->cfg.redis_sentinels) {          /* sentinel.c: where the primary is now */
         if ((rc = feed__sentinel_primary(f)) != FEED_OK)
             return rc;
@@ -420,10 +420,10 @@ static int redis_ready(feed *f)
         if ((rc = feed__redis_connect(f)) != FEED_OK)
             return rc;
     }
-    if (f->cfg.redis_restart_fence && f->fence_state != FEED_FENCE_TRUSTED) {
-        if ((rc = feed__fence_step(f)) != FEED_OK)
+    if (f->cfg.redis_restart_fence && f->fence.state != FEED_FENCE_TRUSTED) {
+        if ((rc = feed__fence_step(f, &f->redis, &f->fence, -1)) != FEED_OK)
             return rc;
-        if (f->fence_state != FEED_FENCE_TRUSTED && !f->in_hook)
+        if (f->fence.state != FEED_FENCE_TRUSTED && !f->in_hook)
             return feed__error(f, FEED_EUNAVAILABLE, "Redis came back from a restart or "
                                "failover: its cached copies are being dropped");
     }
@@ -442,12 +442,17 @@ static void repair_cluster(feed *f)
     size_t n;
     int64_t *uids = take_repairs(store_of(f), &n);
     char *key, *lease_key;
+    int in_hook = f->in_hook, wait_short = f->wait_short;
 
     if (!uids)
         return;
+    /* A repair must survive a failover as much as the write it stands for:
+     * its DELs are a hook's (WAITed, allowed past a node's fence). */
+    f->in_hook = 1;
     if ((key = malloc(2 * f->key_cap)) == NULL) {
         put_back(f, uids, n);
         free(uids);
+        f->in_hook = in_hook;
         return;
     }
     lease_key = key + f->key_cap;
@@ -475,6 +480,8 @@ static void repair_cluster(feed *f)
     }
     free(key);
     free(uids);
+    f->in_hook = in_hook;
+    f->wait_short = wait_short;
     feed__clear_error(f);   /* the caller's call decides its own outcome */
 }
 

@@ -16,6 +16,14 @@
  * fails); a handle that only reads would otherwise go on serving the old
  * primary's copies, which miss those writes (t_ha_failover, reader_case).
  *
+ * On a Redis Cluster (cluster_io.c) the WAIT rides each node's pipeline:
+ * one per node and pass, after the commands applied there, so a fan-out
+ * over many slots pays one WAIT per node, not one per slot. Too few
+ * acknowledgements fail the call the same way; the connection stays (the
+ * node answered), and the slot map is asked again, since a primary short
+ * of replicas may be the one being replaced. Reads on a cluster carry no
+ * ROLE: a demoted node answers MOVED by itself.
+ *
  * Either check falling short under Sentinel drops the connection, and the
  * Sentinels are asked again after retry_ms (not at once: with no replica at
  * all, every call would reconnect). A -READONLY reply (the node was
@@ -123,6 +131,20 @@ static int role_read(feed *f, redisContext *c)
 int feed__check_read(feed *f, redisContext *c)
 {
     return wait_on(f) ? feed__wait_read(f, c) : role_on(f) ? role_read(f, c) : FEED_OK;
+}
+
+/* On a cluster the check rides each node's pipeline, but a pass whose
+ * commands were all sent elsewhere (MOVED, ASK, TRYAGAIN: nothing applied
+ * here) gives its answer no meaning; a demoted node even refuses WAIT. It
+ * is read, to keep the connection in step, and dropped. */
+int feed__check_skip(feed *f, redisContext *c)
+{
+    redisReply *r = NULL;
+
+    if (redisGetReply(c, (void **)&r) != REDIS_OK)
+        return lost(f, c, "WAIT");
+    freeReplyObject(r);
+    return FEED_OK;
 }
 
 void feed__demote(feed *f)

@@ -116,10 +116,9 @@ static void bad_configs(void)
     BAD_CONFIG("pg_timeout_ms 0 (no unbounded wait)", c.pg_timeout_ms = 0);
     BAD_CONFIG("pg_replica_conninfo empty", c.pg_replica_conninfo = "");
     BAD_CONFIG("redis_user without a password", c.redis_user = "app");
-    BAD_CONFIG("redis_restart_fence with redis_cluster",
-               (c.redis_cluster = "127.0.0.1:1", c.redis_restart_fence = 1));
-    BAD_CONFIG("redis_wait_replicas with redis_cluster",
-               (c.redis_cluster = "127.0.0.1:1", c.redis_wait_replicas = 1));
+    BAD_CONFIG("redis_wait_timeout_ms not below redis_timeout_ms on a cluster",
+               (c.redis_cluster = "127.0.0.1:1", c.redis_wait_replicas = 1,
+                c.redis_wait_timeout_ms = c.redis_timeout_ms));
     BAD_CONFIG("redis_cluster and redis_sentinels together",
                (c.redis_cluster = "127.0.0.1:1", c.redis_sentinels = "127.0.0.1:2"));
 }
@@ -164,6 +163,17 @@ static void configs(void)
     is_int(feed_open(&f, &c), FEED_EUNAVAILABLE, "neither store answers: FEED_EUNAVAILABLE");
     ok(strstr(feed_errmsg(NULL), "Redis") && strstr(feed_errmsg(NULL), "PostgreSQL"),
        "  the message names both: %s", feed_errmsg(NULL));
+
+    /* The failover guarantee on a Redis Cluster (WAIT and the fence per
+     * node) is a valid config; here no node answers, so the handle opens
+     * on PostgreSQL alone. */
+    tu_config(&c);
+    c.redis_cluster = "127.0.0.1:1";
+    c.redis_wait_replicas = 1;
+    c.redis_restart_fence = 1;
+    is_int(feed_open(&f, &c), FEED_OK, "redis_cluster with redis_wait_replicas and "
+           "redis_restart_fence is accepted");
+    feed_close(f);
 
     /* Redis absent, PostgreSQL there: the handle opens and serves from SQL. */
     tu_config(&c);
