@@ -923,10 +923,17 @@ int feed__cluster_each_primary(feed *f, feed__node_fn *visit, void *arg, uint64_
 
 /* ---- Health: every primary ---------------------------------------------- */
 
-/* The first failure of a health check, kept: later ones overwrite f. */
+/* The first failure of a health check, kept (later ones overwrite f),
+ * named by the node's address unless the message names it already. */
 static void first_why(const feed *f, const feed_node *nd, char *why, size_t cap)
 {
-    if (!why[0] && snprintf(why, cap, "%s:%d: %s", nd->addr.host, nd->addr.port, f->errmsg) < 0)
+    char addr[sizeof nd->addr.host + 8];
+
+    if (why[0])
+        return;
+    snprintf(addr, sizeof addr, "%s:%d", nd->addr.host, nd->addr.port);
+    if (snprintf(why, cap, "%s%s%s", strstr(f->errmsg, addr) ? "" : addr,
+                 strstr(f->errmsg, addr) ? "" : ": ", f->errmsg) < 0)
         why[0] = '\0';     /* cut to cap otherwise */
 }
 

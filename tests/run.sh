@@ -45,9 +45,9 @@ if ((!$#)); then
     done
     ((${#tests[@]})) || { echo "run.sh: no tests found (did you run make?)" >&2; exit 1; }
     # The correctness tests again through Redis Cluster routing, and
-    # feedcache-sync on the cluster; t_cluster (resharding, failover) only
-    # makes sense there.
-    for t in t_walk t_hooks t_model t_lease t_stress t_invalidate t_sync t_sync_chaos t_cluster; do
+    # feedcache-sync on the cluster; t_cluster (resharding, failover) and
+    # t_ha_cluster (the failover loss) only make sense there.
+    for t in t_walk t_hooks t_model t_lease t_stress t_invalidate t_sync t_sync_chaos t_cluster t_ha_cluster; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:cluster")
     done
 fi

@@ -1,0 +1,360 @@
+/* t_ha_cluster.c -- the failover loss on a Redis Cluster, reproduced on the
+ * real 3 + 3 cluster of tools/servers.sh, and closed (run as
+ * t_ha_cluster:cluster; tests/run.sh starts the cluster).
+ *
+ * A feed is cached on its primary P and on P's replica R. R is frozen
+ * (SIGSTOP) and P closes its replication link (CLIENT KILL TYPE replica),
+ * so what P writes next cannot even sit in a socket buffer for R; a hook
+ * writes a new top item, P acknowledges it; P is SIGKILLed, R thawed and
+ * promoted by the cluster. Three handles configs, each on its own prefix:
+ *
+ *   none   the hook returns FEED_OK and R's copy misses the item: a walk
+ *          differs from SQL (the loss is real; the test can fail);
+ *   fence  redis_restart_fence: the hook still "succeeds" on P, but a
+ *          handle with no memory of it (another process) walks a feed
+ *          equal to SQL: R's run_id is not the one P recorded in the
+ *          node's fence key, so R's copies are dropped before any is served;
+ *   both   redis_wait_replicas = 1 as well: the hook itself reports
+ *          FEED_EREDIS (WAIT: 0 of 1), and so does a fan-out to the feed,
+ *          while hooks and a fan-out over every node succeed before the cut.
+ *
+ * feed_health is checked on the way: every primary answers before; right
+ * after the SIGKILL the slot map still names P, which does not answer.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tap.h"
+#include "testutil.h"
+#include "fault.h"
+
+void feed__redis_forget_repairs(void);   /* lib/redis.c, tests only */
+
+#define UID   7101
+#define ROWS  40
+#define LIMIT 10
+
+enum { NONE, FENCE, BOTH };
+
+static PGconn *pg;
+
+static int64_t score_of(size_t i) { return (int64_t)i * 10; }
+static int64_t id_of(size_t i) { return (int64_t)i + 1; }
+
+/* servers.sh CMD DIR [PORT]; 0 when it succeeded. */
+static int cl_srv(const char *cmd, int port)
+{
+    char line[4096], arg[16] = "";
+
+    if (port > 0)
+        snprintf(arg, sizeof arg, "%d", port);
+    snprintf(line, sizeof line, "'%s' %s '%s' %s >/dev/null", getenv("FEED_SERVERS"), cmd,
+             getenv("FEED_SERVERS_DIR"), arg);
+    fflush(stdout);
+    return system(line) == 0 ? 0 : -1;
+}
+
+static redisContext *node(int port)
+{
+    struct timeval tv = { 5, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+
+    if (!c || c->err) {
+        tap_bail("cannot reach a cluster node");
+        exit(255);
+    }
+    return c;
+}
+
+/* One command on one node (no redirect followed); the integer answer, or
+ * -1 for anything else. */
+static long long node_int(int port, const char *cmd, const char *key)
+{
+    redisContext *c = node(port);
+    redisReply *r = key ? redisCommand(c, "%s %s", cmd, key) : redisCommand(c, cmd);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+/* "master" or "slave" as ROLE says, "" if the node does not answer. */
+static int is_primary(int port)
+{
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = c && !c->err ? redisCommand(c, "ROLE") : NULL;
+    int yes = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+              r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+
+    freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    return yes;
+}
+
+/* The live primaries' ports. */
+static int primaries(int ports[6])
+{
+    char line[4096], role[32];
+    int n = 0, port;
+    FILE *p;
+
+    snprintf(line, sizeof line, "'%s' cluster-ports '%s'", getenv("FEED_SERVERS"),
+             getenv("FEED_SERVERS_DIR"));
+    if (!(p = popen(line, "r")))
+        return 0;
+    while (n < 6 && fgets(line, sizeof line, p))
+        if (sscanf(line, "%d %31s", &port, role) == 2 && strcmp(role, "master") == 0)
+            ports[n++] = port;
+    pclose(p);
+    return n;
+}
+
+/* The primary holding key (EXISTS answers 1 there, MOVED elsewhere). */
+static int owner_of(const char *key)
+{
+    int ports[6], n = primaries(ports);
+
+    for (int i = 0; i < n; i++)
+        if (node_int(ports[i], "EXISTS", key) == 1)
+            return ports[i];
+    return 0;
+}
+
+/* Primary port's replica, from ROLE: ["master", off, [[ip, port, off]]]. */
+static int replica_of(int port)
+{
+    redisContext *c = node(port);
+    redisReply *r = redisCommand(c, "ROLE");
+    int rep = 0;
+
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[2]->type == REDIS_REPLY_ARRAY && r->element[2]->elements > 0 &&
+        r->element[2]->element[0]->elements >= 2)
+        rep = atoi(r->element[2]->element[0]->element[1]->str);
+    freeReplyObject(r);
+    redisFree(c);
+    return rep;
+}
+
+static pid_t pid_of(int port)
+{
+    char path[4096];
+    FILE *fp;
+    long pid = 0;
+
+    snprintf(path, sizeof path, "%s/cluster/%d/redis.pid", getenv("FEED_SERVERS_DIR"), port);
+    if ((fp = fopen(path, "r")) != NULL) {
+        if (fscanf(fp, "%ld", &pid) != 1)
+            pid = 0;
+        fclose(fp);
+    }
+    return (pid_t)pid;
+}
+
+static int frozen_port;
+
+static void thaw(void)
+{
+    if (frozen_port > 0)
+        kill(pid_of(frozen_port), SIGCONT);
+    frozen_port = 0;
+}
+
+/* Page until one comes from Redis (cache or rebuild). */
+static int reach_redis(feed *f, int64_t uid, double ms)
+{
+    double end = fault_now_ms() + ms;
+
+    while (fault_now_ms() < end) {
+        feed_result res;
+        if (feed_page(f, uid, FEED_FIRST, 0, LIMIT, &res) == FEED_OK) {
+            feed_source src = res.source;
+            feed_result_free(&res);
+            if (src != FEED_SOURCE_DB)
+                return 1;
+        }
+        fault_sleep_ms(50);
+    }
+    return 0;
+}
+
+static int wait_primary(int port, double ms)
+{
+    double end = fault_now_ms() + ms;
+
+    while (fault_now_ms() < end) {
+        if (is_primary(port))
+            return 1;
+        fault_sleep_ms(100);
+    }
+    return 0;
+}
+
+/* WAITs node port has run (INFO commandstats). */
+static long long waits_on(int port)
+{
+    redisContext *c = node(port);
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_wait:calls=") : NULL;
+    long long n = p ? atoll(p + 19) : 0;
+
+    freeReplyObject(r);
+    redisFree(c);
+    return n;
+}
+
+/* Before the cut, with WAIT: a fan-out over feeds on every primary
+ * succeeds (each node's WAIT is met by its replica), with one WAIT per
+ * node, not one per slot. */
+static void wait_passes(feed *f, const char *name)
+{
+    int64_t uids[24];
+    int ports[6], n = primaries(ports);
+    long long before_w[6], total = 0, most = 0;
+    feed_stats before, d;
+    int rc;
+
+    for (int i = 0; i < 24; i++)
+        uids[i] = UID + 100 + i;        /* 24 slots, spread over the nodes */
+    for (int i = 0; i < n; i++)
+        before_w[i] = waits_on(ports[i]);
+    feed_stats_get(f, &before);
+    rc = feed_fanout(f, uids, 24, 50, 9000);
+    d = tu_stats_since(f, &before);
+    for (int i = 0; i < n; i++) {
+        long long w = waits_on(ports[i]) - before_w[i];
+        total += w;
+        most = w > most ? w : most;
+    }
+    ok(rc == FEED_OK && d.wait_failures == 0,
+       "%s: a fan-out over 24 feeds succeeds with WAIT (%s)", name, feed_errmsg(f));
+    ok(total == n && most == 1, "%s: one WAIT per primary (%lld WAITs on %d primaries)", name,
+       total, n);
+}
+
+static void failover_case(int mode)
+{
+    static const char *const names[] = { "none", "fence", "WAIT and fence" };
+    const char *name = names[mode];
+    int64_t uid = UID + mode;
+    feed_config cfg;
+    feed_health_info hi;
+    feed_stats st;
+    tu_walk_info info;
+    feed *f, *other;
+    char prefix[16], key[256];
+    int p, r, rc;
+    redisContext *c;
+    redisReply *rep;
+
+    snprintf(prefix, sizeof prefix, "hc%d", mode);
+    tu_config(&cfg);
+    cfg.key_prefix = prefix;
+    cfg.redis_timeout_ms = 500;
+    cfg.retry_ms = 100;
+    cfg.redis_wait_replicas = mode == BOTH;
+    cfg.redis_restart_fence = mode != NONE;
+    f = tu_open(&cfg);
+
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = %lld", (long long)uid);
+    tu_insert_rows(pg, uid, ROWS, score_of, id_of);
+    ok(tu_walk_equals_sql(f, pg, uid, LIMIT, &info) && info.sources[FEED_SOURCE_REBUILD] == 1,
+       "%s: the feed is cached (%s)", name, info.why);
+    if (mode == BOTH)
+        wait_passes(f, name);
+    snprintf(key, sizeof key, "%s", tu_key_of(prefix, uid, ""));
+    p = owner_of(key);
+    r = p ? replica_of(p) : 0;
+    ok(p > 0 && r > 0 && node_int(p, "WAIT 1 5000", NULL) == 1,
+       "%s: the copy is on primary %d and its replica %d", name, p, r);
+    if (p <= 0 || r <= 0) {
+        tap_bail("no primary/replica pair found");
+        exit(255);
+    }
+    if (mode == NONE) {
+        rc = feed_health(f, &hi);
+        ok(rc == FEED_OK && hi.redis_up, "health: every primary answers (%s)", hi.redis_msg);
+    }
+
+    /* Cut replication: R frozen, its link closed by P. */
+    frozen_port = r;
+    ok(kill(pid_of(r), SIGSTOP) == 0, "%s: replica %d frozen", name, r);
+    c = node(p);
+    rep = redisCommand(c, "CLIENT KILL TYPE replica");
+    freeReplyObject(rep);
+    redisFree(c);
+
+    tu_insert(pg, uid, 100000, 5000);
+    feed_stats_get(f, &st);
+    rc = feed_on_insert(f, uid, 100000, 5000);
+    {
+        feed_stats d = tu_stats_since(f, &st);
+        if (mode == BOTH)
+            ok(rc == FEED_EREDIS && d.wait_failures == 1,
+               "%s: the hook reports that no replica has its write (%s; %s)", name,
+               feed_strerror(rc), feed_errmsg(f));
+        else
+            is_int(rc, FEED_OK, "%s: primary %d acknowledged the hook", name, p);
+    }
+    if (mode == BOTH) {
+        int64_t one = uid;
+        tu_insert(pg, uid, 100001, 5001);
+        rc = feed_fanout(f, &one, 1, 100001, 5001);
+        is_int(rc, FEED_EREDIS, "%s: so does a fan-out to the feed (%s)", name, feed_errmsg(f));
+    }
+
+    ok(cl_srv("cluster-kill", p) == 0, "%s: primary %d SIGKILLed", name, p);
+    if (mode == NONE) {
+        rc = feed_health(f, &hi);
+        char want[32];
+        snprintf(want, sizeof want, ":%d", p);
+        ok(rc == FEED_EREDIS && !hi.redis_up && strstr(hi.redis_msg, "2 of 3 primaries") &&
+           strstr(hi.redis_msg, want), "health: the dead primary is named (%s)", hi.redis_msg);
+    }
+    thaw();
+    ok(wait_primary(r, 30000), "%s: the cluster promoted replica %d", name, r);
+    cl_srv("cluster-wait", 0);
+
+    /* Another process: knows nothing of the failed hook. */
+    feed__redis_forget_repairs();
+    other = tu_open(&cfg);
+    ok(reach_redis(other, uid, 10000), "%s: a new handle reaches the new primary", name);
+    if (mode == NONE) {
+        ok(!tu_walk_equals_sql(other, pg, uid, LIMIT, &info) &&
+           info.sources[FEED_SOURCE_CACHE] > 0,
+           "%s: the promoted copy misses the acknowledged write: the loss is real", name);
+    } else {
+        ok(tu_walk_equals_sql(other, pg, uid, LIMIT, &info),
+           "%s: its walk equals SQL (%s)", name, info.why);
+        feed_stats_get(other, &st);
+        ok(st.fence_flushes >= 1, "%s: it found a foreign run_id on the promoted node and "
+           "flushed (%llu)", name, (unsigned long long)st.fence_flushes);
+        ok(reach_redis(f, uid, 10000) && tu_walk_equals_sql(f, pg, uid, LIMIT, &info),
+           "%s: the first handle follows the failover and walks right (%s)", name, info.why);
+    }
+    feed_close(other);
+    feed_close(f);
+
+    /* Heal: the killed node rejoins as the replica of the promoted one. */
+    ok(cl_srv("cluster-restart", p) == 0 && cl_srv("cluster-wait", 0) == 0,
+       "%s: node %d back as a replica, the cluster is whole", name, p);
+}
+
+int main(void)
+{
+    if (!tu_cluster()) {
+        printf("1..0 # SKIP needs the Redis Cluster (tests/run.sh runs t_ha_cluster:cluster)\n");
+        return 0;
+    }
+    pg = tu_begin(NULL);
+    atexit(thaw);
+    failover_case(NONE);
+    failover_case(FENCE);
+    failover_case(BOTH);
+    PQfinish(pg);
+    return tap_done();
+}
