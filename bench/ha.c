@@ -11,7 +11,12 @@
  *     replica).
  * Latency percentiles per call, and the median over rounds of the ratio.
  * Both handles also use the restart fence, which costs nothing per call
- * (it runs once per connection). */
+ * (it runs once per connection).
+ *
+ * Then, on the Redis Cluster of bench/run.sh (3 primaries + 3 replicas,
+ * FEED_REDIS_CLUSTER), the same for hooks side by side: feed_on_insert and
+ * a feed_fanout to 1,000 feeds (over the 3 primaries: one WAIT per node)
+ * without and with redis_wait_replicas = 1. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +68,121 @@ static feed *ha_open(uint32_t wait, const char *prefix)
     if (feed_open(&f, &cfg) != FEED_OK)
         die("feed_open through the Sentinels: %s", feed_errmsg(NULL));
     return f;
+}
+
+/* ---- The same guarantee on the Redis Cluster ---- */
+
+#define CL_FAN   1000
+#define CL_UID0  60000000       /* no rows in SQL: each feed caches empty */
+
+typedef struct cl_ctx {
+    feed    *f;
+    int64_t *uids;
+    int64_t  next_id;
+} cl_ctx;
+
+static int cl_insert(void *arg)
+{
+    cl_ctx *x = arg;
+
+    x->next_id++;
+    return feed_on_insert(x->f, HA_UID, 2000000000000LL + x->next_id, x->next_id) != FEED_OK;
+}
+
+static int cl_fan(void *arg)
+{
+    cl_ctx *x = arg;
+
+    x->next_id++;
+    return feed_fanout(x->f, x->uids, CL_FAN, 2000000000000LL + x->next_id, x->next_id) != FEED_OK;
+}
+
+static feed *cl_open(uint32_t wait, const char *prefix)
+{
+    feed_config cfg;
+    feed *f = NULL;
+
+    feed_config_init(&cfg);
+    cfg.pg_conninfo = env_or("FEED_PG_CONNINFO", "");
+    cfg.redis_cluster = env_or("FEED_REDIS_CLUSTER", "");
+    cfg.key_prefix = prefix;
+    cfg.redis_timeout_ms = 1000;
+    cfg.redis_wait_replicas = wait;
+    cfg.redis_wait_timeout_ms = 500;
+    cfg.redis_restart_fence = 1;
+    if (feed_open(&f, &cfg) != FEED_OK)
+        die("feed_open on the cluster: %s", feed_errmsg(NULL));
+    return f;
+}
+
+static void wait_cluster(FILE *md, int rounds)
+{
+    static const char *const names[4] = {
+        "feed_on_insert, no guarantee", "feed_on_insert, redis_wait_replicas = 1",
+        "feed_fanout to 1,000 feeds, no guarantee",
+        "feed_fanout to 1,000 feeds, redis_wait_replicas = 1",
+    };
+    int64_t *uids = malloc(CL_FAN * sizeof *uids);
+    cl_ctx x[4];
+    variant v[4];
+    double ins, fan;
+
+    if (!uids)
+        die("out of memory");
+    memset(v, 0, sizeof v);
+    for (int i = 0; i < 4; i++) {
+        x[i].f = cl_open(i % 2 ? 1 : 0, i % 2 ? "cw1" : "cw0");
+        x[i].uids = uids;
+        x[i].next_id = 0;
+        v[i].name = names[i];
+        v[i].op = i < 2 ? cl_insert : cl_fan;
+        v[i].ctx = &x[i];
+    }
+    /* Warm: the hooks' feed and the fan-out's feeds cached under both
+     * prefixes, so every hook writes. */
+    for (int i = 0; i < CL_FAN; i++)
+        uids[i] = CL_UID0 + i;
+    for (int k = 0; k < 2; k++) {
+        feed_result res;
+        if (feed_page(x[k].f, HA_UID, FEED_FIRST, 0, PAGE_LIMIT, &res) != FEED_OK)
+            die("warming the feed on the cluster: %s", feed_errmsg(x[k].f));
+        feed_result_free(&res);
+        for (int i = 0; i < CL_FAN; i++) {
+            if (feed_page(x[k].f, uids[i], FEED_FIRST, 0, 1, &res) != FEED_OK)
+                die("warming feed %d on the cluster: %s", i, feed_errmsg(x[k].f));
+            feed_result_free(&res);
+        }
+    }
+    note("wait: %d rounds of the four calls on the cluster", rounds);
+    run_rounds(v, 4, rounds, q_secs(0.5), 20, NULL, 0);
+    ins = sm_pct(&v[1].lat_us, 50) / sm_pct(&v[0].lat_us, 50);
+    fan = sm_pct(&v[3].lat_us, 50) / sm_pct(&v[2].lat_us, 50);
+
+    fprintf(md, "### On the Redis Cluster\n\n");
+    fprintf(md, "3 primaries + 3 replicas (`tools/servers.sh cluster-start`), same machine;\n"
+                "%d interleaved rounds of %.1f s per call kind. With `redis_wait_replicas = 1`\n"
+                "each node written to gets one WAIT in the same pipeline (a fan-out over the\n"
+                "3 primaries: 3 WAITs, at once). Latency per call, µs.\n\n", rounds, q_secs(0.5));
+    fprintf(md, "| call | calls | p50 µs | p99 µs | calls/s (median of rounds) |\n");
+    fprintf(md, "| --- | ---: | ---: | ---: | ---: |\n");
+    for (int i = 0; i < 4; i++)
+        fprintf(md, "| %s | %zu | %s | %s | %s |\n", v[i].name, v[i].calls,
+                NUM(sm_pct(&v[i].lat_us, 50)), NUM(sm_pct(&v[i].lat_us, 99)),
+                NUM(sm_median(&v[i].rate)));
+    fprintf(md, "\nWith the guarantee / without, p50 over all calls: hook %.2fx, fan-out %.2fx.\n\n",
+            ins, fan);
+    out_summary("wait_cluster_hook", "cluster: hook p50/p99 with WAIT 1 vs without", "report",
+                "report", "%s/%s µs vs %s/%s µs (%.2fx p50)", NUM(sm_pct(&v[1].lat_us, 50)),
+                NUM(sm_pct(&v[1].lat_us, 99)), NUM(sm_pct(&v[0].lat_us, 50)),
+                NUM(sm_pct(&v[0].lat_us, 99)), ins);
+    out_summary("wait_cluster_fanout", "cluster: fan-out to 1,000 feeds p50 with WAIT 1 vs without",
+                "report", "report", "%s vs %s µs (%.2fx)", NUM(sm_pct(&v[3].lat_us, 50)),
+                NUM(sm_pct(&v[2].lat_us, 50)), fan);
+    for (int i = 0; i < 4; i++) {
+        variant_free(&v[i]);
+        feed_close(x[i].f);
+    }
+    free(uids);
 }
 
 void section_wait(void)
@@ -121,7 +241,6 @@ void section_wait(void)
     out_summary("wait_page", "cached page p50 with the replica check vs without", "report",
                 "report", "%s vs %s µs (%.2fx)", NUM(sm_pct(&v[3].lat_us, 50)),
                 NUM(sm_pct(&v[2].lat_us, 50)), pg);
-    fclose(md);
     for (int i = 0; i < 4; i++) {
         sm_free(&v[i].rate);
         sm_free(&v[i].srv_us);
@@ -129,4 +248,9 @@ void section_wait(void)
         sm_free(&v[i].lat_us);
         feed_close(x[i].f);
     }
+    if (*env_or("FEED_REDIS_CLUSTER", ""))
+        wait_cluster(md, rounds);
+    else
+        fprintf(md, "### On the Redis Cluster\n\nSkipped: FEED_REDIS_CLUSTER is not set.\n\n");
+    fclose(md);
 }

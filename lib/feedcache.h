@@ -113,7 +113,8 @@ typedef struct feed_config {
                                           replicas acknowledging within redis_wait_timeout_ms
                                           fails the hook with FEED_EREDIS and the feed's copy
                                           is dropped as soon as that is itself acknowledged.
-                                          Not with redis_cluster yet (FEED_EINVAL) */
+                                          On a Redis Cluster: WAIT on each node written to,
+                                          one per node and call (a fan-out too) */
     uint32_t    redis_wait_timeout_ms; /* default 100; with redis_wait_replicas, 1 ..
                                           redis_timeout_ms - 1 */
     int         redis_restart_fence;   /* default 0: off. 1: on each new connection compare
@@ -121,7 +122,9 @@ typedef struct feed_config {
                                           "<prefix>:fence"; if they differ (a restart from
                                           disk, a promoted replica) no cached page is served
                                           until every "<prefix>:*" key has been dropped.
-                                          Not with redis_cluster yet (FEED_EINVAL) */
+                                          On a Redis Cluster: per node (its own run_id and
+                                          key "<prefix>:fence{n}" on a slot it owns); only
+                                          that node's keys are dropped */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -254,7 +257,7 @@ FEED_API int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id,
 /* The state of each store, for health checks (feed_open succeeds with one
  * store down, by design: this makes it visible). */
 typedef struct feed_health_info {
-    int  redis_up;          /* 1: Redis answered a PING */
+    int  redis_up;          /* 1: Redis answered a PING (a cluster: every primary did) */
     int  pg_up;             /* 1: PostgreSQL answered a read of the feed table */
     char redis_msg[256];    /* "" when up; otherwise why not */
     char pg_msg[256];       /* likewise */
@@ -273,7 +276,15 @@ typedef struct feed_health_info {
  * FEED_EPG when only PostgreSQL is down, FEED_EUNAVAILABLE when both are, and
  * FEED_EINVAL when f or out is NULL (*out untouched). *out is filled in every
  * case but the last; feed_errmsg() then holds both messages. Counts in
- * feed_stats like any call (redis_calls, sql_queries, errors). */
+ * feed_stats like any call (redis_calls, sql_queries, errors).
+ *
+ * On a Redis Cluster (redis_cluster), Redis is up only when every primary
+ * of the slot map (asked again first) answers PING: the PINGs go to all of
+ * them at once and the answers are awaited for one redis_timeout_ms in all
+ * (a node to reconnect, under retry_ms, may add its connect time).
+ * Otherwise redis_msg says "Redis Cluster: <k> of <n> primaries answered
+ * PING; <host>:<port>: <why>", naming the first that did not. Replicas are
+ * not checked. */
 FEED_API int feed_health(feed *f, feed_health_info *out);
 /* ---- end pull-to-refresh and store health ---- */
 
