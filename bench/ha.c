@@ -26,8 +26,9 @@
 #define HA_UID   7    /* a bench user with rows (bench/load.sql) */
 
 typedef struct ha_ctx {
-    feed   *f;
-    int64_t next_id;
+    feed    *f;
+    int64_t  next_id;
+    int64_t *uids;          /* the cluster's fan-out */
 } ha_ctx;
 
 static int ha_insert(void *arg)
@@ -51,23 +52,39 @@ static int ha_page(void *arg)
     return rc != FEED_OK;
 }
 
-static feed *ha_open(uint32_t wait, const char *prefix)
+/* Through the Sentinels, or on the cluster. */
+static feed *ha_open(uint32_t wait, const char *prefix, int cluster)
 {
     feed_config cfg;
     feed *f = NULL;
 
     feed_config_init(&cfg);
     cfg.pg_conninfo = env_or("FEED_PG_CONNINFO", "");
-    cfg.redis_sentinels = env_or("FEED_SENTINELS", "");
-    cfg.redis_master_name = env_or("FEED_MASTER_NAME", "mymaster");
+    if (cluster) {
+        cfg.redis_cluster = env_or("FEED_REDIS_CLUSTER", "");
+    } else {
+        cfg.redis_sentinels = env_or("FEED_SENTINELS", "");
+        cfg.redis_master_name = env_or("FEED_MASTER_NAME", "mymaster");
+    }
     cfg.key_prefix = prefix;
     cfg.redis_timeout_ms = 1000;
     cfg.redis_wait_replicas = wait;
     cfg.redis_wait_timeout_ms = 500;
     cfg.redis_restart_fence = 1;
     if (feed_open(&f, &cfg) != FEED_OK)
-        die("feed_open through the Sentinels: %s", feed_errmsg(NULL));
+        die("feed_open (%s): %s", cluster ? "cluster" : "Sentinels", feed_errmsg(NULL));
     return f;
+}
+
+/* One row per variant: calls, p50, p99, calls/s. */
+static void latency_table(FILE *md, variant *v, int n)
+{
+    fprintf(md, "| call | calls | p50 µs | p99 µs | calls/s (median of rounds) |\n");
+    fprintf(md, "| --- | ---: | ---: | ---: | ---: |\n");
+    for (int i = 0; i < n; i++)
+        fprintf(md, "| %s | %zu | %s | %s | %s |\n", v[i].name, v[i].calls,
+                NUM(sm_pct(&v[i].lat_us, 50)), NUM(sm_pct(&v[i].lat_us, 99)),
+                NUM(sm_median(&v[i].rate)));
 }
 
 /* ---- The same guarantee on the Redis Cluster ---- */
@@ -75,44 +92,12 @@ static feed *ha_open(uint32_t wait, const char *prefix)
 #define CL_FAN   1000
 #define CL_UID0  60000000       /* no rows in SQL: each feed caches empty */
 
-typedef struct cl_ctx {
-    feed    *f;
-    int64_t *uids;
-    int64_t  next_id;
-} cl_ctx;
-
-static int cl_insert(void *arg)
-{
-    cl_ctx *x = arg;
-
-    x->next_id++;
-    return feed_on_insert(x->f, HA_UID, 2000000000000LL + x->next_id, x->next_id) != FEED_OK;
-}
-
 static int cl_fan(void *arg)
 {
-    cl_ctx *x = arg;
+    ha_ctx *x = arg;
 
     x->next_id++;
     return feed_fanout(x->f, x->uids, CL_FAN, 2000000000000LL + x->next_id, x->next_id) != FEED_OK;
-}
-
-static feed *cl_open(uint32_t wait, const char *prefix)
-{
-    feed_config cfg;
-    feed *f = NULL;
-
-    feed_config_init(&cfg);
-    cfg.pg_conninfo = env_or("FEED_PG_CONNINFO", "");
-    cfg.redis_cluster = env_or("FEED_REDIS_CLUSTER", "");
-    cfg.key_prefix = prefix;
-    cfg.redis_timeout_ms = 1000;
-    cfg.redis_wait_replicas = wait;
-    cfg.redis_wait_timeout_ms = 500;
-    cfg.redis_restart_fence = 1;
-    if (feed_open(&f, &cfg) != FEED_OK)
-        die("feed_open on the cluster: %s", feed_errmsg(NULL));
-    return f;
 }
 
 static void wait_cluster(FILE *md, int rounds)
@@ -123,7 +108,7 @@ static void wait_cluster(FILE *md, int rounds)
         "feed_fanout to 1,000 feeds, redis_wait_replicas = 1",
     };
     int64_t *uids = malloc(CL_FAN * sizeof *uids);
-    cl_ctx x[4];
+    ha_ctx x[4];
     variant v[4];
     double ins, fan;
 
@@ -131,11 +116,11 @@ static void wait_cluster(FILE *md, int rounds)
         die("out of memory");
     memset(v, 0, sizeof v);
     for (int i = 0; i < 4; i++) {
-        x[i].f = cl_open(i % 2 ? 1 : 0, i % 2 ? "cw1" : "cw0");
+        x[i].f = ha_open(i % 2 ? 1 : 0, i % 2 ? "cw1" : "cw0", 1);
         x[i].uids = uids;
         x[i].next_id = 0;
         v[i].name = names[i];
-        v[i].op = i < 2 ? cl_insert : cl_fan;
+        v[i].op = i < 2 ? ha_insert : cl_fan;
         v[i].ctx = &x[i];
     }
     /* Warm: the hooks' feed and the fan-out's feeds cached under both
@@ -163,12 +148,7 @@ static void wait_cluster(FILE *md, int rounds)
                 "%d interleaved rounds of %.1f s per call kind. With `redis_wait_replicas = 1`\n"
                 "each node written to gets one WAIT in the same pipeline (a fan-out over the\n"
                 "3 primaries: 3 WAITs, at once). Latency per call, µs.\n\n", rounds, q_secs(0.5));
-    fprintf(md, "| call | calls | p50 µs | p99 µs | calls/s (median of rounds) |\n");
-    fprintf(md, "| --- | ---: | ---: | ---: | ---: |\n");
-    for (int i = 0; i < 4; i++)
-        fprintf(md, "| %s | %zu | %s | %s | %s |\n", v[i].name, v[i].calls,
-                NUM(sm_pct(&v[i].lat_us, 50)), NUM(sm_pct(&v[i].lat_us, 99)),
-                NUM(sm_median(&v[i].rate)));
+    latency_table(md, v, 4);
     fprintf(md, "\nWith the guarantee / without, p50 over all calls: hook %.2fx, fan-out %.2fx.\n\n",
             ins, fan);
     out_summary("wait_cluster_hook", "cluster: hook p50/p99 with WAIT 1 vs without", "report",
@@ -201,8 +181,9 @@ void section_wait(void)
         die("section wait: FEED_SENTINELS is not set (bench/run.sh starts the Sentinel set)");
     memset(v, 0, sizeof v);
     for (int i = 0; i < 4; i++) {
-        x[i].f = ha_open(i % 2 ? 1 : 0, i % 2 ? "hw1" : "hw0");
+        x[i].f = ha_open(i % 2 ? 1 : 0, i % 2 ? "hw1" : "hw0", 0);
         x[i].next_id = 0;
+        x[i].uids = NULL;
         v[i].name = names[i];
         v[i].op = i < 2 ? ha_insert : ha_page;
         v[i].ctx = &x[i];
@@ -226,12 +207,7 @@ void section_wait(void)
                 "(WAIT in the same round trip) and a read is used only if the primary still has\n"
                 "its replica (ROLE in the same round trip). Latency per call, µs.\n\n",
             rounds, q_secs(0.5));
-    fprintf(md, "| call | calls | p50 µs | p99 µs | calls/s (median of rounds) |\n");
-    fprintf(md, "| --- | ---: | ---: | ---: | ---: |\n");
-    for (int i = 0; i < 4; i++)
-        fprintf(md, "| %s | %zu | %s | %s | %s |\n", v[i].name, v[i].calls,
-                NUM(sm_pct(&v[i].lat_us, 50)), NUM(sm_pct(&v[i].lat_us, 99)),
-                NUM(sm_median(&v[i].rate)));
+    latency_table(md, v, 4);
     fprintf(md, "\nWith the guarantee / without, p50 over all calls: hook %.2fx, cached page %.2fx.\n\n",
             ins, pg);
     out_summary("wait_hook", "hook p50/p99 with WAIT 1 vs without", "report", "report",
@@ -242,10 +218,7 @@ void section_wait(void)
                 "report", "%s vs %s µs (%.2fx)", NUM(sm_pct(&v[3].lat_us, 50)),
                 NUM(sm_pct(&v[2].lat_us, 50)), pg);
     for (int i = 0; i < 4; i++) {
-        sm_free(&v[i].rate);
-        sm_free(&v[i].srv_us);
-        sm_free(&v[i].cpu_us);
-        sm_free(&v[i].lat_us);
+        variant_free(&v[i]);
         feed_close(x[i].f);
     }
     if (*env_or("FEED_REDIS_CLUSTER", ""))

@@ -270,19 +270,6 @@ static void report(const char *phase, unsigned long p0, unsigned long d0)
     failed_before = atomic_load(&hooks_failed);
 }
 
-/* A connection to one node (no redirects followed). */
-static redisContext *node(int port)
-{
-    struct timeval tv = { 5, 0 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-
-    if (!c || c->err) {
-        tap_bail("cannot reach a cluster node");
-        exit(255);
-    }
-    return c;
-}
-
 static redisReply *on(redisContext *c, const char *fmt, ...)
 {
     va_list ap;
@@ -322,7 +309,7 @@ static void migration_by_hand(PGconn *pg)
        (long long)uid);
     feed_result_free(&res);
     for (int i = 0; i < n; i++) {
-        c[i] = node(ports[i]);
+        c[i] = tu_redis_at(ports[i]);
         if (!primary[i])
             continue;
         r = on(c[i], "EXISTS %s", tu_key(uid, ""));

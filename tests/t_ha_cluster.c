@@ -55,23 +55,11 @@ static int cl_srv(const char *cmd, int port)
     return system(line) == 0 ? 0 : -1;
 }
 
-static redisContext *node(int port)
-{
-    struct timeval tv = { 5, 0 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-
-    if (!c || c->err) {
-        tap_bail("cannot reach a cluster node");
-        exit(255);
-    }
-    return c;
-}
-
 /* One command on one node (no redirect followed); the integer answer, or
  * -1 for anything else. */
 static long long node_int(int port, const char *cmd, const char *key)
 {
-    redisContext *c = node(port);
+    redisContext *c = tu_redis_at(port);
     redisReply *r = key ? redisCommand(c, "%s %s", cmd, key) : redisCommand(c, cmd);
     long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
 
@@ -127,7 +115,7 @@ static int owner_of(const char *key)
 /* Primary port's replica, from ROLE: ["master", off, [[ip, port, off]]]. */
 static int replica_of(int port)
 {
-    redisContext *c = node(port);
+    redisContext *c = tu_redis_at(port);
     redisReply *r = redisCommand(c, "ROLE");
     int rep = 0;
 
@@ -164,24 +152,6 @@ static void thaw(void)
     frozen_port = 0;
 }
 
-/* Page until one comes from Redis (cache or rebuild). */
-static int reach_redis(feed *f, int64_t uid, double ms)
-{
-    double end = fault_now_ms() + ms;
-
-    while (fault_now_ms() < end) {
-        feed_result res;
-        if (feed_page(f, uid, FEED_FIRST, 0, LIMIT, &res) == FEED_OK) {
-            feed_source src = res.source;
-            feed_result_free(&res);
-            if (src != FEED_SOURCE_DB)
-                return 1;
-        }
-        fault_sleep_ms(50);
-    }
-    return 0;
-}
-
 static int wait_primary(int port, double ms)
 {
     double end = fault_now_ms() + ms;
@@ -197,7 +167,7 @@ static int wait_primary(int port, double ms)
 /* WAITs node port has run (INFO commandstats). */
 static long long waits_on(int port)
 {
-    redisContext *c = node(port);
+    redisContext *c = tu_redis_at(port);
     redisReply *r = redisCommand(c, "INFO commandstats");
     const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_wait:calls=") : NULL;
     long long n = p ? atoll(p + 19) : 0;
@@ -283,7 +253,7 @@ static void failover_case(int mode)
     /* Cut replication: R frozen, its link closed by P. */
     frozen_port = r;
     ok(kill(pid_of(r), SIGSTOP) == 0, "%s: replica %d frozen", name, r);
-    c = node(p);
+    c = tu_redis_at(p);
     rep = redisCommand(c, "CLIENT KILL TYPE replica");
     freeReplyObject(rep);
     redisFree(c);
@@ -322,7 +292,7 @@ static void failover_case(int mode)
     /* Another process: knows nothing of the failed hook. */
     feed__redis_forget_repairs();
     other = tu_open(&cfg);
-    ok(reach_redis(other, uid, 10000), "%s: a new handle reaches the new primary", name);
+    ok(tu_reach_redis(other, uid, LIMIT, 10000), "%s: a new handle reaches the new primary", name);
     if (mode == NONE) {
         ok(!tu_walk_equals_sql(other, pg, uid, LIMIT, &info) &&
            info.sources[FEED_SOURCE_CACHE] > 0,
@@ -333,7 +303,7 @@ static void failover_case(int mode)
         feed_stats_get(other, &st);
         ok(st.fence_flushes >= 1, "%s: it found a foreign run_id on the promoted node and "
            "flushed (%llu)", name, (unsigned long long)st.fence_flushes);
-        ok(reach_redis(f, uid, 10000) && tu_walk_equals_sql(f, pg, uid, LIMIT, &info),
+        ok(tu_reach_redis(f, uid, LIMIT, 10000) && tu_walk_equals_sql(f, pg, uid, LIMIT, &info),
            "%s: the first handle follows the failover and walks right (%s)", name, info.why);
     }
     feed_close(other);

@@ -36,25 +36,6 @@ static PGconn *pg;
 static int64_t score_of(size_t i) { return (int64_t)i * 10; }
 static int64_t id_of(size_t i) { return (int64_t)i + 1; }
 
-/* Page until one comes from Redis (cache or rebuild): the handle has found
- * the (new) primary. 0 when none did within ms. */
-static int reach_redis(feed *f, double ms)
-{
-    double end = fault_now_ms() + ms;
-
-    while (fault_now_ms() < end) {
-        feed_result res;
-        if (feed_page(f, UID, FEED_FIRST, 0, LIMIT, &res) == FEED_OK) {
-            feed_source src = res.source;
-            feed_result_free(&res);
-            if (src != FEED_SOURCE_DB)
-                return 1;
-        }
-        fault_sleep_ms(50);
-    }
-    return 0;
-}
-
 static void raw(redisContext *c, const char *cmd)
 {
     redisReply *r = tu_redis_cmd(c, cmd);
@@ -131,7 +112,7 @@ static void failover_case(int guard)
     /* Another process: knows nothing of the failed hook. */
     feed__redis_forget_repairs();
     other = tu_open(&cfg);
-    ok(reach_redis(other, 10000), "%s: a new handle reaches the new primary", name);
+    ok(tu_reach_redis(other, UID, LIMIT, 10000), "%s: a new handle reaches the new primary", name);
     if (guard) {
         ok(tu_walk_equals_sql(other, pg, UID, LIMIT, &info),
            "%s: its walk equals SQL (%s)", name, info.why);
@@ -143,7 +124,7 @@ static void failover_case(int guard)
            info.sources[FEED_SOURCE_CACHE] > 0,
            "%s: the promoted copy misses the acknowledged write: the loss is real", name);
     }
-    ok(reach_redis(f, 10000), "%s: the first handle follows the failover", name);
+    ok(tu_reach_redis(f, UID, LIMIT, 10000), "%s: the first handle follows the failover", name);
     if (guard)
         ok(tu_walk_equals_sql(f, pg, UID, LIMIT, &info), "%s: and walks right (%s)", name,
            info.why);
@@ -219,7 +200,7 @@ static void restart_case(int guard)
     fault_inject("redis-stop");
     fault_inject("redis-start");
     feed__redis_forget_repairs();
-    ok(reach_redis(f, 10000), "%s: the handle reconnects", name);
+    ok(tu_reach_redis(f, UID, LIMIT, 10000), "%s: the handle reconnects", name);
     if (guard)
         ok(tu_walk_equals_sql(f, pg, UID, LIMIT, &info), "%s: the walk equals SQL (%s)",
            name, info.why);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "tap.h"
@@ -458,4 +459,40 @@ const char *tu_key(int64_t uid, const char *suffix)
 size_t tu_member(int64_t id, char *buf)
 {
     return feed__member_encode(id, buf);
+}
+
+redisContext *tu_redis_at(int port)
+{
+    struct timeval tv = { 5, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+
+    if (!c || c->err)
+        bail("cannot reach Redis at 127.0.0.1:%d", port);
+    return c;
+}
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+int tu_reach_redis(feed *f, int64_t uid, size_t limit, int ms)
+{
+    struct timespec pause = { 0, 50 * 1000000L };
+    double end = mono_ms() + ms;
+
+    while (mono_ms() < end) {
+        feed_result res;
+        if (feed_page(f, uid, FEED_FIRST, 0, limit, &res) == FEED_OK) {
+            feed_source src = res.source;
+            feed_result_free(&res);
+            if (src != FEED_SOURCE_DB)
+                return 1;
+        }
+        nanosleep(&pause, NULL);
+    }
+    return 0;
 }

@@ -74,4 +74,11 @@ size_t tu_member(int64_t id, char *buf);
 /* Counters moved since a snapshot. */
 feed_stats tu_stats_since(feed *f, const feed_stats *before);
 
+/* ha tests: a connection to one Redis on 127.0.0.1:port (a cluster node:
+ * no redirect followed), bails if it cannot; and paging uid's first page
+ * until one comes from Redis (cache or rebuild), i.e. the handle found the
+ * (new) primary: 0 when none did within ms. */
+redisContext *tu_redis_at(int port);
+int tu_reach_redis(feed *f, int64_t uid, size_t limit, int ms);
+
 #endif
