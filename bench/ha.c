@@ -149,8 +149,9 @@ static void wait_cluster(FILE *md, int rounds)
                 "each node written to gets one WAIT in the same pipeline (a fan-out over the\n"
                 "3 primaries: 3 WAITs, at once). Latency per call, µs.\n\n", rounds, q_secs(0.5));
     latency_table(md, v, 4);
-    fprintf(md, "\nWith the guarantee / without, p50 over all calls: hook %.2fx, fan-out %.2fx.\n\n",
-            ins, fan);
+    fprintf(md, "\nWith the guarantee / without, p50 over all calls: hook %.2fx, fan-out %.2fx;"
+                " calls/s without / with, median of per-round ratios: hook %.2fx, fan-out"
+                " %.2fx.\n\n", ins, fan, paired_ratio(&v[0], &v[1]), paired_ratio(&v[2], &v[3]));
     out_summary("wait_cluster_hook", "cluster: hook p50/p99 with WAIT 1 vs without", "report",
                 "report", "%s/%s µs vs %s/%s µs (%.2fx p50)", NUM(sm_pct(&v[1].lat_us, 50)),
                 NUM(sm_pct(&v[1].lat_us, 99)), NUM(sm_pct(&v[0].lat_us, 50)),
