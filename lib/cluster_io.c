@@ -877,6 +877,18 @@ static uint64_t map_stamp(const feed_cluster *cl)
     return h;
 }
 
+/* flags[i] = 1 when node i owns a slot in the map (a primary); NULL
+ * without memory. The caller frees it. */
+static unsigned char *primary_flags(const feed_cluster *cl)
+{
+    unsigned char *flags = calloc(cl->nnodes + 1, 1);
+
+    for (size_t s = 0; flags && s < FEED_SLOTS; s++)
+        if (cl->owner[s])
+            flags[cl->owner[s] - 1] = 1;
+    return flags;
+}
+
 /* The map is asked afresh (a call that must reach every primary cannot
  * trust one that may predate a failover), then each node that owns a slot
  * is visited once, in node order. A node that cannot be reached, or whose
@@ -895,11 +907,8 @@ int feed__cluster_each_primary(feed *f, feed__node_fn *visit, void *arg, uint64_
     if (stamp)
         *stamp = map_stamp(cl);
     count = cl->nnodes;
-    if ((primary = calloc(count, 1)) == NULL)
+    if ((primary = primary_flags(cl)) == NULL)
         return feed__error(f, FEED_ENOMEM, "out of memory for the node list");
-    for (size_t s = 0; s < FEED_SLOTS; s++)
-        if (cl->owner[s])
-            primary[cl->owner[s] - 1] = 1;
     for (size_t i = 0; i < count && rc == FEED_OK; i++) {
         feed_node *nd = &cl->nodes[i];
         if (!primary[i])
@@ -978,11 +987,8 @@ int feed__cluster_ping(feed *f, size_t *up, size_t *total)
     *up = *total = 0;
     if (feed__now_ms() - cl->map_ms >= REFRESH_MIN_MS)
         map_refresh(f);
-    if ((primary = calloc(cl->nnodes + 1, 1)) == NULL)
+    if ((primary = primary_flags(cl)) == NULL)
         return feed__error(f, FEED_ENOMEM, "out of memory for a health check");
-    for (unsigned s = 0; s < FEED_SLOTS; s++)
-        if (cl->owner[s])
-            primary[cl->owner[s] - 1] = 1;
     for (size_t k = 0; k < cl->nnodes; k++) {
         feed_node *nd = &cl->nodes[k];
         if (!primary[k])
