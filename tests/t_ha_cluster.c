@@ -224,7 +224,10 @@ static void failover_case(int mode)
     snprintf(prefix, sizeof prefix, "hc%d", mode);
     tu_config(&cfg);
     cfg.key_prefix = prefix;
-    cfg.redis_timeout_ms = 500;
+    /* WAIT's timeout well above a replica's answer on a loaded machine:
+     * only the frozen replica may miss it. */
+    cfg.redis_timeout_ms = 2000;
+    cfg.redis_wait_timeout_ms = 1000;
     cfg.retry_ms = 100;
     cfg.redis_wait_replicas = mode == BOTH;
     cfg.redis_restart_fence = mode != NONE;
@@ -263,8 +266,9 @@ static void failover_case(int mode)
     rc = feed_on_insert(f, uid, 100000, 5000);
     {
         feed_stats d = tu_stats_since(f, &st);
+        /* >= 1: a repair pending from an earlier failure is WAITed too. */
         if (mode == BOTH)
-            ok(rc == FEED_EREDIS && d.wait_failures == 1,
+            ok(rc == FEED_EREDIS && d.wait_failures >= 1,
                "%s: the hook reports that no replica has its write (%s; %s)", name,
                feed_strerror(rc), feed_errmsg(f));
         else
