@@ -3,12 +3,17 @@
 #
 #   examples/demo.sh start   start (or reuse) Redis + PostgreSQL in .demo/, load
 #                            examples/sample_data.sql once, (re)start
-#                            feed_server in the background, walk through it
-#   examples/demo.sh stop    stop feed_server and both servers (make demo-stop)
+#                            feed_server and feedcache-sync, walk through it;
+#                            then, on a terminal, keep the service up until
+#                            Enter or Ctrl-C; then stop everything it started
+#   examples/demo.sh stop    stop feed_server, feedcache-sync and both servers
+#                            (make demo-stop: after DEMO_KEEP=1, or a demo
+#                            killed with SIGKILL)
 #
 # `make demo` installs the packages and builds first; run this directly only
 # after `make`. Env: BUILD (default build), DEMO_PORT (HTTP port; default
-# 8080, or any free port when 8080 is taken).
+# 8080, or any free port when 8080 is taken), DEMO_KEEP=1 (leave everything
+# running in the background at the end, for make demo-stop).
 # Everything lives in .demo/: the servers' data and logs (tools/servers.sh),
 # feed_server.pid, feed_server.log, http.port. `rm -rf .demo` after a stop
 # starts from scratch.
@@ -63,6 +68,7 @@ stop_sync() {
             [[ -d /proc/$p && $(ps -o stat= -p "$p" 2>/dev/null) != Z* ]] || break
             sleep 0.1
         done
+        kill -KILL "$p" 2>/dev/null || true
         echo "demo: stopped feedcache-sync (pid $p)"
     fi
     rm -f "$SYNC_PIDFILE"
@@ -72,19 +78,23 @@ start_sync() {
     setsid "$SYNC" --pg-conninfo "$FEED_PG_CONNINFO" --redis-host "$FEED_REDIS_HOST" \
         --redis-port "$FEED_REDIS_PORT" </dev/null >/dev/null 2>>"$DIR/feedcache-sync.log" &
     echo $! >"$SYNC_PIDFILE"
-    for ((i = 0; i < 100; i++)); do   # its first run drops every copy once (a new slot)
+    for ((i = 0; i < 300; i++)); do   # its first run drops every copy once (a new slot)
         grep -q "following slot" "$DIR/feedcache-sync.log" 2>/dev/null && return 0
         sleep 0.1
     done
     echo "demo: feedcache-sync did not start; see $DIR/feedcache-sync.log" >&2
 }
 
-case ${1:-} in
-stop)
+stop_all() {
     stop_server
     stop_sync
     tools/servers.sh stop "$DIR"
     echo "demo: stopped Redis and PostgreSQL of $DIR/ (their data stays; rm -rf $DIR to drop it)"
+}
+
+case ${1:-} in
+stop)
+    stop_all
     exit 0
     ;;
 start) ;;
@@ -92,6 +102,25 @@ start) ;;
 esac
 
 [[ -x $SERVER && -x $BUILD/examples/jget ]] || die "$SERVER is missing: run make demo (or make) first"
+
+# Whatever ends this script -- the end of the demo, Ctrl-C, SIGTERM, a
+# failure -- stops every server it started: nothing is left running behind
+# the user's back. Only DEMO_KEEP=1, at a successful end, leaves them up.
+# (feed_server and feedcache-sync run under setsid, so a Ctrl-C reaches
+# this script only, and they are stopped in order here.)
+KEEP=${DEMO_KEEP:-0}
+# shellcheck disable=SC2317  # invoked by the trap
+on_exit() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [[ $KEEP == 1 && $rc == 0 ]]; then exit 0; fi
+    echo
+    stop_all || true
+    exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- servers
 # Ports in the caller's environment belong to some other servers.
@@ -126,7 +155,7 @@ fi
 # setsid: the service outlives this script and ignores the terminal's ^C.
 setsid "$SERVER" --port "$port" </dev/null >"$DIR/feed_server.out" 2>>"$DIR/feed_server.log" &
 echo $! >"$PIDFILE"
-for ((i = 0; i < 100; i++)); do
+for ((i = 0; i < 300; i++)); do
     port=$(sed -n 's/^listening on \([0-9][0-9]*\)$/\1/p' "$DIR/feed_server.out")
     [[ -n $port ]] && break
     server_pid >/dev/null || { tail -n 5 "$DIR/feed_server.log" >&2; die "feed_server did not start"; }
@@ -136,8 +165,9 @@ done
 echo "$port" >"$DIR/http.port"
 [[ -x $SYNC ]] && start_sync
 URL=http://127.0.0.1:$port
-for ((i = 0; i < 100; i++)); do
-    curl -sf "$URL/healthz" >/dev/null && break
+for ((i = 0; ; i++)); do   # 200 once a store answers; the walk wants both
+    [[ $(curl -s "$URL/healthz") == *'"status":"ok"'* ]] && break
+    ((i < 300)) || die "the service is not healthy after 30 s: $(curl -s "$URL/healthz")"
     sleep 0.1
 done
 
@@ -193,7 +223,9 @@ step "6. Delete it (the row, then feed_on_delete); page 1 is as before."
 show "curl -s -X DELETE '$URL/users/1/items/$id'"
 show "curl -s '$URL/users/1/feed?limit=3'"
 
-step "7. A user with no items: an empty page, cached too (the end marker)."
+step "7. A user with no items: an empty page. It is cached too (an end marker):" \
+     "   asked again, it comes from the cache."
+show "curl -s '$URL/users/950/feed'"
 show "curl -s '$URL/users/950/feed'"
 
 step "8. Bad input gets a 4xx with a JSON message."
@@ -208,25 +240,42 @@ show "curl -s '$URL/healthz'"
 if sync_pid >/dev/null; then
     now=$(date +%s%3N)
     id=$(((now - 1288834974657) << 22))
+    key="feed:2:{2}"
+    rcli="redis-cli -h $FEED_REDIS_HOST -p $FEED_REDIS_PORT"
     step "11. A write made with psql alone, no hook: feedcache-sync (pid $(sync_pid)) reads it from" \
-         "   PostgreSQL's log and drops user 2's cached copy; the next page rebuilds with it."
+         "   PostgreSQL's log and drops user 2's cached copy (its key in Redis goes away);" \
+         "   the next page rebuilds the copy with the new row, and the cache serves it."
     curl -s "$URL/users/2/feed?limit=2" >/dev/null   # cached before the write
     show "curl -s '$URL/users/2/feed?limit=2'"
-    show "psql -XAtqc 'INSERT INTO feed_entry VALUES (2, $now, $id)'; sleep 0.2"
+    show "psql -XAtqc 'INSERT INTO feed_entry VALUES (2, $now, $id)'"
+    show "for i in \$(seq 300); do [ \"\$($rcli exists '$key')\" = 0 ] && break; sleep 0.1; done; $rcli exists '$key'"
+    show "curl -s '$URL/users/2/feed?limit=2'"
     show "curl -s '$URL/users/2/feed?limit=2'"
     psql -XAtqc "DELETE FROM feed_entry WHERE uid = 2 AND id = $id" >/dev/null
 fi
 
+if [[ $KEEP == 1 ]]; then
+    how="They keep running (DEMO_KEEP=1). Stop everything: make demo-stop"
+elif [[ -t 0 ]]; then
+    how="They run until you press Enter or Ctrl-C here; then everything stops."
+else
+    how="No terminal to wait on: everything stops now (DEMO_KEEP=1 keeps it running)."
+fi
 cat <<EOF
 
 --------------------------------------------------------------------------------
- The service keeps running. Open the feed page in a browser:
+ The service, feedcache-sync, Redis and PostgreSQL are up. Open the feed page:
    $URL/?uid=1    user 1's feed: scroll for more; each page is marked
                                   cache / rebuild / db, counters live on the right
  Also try:
    curl -s -X PUT    $URL/users/1/items/ID -d '{"score":123}'     new score
    curl -s -X POST   $URL/items/42/fanout -d '{"score":1,"uids":[2,3,4]}'
    tail -f $DIR/feed_server.log                                 one line per request
- Endpoints and options: examples/README.md. Stop everything: make demo-stop
+ Endpoints and options: examples/README.md.
+ $how
 --------------------------------------------------------------------------------
 EOF
+if [[ $KEEP != 1 && -t 0 ]]; then
+    read -r _ || true
+fi
+exit 0

@@ -6,8 +6,10 @@
 #                         JSON picker used by tests/t_http.t and the demo)
 #   make demo             install what is missing, build, start Redis and
 #                         PostgreSQL in .demo/, load the sample data, start the
-#                         service and walk through it (examples/demo.sh)
-#   make demo-stop        stop the service and both servers of .demo/
+#                         service and feedcache-sync, walk through it, keep it
+#                         all up until Enter or Ctrl-C, then stop it all
+#                         (examples/demo.sh; DEMO_KEEP=1 leaves it running)
+#   make demo-stop        stop what DEMO_KEEP=1 left running in .demo/
 
 EX_PKGS   := libmicrohttpd jansson
 EX_CFLAGS := $(shell pkg-config --cflags $(EX_PKGS) 2>/dev/null)
@@ -32,7 +34,7 @@ $(BUILD)/examples/jget: examples/jget.c | $(BUILD)/examples
 	$(CC) $(CPPFLAGS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(JSON_LIBS)
 
 # Packages first (a fresh machine has no libmicrohttpd), then the build, then
-# the script, which does the rest and returns with the service running.
+# the script, which does the rest and stops what it started when it ends.
 demo:
 	tools/deps.sh
 	$(MAKE) $(EX_BIN)
