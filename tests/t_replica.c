@@ -29,8 +29,16 @@
 #define B          701   /* written while replay is paused: only the primary has it */
 #define MAX_LEN    20
 #define LIMIT      10
-#define RETRY      300
-#define PG_TIMEOUT 300
+/* Only frozen() needs a timeout to pass, and it waits one out once; every
+ * other statement and connect must finish within PG_TIMEOUT, under ASan on
+ * a loaded machine too. 300 ms was too tight for that: a new handle's
+ * connect and prepares (stopped()) ran past it once under `make check
+ * SANITIZE=1`, and its deep page failed. RETRY bounds how long a failed
+ * replica is left alone, so the call after a timeout must start within it:
+ * 1 s (the default) leaves a loaded machine room too. */
+#define RETRY            1000
+#define PG_TIMEOUT       2000
+#define REDIS_TIMEOUT    2000   /* nothing here stops Redis */
 
 static PGconn *pg, *rep;
 static char replica_conninfo[256];
@@ -100,6 +108,7 @@ static feed *open_handle(int with_replica)
     cfg.max_len = MAX_LEN;
     cfg.retry_ms = RETRY;
     cfg.pg_timeout_ms = PG_TIMEOUT;
+    cfg.redis_timeout_ms = REDIS_TIMEOUT;
     if (with_replica)
         cfg.pg_replica_conninfo = replica_conninfo;
     if (with_replica > 1)
@@ -111,6 +120,20 @@ static feed *open_handle(int with_replica)
 static int deep_page(feed *f, feed_result *res)
 {
     return feed_page(f, A, score_of(49), id_of(49), LIMIT, res);
+}
+
+/* After a failed check on a page: what the call returned and why, and what
+ * the handle counted meanwhile (d), so that a failure names its cause. */
+static void why(feed *f, int rc, const feed_result *res, const feed_stats *d)
+{
+    tap_diag("     rc %d (%s), source %d; %s", rc, feed_strerror(rc),
+             rc == FEED_OK ? (int)res->source : -1, rc == FEED_OK ? "" : feed_errmsg(f));
+    if (d)
+        tap_diag("     replica_queries %llu, replica_fallbacks %llu, pg_timeouts %llu,"
+                 " pg_errors %llu, redis_errors %llu",
+                 (unsigned long long)d->replica_queries, (unsigned long long)d->replica_fallbacks,
+                 (unsigned long long)d->pg_timeouts, (unsigned long long)d->pg_errors,
+                 (unsigned long long)d->redis_errors);
 }
 
 static void reads(feed *f)
@@ -174,8 +197,9 @@ static void paused(feed *f)
        " %llu replica statements)", (unsigned long long)d.rebuilds,
        (unsigned long long)d.replica_queries);
     rc = feed_page(g, A, FEED_FIRST, 0, LIMIT, &res);
-    ok(rc == FEED_OK && res.source == FEED_SOURCE_CACHE && res.count > 0 &&
-       res.items[0].id == 10000, "  the cached copy holds the new top row");
+    if (!ok(rc == FEED_OK && res.source == FEED_SOURCE_CACHE && res.count > 0 &&
+       res.items[0].id == 10000, "  the cached copy holds the new top row"))
+        why(g, rc, &res, NULL);
     feed_result_free(&res);
     same = tu_walk_equals_sql(g, pg, A, LIMIT, &info);
     ok(same, "  the cache plus the primary equals SQL");
@@ -186,8 +210,9 @@ static void paused(feed *f)
     free(items);
     is_int((long long)n, 0, "feed %d: 50 rows on the primary, none yet on the replica", B);
     rc = feed_page(f, B, FEED_FIRST, 0, LIMIT, &res);
-    ok(rc == FEED_OK && res.source == FEED_SOURCE_REBUILD && res.count == LIMIT && res.has_more,
-       "  its first page is a rebuild with %zu rows, from the primary", res.count);
+    if (!ok(rc == FEED_OK && res.source == FEED_SOURCE_REBUILD && res.count == LIMIT && res.has_more,
+       "  its first page is a rebuild with %zu rows, from the primary", res.count))
+        why(f, rc, &res, NULL);
     feed_result_free(&res);
     same = tu_walk_equals_sql(g, pg, B, LIMIT, &info);
     ok(same, "  the installed copy equals the primary's"
@@ -260,10 +285,11 @@ static void frozen(feed *f)
     rc = deep_page(f, &res);
     ms = fault_now_ms() - t0;
     d = tu_stats_since(f, &s0);
-    ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && d.replica_fallbacks == 1 &&
+    if (!ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && d.replica_fallbacks == 1 &&
        d.pg_timeouts == 1, "replica frozen: a deep page comes from the primary (rc %d, %llu"
        " fallback, %llu timeout)", rc, (unsigned long long)d.replica_fallbacks,
-       (unsigned long long)d.pg_timeouts);
+       (unsigned long long)d.pg_timeouts))
+        why(f, rc, &res, &d);
     ok(ms <= bound, "  in %.1f ms (<= 2 x pg_timeout_ms %d + %.0f ms slack)", ms, PG_TIMEOUT,
        fault_slack_ms());
     ok(strstr(feed_errmsg(f), "replica") != NULL, "  why not from the replica: %s",
@@ -275,8 +301,9 @@ static void frozen(feed *f)
     rc = deep_page(f, &res);
     ms = fault_now_ms() - t0;
     d = tu_stats_since(f, &s0);
-    ok(rc == FEED_OK && d.replica_fallbacks == 1 && d.pg_timeouts == 0 && ms < PG_TIMEOUT,
-       "  the next one at once (%.1f ms): the replica waits out retry_ms", ms);
+    if (!ok(rc == FEED_OK && d.replica_fallbacks == 1 && d.pg_timeouts == 0 && ms < PG_TIMEOUT,
+       "  the next one at once (%.1f ms): the replica waits out retry_ms", ms))
+        why(f, rc, &res, &d);
     feed_result_free(&res);
 
     fault_inject("replica-thaw");
@@ -284,8 +311,9 @@ static void frozen(feed *f)
     feed_stats_get(f, &s0);
     rc = deep_page(f, &res);
     d = tu_stats_since(f, &s0);
-    ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
-       "thawed: after retry_ms the replica answers again");
+    if (!ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
+       "thawed: after retry_ms the replica answers again"))
+        why(f, rc, &res, &d);
     feed_result_free(&res);
 }
 
@@ -303,16 +331,20 @@ static void stopped(feed *f)
     feed_stats_get(f, &s0);
     rc = deep_page(f, &res);
     d = tu_stats_since(f, &s0);
-    ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && d.replica_fallbacks == 1,
-       "replica stopped: a deep page comes from the primary");
+    if (!ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && d.replica_fallbacks == 1,
+       "replica stopped: a deep page comes from the primary"))
+        why(f, rc, &res, &d);
     feed_result_free(&res);
     same = tu_walk_equals_sql(f, pg, A, LIMIT, &info);
     ok(same, "  a walk equals SQL (%zu pages)", info.pages);
 
     h = open_handle(1);
     ok(h != NULL, "  a handle opens while the replica is down");
+    feed_stats_get(h, &s0);
     rc = deep_page(h, &res);
-    ok(rc == FEED_OK && res.source == FEED_SOURCE_DB, "  and its deep pages come from the primary");
+    d = tu_stats_since(h, &s0);
+    if (!ok(rc == FEED_OK && res.source == FEED_SOURCE_DB, "  and its deep pages come from the primary"))
+        why(h, rc, &res, &d);
     feed_result_free(&res);
     feed_close(h);
 
@@ -323,8 +355,9 @@ static void stopped(feed *f)
     feed_stats_get(f, &s0);
     rc = deep_page(f, &res);
     d = tu_stats_since(f, &s0);
-    ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
-       "  after retry_ms it answers deep pages again");
+    if (!ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
+       "  after retry_ms it answers deep pages again"))
+        why(f, rc, &res, &d);
     feed_result_free(&res);
 }
 
