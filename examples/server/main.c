@@ -132,6 +132,9 @@ static void usage(FILE *out)
 "  --max-len N         most entries cached per feed (default 1000)\n"
 "  --max-page N        largest limit accepted (default 100)\n"
 "  --ttl SECONDS       cache TTL, 0 = none (default 604800)\n"
+"  --redis-timeout MS  longest wait on Redis before a page comes from PostgreSQL\n"
+"                      (redis_timeout_ms, default 250)\n"
+"  --pg-timeout MS     longest wait on PostgreSQL (pg_timeout_ms, default 2000)\n"
 "  --threads N         worker threads, one feedcache handle each (default 4)\n"
 "  --max-body BYTES    largest request body (default 1048576)\n"
 "  --max-fanout N      most uids in one fan-out (default 10000)\n"
@@ -190,6 +193,8 @@ static void parse_options(int argc, char **argv)
         { "max-len", required_argument, NULL, 'l' },
         { "max-page", required_argument, NULL, 'm' },
         { "ttl", required_argument, NULL, 't' },
+        { "redis-timeout", required_argument, NULL, 'R' },
+        { "pg-timeout", required_argument, NULL, 'G' },
         { "threads", required_argument, NULL, 'T' },
         { "max-body", required_argument, NULL, 'B' },
         { "max-fanout", required_argument, NULL, 'F' },
@@ -214,6 +219,8 @@ static void parse_options(int argc, char **argv)
         case 'l': opt.cfg.max_len = (uint32_t)num_arg("--max-len", optarg, 1, 10000000); break;
         case 'm': opt.cfg.max_page = (uint32_t)num_arg("--max-page", optarg, 1, 100000); break;
         case 't': opt.cfg.ttl_seconds = (uint32_t)num_arg("--ttl", optarg, 0, UINT32_MAX / 1000); break;
+        case 'R': opt.cfg.redis_timeout_ms = (uint32_t)num_arg("--redis-timeout", optarg, 1, 3600000); break;
+        case 'G': opt.cfg.pg_timeout_ms = (uint32_t)num_arg("--pg-timeout", optarg, 1, 3600000); break;
         case 'T': opt.threads = (unsigned)num_arg("--threads", optarg, 1, 1024); break;
         case 'B': opt.max_body = (size_t)num_arg("--max-body", optarg, 64, 1u << 30); break;
         case 'F': opt.max_fanout = (size_t)num_arg("--max-fanout", optarg, 1, 1000000); break;
