@@ -7,6 +7,10 @@
  * page from somewhere else. It is not a signature: a client can still
  * forge a token, and a forged cursor only ever selects a page of the feed the
  * server already chose by uid.
+ *
+ * A ranked token (feed_cursor_encode_ranked) also carries a rank hint in the
+ * same 24 characters; a forged rank costs a round trip, never a wrong page
+ * (lib/page.c proves every page it reads at a rank).
  */
 #include <string.h>
 
@@ -58,17 +62,10 @@ static int64_t get64(const unsigned char *p)
     return (int64_t)u;
 }
 
-int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen)
+/* The 18 bytes as a token: check byte set, FEED_CURSOR_LEN characters and
+ * a NUL into buf. */
+static void put_token(unsigned char *raw, char *buf)
 {
-    unsigned char raw[TOKEN_BYTES];
-
-    if (!buf || buflen < FEED_CURSOR_SIZE || id < 0)
-        return FEED_EINVAL;
-    if (!feed__score_ok(score))
-        return FEED_ERANGE;
-    raw[0] = TOKEN_VERSION;
-    put64(raw + 1, score);
-    put64(raw + 9, id);
     raw[17] = check_byte(raw);
     for (int i = 0, o = 0; i < TOKEN_BYTES; i += 3, o += 4) {
         uint32_t v = (uint32_t)raw[i] << 16 | (uint32_t)raw[i + 1] << 8 | raw[i + 2];
@@ -78,15 +75,12 @@ int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen)
         buf[o + 3] = b64[v & 63];
     }
     buf[FEED_CURSOR_LEN] = '\0';
-    return FEED_OK;
 }
 
-int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
+/* A token's 18 bytes, its length, alphabet and check byte verified. */
+static int get_token(const char *token, unsigned char *raw)
 {
-    unsigned char raw[TOKEN_BYTES];
-    int64_t s, i;
-
-    if (!token || !score || !id || strnlen(token, FEED_CURSOR_LEN + 1) != FEED_CURSOR_LEN)
+    if (!token || strnlen(token, FEED_CURSOR_LEN + 1) != FEED_CURSOR_LEN)
         return FEED_EINVAL;
     for (int c = 0, o = 0; c < FEED_CURSOR_LEN; c += 4, o += 3) {
         int v0 = b64_value(token[c]), v1 = b64_value(token[c + 1]);
@@ -99,7 +93,30 @@ int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
         raw[o + 1] = (unsigned char)(v >> 8);
         raw[o + 2] = (unsigned char)v;
     }
-    if (raw[0] != TOKEN_VERSION || raw[17] != check_byte(raw))
+    return raw[17] == check_byte(raw) ? FEED_OK : FEED_EINVAL;
+}
+
+int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen)
+{
+    unsigned char raw[TOKEN_BYTES];
+
+    if (!buf || buflen < FEED_CURSOR_SIZE || id < 0)
+        return FEED_EINVAL;
+    if (!feed__score_ok(score))
+        return FEED_ERANGE;
+    raw[0] = TOKEN_VERSION;
+    put64(raw + 1, score);
+    put64(raw + 9, id);
+    put_token(raw, buf);
+    return FEED_OK;
+}
+
+int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
+{
+    unsigned char raw[TOKEN_BYTES];
+    int64_t s, i;
+
+    if (!score || !id || get_token(token, raw) != FEED_OK || raw[0] != TOKEN_VERSION)
         return FEED_EINVAL;
     s = get64(raw + 1);
     i = get64(raw + 9);
@@ -107,5 +124,85 @@ int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
         return FEED_EINVAL;
     *score = s;
     *id = i;
+    return FEED_OK;
+}
+
+/* ---- ranked tokens (issue 15) ------------------------------------------
+ *
+ * The same 18 bytes, packed as bits, most significant first: 4 bits of
+ * version (RANKED_VERSION; a plain token's first byte is 1, so its first 4
+ * bits are 0), the score plus FEED_SCORE_MAX (54 bits: scores are within
+ * +/-(2^53-1)), the id (63 bits: never negative), the rank (15 bits), and
+ * the check byte. Every field is exact, and every bit pattern that decodes
+ * is the one encoding of its cursor and rank. */
+
+#define RANKED_VERSION 2
+#define SCORE_BITS     54
+#define ID_BITS        63
+#define RANK_BITS      15
+
+/* Write the low n bits of v at bit *at of raw (zeroed), most significant
+ * first. */
+static void put_bits(unsigned char *raw, int *at, int n, uint64_t v)
+{
+    for (int b = n - 1; b >= 0; b--, (*at)++)
+        if (v >> b & 1)
+            raw[*at / 8] |= (unsigned char)(0x80 >> (*at % 8));
+}
+
+static uint64_t get_bits(const unsigned char *raw, int *at, int n)
+{
+    uint64_t v = 0;
+
+    for (int b = 0; b < n; b++, (*at)++)
+        v = v << 1 | (uint64_t)(raw[*at / 8] >> (7 - *at % 8) & 1);
+    return v;
+}
+
+int feed_cursor_encode_ranked(int64_t score, int64_t id, int64_t rank, char *buf,
+                              size_t buflen)
+{
+    unsigned char raw[TOKEN_BYTES] = { 0 };
+    int at = 0;
+
+    if (rank < -1 || !buf || buflen < FEED_CURSOR_SIZE || id < 0)
+        return FEED_EINVAL;
+    if (rank == -1 || rank > FEED_CURSOR_RANK_MAX)
+        return feed_cursor_encode(score, id, buf, buflen);
+    if (!feed__score_ok(score))
+        return FEED_ERANGE;
+    put_bits(raw, &at, 4, RANKED_VERSION);
+    put_bits(raw, &at, SCORE_BITS, (uint64_t)(score + FEED_SCORE_MAX));
+    put_bits(raw, &at, ID_BITS, (uint64_t)id);
+    put_bits(raw, &at, RANK_BITS, (uint64_t)rank);
+    put_token(raw, buf);
+    return FEED_OK;
+}
+
+int feed_cursor_decode_ranked(const char *token, int64_t *score, int64_t *id, int64_t *rank)
+{
+    unsigned char raw[TOKEN_BYTES];
+    uint64_t s;
+    int64_t i, r;
+    int at = 4;
+
+    if (!score || !id || !rank || get_token(token, raw) != FEED_OK)
+        return FEED_EINVAL;
+    if (raw[0] == TOKEN_VERSION) {
+        if (feed_cursor_decode(token, score, id) != FEED_OK)
+            return FEED_EINVAL;
+        *rank = -1;
+        return FEED_OK;
+    }
+    if (raw[0] >> 4 != RANKED_VERSION)
+        return FEED_EINVAL;
+    s = get_bits(raw, &at, SCORE_BITS);
+    i = (int64_t)get_bits(raw, &at, ID_BITS);
+    r = (int64_t)get_bits(raw, &at, RANK_BITS);
+    if (s > 2 * (uint64_t)FEED_SCORE_MAX)
+        return FEED_EINVAL;
+    *score = (int64_t)s - FEED_SCORE_MAX;
+    *id = i;
+    *rank = r;
     return FEED_OK;
 }

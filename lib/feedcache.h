@@ -385,6 +385,51 @@ FEED_API int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buf
  * check byte, out-of-range fields); *score and *id are then untouched. */
 FEED_API int feed_cursor_decode(const char *token, int64_t *score, int64_t *id);
 
+/* ---- rank-carrying cursors (issue 15) ---- */
+
+/* A next page costs Redis least when the caller says where its cursor sat:
+ * the rank (0-based position in the cached copy, newest first) of the first
+ * item after the cursor. A handle remembers that for the cursors of the
+ * pages it served; a cursor that travels to another process (a web farm:
+ * the next request reaches another server) can carry it in its token.
+ *
+ * The rank is only ever a hint. A page read at a hinted rank is served only
+ * when the reply itself proves it is the page after the cursor (it holds an
+ * entry at or above the cursor right before the first one after it, or
+ * starts at rank 0); a stale, wrong or forged rank costs one more round
+ * trip, never a wrong page. */
+
+#define FEED_CURSOR_RANK_MAX 32767   /* the largest rank a token carries */
+
+/* feed_page with a rank hint: rank is -1 (none: exactly feed_page) or the
+ * *next_rank that the call returning this cursor gave (any value >= 0 is
+ * accepted as a hint). If next_rank is not NULL, *next_rank is set, on
+ * FEED_OK with has_more, to the rank the item after out's last one held in
+ * the cache when this page was read: the hint for the next call; -1 when
+ * unknown (the page came from PostgreSQL, or no rank was seen); and to -1
+ * in every other case. Arguments, ownership, sources and errors as
+ * feed_page, plus FEED_EINVAL for rank < -1. */
+FEED_API int feed_page_ranked(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
+                              int64_t rank, size_t limit, feed_result *out,
+                              int64_t *next_rank);
+
+/* A token for the cursor (score, id) that also carries rank, in the same
+ * FEED_CURSOR_LEN characters and alphabet as feed_cursor_encode's. rank -1,
+ * or a rank above FEED_CURSOR_RANK_MAX, gives feed_cursor_encode's token
+ * (no rank). Returns FEED_EINVAL if buf is NULL, buflen < FEED_CURSOR_SIZE,
+ * id < 0 or rank < -1 (buf is then untouched), FEED_ERANGE if score is out
+ * of range. feed_cursor_decode refuses a token that carries a rank (old
+ * readers of tokens keep one token per cursor); read it with: */
+FEED_API int feed_cursor_encode_ranked(int64_t score, int64_t id, int64_t rank, char *buf,
+                                       size_t buflen);
+
+/* Read a token made by feed_cursor_encode_ranked() or feed_cursor_encode()
+ * (then *rank = -1). Returns FEED_EINVAL for NULL arguments or a malformed
+ * token; *score, *id and *rank are then untouched. */
+FEED_API int feed_cursor_decode_ranked(const char *token, int64_t *score, int64_t *id,
+                                       int64_t *rank);
+/* ---- end rank-carrying cursors ---- */
+
 /* ---- composite scores ---- */
 /* ------------------------------------------------------------------------
  * Composite scores: several ordering fields in one exact score

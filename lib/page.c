@@ -24,7 +24,9 @@ typedef struct page_req {
     int64_t uid;
     int     first;          /* first page: no cursor */
     int64_t score, id;      /* the cursor otherwise */
+    int64_t rank;           /* the caller's rank hint for the cursor, or -1 */
     size_t  limit;
+    int64_t next_rank;      /* out: the rank hint for the next cursor, or -1 */
 } page_req;
 
 /* What the cache said, by a plain read or by page.lua. */
@@ -497,12 +499,16 @@ static int ask_plain(feed *f, const page_req *q, int64_t hint, cache_answer *a)
 }
 
 /* The cache's answer: by a plain read when its reply proves the page, else
- * by page.lua (a miss, a lease, a cursor that moved too far). */
+ * by page.lua (a miss, a lease, a cursor that moved too far). The rank
+ * hint is the handle's own, else the caller's (feed_page_ranked): both are
+ * proven by the reply alike. */
 static int ask_cache(feed *f, const page_req *q, cache_answer *a)
 {
     int rc;
-
     int64_t hint = q->first ? -1 : hint_get(f, q->uid, q->score, q->id);
+
+    if (hint == -1)
+        hint = q->rank;
 
     memset(a, 0, sizeof *a);
     a->rank0 = -1;
@@ -580,7 +586,7 @@ static size_t first_after(const feed_rows *rows, const page_req *q)
 /* We hold the lease: rebuild, then cut the page from the rows read. Those
  * rows are the top of the feed; when they are the whole feed, or reach past
  * the page, they answer it exactly. */
-static int answer_by_rebuild(feed *f, const page_req *q, const char *token,
+static int answer_by_rebuild(feed *f, page_req *q, const char *token,
                              feed_result *out)
 {
     feed_rows rows;
@@ -596,9 +602,10 @@ static int answer_by_rebuild(feed *f, const page_req *q, const char *token,
     if (complete || avail > q->limit) {
         rc = answer(f, out, rows.items + start, avail, q->limit,
                     installed ? FEED_SOURCE_REBUILD : FEED_SOURCE_DB);
-        if (rc == FEED_OK && installed && out->has_more)   /* rows are ranks 0.. */
-            hint_put(f, q->uid, out->next_score, out->next_id,
-                     (int64_t)(start + out->count));
+        if (rc == FEED_OK && installed && out->has_more) {   /* rows are ranks 0.. */
+            q->next_rank = (int64_t)(start + out->count);
+            hint_put(f, q->uid, out->next_score, out->next_id, q->next_rank);
+        }
         if (installed) {   /* with the full TTL: no check needed for TTL/2 */
             int empty = complete && rows.count == 0;
             ttl_after_check(f, q->uid, feed__now_ms(), atoll(ttl_text(f, empty)), empty);
@@ -614,7 +621,7 @@ static int answer_by_rebuild(feed *f, const page_req *q, const char *token,
  * after the cursor at rank0 (a cursor page.lua had to seek gets a hint
  * too, and one whose entries moved a rank or two gets the new rank: the
  * next call with it reads plainly). */
-static void served_from_cache(feed *f, const page_req *q, const cache_answer *a,
+static void served_from_cache(feed *f, page_req *q, const cache_answer *a,
                               const feed_result *out)
 {
     if (a->plain)
@@ -625,8 +632,10 @@ static void served_from_cache(feed *f, const page_req *q, const cache_answer *a,
         return;
     if (!q->first)
         hint_put(f, q->uid, q->score, q->id, a->rank0);
-    if (out->has_more)
-        hint_put(f, q->uid, out->next_score, out->next_id, a->rank0 + (int64_t)out->count);
+    if (out->has_more) {
+        q->next_rank = a->rank0 + (int64_t)out->count;
+        hint_put(f, q->uid, out->next_score, out->next_id, q->next_rank);
+    }
 }
 
 static void sleep_ms(int64_t ms)
@@ -658,10 +667,19 @@ static int check_args(feed *f, int64_t last_score, int64_t last_id,
 int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
               size_t limit, feed_result *out)
 {
-    page_req q = { uid, last_score == FEED_FIRST, last_score, last_id, limit };
-    int64_t deadline = 0, pause = 1;
+    return feed_page_ranked(f, uid, last_score, last_id, -1, limit, out, NULL);
+}
+
+static int page_at(feed *f, page_req *q, feed_result *out);
+
+int feed_page_ranked(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
+                     int64_t rank, size_t limit, feed_result *out, int64_t *next_rank)
+{
+    page_req q = { uid, last_score == FEED_FIRST, last_score, last_id, -1, limit, -1 };
     int rc;
 
+    if (next_rank)
+        *next_rank = -1;
     if (out)
         memset(out, 0, sizeof *out);
     if (!f)
@@ -669,24 +687,43 @@ int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
     feed__clear_error(f);
     if ((rc = check_args(f, last_score, last_id, limit, out)) != FEED_OK)
         return rc;
+    if (rank < -1)
+        return feed__error(f, FEED_EINVAL, "feed_page_ranked: rank %lld is below -1",
+                           (long long)rank);
+    /* No rank of a cached copy (at most max_len items, then the end marker)
+     * lies past max_len: such a hint could only miss. */
+    if (!q.first && rank <= (int64_t)f->cfg.max_len)
+        q.rank = rank;
     feed__set_keys(f, uid);
+    rc = page_at(f, &q, out);
+    if (rc == FEED_OK && out->has_more && next_rank)
+        *next_rank = q.next_rank;
+    return rc;
+}
+
+/* feed_page, arguments checked. */
+static int page_at(feed *f, page_req *q, feed_result *out)
+{
+    int64_t deadline = 0, pause = 1, uid = q->uid;
+    size_t limit = q->limit;
+    int rc;
 
     for (;;) {
         cache_answer a;
         int64_t now;
 
-        rc = ask_cache(f, &q, &a);
+        rc = ask_cache(f, q, &a);
         if (rc == FEED_ENOMEM)
             return rc;
         if (rc != FEED_OK)
-            return answer_from_db(f, &q, out, 1);
+            return answer_from_db(f, q, out, 1);
         if (a.hit) {
             if (a.rows.count > limit || a.ended) {
                 rc = answer(f, out, a.rows.items, a.rows.count, limit, FEED_SOURCE_CACHE);
                 if (rc == FEED_OK)
-                    served_from_cache(f, &q, &a, out);
+                    served_from_cache(f, q, &a, out);
             } else {
-                rc = answer_from_db(f, &q, out, 0);   /* the cache is short */
+                rc = answer_from_db(f, q, out, 0);   /* the cache is short */
                 if (rc == FEED_OK && out->has_more)   /* and so it stays, likely */
                     hint_put(f, uid, out->next_score, out->next_id, HINT_PAST_CACHE);
             }
@@ -694,7 +731,7 @@ int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
             return rc;
         }
         if (a.leased)
-            return answer_by_rebuild(f, &q, a.token, out);
+            return answer_by_rebuild(f, q, a.token, out);
 
         /* Another handle is rebuilding: its result will serve us too. */
         now = feed__now_ms();
@@ -703,7 +740,7 @@ int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
             deadline = now + f->cfg.lease_wait_ms;
         }
         if (now >= deadline)
-            return answer_from_db(f, &q, out, 0);
+            return answer_from_db(f, q, out, 0);
         sleep_ms(pause < deadline - now ? pause : deadline - now);
         pause *= 2;
     }

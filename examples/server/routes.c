@@ -100,9 +100,10 @@ static int method_allowed(const char *allow, const char *method)
 
 /* ---- the read routes ---- */
 
-/* ?limit=N&cursor=TOKEN, both optional unless cursor_required. */
+/* ?limit=N&cursor=TOKEN, both optional unless cursor_required. A token
+ * may carry the rank where its page ended (*rank; -1 when it does not). */
 static enum MHD_Result page_args(ARGS, int cursor_required, size_t *limit, int64_t *score,
-                                 int64_t *id, int *answered)
+                                 int64_t *id, int64_t *rank, int *answered)
 {
     static const char *const allowed[] = { "limit", "cursor", NULL };
     const char *limit_s = NULL, *cursor = NULL;
@@ -114,11 +115,12 @@ static enum MHD_Result page_args(ARGS, int cursor_required, size_t *limit, int64
     *answered = 1;
     *score = FEED_FIRST;
     *id = 0;
+    *rank = -1;
     if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "limit", 5, &limit_s, NULL) == MHD_YES &&
         (parse_u64(limit_s, UINT32_MAX, &lim) != 0 || lim < 1 || lim > opt.cfg.max_page))
         return respond_error(PASS, 400, "limit must be an integer in 1..%u", opt.cfg.max_page);
     if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "cursor", 6, &cursor, NULL) == MHD_YES) {
-        if (feed_cursor_decode(cursor ? cursor : "", score, id) != FEED_OK)
+        if (feed_cursor_decode_ranked(cursor ? cursor : "", score, id, rank) != FEED_OK)
             return respond_error(PASS, 400, "malformed cursor: pass a cursor of an earlier "
                                  "answer as it came%s", cursor_required ? "" :
                                  ", or omit cursor for the first page");
@@ -132,8 +134,10 @@ static enum MHD_Result page_args(ARGS, int cursor_required, size_t *limit, int64
 }
 
 /* {"items":[...], "next_cursor": TOKEN or null, "source": ...} plus, when
- * has_more_key, "has_more". Frees res. */
-static enum MHD_Result page_json(ARGS, feed_result *res, const char *has_more_key)
+ * has_more_key, "has_more". The token carries next_rank (-1: none). Frees
+ * res. */
+static enum MHD_Result page_json(ARGS, feed_result *res, int64_t next_rank,
+                                 const char *has_more_key)
 {
     json_t *items = json_array(), *obj = json_object();
     char token[32];
@@ -149,7 +153,8 @@ static enum MHD_Result page_json(ARGS, feed_result *res, const char *has_more_ke
     ok = items && obj && json_array_size(items) == res->count &&
          json_object_set(obj, "items", items) == 0;
     if (res->has_more || has_more_key)
-        ok = ok && feed_cursor_encode(res->next_score, res->next_id, token, sizeof token) == FEED_OK &&
+        ok = ok && feed_cursor_encode_ranked(res->next_score, res->next_id, next_rank, token,
+                                             sizeof token) == FEED_OK &&
              json_object_set_new(obj, "next_cursor", json_string(token)) == 0;
     else
         ok = ok && json_object_set_new(obj, "next_cursor", json_null()) == 0;
@@ -173,7 +178,10 @@ static enum MHD_Result library_error(ARGS, feed *f, int rc)
     return respond_error(PASS, st, "%s", st >= 500 ? feed_strerror(rc) : rq->err);
 }
 
-/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page.
+/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page_ranked. The
+ * next page's token carries the rank where this page ended: whichever
+ * worker (handle) serves it reads it as cheaply as the handle that served
+ * this one (README "Performance"); the rank is a hint the library proves.
  * GET /users/{uid}/feed/newer?cursor=TOKEN&limit=N (newer): pull-to-refresh,
  * one feed_page_newer. Items newest first; next_cursor is the cursor to pass
  * next time (the newest item returned, or the given one when none is
@@ -181,24 +189,24 @@ static enum MHD_Result library_error(ARGS, feed *f, int rc)
 static enum MHD_Result get_feed(ARGS, worker *w, int64_t uid, int newer)
 {
     size_t limit = 0;
-    int64_t score = FEED_FIRST, id = 0;
+    int64_t score = FEED_FIRST, id = 0, rank = -1, next_rank = -1;
     feed_result res;
     feed *f;
     int answered, rc = FEED_EUNAVAILABLE;
-    enum MHD_Result ret = page_args(PASS, newer, &limit, &score, &id, &answered);
+    enum MHD_Result ret = page_args(PASS, newer, &limit, &score, &id, &rank, &answered);
 
     if (answered)
         return ret;
     if ((f = worker_feed(w)) != NULL)
         rc = newer ? feed_page_newer(f, uid, score, id, limit, &res)
-                   : feed_page(f, uid, score, id, limit, &res);
+                   : feed_page_ranked(f, uid, score, id, rank, limit, &res, &next_rank);
     if (rc != FEED_OK)
         return library_error(PASS, f, rc);
     if (newer && !res.has_more) {   /* the cursor to keep: the newest item, else the old one */
         res.next_score = res.count ? res.items[0].score : score;
         res.next_id = res.count ? res.items[0].id : id;
     }
-    return page_json(PASS, &res, newer ? "has_more" : NULL);
+    return page_json(PASS, &res, next_rank, newer ? "has_more" : NULL);
 }
 
 /* GET / (?uid=N&limit=N&autoscroll=1 are read by the page's script). */

@@ -5,7 +5,13 @@
  * string, and what it accepts must be a valid cursor that encodes back to
  * the very same token (one token per cursor: no two spellings of a page).
  * The first 16 bytes are also read as a (score, id) pair: encoding, when
- * accepted, must decode back to the same pair. */
+ * accepted, must decode back to the same pair.
+ *
+ * Ranked tokens (issue 15): feed_cursor_decode_ranked accepts every token
+ * feed_cursor_decode does (rank -1) and ranked ones, which
+ * feed_cursor_decode refuses; what it accepts encodes back to the very same
+ * token through feed_cursor_encode_ranked. Bytes 16-17 are also read as a
+ * rank: (score, id, rank), when encoded, decodes back to the same three. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +40,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(score == 7 && id == 7);       /* untouched on error */
     }
+    {
+        int64_t rs = 7, ri = 7, rr = 7;
+        int rc2 = feed_cursor_decode_ranked(token, &rs, &ri, &rr);
+        FUZZ_CHECK(rc2 == FEED_OK || rc2 == FEED_EINVAL);
+        if (rc == FEED_OK)
+            FUZZ_CHECK(rc2 == FEED_OK && rs == score && ri == id && rr == -1);
+        if (rc2 == FEED_OK) {
+            FUZZ_CHECK(rs >= -FEED_SCORE_MAX && rs <= FEED_SCORE_MAX && ri >= 0);
+            FUZZ_CHECK(rr >= -1 && rr <= FEED_CURSOR_RANK_MAX);
+            FUZZ_CHECK(feed_cursor_encode_ranked(rs, ri, rr, buf, sizeof buf) == FEED_OK);
+            FUZZ_CHECK(strcmp(buf, token) == 0);
+        } else {
+            FUZZ_CHECK(rs == 7 && ri == 7 && rr == 7);
+        }
+    }
     free(token);
 
     if (size >= 16) {
@@ -57,6 +78,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(strspn(buf, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                    "0123456789-_") == FEED_CURSOR_LEN);
             FUZZ_CHECK(feed_cursor_decode(buf, &s2, &i2) == FEED_OK && s2 == s && i2 == i);
+        }
+        if (size >= 18) {
+            int64_t r = (int64_t)(data[16] << 8 | data[17]) - 1, s3, i3, r3;   /* -1..65534 */
+            int rc3 = feed_cursor_encode_ranked(s, i, r, buf, sizeof buf);
+            FUZZ_CHECK(rc3 == rc);
+            if (rc3 == FEED_OK) {
+                FUZZ_CHECK(strlen(buf) == FEED_CURSOR_LEN);
+                FUZZ_CHECK(feed_cursor_decode_ranked(buf, &s3, &i3, &r3) == FEED_OK &&
+                           s3 == s && i3 == i && r3 == (r > FEED_CURSOR_RANK_MAX ? -1 : r));
+            }
         }
     }
     return 0;
