@@ -5,6 +5,11 @@
  *                             the rank hint: a reader's own next page)
  *   client_cpu cold DEPTH N   the same on a handle that never saw the cursor
  *                             (the read by score: another process's next page)
+ *   client_cpu ranked DEPTH N the same through feed_page_ranked, given the
+ *                             rank the previous page handed out (a cursor
+ *                             token's): the handle learns it on the first
+ *                             call, so this is the hinted path, entered by
+ *                             another door
  *   client_cpu raw DEPTH N    N bare hiredis ZREVRANGE calls and their parse
  *
  * bench/run.sh runs each under `valgrind --tool=callgrind` for two values of
@@ -26,8 +31,8 @@ int main(int argc, char **argv)
     char start[24], stop[24];
 
     if (argc != 4 || (strcmp(argv[1], "page") && strcmp(argv[1], "cold") &&
-                      strcmp(argv[1], "raw")))
-        die("usage: client_cpu page|cold|raw DEPTH N");
+                      strcmp(argv[1], "ranked") && strcmp(argv[1], "raw")))
+        die("usage: client_cpu page|cold|ranked|raw DEPTH N");
     depth = (size_t)atol(argv[2]);
     n = atol(argv[3]);
     c = b_redis();
@@ -66,7 +71,10 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "raw") != 0) {
         for (long i = 0; i < n; i++) {
             feed_result r;
-            int rc = feed_page(f, UID_1K, depth ? score : FEED_FIRST, id, PAGE_LIMIT, &r);
+            int rc = strcmp(argv[1], "ranked") == 0
+                ? feed_page_ranked(f, UID_1K, depth ? score : FEED_FIRST, id, (int64_t)depth,
+                                   PAGE_LIMIT, &r, NULL)
+                : feed_page(f, UID_1K, depth ? score : FEED_FIRST, id, PAGE_LIMIT, &r);
             if (rc != FEED_OK || r.source != FEED_SOURCE_CACHE)
                 die("feed_page: rc %d source %d", rc, (int)r.source);
             feed_result_free(&r);

@@ -6,8 +6,9 @@
  *      thread, /proc), single connection, interleaved rounds: the first page,
  *      and next pages at depth 500 and 990 of 1,000 and inside a 10,000-item
  *      tie group; feed_page on a handle that holds the rank hint (it walked
- *      there) and on one that does not (the read by score), against
- *      ZREVRANGE of ranks d..d+20 + the same parse.
+ *      there) and on one that does not (the read by score), and
+ *      feed_page_ranked on one that does not, given the rank (a cursor
+ *      token's), against ZREVRANGE of ranks d..d+20 + the same parse.
  *   2. The same with a steady write rate on the feed being read: a writer
  *      process calls feed_on_insert (a new item at the top) at WRITE_RATE/s
  *      while walks of the first 500 items run; the share of pages that fell
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -64,10 +66,25 @@ static double plain_share(const feed *f, const feed_stats *was, unsigned long lo
 typedef struct cpu_case {
     const char *label;
     int64_t     uid;
-    feed       *hinted, *cold;
+    feed       *hinted, *cold, *ranked;
     const char *key;
     page_pos    pos;
 } cpu_case;
+
+/* feed_page_ranked with the rank the previous page handed out: the first
+ * entry after the cursor at pos.depth sits at rank pos.depth. */
+static int op_page_ranked(void *arg)
+{
+    page_ctx *x = arg;
+    feed_result r;
+    int rc = feed_page_ranked(x->f, x->uid, x->pos.score, x->pos.id, (int64_t)x->pos.depth,
+                              PAGE_LIMIT, &r, NULL);
+
+    if (rc != FEED_OK || r.source != FEED_SOURCE_CACHE)
+        die("feed_page_ranked: rc %d source %d: %s", rc, (int)r.source, feed_errmsg(x->f));
+    feed_result_free(&r);
+    return 0;
+}
 
 static double worst_idle = 0;
 static const char *worst_idle_case = "";
@@ -77,47 +94,55 @@ static void one_case(FILE *md, const cpu_case *cc, int rounds, double secs,
 {
     raw_ctx raw;
     page_ctx hinted = { cc->hinted, cc->uid, cc->pos }, cold = { cc->cold, cc->uid, cc->pos };
-    variant v[3];
-    size_t nv = cc->cold ? 3 : 2;
-    feed_stats h0, c0;
+    page_ctx ranked = { cc->ranked, cc->uid, cc->pos };
+    variant v[4];
+    size_t nv = cc->cold ? 4 : 2;
+    feed_stats h0, c0, k0;
     unsigned long long fell, pages;
     double r_h, r_c = NAN, share_h;
-    char cold_cell[64] = "-";
+    char cold_cell[64] = "-", ranked_cell[64] = "-";
 
     raw_init(&raw, c, cc->key, cc->pos.depth);
     memset(v, 0, sizeof v);
     v[0] = (variant){ .name = "plain ZREVRANGE", .op = op_bare, .ctx = &raw };
     v[1] = (variant){ .name = "feed_page, hinted", .op = op_page, .ctx = &hinted };
     v[2] = (variant){ .name = "feed_page, no hint", .op = op_page, .ctx = &cold };
+    v[3] = (variant){ .name = "feed_page_ranked", .op = op_page_ranked, .ctx = &ranked };
     if (!cc->pos.first)
         prime(cc->hinted, cc->uid, cc->pos.depth);
     feed_stats_get(cc->hinted, &h0);
-    if (cc->cold)
+    if (cc->cold) {
         feed_stats_get(cc->cold, &c0);
+        feed_stats_get(cc->ranked, &k0);
+    }
     run_rounds(v, nv, rounds, secs, 3, stats, rpid);
     share_h = plain_share(cc->hinted, &h0, &fell, &pages);
     r_h = paired_ratio_cpu(&v[1], &v[0]);
     if (cc->cold) {
         double share_c = plain_share(cc->cold, &c0, &fell, &pages);
         r_c = paired_ratio_cpu(&v[2], &v[0]);
+        double share_k = plain_share(cc->ranked, &k0, &fell, &pages);
+        double r_k = paired_ratio_cpu(&v[3], &v[0]);
         snprintf(cold_cell, sizeof cold_cell, "%s µs, **%.2fx**, %.1f%% plain",
                  NUM(sm_median(&v[2].cpu_us)), r_c, share_c);
+        snprintf(ranked_cell, sizeof ranked_cell, "%s µs, **%.2fx**, %.1f%% plain",
+                 NUM(sm_median(&v[3].cpu_us)), r_k, share_k);
     }
-    fprintf(md, "| %s | %s µs | %s µs | **%.2fx** %s | %.1f%% | %s |\n", cc->label,
+    fprintf(md, "| %s | %s µs | %s µs | **%.2fx** %s | %.1f%% | %s | %s |\n", cc->label,
             NUM(sm_median(&v[0].cpu_us)), NUM(sm_median(&v[1].cpu_us)), r_h,
-            verdict(r_h <= 1.15), share_h, cold_cell);
+            verdict(r_h <= 1.15), share_h, cold_cell, ranked_cell);
     if (r_h > worst_idle) {
         worst_idle = r_h;
         worst_idle_case = cc->label;
     }
-    for (size_t k = 0; k < 3; k++)
+    for (size_t k = 0; k < 4; k++)
         variant_free(&v[k]);
 }
 
 static void part_idle(FILE *md, redisContext *c, redisContext *stats, pid_t rpid)
 {
     PGconn *pg = b_pg();
-    feed *f1k = b_open("feed", 1000), *c1k = b_open("feed", 1000),
+    feed *f1k = b_open("feed", 1000), *c1k = b_open("feed", 1000), *k1k = b_open("feed", 1000),
          *ftie = b_open("tie", 10000), *ctie = b_open("tie", 10000);
     feed_item *k1, *tie;
     size_t n1k = sql_feed(pg, UID_1K, &k1), ntie = sql_feed(pg, UID_TIE, &tie);
@@ -125,10 +150,10 @@ static void part_idle(FILE *md, redisContext *c, redisContext *stats, pid_t rpid
     double secs = q_secs(0.15);
     char key1k[64], keytie[64];
     cpu_case cases[] = {
-        { "first page", UID_1K, f1k, NULL, key1k, pos_at(k1, n1k, 0) },
-        { "next page, depth 500 of 1,000", UID_1K, f1k, c1k, key1k, pos_at(k1, n1k, 500) },
-        { "next page, depth 990 of 1,000", UID_1K, f1k, c1k, key1k, pos_at(k1, n1k, 990) },
-        { "next page inside a 10,000-item tie group, depth 5,000", UID_TIE, ftie, NULL,
+        { "first page", UID_1K, f1k, NULL, NULL, key1k, pos_at(k1, n1k, 0) },
+        { "next page, depth 500 of 1,000", UID_1K, f1k, c1k, k1k, key1k, pos_at(k1, n1k, 500) },
+        { "next page, depth 990 of 1,000", UID_1K, f1k, c1k, k1k, key1k, pos_at(k1, n1k, 990) },
+        { "next page inside a 10,000-item tie group, depth 5,000", UID_TIE, ftie, NULL, NULL,
           keytie, pos_at(tie, ntie, 5000) },
     };
 
@@ -147,13 +172,17 @@ static void part_idle(FILE *md, redisContext *c, redisContext *stats, pid_t rpid
             " parse. *Hinted*: the handle walked to the cursor page by page, so it"
             " holds the rank where the page starts (a reader's own next page); the"
             " first page needs no hint. *No hint*: a handle that never saw the"
-            " cursor (another process's next page), read by score. In the tie group"
-            " a handle without a hint falls back to page.lua once and holds the"
-            " hint from then on, so that row has no such column.\n\n",
+            " cursor (another process's next page), read by score. *Rank in token*:"
+            " such a handle given the rank the previous page handed out"
+            " (feed_page_ranked, the rank a cursor token carries); it sends what"
+            " the hinted handle sends. In the tie group a handle without a hint"
+            " falls back to page.lua once and holds the hint from then on, so that"
+            " row has neither column.\n\n",
             rounds, secs, PAGE_LIMIT, PAGE_LIMIT);
     fprintf(md, "| page | plain ZREVRANGE | **feed_page, hinted** | hinted / plain"
-            " (target <= 1.15x) | pages by plain read | no hint: CPU, / plain, plain share |\n"
-            "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+            " (target <= 1.15x) | pages by plain read | no hint: CPU, / plain, plain share |"
+            " rank in token: CPU, / plain, plain share |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         note("cpu: %s", cases[i].label);
         one_case(md, &cases[i], rounds, secs, c, stats, rpid);
@@ -166,6 +195,7 @@ static void part_idle(FILE *md, redisContext *c, redisContext *stats, pid_t rpid
     free(tie);
     feed_close(f1k);
     feed_close(c1k);
+    feed_close(k1k);
     feed_close(ftie);
     feed_close(ctie);
     PQfinish(pg);
@@ -294,8 +324,24 @@ static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rp
 
 enum { K_PLAIN, K_FEED };
 
+/* The calling process's CPU time (user + system), ns. */
+static uint64_t self_cpu_ns(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        die("clock_gettime: %s", strerror(errno));
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* What a client process reports: calls made, CPU spent making them. */
+typedef struct client_report {
+    long     n;
+    uint64_t cpu_ns;
+} client_report;
+
 /* A child: from start to stop (now_s), the kind of call at depth; writes
- * its count to fd. */
+ * its count and its CPU time over the run to fd. */
 static void client(int kind, size_t depth, const page_pos *pos, double start,
                    double stop, int fd)
 {
@@ -303,7 +349,7 @@ static void client(int kind, size_t depth, const page_pos *pos, double start,
     feed *f = b_open("feed", 1000);
     raw_ctx raw;
     page_ctx page = { f, UID_1K, *pos };
-    long n = 0;
+    client_report rep = { 0, 0 };
     char key[64];
 
     snprintf(key, sizeof key, "%s", b_key("feed", UID_1K, ""));
@@ -312,27 +358,30 @@ static void client(int kind, size_t depth, const page_pos *pos, double start,
         prime(f, UID_1K, depth);
     if (start > now_s())
         sleep_s(start - now_s());
+    rep.cpu_ns = self_cpu_ns();
     while (now_s() < stop) {
         if (kind == K_FEED)
             op_page(&page);
         else
             op_bare(&raw);
-        n++;
+        rep.n++;
     }
-    if (write(fd, &n, sizeof n) != (ssize_t)sizeof n)
+    rep.cpu_ns = self_cpu_ns() - rep.cpu_ns;
+    if (write(fd, &rep, sizeof rep) != (ssize_t)sizeof rep)
         _exit(1);
     feed_close(f);
     redisFree(c);
     _exit(0);
 }
 
-/* One phase: NCLIENTS processes for secs; pages/s and Redis CPU per page. */
+/* One phase: NCLIENTS processes for secs; pages/s, and Redis's and the
+ * clients' CPU per page. */
 static void phase(int kind, size_t depth, const page_pos *pos, double secs, pid_t rpid,
-                  samples *rate, samples *cpu)
+                  samples *rate, samples *cpu, samples *ccpu)
 {
     int fds[2];
     double start = now_s() + 0.5, stop = start + secs;
-    uint64_t cpu0, cpu1;
+    uint64_t cpu0, cpu1, client_ns = 0;
     long total = 0;
 
     if (pipe(fds) != 0)
@@ -352,11 +401,12 @@ static void phase(int kind, size_t depth, const page_pos *pos, double secs, pid_
     sleep_s(stop - now_s());
     cpu1 = proc_cpu_ns(rpid);
     for (int i = 0; i < NCLIENTS; i++) {
-        long n;
+        client_report rep;
         int status;
-        if (read(fds[0], &n, sizeof n) != (ssize_t)sizeof n)
+        if (read(fds[0], &rep, sizeof rep) != (ssize_t)sizeof rep)
             die("a client process failed");
-        total += n;
+        total += rep.n;
+        client_ns += rep.cpu_ns;
         wait(&status);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
             die("a client process failed");
@@ -364,6 +414,7 @@ static void phase(int kind, size_t depth, const page_pos *pos, double secs, pid_
     close(fds[0]);
     sm_add(rate, (double)total / secs);
     sm_add(cpu, (double)(cpu1 - cpu0) / 1e3 / (double)total);
+    sm_add(ccpu, (double)client_ns / 1e3 / (double)total);
 }
 
 static void part_clients(FILE *md, pid_t rpid)
@@ -381,29 +432,41 @@ static void part_clients(FILE *md, pid_t rpid)
             " cached 1,000-item feed as fast as they can for %.1f s; Redis is"
             " saturated (the machine has 2 cores, shared with the clients). %d rounds,"
             " plain and feed_page alternating; medians, ratio = median of per-round"
-            " ratios. Redis CPU per page is the process's CPU over the phase /"
-            " pages.\n\n| page | plain ZREVRANGE pages/s | **feed_page pages/s** |"
-            " feed_page / plain (target >= 0.9x) | Redis CPU per page: plain / feed_page |\n"
-            "| --- | ---: | ---: | ---: | ---: |\n", NCLIENTS, NCLIENTS, secs, rounds);
+            " ratios. CPU per page: Redis's (the process's CPU over the phase / pages)"
+            " and the clients' (each process's own CPU over the phase, summed, /"
+            " pages). With the cores saturated, pages/s is bounded by cores / (client"
+            " + Redis CPU per page): the last column is the ratio that bound gives,"
+            " plain's total CPU per page / feed_page's, per round, so it is the"
+            " floor the clients' own work sets, measured in the same phases.\n\n"
+            "| page | plain ZREVRANGE pages/s | **feed_page pages/s** |"
+            " feed_page / plain (target >= 0.9x) | Redis CPU per page: plain / feed_page |"
+            " client CPU per page: plain / feed_page | total CPU bound: plain / feed_page |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            NCLIENTS, NCLIENTS, secs, rounds);
     for (int di = 0; di < 2; di++) {
-        samples rate[2] = { { 0 } }, cpu[2] = { { 0 } };
+        samples rate[2] = { { 0 } }, cpu[2] = { { 0 } }, ccpu[2] = { { 0 } }, tot[2] = { { 0 } };
         page_pos pos = pos_at(k1, n1k, depths[di]);
-        double r;
+        double r, bound;
         note("cpu: %d clients, depth %zu", NCLIENTS, depths[di]);
         for (int round = 0; round < rounds; round++)
             for (int k = 0; k < 2; k++) {
                 int kind = (k + round) % 2;
-                phase(kind, depths[di], &pos, secs, rpid, &rate[kind], &cpu[kind]);
+                phase(kind, depths[di], &pos, secs, rpid, &rate[kind], &cpu[kind], &ccpu[kind]);
+                sm_add(&tot[kind], cpu[kind].v[cpu[kind].n - 1] + ccpu[kind].v[ccpu[kind].n - 1]);
             }
         r = median_of_ratios(&rate[K_FEED], &rate[K_PLAIN]);
+        bound = median_of_ratios(&tot[K_PLAIN], &tot[K_FEED]);
         worst = r < worst ? r : worst;
-        fprintf(md, "| %s | %s | **%s** | **%.2fx** %s | %s / %s µs |\n",
+        fprintf(md, "| %s | %s | **%s** | **%.2fx** %s | %s / %s µs | %s / %s µs | %.2fx |\n",
                 depths[di] ? "next page, depth 500 (hinted)" : "first page",
                 NUM(sm_median(&rate[K_PLAIN])), NUM(sm_median(&rate[K_FEED])), r,
-                verdict(r >= 0.9), NUM(sm_median(&cpu[K_PLAIN])), NUM(sm_median(&cpu[K_FEED])));
+                verdict(r >= 0.9), NUM(sm_median(&cpu[K_PLAIN])), NUM(sm_median(&cpu[K_FEED])),
+                NUM(sm_median(&ccpu[K_PLAIN])), NUM(sm_median(&ccpu[K_FEED])), bound);
         for (int k = 0; k < 2; k++) {
             sm_free(&rate[k]);
             sm_free(&cpu[k]);
+            sm_free(&ccpu[k]);
+            sm_free(&tot[k]);
         }
     }
     out_summary("cpu_clients", "pages/s, 8 client processes, first page and depth 500,"
