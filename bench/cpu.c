@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -211,8 +212,14 @@ static pid_t start_writer(int64_t uid, int rate)
     if (pid < 0)
         die("fork: %s", strerror(errno));
     if (pid == 0) {
-        feed *f = b_open("wr", 1000);
-        double t0 = now_s();
+        feed *f;
+        double t0;
+        /* Ends with the bench, even one that dies: a writer left behind
+         * would cancel the next run's rebuild of the feed. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() == 1)
+            _exit(1);
+        f = b_open("wr", 1000);
+        t0 = now_s();
         for (long n = 0;; n++) {
             double due = t0 + (double)n / rate, now = now_s();
             if (due > now)
@@ -232,20 +239,63 @@ typedef struct walk_ctx {
     int64_t       cs, ci;      /* feed_page: the cursor of the next call */
     size_t        at;          /* plain: the rank of the next call */
     char          key[32];
+    feed         *g;           /* op_walk_ranked: the other handle */
+    int64_t       rank;        /* op_walk_ranked: the next call's rank hint */
+    int           turn;
+    double        last;        /* now_s() of the previous call */
 } walk_ctx;
+
+/* A walk left for a while (the other variants' turns: hundreds of writes)
+ * starts again from the top, as a reader coming back would: its cursor may
+ * have been pushed past the cached 1,000 entries meanwhile, and that page
+ * would come from SQL. */
+static void walk_resume(walk_ctx *w)
+{
+    double now = now_s();
+
+    if (now - w->last > 0.02)
+        w->at = 0;
+    w->last = now;
+}
 
 /* One page of a walk down to WALK_DEPTH, then again from the top. */
 static int op_walk_page(void *arg)
 {
     walk_ctx *w = arg;
     feed_result r;
+    int rc;
 
-    if (feed_page(w->f, w->uid, w->at ? w->cs : FEED_FIRST, w->ci, PAGE_LIMIT, &r) != FEED_OK ||
-        r.source != FEED_SOURCE_CACHE || !r.has_more)
-        die("walk: rc/source/has_more: %s", feed_errmsg(w->f));
+    walk_resume(w);
+    rc = feed_page(w->f, w->uid, w->at ? w->cs : FEED_FIRST, w->ci, PAGE_LIMIT, &r);
+    if (rc != FEED_OK || r.source != FEED_SOURCE_CACHE || !r.has_more)
+        die("walk at %zu: rc %d source %d has_more %d: %s", w->at, rc, (int)r.source,
+            r.has_more, feed_errmsg(w->f));
     w->cs = r.next_score;
     w->ci = r.next_id;
     w->at = w->at + PAGE_LIMIT >= WALK_DEPTH ? 0 : w->at + PAGE_LIMIT;
+    feed_result_free(&r);
+    return 0;
+}
+
+/* The same walk, pages alternating between two handles (so neither holds
+ * the hint of the page it serves), the rank passed on as a token would. */
+static int op_walk_ranked(void *arg)
+{
+    walk_ctx *w = arg;
+    feed *f = w->turn ? w->g : w->f;
+    feed_result r;
+    int rc;
+
+    walk_resume(w);
+    rc = feed_page_ranked(f, w->uid, w->at ? w->cs : FEED_FIRST, w->ci, w->at ? w->rank : -1,
+                          PAGE_LIMIT, &r, &w->rank);
+    if (rc != FEED_OK || r.source != FEED_SOURCE_CACHE || !r.has_more)
+        die("ranked walk at %zu: rc %d source %d has_more %d: %s", w->at, rc, (int)r.source,
+            r.has_more, feed_errmsg(f));
+    w->cs = r.next_score;
+    w->ci = r.next_id;
+    w->at = w->at + PAGE_LIMIT >= WALK_DEPTH ? 0 : w->at + PAGE_LIMIT;
+    w->turn ^= 1;
     feed_result_free(&r);
     return 0;
 }
@@ -255,6 +305,7 @@ static int op_walk_plain(void *arg)
     walk_ctx *w = arg;
     raw_ctx raw;
 
+    walk_resume(w);
     raw_init(&raw, w->c, w->key, w->at);
     w->at = w->at + PAGE_LIMIT >= WALK_DEPTH ? 0 : w->at + PAGE_LIMIT;
     return op_bare(&raw);
@@ -262,13 +313,14 @@ static int op_walk_plain(void *arg)
 
 static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rpid)
 {
-    feed *f = b_open("wr", 1000);
+    feed *f = b_open("wr", 1000), *fa = b_open("wr", 1000), *fb = b_open("wr", 1000);
     walk_ctx page = { .f = f, .uid = UID_W }, plain = { .c = c, .uid = UID_W };
-    variant v[2];
-    feed_stats s0;
+    walk_ctx ranked = { .f = fa, .g = fb, .uid = UID_W, .rank = -1 };
+    variant v[3];
+    feed_stats s0, a0, b0, a1, b1;
     unsigned long long fallbacks, pages;
     int rounds = q_rounds(15), status;
-    double secs = q_secs(0.15), r, fell;
+    double secs = q_secs(0.15), r, r_k, fell, fell_k;
     long long card;
     pid_t wpid;
 
@@ -287,37 +339,61 @@ static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rp
     memset(v, 0, sizeof v);
     v[0] = (variant){ .name = "plain walk", .op = op_walk_plain, .ctx = &plain };
     v[1] = (variant){ .name = "feed_page walk", .op = op_walk_page, .ctx = &page };
+    v[2] = (variant){ .name = "feed_page_ranked walk", .op = op_walk_ranked, .ctx = &ranked };
     wpid = start_writer(UID_W, WRITE_RATE);
     sleep_s(0.2);
     feed_stats_get(f, &s0);
-    run_rounds(v, 2, rounds, secs, 3, stats, rpid);
+    feed_stats_get(fa, &a0);
+    feed_stats_get(fb, &b0);
+    run_rounds(v, 3, rounds, secs, 3, stats, rpid);
     plain_share(f, &s0, &fallbacks, &pages);
     kill(wpid, SIGTERM);
     waitpid(wpid, &status, 0);
+    feed_stats_get(fa, &a1);
+    feed_stats_get(fb, &b1);
     r = paired_ratio_cpu(&v[1], &v[0]);
+    r_k = paired_ratio_cpu(&v[2], &v[0]);
     fell = 100.0 * (double)fallbacks / (double)(pages ? pages : 1);
-    fprintf(md, "\n### With a steady write rate on the same feed\n\n"
-            "A writer process calls `feed_on_insert` %d times a second (a new item at"
-            " the top of the feed, so every page below moves down one rank per"
-            " write) on a %lld-entry cached feed while a reader walks its first %d"
-            " items, page after page, from the first page again at the end; the"
-            " peer walks the same ranks with plain ZREVRANGE calls. Redis CPU per"
-            " call includes the writer's share (the same per second for both)."
-            " %d interleaved rounds of %.2f s.\n\n"
-            "| walk | plain ZREVRANGE | **feed_page** | feed_page / plain | feed_page"
-            " pages/s (writes per page) | pages that fell back to page.lua |\n"
-            "| --- | ---: | ---: | ---: | ---: | ---: |\n"
-            "| pages 1-%d | %s µs | **%s µs** | **%.2fx** | %s (%.2f) | %.2f%% (%llu of %llu) |\n",
-            WRITE_RATE, card, WALK_DEPTH, rounds, secs, WALK_DEPTH / PAGE_LIMIT,
-            NUM(sm_median(&v[0].cpu_us)), NUM(sm_median(&v[1].cpu_us)), r,
-            NUM(sm_median(&v[1].rate)), WRITE_RATE / sm_median(&v[1].rate), fell,
-            fallbacks, pages);
+    {
+        unsigned long long kf = (a1.plain_fallbacks - a0.plain_fallbacks) +
+                                (b1.plain_fallbacks - b0.plain_fallbacks);
+        unsigned long long kp = (a1.pages - a0.pages) + (b1.pages - b0.pages);
+        fell_k = 100.0 * (double)kf / (double)(kp ? kp : 1);
+        fprintf(md, "\n### With a steady write rate on the same feed\n\n"
+                "A writer process calls `feed_on_insert` %d times a second (a new item at"
+                " the top of the feed, so every page below moves down one rank per"
+                " write) on a %lld-entry cached feed while a reader walks its first %d"
+                " items, page after page, from the first page again at the end; the"
+                " peer walks the same ranks with plain ZREVRANGE calls. *feed_page*: one"
+                " handle walks (it holds the rank hint of each next page). *feed_page_ranked,"
+                " two handles*: pages alternate between two handles, so no handle ever"
+                " served the page before the one it is asked for (a web farm), and the"
+                " rank comes from the previous page (`next_rank`, what a token carries)."
+                " Redis CPU per call includes the writer's share (the same per second for"
+                " all). %d interleaved rounds of %.2f s.\n\n"
+                "| walk | plain ZREVRANGE | **feed_page** | feed_page / plain | feed_page"
+                " pages/s (writes per page) | pages that fell back to page.lua |\n"
+                "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+                "| pages 1-%d, one handle | %s µs | **%s µs** | **%.2fx** | %s (%.2f) |"
+                " %.2f%% (%llu of %llu) |\n"
+                "| pages 1-%d, feed_page_ranked, two handles | %s µs | **%s µs** | **%.2fx** |"
+                " %s (%.2f) | %.2f%% (%llu of %llu) |\n",
+                WRITE_RATE, card, WALK_DEPTH, rounds, secs, WALK_DEPTH / PAGE_LIMIT,
+                NUM(sm_median(&v[0].cpu_us)), NUM(sm_median(&v[1].cpu_us)), r,
+                NUM(sm_median(&v[1].rate)), WRITE_RATE / sm_median(&v[1].rate), fell,
+                fallbacks, pages, WALK_DEPTH / PAGE_LIMIT, NUM(sm_median(&v[0].cpu_us)),
+                NUM(sm_median(&v[2].cpu_us)), r_k, NUM(sm_median(&v[2].rate)),
+                WRITE_RATE / sm_median(&v[2].rate), fell_k, kf, kp);
+    }
     out_summary("cpu_writes", "the same, walks of 500 items while 1,000 writes/s land on"
                 " the feed", "report", "report", "%.2fx; %.2f%% of pages fell back to"
-                " page.lua", r, fell);
-    variant_free(&v[0]);
-    variant_free(&v[1]);
+                " page.lua (two handles, rank in the token: %.2fx, %.2f%%)", r, fell, r_k,
+                fell_k);
+    for (int k = 0; k < 3; k++)
+        variant_free(&v[k]);
     feed_close(f);
+    feed_close(fa);
+    feed_close(fb);
 }
 
 /* ------------------------------------------------------------ part 3 */

@@ -403,7 +403,8 @@ FEED_API int feed_cursor_decode(const char *token, int64_t *score, int64_t *id);
 
 /* feed_page with a rank hint: rank is -1 (none: exactly feed_page) or the
  * *next_rank that the call returning this cursor gave (any value >= 0 is
- * accepted as a hint). If next_rank is not NULL, *next_rank is set, on
+ * accepted as a hint, and goes before the handle's own for that cursor: it
+ * came with the page that handed the cursor out). If next_rank is not NULL, *next_rank is set, on
  * FEED_OK with has_more, to the rank the item after out's last one held in
  * the cache when this page was read: the hint for the next call; -1 when
  * unknown (the page came from PostgreSQL, or no rank was seen); and to -1

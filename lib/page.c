@@ -500,15 +500,13 @@ static int ask_plain(feed *f, const page_req *q, int64_t hint, cache_answer *a)
 
 /* The cache's answer: by a plain read when its reply proves the page, else
  * by page.lua (a miss, a lease, a cursor that moved too far). The rank
- * hint is the handle's own, else the caller's (feed_page_ranked): both are
- * proven by the reply alike. */
+ * hint is the caller's (feed_page_ranked: it came with the page that handed
+ * out this cursor, so it is the latest word on it), else the handle's own;
+ * the reply proves either alike. */
 static int ask_cache(feed *f, const page_req *q, cache_answer *a)
 {
     int rc;
-    int64_t hint = q->first ? -1 : hint_get(f, q->uid, q->score, q->id);
-
-    if (hint == -1)
-        hint = q->rank;
+    int64_t hint = q->first ? -1 : q->rank >= 0 ? q->rank : hint_get(f, q->uid, q->score, q->id);
 
     memset(a, 0, sizeof *a);
     a->rank0 = -1;
