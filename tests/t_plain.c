@@ -45,23 +45,7 @@ static feed *open_handle(void)
 /* Does r equal SQL's page of uid after (score, id)? */
 static int equals_sql(int64_t uid, int64_t score, int64_t id, const feed_result *r)
 {
-    feed_item *all;
-    size_t n = tu_sql_feed(pg, uid, &all), start = 0, want;
-    int same;
-
-    if (score != FEED_FIRST)
-        while (start < n && !(all[start].score < score ||
-                              (all[start].score == score && all[start].id < id)))
-            start++;
-    want = n - start < LIMIT ? n - start : LIMIT;
-    same = r->count == want && r->has_more == (start + want < n);
-    for (size_t i = 0; same && i < want; i++)
-        same = r->items[i].score == all[start + i].score && r->items[i].id == all[start + i].id;
-    if (!same)
-        tap_diag("page after (%lld, %lld): %zu items, SQL has %zu from index %zu",
-                 (long long)score, (long long)id, r->count, want, start);
-    free(all);
-    return same;
+    return tu_page_equals_sql(pg, uid, score, id, LIMIT, r, NULL);
 }
 
 /* One page, checked against SQL; its stats delta in *d. */

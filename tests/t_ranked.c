@@ -125,24 +125,11 @@ static void tokens(void)
 static int equals_sql(int64_t uid, int64_t score, int64_t id, const feed_result *r,
                       int64_t *rank_after)
 {
-    feed_item *all;
-    size_t n = tu_sql_feed(pg, uid, &all), start = 0, want;
-    int same;
+    size_t next_at;
+    int same = tu_page_equals_sql(pg, uid, score, id, LIMIT, r, &next_at);
 
-    if (score != FEED_FIRST)
-        while (start < n && !(all[start].score < score ||
-                              (all[start].score == score && all[start].id < id)))
-            start++;
-    want = n - start < LIMIT ? n - start : LIMIT;
-    same = r->count == want && r->has_more == (start + want < n);
-    for (size_t i = 0; same && i < want; i++)
-        same = r->items[i].score == all[start + i].score && r->items[i].id == all[start + i].id;
-    if (!same)
-        tap_diag("page after (%lld, %lld): %zu items, SQL has %zu from index %zu",
-                 (long long)score, (long long)id, r->count, want, start);
     if (rank_after)
-        *rank_after = (int64_t)(start + want);
-    free(all);
+        *rank_after = (int64_t)next_at;
     return same;
 }
 
@@ -176,7 +163,7 @@ static int token_walk(int64_t uid, feed_stats *sum, size_t *pages, int *ranks_tr
     for (;;) {
         feed_result r;
         feed_stats d;
-        int64_t next_rank, truth;
+        int64_t next_rank, truth = -2;
         if (tok[0] && feed_cursor_decode_ranked(tok, &score, &id, &rank) != FEED_OK)
             return 0;
         if (fresh_page(uid, score, id, rank, &r, &next_rank, &d) != FEED_OK)

@@ -285,6 +285,30 @@ size_t tu_sql_feed(PGconn *pg, int64_t uid, feed_item **out)
     return n;
 }
 
+int tu_page_equals_sql(PGconn *pg, int64_t uid, int64_t score, int64_t id, size_t limit,
+                       const feed_result *r, size_t *next_at)
+{
+    feed_item *all;
+    size_t n = tu_sql_feed(pg, uid, &all), start = 0, want;
+    int same;
+
+    if (score != FEED_FIRST)
+        while (start < n && !(all[start].score < score ||
+                              (all[start].score == score && all[start].id < id)))
+            start++;
+    want = n - start < limit ? n - start : limit;
+    same = r->count == want && r->has_more == (start + want < n);
+    for (size_t i = 0; same && i < want; i++)
+        same = r->items[i].score == all[start + i].score && r->items[i].id == all[start + i].id;
+    if (!same)
+        tap_diag("page after (%lld, %lld): %zu items, SQL has %zu from index %zu",
+                 (long long)score, (long long)id, r->count, want, start);
+    if (next_at)
+        *next_at = start + want;
+    free(all);
+    return same;
+}
+
 static int before(feed_item a, feed_item b)   /* a strictly before b */
 {
     return a.score > b.score || (a.score == b.score && a.id > b.id);

@@ -36,6 +36,13 @@ PGconn *tu_begin(redisContext **r);
 /* uid's whole feed from SQL, in order; *out is malloc'd. */
 size_t tu_sql_feed(PGconn *pg, int64_t uid, feed_item **out);
 
+/* 1 when r is SQL's page of uid after (score, id) (FEED_FIRST: the first
+ * page) of at most limit items, has_more included; otherwise 0 and a
+ * diagnostic. *next_at, if not NULL, gets the index in SQL's order of the
+ * item after r's last one. */
+int tu_page_equals_sql(PGconn *pg, int64_t uid, int64_t score, int64_t id, size_t limit,
+                       const feed_result *r, size_t *next_at);
+
 /* Walk uid's whole feed through feed_page with page size limit. Checks that
  * each page is strictly ordered, continues its cursor and has_more agrees.
  * Returns FEED_OK or the failing rc (or -100 for a broken page, with why). */
