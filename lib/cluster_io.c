@@ -486,13 +486,25 @@ static void free_replies(redisReply **replies, size_t n)
 }
 
 /* One pass: the pending commands to node n (each after ASKING when
- * asking), one round trip. -1 on I/O failure (node dropped). */
+ * asking), one round trip. -1 on I/O failure: the node dropped when the
+ * commands could not be queued, left to the caller (as a failed read) when
+ * the write failed. */
 static int send_pending(feed *f, feed_node *n, int asking, size_t count, const int *argc,
                         const char **const *argv, const size_t *const *lens,
                         const unsigned char *pending)
 {
     static const char *asking_argv[1] = { "ASKING" };
+    size_t all = 0;
 
+    while (all < count && pending[all])
+        all++;
+    if (!asking && all == count) {   /* the usual pass: in one write() */
+        int d = feed__send_direct(n->c, count, argc, argv, lens);
+        if (d > 0)
+            f->stats.redis_calls++;
+        if (d != 0)   /* sent; or the write failed: handled as a failed read */
+            return d > 0 ? 0 : -1;
+    }
     for (size_t i = 0; i < count; i++) {
         if (!pending[i])
             continue;

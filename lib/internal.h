@@ -213,6 +213,13 @@ void feed__redis_forget_repairs(void);   /* tests only */
 int  feed__redis_commands(feed *f, size_t n, const int *argc,
                           const char **const *argv,
                           const size_t *const *lens, redisReply **replies);
+/* Write n small commands to c's socket in the protocol, in one write()
+ * (not through hiredis's output buffer: redis.c says why). 1: written; 0:
+ * too large, or hiredis holds output not yet written, so nothing was sent
+ * (append through hiredis); -1: the write failed, c->err and c->errstr
+ * set as hiredis sets them. */
+int  feed__send_direct(redisContext *c, size_t n, const int *argc,
+                       const char **const *argv, const size_t *const *lens);
 /* AUTH (when configured) and SCRIPT LOAD of every script on a cluster
  * node's fresh connection *c. FEED_OK, FEED_EREDIS (refused) or
  * FEED_EUNAVAILABLE (I/O: *c is then freed and NULL). */

@@ -841,12 +841,13 @@ static void put_header(char *buf, size_t *at, char kind, size_t n)
 }
 
 /* Write the n commands to c's socket in the protocol. 1: written; 0: they
- * do not fit DIRECT_MAX, or hiredis holds output not yet written (its order
- * must be kept), so nothing was written and the caller appends through
- * hiredis; -1: the write failed, c->err and c->errstr say why (as hiredis
- * sets them, so closed_by_peer() reads them alike). */
-static int send_direct(redisContext *c, size_t n, const int *argc,
-                       const char **const *argv, const size_t *const *lens)
+ * do not fit DIRECT_MAX, a command's lengths are NULL (strlen's, as hiredis
+ * allows), or hiredis holds output not yet written (its order must be
+ * kept), so nothing was written and the caller appends through hiredis; -1: the write failed, c->err and c->errstr say why (as hiredis
+ * sets them, so closed_by_peer() reads them alike). cluster_io.c uses it
+ * too. */
+int feed__send_direct(redisContext *c, size_t n, const int *argc,
+                      const char **const *argv, const size_t *const *lens)
 {
     char buf[DIRECT_MAX];
     size_t at = 0, need = 0;
@@ -854,9 +855,14 @@ static int send_direct(redisContext *c, size_t n, const int *argc,
     if (c->obuf[0] != '\0')    /* an sds: empty unless output is pending */
         return 0;
     for (size_t i = 0; i < n; i++) {
+        if (!lens || !lens[i])   /* lengths by strlen: hiredis's way */
+            return 0;
         need += 24;
-        for (int a = 0; a < argc[i]; a++)
+        for (int a = 0; a < argc[i]; a++) {
+            if (lens[i][a] > sizeof buf)
+                return 0;
             need += 24 + lens[i][a] + 2;
+        }
     }
     if (need > sizeof buf)
         return 0;
@@ -914,7 +920,7 @@ int feed__redis_commands(feed *f, size_t n, const int *argc,
         if (redis_ready(f) != FEED_OK)
             return FEED_EREDIS;
         f->stats.redis_calls++;
-        direct = send_direct(f->redis, n, argc, argv, lens);
+        direct = feed__send_direct(f->redis, n, argc, argv, lens);
         if (direct == 1)
             sent = n;
         while (direct == 0 && sent < n &&
