@@ -47,7 +47,7 @@ if ((!$#)); then
     # The correctness tests again through Redis Cluster routing, and
     # feedcache-sync on the cluster; t_cluster (resharding, failover) and
     # t_ha_cluster (the failover loss) only make sense there.
-    for t in t_walk t_hooks t_model t_lease t_stress t_invalidate t_sync t_sync_chaos t_cluster t_ha_cluster; do
+    for t in t_walk t_hooks t_model t_lease t_stress t_invalidate t_sync t_sync_chaos t_ranked t_cluster t_ha_cluster; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:cluster")
     done
 fi
