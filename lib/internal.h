@@ -213,7 +213,7 @@ void feed__redis_forget_repairs(void);   /* tests only */
 int  feed__redis_commands(feed *f, size_t n, const int *argc,
                           const char **const *argv,
                           const size_t *const *lens, redisReply **replies);
-/* Write n small commands to c's socket in the protocol, in one write()
+/* Write n small commands to c's socket in the protocol, in one send()
  * (not through hiredis's output buffer: redis.c says why). 1: written; 0:
  * too large, or hiredis holds output not yet written, so nothing was sent
  * (append through hiredis); -1: the write failed, c->err and c->errstr

@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -814,7 +815,7 @@ redisReply *feed__redis_script_after(feed *f, size_t ncmds, const int *cargc,
 }
 
 /* A page read's commands are small: formatted here on the stack and written
- * in one write(), instead of through hiredis's output buffer. hiredis
+ * in one send(), instead of through hiredis's output buffer. hiredis
  * grows that buffer by realloc for every command and frees it once written,
  * and on glibc that pattern, repeated call after call, fills the
  * thread cache for its size, after which every free lands next to the
@@ -877,7 +878,9 @@ int feed__send_direct(redisContext *c, size_t n, const int *argc,
         }
     }
     for (size_t done = 0; done < at;) {
-        ssize_t w = write(c->fd, buf + done, at - done);
+        /* MSG_NOSIGNAL: a peer that went away is an EPIPE here, handled
+         * as any failed write, not a SIGPIPE that ends the process. */
+        ssize_t w = send(c->fd, buf + done, at - done, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
