@@ -923,7 +923,10 @@ int feed__redis_commands(feed *f, size_t n, const int *argc,
         if (redis_ready(f) != FEED_OK)
             return FEED_EREDIS;
         f->stats.redis_calls++;
-        direct = feed__send_direct(f->redis, n, argc, argv, lens);
+        /* With the replica check on, the commands and the check go out in
+         * one write through hiredis, as before: a second write to a server
+         * that dropped us in between would raise SIGPIPE in hiredis. */
+        direct = feed__check_on(f) ? 0 : feed__send_direct(f->redis, n, argc, argv, lens);
         if (direct == 1)
             sent = n;
         while (direct == 0 && sent < n &&
