@@ -42,7 +42,8 @@ else
 BUILD   ?= build
 endif
 
-LIB_SRC   := $(wildcard lib/*.c)
+LIB_SRC   := $(wildcard lib/*/*.c)
+LIB_HDR   := $(wildcard lib/*.h lib/*/*.h)
 LIB_OBJ   := $(patsubst lib/%.c,$(BUILD)/lib/%.o,$(LIB_SRC)) $(BUILD)/lib/scripts.o
 LUA_SRC   := $(sort $(wildcard lua/*.lua))
 TEST_SRC  := $(wildcard tests/t_*.c)
@@ -68,7 +69,8 @@ $(BUILD)/lib/scripts.c: $(LUA_SRC) $(BUILD)/tools/embed | $(BUILD)/lib
 $(BUILD)/lib/scripts.o: $(BUILD)/lib/scripts.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
 
-$(BUILD)/lib/%.o: lib/%.c lib/*.h | $(BUILD)/lib
+$(BUILD)/lib/%.o: lib/%.c $(LIB_HDR) | $(BUILD)/lib
+	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) -c -o $@ $<
 
 $(STATIC): $(LIB_OBJ)

@@ -151,7 +151,8 @@ enum {
     FEED_EREDIS       = -3,  /* Redis failed where only Redis could do the work (a hook) */
     FEED_EPG          = -4,  /* PostgreSQL failed where only PostgreSQL could do the work */
     FEED_ENOMEM       = -5,
-    FEED_EUNAVAILABLE = -6   /* neither store could answer */
+    FEED_EUNAVAILABLE = -6,  /* neither store could answer */
+    FEED_ECANCELED    = -7   /* async: the request was pending when its handle closed */
 };
 
 /* ------------------------------------------------------------------------

@@ -21,8 +21,8 @@ FUZZ_TARGETS := cursor reply session pgoutput
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_CFLAGS  := -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fno-omit-frame-pointer \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-# fake_pg.c stands in for lib/pg.c: no PostgreSQL while fuzzing.
-FUZZ_LIB_SRC := $(filter-out lib/pg.c,$(LIB_SRC)) tests/fuzz/fake_pg.c
+# fake_pg.c stands in for lib/io/pg.c: no PostgreSQL while fuzzing.
+FUZZ_LIB_SRC := $(filter-out lib/io/pg.c,$(LIB_SRC)) tests/fuzz/fake_pg.c
 FUZZ_BIN     := $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZ_TARGETS))
 
 SOAK_SECONDS ?= 300
@@ -39,7 +39,7 @@ fuzz-deps:
 $(FUZZ_DIR):
 	mkdir -p $@
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_SRC) lib/*.h \
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_SRC) $(LIB_HDR) \
                     $(BUILD)/lib/scripts.c | $(FUZZ_DIR) fuzz-deps
 	$(FUZZ_CC) $(CPPFLAGS) -Itests/fuzz $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRC) \
 	    $(BUILD)/lib/scripts.c $(LIBS)

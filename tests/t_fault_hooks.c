@@ -154,10 +154,10 @@ static void stale_rebuild(const char *down, const char *up, int64_t uid, int str
     int page_rc;
 
     tu_insert_rows(pg, uid, 30, score_of, id_of);
-    f->test_before_install = outage_and_write;
-    f->test_arg = &rc;
+    f->core.test_before_install = outage_and_write;
+    f->core.test_arg = &rc;
     page_rc = feed_page(f, uid, FEED_FIRST, 0, 10, &res);
-    f->test_before_install = NULL;
+    f->core.test_before_install = NULL;
     is_int(rc.hook_rc, FEED_EREDIS, "%s between a rebuild's SQL read and its install:"
            " the write's hook failed", down);
     ok(page_rc == FEED_OK && res.count == 10 && res.items[0].id != 3000,

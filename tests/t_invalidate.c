@@ -166,8 +166,8 @@ static void cluster_moves(feed_config *cfg, redisContext *r)
     int rc;
 
     fill(r);
-    h->test_after_node_scan = after_node;
-    h->test_arg = &b;
+    h->core.test_after_node_scan = after_node;
+    h->core.test_arg = &b;
     rc = feed_invalidate_all(h, NULL);
     ok(b.slot >= 0 && rc == FEED_EREDIS && strstr(feed_errmsg(h), "slots moved"),
        "a slot left migrating during the scan: FEED_EREDIS (%s)", feed_errmsg(h));
@@ -192,7 +192,7 @@ static void cluster_moves(feed_config *cfg, redisContext *r)
     ok(b.victim > 0 && rc == FEED_EREDIS,
        "a primary SIGKILLed before its turn in the scan: FEED_EREDIS (%s)", feed_errmsg(h));
     ok(srv("cluster-wait", "") == 0, "a replica takes over");
-    h->test_after_node_scan = NULL;
+    h->core.test_after_node_scan = NULL;
     rc = feed_invalidate_all(h, NULL);
     for (int i = 0; i < 50 && rc != FEED_OK; i++) {   /* retry_ms, the map settling */
         nanosleep(&(struct timespec){ 0, 100 * 1000000L }, NULL);

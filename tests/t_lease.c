@@ -104,26 +104,26 @@ static void cancelled_rebuild(void)
     int rc;
 
     tu_insert_rows(pg, 11, 50, score_of, id_of);
-    f->test_before_install = write_in_between;
-    f->test_arg = writer;
+    f->core.test_before_install = write_in_between;
+    f->core.test_arg = writer;
     rc = feed_page(f, 11, FEED_FIRST, 0, 10, &res);
-    f->test_before_install = NULL;
+    f->core.test_before_install = NULL;
     is_int(rc, FEED_OK, "a miss whose rebuild a write cancels still answers");
     is_int(res.source, FEED_SOURCE_DB, "  from the rows it read (source db)");
     ok(res.count == 10 && res.items[0].id != 424242,
        "  its page is the feed as read before the write");
     feed_result_free(&res);
-    is_int(f->stats.rebuilds, 0, "  the rebuild did not install");
+    is_int(f->core.stats.rebuilds, 0, "  the rebuild did not install");
     rep = tu_redis_cmd(r, "EXISTS %s", tu_key(11, ""));
     is_int(rep->integer, 0, "  so no stale copy is in Redis");
     freeReplyObject(rep);
     ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "the next walk equals SQL, new row included");
 
     /* The same race around feed_reload: the copy is dropped, never stale. */
-    f->test_before_install = write_in_between;
+    f->core.test_before_install = write_in_between;
     tu_sql(pg, "DELETE FROM feed_entry WHERE id = 424242");
     is_int(feed_reload(f, 11), FEED_OK, "a reload cancelled by a write");
-    f->test_before_install = NULL;
+    f->core.test_before_install = NULL;
     rep = tu_redis_cmd(r, "EXISTS %s", tu_key(11, ""));
     is_int(rep->integer, 0, "  drops the cached copy instead of installing");
     freeReplyObject(rep);
@@ -152,8 +152,8 @@ static void busy_lease(void)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     is_int(res.source, FEED_SOURCE_DB, "  falls back to SQL after waiting");
-    is_int(f->stats.lease_waits, 1, "  counted as one lease wait");
-    is_int(f->stats.rebuilds, 0, "  and does not rebuild");
+    is_int(f->core.stats.lease_waits, 1, "  counted as one lease wait");
+    is_int(f->core.stats.rebuilds, 0, "  and does not rebuild");
     ok(ms >= 50, "  it waited lease_wait_ms first (%.1f ms)", ms);
     feed_result_free(&res);
     feed_close(f);
@@ -199,7 +199,7 @@ static void waiter_served_by_cache(void)
     is_int(feed_page(f, 13, FEED_FIRST, 0, 10, &res), FEED_OK, "a reader waits on a rebuild");
     pthread_join(t, NULL);
     is_int(res.source, FEED_SOURCE_CACHE, "  and is served by the cache it installed");
-    is_int(f->stats.sql_queries - 3, 0, "  without any SQL of its own (beyond 3 prepares)");
+    is_int(f->core.stats.sql_queries - 3, 0, "  without any SQL of its own (beyond 3 prepares)");
     feed_result_free(&res);
     feed_close(f);
     feed_close(other);

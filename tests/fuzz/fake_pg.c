@@ -1,7 +1,7 @@
-/* fake_pg.c -- lib/pg.c's interface with no PostgreSQL behind it, for the
+/* fake_pg.c -- lib/io/pg.c's interface with no PostgreSQL behind it, for the
  * fuzz targets: uid's feed is (uid mod 40) rows, scores with ties, in
  * (score DESC, id DESC) order, made up on the spot. fuzz_pg_down makes every
- * call fail like an outage. It defines every function lib/pg.c exports, so
+ * call fail like an outage. It defines every function lib/io/pg.c exports, so
  * that the archive's pg.o is never linked in beside it. */
 #include <stdlib.h>
 #include <string.h>
@@ -26,82 +26,83 @@ static feed_item row(int64_t uid, size_t i)   /* i-th row, in order */
     return it;
 }
 
-int feed__pg_connect(feed *f)
+/* The rows of statement q, as the real statements would give them. */
+static int fetch(feed_core *c, char *err, feed_sql *q)
 {
-    f->stats.pg_connects++;
-    return fuzz_pg_down ? feed__error(f, FEED_EUNAVAILABLE, "PostgreSQL (fake) is down") : FEED_OK;
-}
-
-int feed__pg_ready(feed *f)
-{
-    return fuzz_pg_down ? feed__error(f, FEED_EUNAVAILABLE, "PostgreSQL (fake) is down") : FEED_OK;
-}
-
-void feed__pg_drop(feed *f)
-{
-    (void)f;
-}
-
-void feed__rows_free(feed_rows *rows)
-{
-    free(rows->items);
-    rows->items = NULL;
-    rows->count = 0;
-}
-
-static int fetch(feed *f, int64_t uid, int after, int64_t score, int64_t id,
-                 size_t limit, feed_rows *rows)
-{
-    size_t n = rows_of(uid);
+    int64_t uid = q->params[0];
+    size_t n = rows_of(uid), limit;
+    feed_rows *rows = &q->rows;
+    feed_item cursor = { q->params[1], q->params[2] };
 
     rows->items = NULL;
     rows->count = 0;
-    f->stats.sql_queries++;
+    if (q->stmt < 0)
+        return fuzz_pg_down ? feed__msg(err, FEED_EUNAVAILABLE, "PostgreSQL (fake) is down")
+                            : FEED_OK;
+    c->stats.sql_queries++;
     if (fuzz_pg_down) {
-        f->stats.pg_errors++;
-        return feed__error(f, FEED_EPG, "PostgreSQL (fake) query: server is down");
+        c->stats.pg_errors++;
+        return feed__msg(err, FEED_EPG, "PostgreSQL (fake) query: server is down");
     }
+    if (q->stmt >= FEED_SQL_STMTS)
+        return feed__msg(err, FEED_EPG, "PostgreSQL (fake): no lag probes");
+    limit = (size_t)(q->stmt == FEED_SQL_TOP ? q->params[1] : q->params[3]);
     rows->items = malloc((n + 1) * sizeof *rows->items);
     if (!rows->items)
-        return feed__error(f, FEED_ENOMEM, "out of memory");
+        return feed__msg(err, FEED_ENOMEM, "out of memory");
+    if (q->stmt == FEED_SQL_BEFORE) {   /* above the cursor, closest first */
+        for (size_t i = n; i-- > 0 && rows->count < limit;) {
+            feed_item it = row(uid, i);
+            if (feed__item_after(cursor, it.score, it.id))
+                rows->items[rows->count++] = it;
+        }
+        return FEED_OK;
+    }
     for (size_t i = 0; i < n && rows->count < limit; i++) {
         feed_item it = row(uid, i);
-        if (!after || feed__item_after(it, score, id))
+        if (q->stmt == FEED_SQL_TOP || feed__item_after(it, cursor.score, cursor.id))
             rows->items[rows->count++] = it;
     }
     return FEED_OK;
 }
 
-int feed__pg_top(feed *f, int64_t uid, size_t limit, feed_rows *rows)
+void feed__pg_init(feed_pg *pg)
 {
-    return fetch(f, uid, 0, 0, 0, limit, rows);
+    memset(pg, 0, sizeof *pg);
 }
 
-int feed__pg_after(feed *f, int64_t uid, int64_t score, int64_t id,
-                   size_t limit, feed_rows *rows)
+void feed__pg_free(feed_pg *pg)
 {
-    return fetch(f, uid, 1, score, id, limit, rows);
+    (void)pg;
 }
 
-/* The rows above a cursor, closest first, as lib/pg.c's feedcache_before. */
-int feed__pg_before(feed *f, int64_t uid, int64_t score, int64_t id,
-                    size_t limit, feed_rows *rows)
+void feed__pg_task_begin(feed_pgtask *t, feed_pg *pg, feed_core *c, feed_sql *q, char *err,
+                         int64_t now)
 {
-    feed_item cursor = { score, id };
-    int rc = fetch(f, uid, 0, 0, 0, rows_of(uid), rows);
-    size_t k = 0;
-
-    if (rc != FEED_OK)
-        return rc;
-    for (size_t i = rows->count; i-- > 0 && k < limit;)
-        if (feed__item_after(cursor, rows->items[i].score, rows->items[i].id))
-            rows->items[k++] = rows->items[i];
-    rows->count = k;
-    return FEED_OK;
+    (void)now;
+    memset(t, 0, sizeof *t);
+    t->pg = pg;
+    t->c = c;
+    t->q = q;
+    t->err = err;
+    t->rc = fetch(c, err, q);
+    t->want = FEED_PGW_DONE;
 }
 
-int feed__pg_page(feed *f, int64_t uid, int first, int64_t score, int64_t id,
-                  size_t limit, feed_rows *rows)
+int feed__pg_task_run(feed_pgtask *t, int ready, int64_t now)
 {
-    return fetch(f, uid, !first, score, id, limit, rows);
+    (void)ready;
+    (void)now;
+    return t->want;
+}
+
+int feed__pg_task_fd(const feed_pgtask *t)
+{
+    (void)t;
+    return -1;
+}
+
+void feed__pg_task_abandon(feed_pgtask *t)
+{
+    (void)t;
 }

@@ -33,36 +33,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static feed *fake_handle(int fd)
 {
     feed *f = calloc(1, sizeof *f);
+    feed_config cfg;
+    feed_node *n;
 
     if (!f)
         return NULL;
-    feed_config_init(&f->cfg);
-    f->cfg.redis_port = 1;
-    f->cfg.max_len = 8;
-    f->cfg.max_page = 20;
-    f->cfg.ttl_seconds = 60;
-    f->cfg.lease_wait_ms = 0;
-    f->cfg.retry_ms = UINT32_MAX;
-    f->key_cap = strlen(f->cfg.key_prefix) +
-                 sizeof ":" FEED_KEY_VERSION ":{-9223372036854775808}:lease";
-    f->key = malloc(f->key_cap);
-    f->lease_key = malloc(f->key_cap);
-    strcpy(f->ttl_ms, "60000");
-    strcpy(f->lease_ms, "3000");
-    f->token_seed = 1;
+    feed_config_init(&cfg);
+    cfg.redis_port = 1;
+    cfg.max_len = 8;
+    cfg.max_page = 20;
+    cfg.ttl_seconds = 60;
+    cfg.lease_wait_ms = 0;
+    cfg.retry_ms = UINT32_MAX;
+    if (feed__core_init(&f->core, &cfg) != FEED_OK || feed__topo_init(&f->core) != FEED_OK) {
+        close(fd);
+        feed_close(f);
+        return NULL;
+    }
+    f->core.handle = f;
+    f->core.token_seed = 1;
+    feed__pg_init(&f->pg);
     for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
-        memset(f->sha[s], 'a' + s, 40);
-    f->redis_attempt_ms = f->pg_attempt_ms = feed__now_ms();
-    f->redis = redisConnectFd(fd);
-    if (!f->key || !f->lease_key || !f->redis || f->redis->err) {
-        if (!f->redis)
+        memset(f->core.sha[s], 'a' + s, 40);
+    n = f->core.topo.nodes[0];
+    n->attempt_ms = feed__now_ms();
+    n->io = redisConnectFd(fd);
+    if (!n->io || ((redisContext *)n->io)->err) {
+        if (!n->io)
             close(fd);
         feed_close(f);
         return NULL;
     }
+    n->state = FEED_NODE_READY;
+    n->fence.state = FEED_FENCE_TRUSTED;
     {
         struct timeval tv = { 0, 200 * 1000 };
-        redisSetTimeout(f->redis, tv);
+        redisSetTimeout(n->io, tv);
     }
     return f;
 }

@@ -14,7 +14,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 #define TOKEN_VERSION 1
 #define TOKEN_BYTES   18

@@ -1,17 +1,15 @@
-/* cluster.c -- Redis Cluster decisions, without any I/O.
+/* slots.c -- Redis Cluster arithmetic and the meaning of replies.
  *
- * Which slot a key lives on, which node owns a slot, what a reply means
- * (done, or MOVED / ASK / TRYAGAIN / NOSCRIPT: send again, and where), how
- * long to wait before the next try. The blocking transport (cluster_io.c)
- * drives these; an event-loop transport will drive the same ones from
- * callbacks, so nothing here may block, allocate per call or touch a
- * socket.
+ * Which slot a key lives on, what a reply means (done, or MOVED / ASK /
+ * TRYAGAIN / NOSCRIPT: send again, and where), how long to wait before the
+ * next try, "host:port" lists. The exchange (core/exchange.c) decides with
+ * these; nothing here keeps state or touches a socket.
  */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 /* CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as the Redis
  * Cluster specification requires; bitwise, since keys are a few bytes. */
@@ -72,6 +70,27 @@ static int parse_addr(const char *s, size_t len, feed_addr *a)
     a->host[colon - s] = '\0';
     a->port = (int)port;
     return FEED_OK;
+}
+
+/* Entry i of "host:port[,host:port...]" into *a: 1 when entry i exists
+ * and is well formed, 0 past the end or on a malformed entry (*bad set
+ * then). The Sentinels are asked in this order. */
+int feed__addr_at(const char *list, size_t i, feed_addr *a, int *bad)
+{
+    const char *p = list, *end;
+
+    *bad = 0;
+    for (size_t k = 0; k < i; k++) {
+        if (!(p = strchr(p, ',')))
+            return 0;
+        p++;
+    }
+    end = strchr(p, ',');
+    if (parse_addr(p, end ? (size_t)(end - p) : strlen(p), a) != FEED_OK) {
+        *bad = 1;
+        return 0;
+    }
+    return 1;
 }
 
 /* "host:port[,host:port...]": the seed list of redis_cluster. With out NULL
@@ -223,4 +242,27 @@ int feed__slot_map_parse(const redisReply *r, const char *here,
             return rc;
     }
     return FEED_OK;
+}
+
+unsigned feed__command_slot(int argc, const char **argv, const size_t *lens)
+{
+    int k = 1;
+
+    if (argc > 3 && strcmp(argv[0], "EVALSHA") == 0)
+        k = 3;
+    if (argc <= k)
+        return 0;
+    return feed__key_slot(argv[k], lens ? lens[k] : strlen(argv[k]));
+}
+
+int feed__is_readonly(const redisReply *r)
+{
+    /* Plain commands answer "READONLY ..."; Redis 7 passes a script's
+     * failed redis.call back with the same code first. */
+    return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0;
+}
+
+int feed__is_noscript(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }

@@ -1,0 +1,294 @@
+/* feed.c -- the blocking API: open, close, errors, statistics, pages.
+ *
+ * Each call checks its arguments, makes its request (core/) and runs it
+ * to its end (drive/sync.c). The request lives on the caller's stack.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "drive/drive.h"
+
+/* The message of the last failed feed_open() in this thread: there is no
+ * handle to carry it. */
+static _Thread_local char open_errmsg[FEED_ERRMSG];
+
+const char *feed_errmsg(const feed *f)
+{
+    return f ? f->errmsg : open_errmsg;
+}
+
+void feed_stats_get(const feed *f, feed_stats *out)
+{
+    if (!out)
+        return;
+    if (f)
+        *out = f->core.stats;
+    else
+        memset(out, 0, sizeof *out);
+}
+
+/* feed_open succeeds when one store answers; a store that answered and
+ * refused (bad password, missing table) is a configuration error worth
+ * failing for, since retrying will not fix it. */
+static int open_outcome(int redis_rc, int pg_rc)
+{
+    if (redis_rc == FEED_ENOMEM || pg_rc == FEED_ENOMEM)
+        return FEED_ENOMEM;
+    if (redis_rc == FEED_EREDIS)
+        return FEED_EREDIS;
+    if (pg_rc == FEED_EPG || pg_rc == FEED_ERANGE)
+        return FEED_EPG;
+    if (redis_rc != FEED_OK && pg_rc != FEED_OK)
+        return FEED_EUNAVAILABLE;
+    return FEED_OK;
+}
+
+int feed_open(feed **out, const feed_config *cfg)
+{
+    char redis_msg[FEED_ERRMSG] = "", pg_msg[FEED_ERRMSG] = "";
+    const char *bad;
+    int rc, redis_rc, pg_rc;
+    feed *f;
+
+    open_errmsg[0] = '\0';
+    if (!out || !cfg) {
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out or cfg is NULL");
+        if (out)
+            *out = NULL;
+        return FEED_EINVAL;
+    }
+    *out = NULL;
+    if ((bad = feed__config_check(cfg)) != NULL) {
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: %s", bad);
+        return FEED_EINVAL;
+    }
+    if (!(f = calloc(1, sizeof *f)) || feed__core_init(&f->core, cfg) != FEED_OK ||
+        feed__topo_init(&f->core) != FEED_OK) {
+        feed_close(f);
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out of memory");
+        return FEED_ENOMEM;
+    }
+    f->core.handle = f;
+    feed__pg_init(&f->pg);
+
+    redis_rc = feed__sync_connect_redis(f);
+    if (redis_rc != FEED_OK)
+        snprintf(redis_msg, sizeof redis_msg, "%s", f->errmsg);
+    f->errmsg[0] = '\0';
+    pg_rc = feed__sync_connect_pg(f);
+    if (pg_rc != FEED_OK)
+        snprintf(pg_msg, sizeof pg_msg, "%s", f->errmsg);
+
+    rc = open_outcome(redis_rc, pg_rc);
+    feed__msg(f->errmsg, rc, "%s%s%s", redis_msg, *redis_msg && *pg_msg ? "; " : "", pg_msg);
+    if (rc != FEED_OK) {
+        snprintf(open_errmsg, sizeof open_errmsg, "%s", f->errmsg);
+        feed_close(f);
+        return rc;
+    }
+    *out = f;
+    return FEED_OK;
+}
+
+void feed_close(feed *f)
+{
+    if (!f)
+        return;
+    feed__sync_close(f);
+    feed__core_free(&f->core);
+    free(f);
+}
+
+int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id, size_t limit,
+              feed_result *out)
+{
+    return feed_page_ranked(f, uid, last_score, last_id, -1, limit, out, NULL);
+}
+
+int feed_page_ranked(feed *f, int64_t uid, int64_t last_score, int64_t last_id, int64_t rank,
+                     size_t limit, feed_result *out, int64_t *next_rank)
+{
+    union {
+        feed_op op;
+        char    bytes[4096];
+        long double align;
+    } u;
+    feed_page_op *p = (feed_page_op *)&u.op;
+    int rc = FEED_OK;
+
+    if (next_rank)
+        *next_rank = -1;
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__page_check(&f->core, f->errmsg, "feed_page", last_score, last_id, rank,
+                               limit, out)) != FEED_OK)
+        return rc;
+    if (feed__page_op_size() > sizeof u)
+        return feed__msg(f->errmsg, FEED_ENOMEM, "feed_page: request too large");
+    if ((rc = feed__page_init(p, &f->core, f->errmsg, uid, last_score, last_id, rank, limit,
+                              out)) != FEED_OK)
+        return rc;
+    rc = feed__sync_run(f, &u.op);
+    if (rc == FEED_OK && out->has_more && next_rank)
+        *next_rank = feed__page_next_rank(p);
+    u.op.free(&u.op);
+    if (rc != FEED_OK)
+        memset(out, 0, sizeof *out);
+    return rc;
+}
+
+/* A request on the heap, run to its end and freed. */
+static int run_and_free(feed *f, feed_op *op, int rc)
+{
+    if (!op)
+        return rc;
+    rc = feed__sync_run(f, op);
+    op->free(op);
+    return rc;
+}
+
+int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t limit,
+                    feed_result *out)
+{
+    union {
+        feed_op op;
+        char    bytes[2048];
+        long double align;
+    } u;
+    int rc = FEED_OK;
+
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__newer_check(&f->core, f->errmsg, score, id, limit, out)) != FEED_OK)
+        return rc;
+    if (feed__newer_op_size() > sizeof u)
+        return feed__msg(f->errmsg, FEED_ENOMEM, "feed_page_newer: request too large");
+    if ((rc = feed__newer_init((feed_newer_op *)&u.op, &f->core, f->errmsg, uid, score, id,
+                               limit, out)) != FEED_OK)
+        return rc;
+    rc = feed__sync_run(f, &u.op);
+    u.op.free(&u.op);
+    if (rc != FEED_OK)
+        memset(out, 0, sizeof *out);
+    return rc;
+}
+
+/* One hook, its request on the stack. */
+static int hook(feed *f, int kind, int64_t uid, int64_t score, int64_t id)
+{
+    union {
+        feed_op op;
+        char    bytes[2048];
+        long double align;
+    } u;
+    int rc = FEED_OK;
+
+    if (feed__hook_op_size() > sizeof u)
+        return feed__msg(f->errmsg, FEED_ENOMEM, "hook: request too large");
+    if ((rc = feed__hook_init((feed_hook_op *)&u.op, &f->core, f->errmsg, kind, uid, score,
+                              id)) != FEED_OK)
+        return rc;
+    rc = feed__sync_run(f, &u.op);
+    u.op.free(&u.op);
+    return rc;
+}
+
+int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
+{
+    int rc = FEED_OK;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__check_item(f->errmsg, "feed_on_insert", score, id)) != FEED_OK)
+        return rc;
+    return hook(f, FEED_HOOK_INSERT, uid, score, id);
+}
+
+int feed_on_delete(feed *f, int64_t uid, int64_t id)
+{
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if (id < 0)
+        return feed__msg(f->errmsg, FEED_EINVAL, "feed_on_delete: id %lld is negative",
+                         (long long)id);
+    return hook(f, FEED_HOOK_DELETE, uid, 0, id);
+}
+
+int feed_invalidate(feed *f, int64_t uid)
+{
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    return hook(f, FEED_HOOK_INVALIDATE, uid, 0, 0);
+}
+
+int feed_reload(feed *f, int64_t uid)
+{
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    return hook(f, FEED_HOOK_RELOAD, uid, 0, 0);
+}
+
+int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id)
+{
+    int rc = FEED_OK;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if (!uids && n > 0)
+        return feed__msg(f->errmsg, FEED_EINVAL, "feed_fanout: uids is NULL");
+    if ((rc = feed__check_item(f->errmsg, "feed_fanout", score, id)) != FEED_OK)
+        return rc;
+    if (n == 0)
+        return FEED_OK;
+    return run_and_free(f, feed__fanout_op(&f->core, f->errmsg, uids, n, score, id, &rc), rc);
+}
+
+int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
+{
+    int rc = FEED_OK;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if (!uids && n > 0)
+        return feed__msg(f->errmsg, FEED_EINVAL, "feed_invalidate_many: uids is NULL");
+    if (n == 0)
+        return FEED_OK;
+    return run_and_free(f, feed__invalidate_many_op(&f->core, f->errmsg, uids, n, &rc), rc);
+}
+
+int feed_invalidate_all(feed *f, uint64_t *dropped)
+{
+    int rc = FEED_OK;
+
+    if (dropped)
+        *dropped = 0;
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, dropped, &rc), rc);
+}
+
+int feed_health(feed *f, feed_health_info *out)
+{
+    int rc = FEED_OK;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if (!out)
+        return feed__msg(f->errmsg, FEED_EINVAL, "feed_health: out is NULL");
+    return run_and_free(f, feed__health_op(&f->core, f->errmsg, out, &rc), rc);
+}

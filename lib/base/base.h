@@ -1,0 +1,106 @@
+/* base.h -- the bottom layer: pure functions every other layer uses.
+ *
+ *   codec.c   ids as members, scores and integers as text, both ways, strictly
+ *   cursor.c  opaque cursor tokens (public)
+ *   score.c   composite scores (public)
+ *   slots.c   Redis Cluster slots, "host:port" lists, what a reply means
+ *   text.c    messages, key names, lease tokens, the clock
+ *
+ * Nothing here keeps state between calls or touches a socket. Not installed.
+ */
+#ifndef FEED_BASE_H
+#define FEED_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/read.h>   /* redisReply: the parsed reply, a plain tree */
+#include <hiredis/hiredis.h>
+
+#include "feedcache.h"
+
+/* Internal names are feed__*; the library is built with
+ * -fvisibility=hidden, so none of them leaves libfeedcache.so. */
+
+#define FEED_ERRMSG 512             /* bytes of an error message buffer */
+
+/* ---- codec.c ----
+ *
+ * Member encoding: an id as a short string whose byte order is the ids'
+ * numeric order, so that Redis, which orders equal scores by member bytes,
+ * orders ties by id exactly as SQL does; at most 19 bytes. The end marker is
+ * a member no id can encode to; its score is -inf, below every real score.
+ * Buffers hold FEED_MEMBER_MAX bytes (the member and a NUL); callers use the
+ * length feed__member_encode returns (members may hold NUL bytes). */
+#define FEED_MEMBER_MAX 24
+#define FEED_END_MEMBER "end"
+
+int    feed__score_ok(int64_t score);
+size_t feed__i64_to_str(int64_t v, char *buf);          /* buf >= 21 bytes; returns the length */
+size_t feed__member_encode(int64_t id, char buf[FEED_MEMBER_MAX]);
+int    feed__member_decode(const char *s, size_t len, int64_t *id);
+int    feed__parse_i64(const char *s, size_t len, int64_t *out);
+int    feed__parse_score(const char *s, size_t len, int64_t *out);
+int    feed__item_after(feed_item item, int64_t score, int64_t id);
+
+/* ---- slots.c ---- */
+#define FEED_SLOTS 16384
+typedef struct feed_addr {
+    char host[256];
+    int  port;
+} feed_addr;
+
+/* What a reply means for the command it answers (on a Redis Cluster). */
+enum feed_verdict {
+    FEED_V_DONE,        /* a final answer (maybe an error reply) */
+    FEED_V_MOVED,       /* the slot lives elsewhere for good: refresh the map */
+    FEED_V_ASK,         /* migrating: ASKING + the command at the target, once */
+    FEED_V_TRYAGAIN,    /* TRYAGAIN, CLUSTERDOWN, LOADING: back off, try again */
+    FEED_V_NOSCRIPT     /* this node lacks the script: load it, try again */
+};
+unsigned feed__key_slot(const char *key, size_t len);
+unsigned feed__uid_slot(int64_t uid);
+int      feed__parse_addrs(const char *list, feed_addr **out, size_t *n);
+int      feed__addr_at(const char *list, size_t i, feed_addr *a, int *bad);
+enum feed_verdict feed__classify(const redisReply *r, const char *here, feed_addr *to);
+int64_t  feed__backoff_ms(int tries, int64_t now, int64_t deadline);
+int      feed__slot_map_parse(const redisReply *r, const char *here,
+                              int (*each)(void *arg, unsigned from, unsigned to,
+                                          const feed_addr *owner),
+                              void *arg);
+/* The slot of a command's first key: argv[1], or argv[3] for EVALSHA (with
+ * no keys, its first argument: a fan-out by node routes by it). */
+unsigned feed__command_slot(int argc, const char **argv, const size_t *lens);
+int      feed__is_readonly(const redisReply *r);   /* a -READONLY error: a demoted node */
+int      feed__is_noscript(const redisReply *r);
+
+/* ---- text.c ---- */
+/* Format a message into buf (FEED_ERRMSG bytes), on one line (servers'
+ * messages may hold newlines; messages end up in logs). Returns code, so
+ * that error paths read "return feed__msg(err, FEED_EINVAL, ...)". */
+int feed__msg(char *buf, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int feed__vmsg(char *buf, int code, const char *fmt, va_list ap);
+
+/* The key format: part of every key name, "<prefix>:2:{<uid>}". It changes
+ * whenever what the keys hold is read differently (the member encoding, the
+ * end marker, the lease), so a library never reads a copy another version
+ * wrote: an upgrade costs a cold cache, never a misread page. */
+#define FEED_KEY_VERSION "2"
+/* Bytes a key of this prefix needs, NUL included (the longest uid and
+ * suffix). */
+size_t feed__key_cap(const char *prefix);
+/* "<prefix>:2:{<uid>}" into key and "<prefix>:2:{<uid>}:lease" into
+ * lease_key (cap bytes each; lease_key may be NULL). The braces are a Redis
+ * Cluster hash tag: every key of a feed lives on one slot. */
+void feed__keys_of(const char *prefix, size_t cap, int64_t uid, char *key, char *lease_key);
+
+/* A lease token unique across handles and processes: a random seed per
+ * handle, then a counter (*seq). */
+uint64_t feed__random_seed(const void *salt);
+void     feed__lease_token(uint64_t seed, uint64_t *seq, char buf[33]);
+
+/* Monotonic milliseconds. Only drivers read the clock: the core is handed
+ * the time. */
+int64_t feed__now_ms(void);
+
+#endif /* FEED_BASE_H */

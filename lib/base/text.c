@@ -1,0 +1,94 @@
+/* text.c -- messages, key names, lease tokens and the clock. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base.h"
+
+int feed__vmsg(char *buf, int code, const char *fmt, va_list ap)
+{
+    vsnprintf(buf, FEED_ERRMSG, fmt, ap);
+    /* One line, whatever the servers said (libpq adds "LINE 1: ..."):
+     * messages end up in logs. */
+    for (char *p = buf; *p; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            *p = ' ';
+    return code;
+}
+
+int feed__msg(char *buf, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    feed__vmsg(buf, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+size_t feed__key_cap(const char *prefix)
+{
+    return strlen(prefix) + sizeof ":" FEED_KEY_VERSION ":{-9223372036854775808}:lease";
+}
+
+void feed__keys_of(const char *prefix, size_t cap, int64_t uid, char *key, char *lease_key)
+{
+    char num[21];
+
+    feed__i64_to_str(uid, num);
+    snprintf(key, cap, "%s:" FEED_KEY_VERSION ":{%s}", prefix, num);
+    if (lease_key)
+        snprintf(lease_key, cap, "%s:" FEED_KEY_VERSION ":{%s}:lease", prefix, num);
+}
+
+/* splitmix64: a well-mixed 64-bit value from a counter. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static void hex64(uint64_t v, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = digits[v & 15];
+}
+
+/* Tokens need to be unguessable only by accident: they tell leases apart. */
+void feed__lease_token(uint64_t seed, uint64_t *seq, char buf[33])
+{
+    uint64_t n = ++*seq;
+
+    hex64(mix64(seed ^ n), buf);
+    hex64(mix64(seed + n), buf + 16);
+    buf[32] = '\0';
+}
+
+uint64_t feed__random_seed(const void *salt)
+{
+    uint64_t seed = 0;
+    FILE *urandom = fopen("/dev/urandom", "rb");
+
+    if (urandom) {
+        if (fread(&seed, sizeof seed, 1, urandom) != 1)
+            seed = 0;
+        fclose(urandom);
+    }
+    /* Without /dev/urandom, time, pid and an address still differ between
+     * handles; tokens only have to differ. */
+    seed ^= (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)salt;
+    return mix64(seed);
+}
+
+int64_t feed__now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,530 @@
+/* bulk.c -- dropping cached copies in bulk: what a change log
+ * (feedcache-sync) needs. One DEL of a feed's copy and lease is always safe:
+ * an absent copy is rebuilt from SQL by the next read, and without its lease
+ * a rebuild that read SQL before the change can never install. So these
+ * requests are idempotent and commute with every hook, rebuild and with each
+ * other: replaying them, late or twice, cannot make a copy wrong.
+ *
+ * feed_invalidate_all SCANs the keys of the prefix (and key format) and
+ * DELs them page by page. On a Redis Cluster each primary is SCANned on its
+ * own connection and the keys of a page are DELed there, one DEL per key
+ * (the keys of a page lie on many slots), pipelined: one round trip per
+ * page. A key that left the node between its SCAN and its DEL (MOVED, ASK)
+ * is kept aside and DELed after the walk, routed. SCAN promises the keys
+ * that stay on one node while it runs, not keys that move from a node not
+ * yet scanned to one already scanned: a slot migrating (resharding) or a
+ * failover during the walk. So after the walk the map is asked again and
+ * every primary says whether it has a slot migrating or importing (CLUSTER
+ * NODES, its "myself" line: "[slot->-id]" / "[slot-<-id]"). Same map and
+ * nothing migrating: no key changed node during the walk, so each one there
+ * before the call was met on its node and dropped. Else the walk runs again
+ * (MAX_PASSES in all, then FEED_EREDIS: call again once the resharding is
+ * over). A primary that fails mid-walk fails the call (the caller calls
+ * again once a replica has taken over).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+#define MAX_PASSES 3
+
+/* ---- feed_invalidate_many ---------------------------------------------- */
+
+typedef struct many_op {
+    feed_op     op;
+    int64_t    *uids;
+    size_t      n;
+    char       *keys;           /* key, lease: key_cap bytes each */
+    const char *argv[5];
+    size_t      lens[5];
+} many_op;
+
+static int many_build(void *arg, size_t i, const char ***argv, const size_t **lens)
+{
+    many_op *m = arg;
+    feed_core *c = m->op.c;
+    char *key = m->keys, *lease = m->keys + c->key_cap;
+
+    feed__keys_of(c->cfg.key_prefix, c->key_cap, m->uids[i], key, lease);
+    m->argv[0] = "EVALSHA";
+    m->argv[1] = c->sha[FEED_SCRIPT_INVALIDATE];
+    m->argv[2] = "2";
+    m->argv[3] = key;
+    m->argv[4] = lease;
+    m->lens[0] = 7;
+    m->lens[1] = 40;
+    m->lens[2] = 1;
+    m->lens[3] = strlen(key);
+    m->lens[4] = strlen(lease);
+    *argv = m->argv;
+    *lens = m->lens;
+    return 5;
+}
+
+static void many_reply(void *arg, size_t i, const redisReply *r)
+{
+    (void)arg;
+    (void)i;
+    (void)r;
+}
+
+static enum feed_want many_step(feed_op *op, int64_t now)
+{
+    many_op *m = (many_op *)op;
+
+    (void)now;
+    if (op->state == 0) {
+        op->state = 1;
+        op->batch = (feed_batch){ .n = m->n, .flags = FEED_B_EACH, .arg = m,
+                                  .build = many_build, .reply = many_reply };
+        return FEED_W_REDIS;
+    }
+    /* Which feeds were dropped is unknown: each goes on the process-wide
+     * repair list, like the feed of a failed hook. */
+    if (op->redis_rc == FEED_EREDIS)
+        for (size_t i = 0; i < m->n; i++)
+            feed__repair_remember(op->c, m->uids[i]);
+    op->rc = op->redis_rc;
+    return FEED_W_DONE;
+}
+
+static void many_free(feed_op *op)
+{
+    many_op *m = (many_op *)op;
+
+    free(m->uids);
+    free(m->keys);
+    free(m);
+}
+
+feed_op *feed__invalidate_many_op(feed_core *c, char *err, const int64_t *uids, size_t n,
+                                  int *rc)
+{
+    many_op *m = calloc(1, sizeof *m);
+
+    if (!m || !(m->uids = malloc((n ? n : 1) * sizeof *uids)) ||
+        !(m->keys = malloc(2 * c->key_cap))) {
+        if (m)
+            free(m->uids);
+        free(m);
+        *rc = feed__msg(err, FEED_ENOMEM, "out of memory invalidating %zu feeds", n);
+        return NULL;
+    }
+    memcpy(m->uids, uids, n * sizeof *uids);
+    m->n = n;
+    m->op.c = c;
+    m->op.err = err;
+    m->op.step = many_step;
+    m->op.free = many_free;
+    *rc = FEED_OK;
+    return &m->op;
+}
+
+/* ---- feed_invalidate_all ----------------------------------------------- */
+
+enum {
+    A_SCAN,         /* SCAN the node (single Redis: node 0) at the cursor */
+    A_DROP,         /* DEL the page's keys */
+    A_MAP,          /* cluster: the map asked afresh before a walk */
+    A_AWAY,         /* cluster: DEL the keys that moved, routed */
+    A_SETTLE_MAP,   /* cluster: the map again after the walk */
+    A_SETTLE,       /* cluster: CLUSTER NODES on every primary */
+    A_DONE
+};
+
+typedef struct all_op {
+    feed_op        op;
+    uint64_t      *dropped;
+    char          *pattern;
+    char           cursor[32];
+    uint64_t       count;
+    int            pass;
+    uint64_t       before, after;
+    unsigned char *primary;     /* cluster: the primaries of the walk's map */
+    size_t         nprimary;    /* nodes when it was taken */
+    size_t         node;        /* the node being walked */
+    int            node_lost;
+    char         **keys;        /* a SCAN page's keys */
+    size_t        *klens, nkeys;
+    char         **away;        /* keys that left their node */
+    size_t        *away_len, naway, cap;
+    int            moving, bad, nomem;
+    int           *targets;     /* A_SETTLE: command i's node */
+    size_t         ntargets;
+    const char    *argv[6];
+    size_t         lens[6];
+} all_op;
+
+static void free_keys(all_op *a)
+{
+    for (size_t i = 0; i < a->nkeys; i++)
+        free(a->keys[i]);
+    free(a->keys);
+    free(a->klens);
+    a->keys = NULL;
+    a->klens = NULL;
+    a->nkeys = 0;
+}
+
+static void free_away(all_op *a)
+{
+    for (size_t i = 0; i < a->naway; i++)
+        free(a->away[i]);
+    a->naway = 0;
+}
+
+static int keep_away(all_op *a, const char *key, size_t len)
+{
+    char *copy;
+
+    if (a->naway == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 16;
+        char **keys = realloc(a->away, cap * sizeof *keys);
+        size_t *lens = keys ? realloc(a->away_len, cap * sizeof *lens) : NULL;
+        if (keys)
+            a->away = keys;
+        if (!keys || !lens)
+            return FEED_ENOMEM;
+        a->away_len = lens;
+        a->cap = cap;
+    }
+    if ((copy = malloc(len + 1)) == NULL)
+        return FEED_ENOMEM;
+    memcpy(copy, key, len + 1);
+    a->away[a->naway] = copy;
+    a->away_len[a->naway++] = len;
+    return FEED_OK;
+}
+
+static int all_node_of(void *arg, size_t i)
+{
+    all_op *a = arg;
+
+    return a->op.state == A_SETTLE ? a->targets[i] : (int)a->node;
+}
+
+static void all_lost(void *arg, size_t i, const char *why)
+{
+    all_op *a = arg;
+
+    (void)i;
+    if (!a->node_lost)
+        feed__msg(a->op.err, FEED_EREDIS, "%s", why);
+    a->node_lost = 1;
+}
+
+static int all_build(void *arg, size_t i, const char ***argv, const size_t **lens)
+{
+    all_op *a = arg;
+    static const char *nodes[2] = { "CLUSTER", "NODES" };
+    static const size_t nodes_len[2] = { 7, 5 };
+
+    switch (a->op.state) {
+    case A_SCAN:
+        a->argv[0] = "SCAN";
+        a->argv[1] = a->cursor;
+        a->argv[2] = "MATCH";
+        a->argv[3] = a->pattern;
+        a->argv[4] = "COUNT";
+        a->argv[5] = "1000";
+        for (int k = 0; k < 6; k++)
+            a->lens[k] = strlen(a->argv[k]);
+        *argv = a->argv;
+        *lens = a->lens;
+        return 6;
+    case A_DROP:
+        if (!a->op.c->topo.cluster) {       /* one DEL of the page */
+            *argv = (const char **)a->keys;
+            *lens = a->klens;
+            return (int)a->nkeys;
+        }
+        i++;                                /* keys[0] is "DEL" */
+        /* FALLTHROUGH */
+    case A_AWAY:
+        a->argv[0] = "DEL";
+        a->lens[0] = 3;
+        a->argv[1] = a->op.state == A_AWAY ? a->away[i] : a->keys[i];
+        a->lens[1] = a->op.state == A_AWAY ? a->away_len[i] : a->klens[i];
+        *argv = a->argv;
+        *lens = a->lens;
+        return 2;
+    default:
+        *argv = nodes;
+        *lens = nodes_len;
+        return 2;
+    }
+}
+
+/* One SCAN reply: the next cursor and the keys to DEL ("DEL" first). */
+static void scan_reply(all_op *a, const redisReply *r)
+{
+    const redisReply *keys;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof a->cursor ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
+        a->op.c->stats.redis_errors++;
+        a->bad = 1;
+        feed__msg(a->op.err, FEED_EREDIS, "Redis SCAN: %s",
+                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        return;
+    }
+    memcpy(a->cursor, r->element[0]->str, r->element[0]->len + 1);
+    keys = r->element[1];
+    free_keys(a);
+    a->keys = malloc((keys->elements + 1) * sizeof *a->keys);
+    a->klens = malloc((keys->elements + 1) * sizeof *a->klens);
+    if (!a->keys || !a->klens) {
+        a->nomem = 1;
+        return;
+    }
+    a->keys[0] = strdup("DEL");
+    a->klens[0] = 3;
+    a->nkeys = 1;
+    if (!a->keys[0]) {
+        a->nomem = 1;
+        return;
+    }
+    for (size_t i = 0; i < keys->elements; i++) {
+        const redisReply *k = keys->element[i];
+        if (k->type != REDIS_REPLY_STRING) {
+            a->op.c->stats.redis_errors++;
+            a->bad = 1;
+            feed__msg(a->op.err, FEED_EREDIS, "Redis SCAN: a key is not a string");
+            return;
+        }
+        if (!(a->keys[a->nkeys] = malloc(k->len + 1))) {
+            a->nomem = 1;
+            return;
+        }
+        memcpy(a->keys[a->nkeys], k->str, k->len + 1);
+        a->klens[a->nkeys++] = k->len;
+    }
+}
+
+static void all_reply(void *arg, size_t i, const redisReply *r)
+{
+    all_op *a = arg;
+    const char *me, *start, *end;
+
+    switch (a->op.state) {
+    case A_SCAN:
+        scan_reply(a, r);
+        return;
+    case A_DROP:
+    case A_AWAY:
+        if (r->type == REDIS_REPLY_INTEGER) {
+            a->count += (uint64_t)r->integer;
+        } else if (a->op.state == A_DROP && a->op.c->topo.cluster && r->type == REDIS_REPLY_ERROR &&
+                   (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0)) {
+            if (keep_away(a, a->keys[i + 1], a->klens[i + 1]) != FEED_OK)
+                a->nomem = 1;
+        } else if (!a->bad) {
+            a->op.c->stats.redis_errors++;
+            a->bad = 1;
+            feed__msg(a->op.err, FEED_EREDIS, "Redis DEL: %s",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        }
+        return;
+    default:        /* A_SETTLE: CLUSTER NODES */
+        if (r->type != REDIS_REPLY_STRING || (me = strstr(r->str, "myself")) == NULL) {
+            if (!a->bad) {
+                feed_node *n = a->op.c->topo.nodes[a->targets[i]];
+                a->op.c->stats.redis_errors++;
+                a->bad = 1;
+                feed__msg(a->op.err, FEED_EREDIS, "Redis %s:%d CLUSTER NODES: %s", n->addr.host,
+                          n->addr.port, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+            }
+            return;
+        }
+        for (start = me; start > r->str && start[-1] != '\n'; start--) {}
+        if ((end = strchr(me, '\n')) == NULL)
+            end = me + strlen(me);
+        if (memchr(start, '[', (size_t)(end - start)))
+            a->moving = 1;
+    }
+}
+
+static enum feed_want all_ask(all_op *a, int state, size_t n, int flags)
+{
+    a->op.state = state;
+    a->node_lost = 0;
+    a->op.batch = (feed_batch){ .n = n, .flags = flags, .slot = 0, .arg = a,
+                                .build = all_build, .reply = all_reply, .node_of = all_node_of,
+                                .lost = all_lost };
+    return FEED_W_REDIS;
+}
+
+static enum feed_want all_done(all_op *a, int rc)
+{
+    if (a->dropped)
+        *a->dropped = a->count;
+    a->op.rc = rc;
+    a->op.state = A_DONE;
+    return FEED_W_DONE;
+}
+
+/* The next primary to walk, from node a->node on; or the keys that moved. */
+static enum feed_want next_node(all_op *a)
+{
+    while (a->node < a->nprimary && !a->primary[a->node])
+        a->node++;
+    if (a->node < a->nprimary) {
+        strcpy(a->cursor, "0");
+        return all_ask(a, A_SCAN, 1, FEED_B_NODE);
+    }
+    return all_ask(a, A_AWAY, a->naway, FEED_B_EACH);
+}
+
+static int failed_here(all_op *a)
+{
+    feed_core *c = a->op.c;
+
+    if (a->nomem)
+        return feed__msg(a->op.err, FEED_ENOMEM, "out of memory dropping keys");
+    if (a->node_lost) {
+        char why[FEED_ERRMSG];
+        memcpy(why, a->op.err, FEED_ERRMSG);
+        c->topo.stale = 1;
+        c->stats.redis_errors++;
+        return feed__msg(a->op.err, FEED_EREDIS, "Redis Cluster: %s", why);
+    }
+    if (a->op.redis_rc != FEED_OK || a->bad)
+        return a->op.redis_rc == FEED_ENOMEM ? FEED_ENOMEM : FEED_EREDIS;
+    return FEED_OK;
+}
+
+static enum feed_want all_step(feed_op *op, int64_t now)
+{
+    all_op *a = (all_op *)op;
+    feed_core *c = op->c;
+    int rc;
+
+    (void)now;
+    if (op->state != A_MAP || a->pass > 0) {    /* the answer to the last batch */
+        if ((rc = failed_here(a)) != FEED_OK)
+            return all_done(a, rc);
+    }
+    switch (op->state) {
+    case A_MAP:
+        if (a->pass == 0) {
+            a->pass = 1;
+            if (!c->topo.cluster) {
+                strcpy(a->cursor, "0");
+                return all_ask(a, A_SCAN, 1, 0);
+            }
+            return all_ask(a, A_MAP, 0, FEED_B_MAP);
+        }
+        a->before = feed__map_stamp(&c->topo);
+        free(a->primary);
+        if (!(a->primary = feed__map_primaries(&c->topo)))
+            return all_done(a, feed__msg(op->err, FEED_ENOMEM, "out of memory for the node list"));
+        a->nprimary = c->topo.nnodes;
+        a->node = 0;
+        return next_node(a);
+    case A_SCAN:
+        if (a->nkeys <= 1)
+            goto page_dropped;
+        return all_ask(a, A_DROP, c->topo.cluster ? a->nkeys - 1 : 1,
+                       c->topo.cluster ? FEED_B_NODE : 0);
+    case A_DROP:
+    page_dropped:
+        if (strcmp(a->cursor, "0") != 0)
+            return all_ask(a, A_SCAN, 1, c->topo.cluster ? FEED_B_NODE : 0);
+        if (!c->topo.cluster)
+            return all_done(a, FEED_OK);
+        if (c->test_after_node_scan)
+            c->test_after_node_scan(c->handle, c->topo.nodes[a->node]->addr.port, c->test_arg);
+        a->node++;
+        return next_node(a);
+    case A_AWAY:
+        free_away(a);
+        return all_ask(a, A_SETTLE_MAP, 0, FEED_B_MAP);
+    case A_SETTLE_MAP: {
+        unsigned char *now_primary = feed__map_primaries(&c->topo);
+        a->after = feed__map_stamp(&c->topo);
+        free(a->targets);
+        a->targets = malloc((c->topo.nnodes + 1) * sizeof *a->targets);
+        if (!now_primary || !a->targets) {
+            free(now_primary);
+            return all_done(a, feed__msg(op->err, FEED_ENOMEM, "out of memory for the node list"));
+        }
+        a->ntargets = 0;
+        for (size_t k = 0; k < c->topo.nnodes; k++)
+            if (now_primary[k])
+                a->targets[a->ntargets++] = (int)k;
+        free(now_primary);
+        a->moving = 0;
+        return all_ask(a, A_SETTLE, a->ntargets, FEED_B_NODE);
+    }
+    case A_SETTLE:
+        if (a->before == a->after && !a->moving)
+            return all_done(a, FEED_OK);
+        if (a->pass == MAX_PASSES) {
+            c->stats.redis_errors++;
+            return all_done(a, feed__msg(op->err, FEED_EREDIS, "Redis Cluster: slots moved "
+                                         "during each of %d scans of every primary "
+                                         "(resharding or failover); call again", MAX_PASSES));
+        }
+        a->pass++;
+        return all_ask(a, A_MAP, 0, FEED_B_MAP);
+    default:
+        return FEED_W_DONE;
+    }
+}
+
+static void all_free(feed_op *op)
+{
+    all_op *a = (all_op *)op;
+
+    free_keys(a);
+    free_away(a);
+    free(a->away);
+    free(a->away_len);
+    free(a->primary);
+    free(a->targets);
+    free(a->pattern);
+    free(a);
+}
+
+/* SCAN's MATCH is a glob: the prefix's own '*', '?', '[', ']' and '\'
+ * must match themselves. "<escaped prefix>:2:{*" (2 is FEED_KEY_VERSION:
+ * copies in another key format are never read, so they are left to their
+ * TTL). */
+static char *scan_pattern(const char *prefix)
+{
+    size_t len = strlen(prefix);
+    char *pat = malloc(2 * len + sizeof ":" FEED_KEY_VERSION ":{*"), *p = pat;
+
+    if (!pat)
+        return NULL;
+    for (const char *s = prefix; *s; s++) {
+        if (strchr("*?[]\\", *s))
+            *p++ = '\\';
+        *p++ = *s;
+    }
+    memcpy(p, ":" FEED_KEY_VERSION ":{*", sizeof ":" FEED_KEY_VERSION ":{*");
+    return pat;
+}
+
+feed_op *feed__invalidate_all_op(feed_core *c, char *err, uint64_t *dropped, int *rc)
+{
+    all_op *a = calloc(1, sizeof *a);
+
+    if (!a || !(a->pattern = scan_pattern(c->cfg.key_prefix))) {
+        free(a);
+        *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a SCAN pattern");
+        return NULL;
+    }
+    a->op.c = c;
+    a->op.err = err;
+    a->op.step = all_step;
+    a->op.free = all_free;
+    a->op.state = A_MAP;
+    a->dropped = dropped;
+    if (dropped)
+        *dropped = 0;
+    *rc = FEED_OK;
+    return &a->op;
+}

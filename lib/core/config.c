@@ -1,0 +1,266 @@
+/* config.c -- the configuration and what a handle's requests share:
+ * defaults, checks, owned copies of the strings, statistics by name. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+void feed_config_init(feed_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->redis_host = "127.0.0.1";
+    cfg->redis_port = 6379;
+    cfg->redis_password = NULL;
+    cfg->pg_conninfo = "";
+    cfg->key_prefix = "feed";
+    cfg->table = "feed_entry";
+    cfg->owner_column = "uid";
+    cfg->score_column = "score";
+    cfg->id_column = "id";
+    cfg->max_len = 1000;
+    cfg->max_page = 100;
+    cfg->ttl_seconds = 604800;
+    cfg->redis_timeout_ms = 250;
+    cfg->lease_ms = 3000;
+    cfg->redis_user = NULL;
+    cfg->lease_wait_ms = 100;
+    cfg->retry_ms = 1000;
+    cfg->redis_cluster = NULL;
+    cfg->redis_sentinels = NULL;
+    cfg->redis_master_name = "mymaster";
+    cfg->pg_replica_conninfo = NULL;
+    cfg->pg_timeout_ms = 2000;
+    cfg->empty_ttl_seconds = 60;
+    cfg->pg_replica_max_lag_ms = 0;
+    cfg->redis_wait_replicas = 0;
+    cfg->redis_wait_timeout_ms = 100;
+    cfg->redis_restart_fence = 0;
+}
+
+const char *feed_strerror(int code)
+{
+    switch (code) {
+    case FEED_OK:           return "success";
+    case FEED_EINVAL:       return "invalid argument";
+    case FEED_ERANGE:       return "score or composite field out of range";
+    case FEED_EREDIS:       return "Redis failed";
+    case FEED_EPG:          return "PostgreSQL failed";
+    case FEED_ENOMEM:       return "out of memory";
+    case FEED_EUNAVAILABLE: return "neither Redis nor PostgreSQL could answer";
+    case FEED_ECANCELED:    return "the request was pending when its handle closed";
+    default:                return "unknown error code";
+    }
+}
+
+const char *feed__script_source(enum feed_script s)
+{
+    switch (s) {
+    case FEED_SCRIPT_PAGE:       return feed_lua_page;
+    case FEED_SCRIPT_REBUILD:    return feed_lua_rebuild;
+    case FEED_SCRIPT_INSERT:     return feed_lua_insert;
+    case FEED_SCRIPT_DELETE:     return feed_lua_delete;
+    case FEED_SCRIPT_NEWER:      return feed_lua_newer;
+    case FEED_SCRIPT_INVALIDATE: return feed_lua_invalidate;
+    default:                     return NULL;
+    }
+}
+
+const char *feed__script_name(enum feed_script s)
+{
+    switch (s) {
+    case FEED_SCRIPT_PAGE:       return "page.lua";
+    case FEED_SCRIPT_REBUILD:    return "rebuild.lua";
+    case FEED_SCRIPT_INSERT:     return "insert.lua";
+    case FEED_SCRIPT_DELETE:     return "delete.lua";
+    case FEED_SCRIPT_NEWER:      return "newer.lua";
+    case FEED_SCRIPT_INVALIDATE: return "invalidate.lua";
+    default:                     return "?";
+    }
+}
+
+const char *feed__config_check(const feed_config *c)
+{
+    if (!c->redis_host || !*c->redis_host)
+        return "redis_host is NULL or empty";
+    if (c->redis_port < 1 || c->redis_port > 65535)
+        return "redis_port must be 1..65535";
+    if (c->redis_user && !c->redis_password)
+        return "redis_user needs redis_password";
+    if (!c->pg_conninfo)
+        return "pg_conninfo is NULL (use \"\" for libpq defaults)";
+    if (!c->key_prefix || !*c->key_prefix)
+        return "key_prefix is NULL or empty";
+    /* A brace in the prefix would become the Redis Cluster hash tag instead
+     * of the uid, putting every feed on one slot. */
+    if (strpbrk(c->key_prefix, "{}"))
+        return "key_prefix must not contain '{' or '}'";
+    if (!c->table || !*c->table || !c->owner_column || !*c->owner_column ||
+        !c->score_column || !*c->score_column || !c->id_column || !*c->id_column)
+        return "table and column names must be non-empty strings";
+    if (c->max_len == 0 || c->max_len > 10000000)
+        return "max_len must be 1..10000000";
+    if (c->max_page == 0 || c->max_page > 100000)
+        return "max_page must be 1..100000";
+    if (c->redis_timeout_ms == 0)
+        return "redis_timeout_ms must be > 0";
+    if (c->lease_ms == 0)
+        return "lease_ms must be > 0";
+    /* Like redis_timeout_ms: no "wait forever" setting. A stuck server must
+     * cost a caller a bounded wait. */
+    if (c->pg_timeout_ms == 0)
+        return "pg_timeout_ms must be > 0";
+    if (c->pg_replica_conninfo && !*c->pg_replica_conninfo)
+        return "pg_replica_conninfo is empty (NULL for no replica)";
+    if (c->redis_cluster && feed__parse_addrs(c->redis_cluster, NULL, NULL) != FEED_OK)
+        return "redis_cluster must be host:port[,host:port...]";
+    if (c->redis_cluster && c->redis_sentinels)
+        return "redis_cluster and redis_sentinels are exclusive: set one";
+    if (c->redis_sentinels && (!c->redis_master_name || !*c->redis_master_name))
+        return "redis_sentinels needs redis_master_name";
+    if (c->redis_sentinels && feed__parse_addrs(c->redis_sentinels, NULL, NULL) != FEED_OK)
+        return "redis_sentinels must be \"host:port[,host:port...]\"";
+    if (c->redis_wait_replicas > 0 &&
+        (c->redis_wait_timeout_ms == 0 || c->redis_wait_timeout_ms >= c->redis_timeout_ms))
+        return "redis_wait_timeout_ms must be 1 .. redis_timeout_ms - 1";
+    if (c->redis_restart_fence != 0 && c->redis_restart_fence != 1)
+        return "redis_restart_fence must be 0 or 1";
+    return NULL;
+}
+
+/* A feed known to be empty (its copy holds only the end marker) lives
+ * empty_ttl_seconds, never longer than a real feed: any uid probe creates
+ * one, so they must not pile up in Redis. 0 means "as long as a real feed". */
+static uint32_t empty_ttl_seconds(const feed_config *c)
+{
+    if (c->empty_ttl_seconds == 0)
+        return c->ttl_seconds;
+    if (c->ttl_seconds != 0 && c->empty_ttl_seconds > c->ttl_seconds)
+        return c->ttl_seconds;
+    return c->empty_ttl_seconds;
+}
+
+/* Copy the config's strings, so the caller's may go; the config was
+ * checked. */
+int feed__core_init(feed_core *c, const feed_config *cfg)
+{
+    const char **fields[] = {
+        &c->cfg.redis_host, &c->cfg.redis_password, &c->cfg.pg_conninfo,
+        &c->cfg.key_prefix, &c->cfg.table, &c->cfg.owner_column,
+        &c->cfg.score_column, &c->cfg.id_column, &c->cfg.redis_user,
+        &c->cfg.redis_cluster, &c->cfg.redis_sentinels, &c->cfg.redis_master_name,
+        &c->cfg.pg_replica_conninfo,
+    };
+
+    memset(c, 0, sizeof *c);
+    c->cfg = *cfg;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (!*fields[i])
+            continue;
+        if ((c->owned[i] = strdup(*fields[i])) == NULL)
+            return FEED_ENOMEM;
+        *fields[i] = c->owned[i];
+    }
+    c->key_cap = feed__key_cap(c->cfg.key_prefix);
+    c->token_seed = feed__random_seed(c);
+    feed__i64_to_str((int64_t)c->cfg.ttl_seconds * 1000, c->ttl_ms);
+    feed__i64_to_str((int64_t)empty_ttl_seconds(&c->cfg) * 1000, c->empty_ttl_ms);
+    feed__i64_to_str((int64_t)c->cfg.lease_ms, c->lease_ms);
+    c->topo.cluster = c->cfg.redis_cluster != NULL;
+    c->topo.store = feed__store_of(&c->cfg);
+    return FEED_OK;
+}
+
+void feed__core_free(feed_core *c)
+{
+    for (size_t i = 0; i < c->topo.nnodes; i++)
+        free(c->topo.nodes[i]);
+    free(c->topo.nodes);
+    free(c->topo.seeds);
+    free(c->topo.owner);
+    for (size_t i = 0; i < sizeof c->owned / sizeof c->owned[0]; i++)
+        free(c->owned[i]);
+    memset(c, 0, sizeof *c);
+}
+
+int feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
+                    const char *store, char *err)
+{
+    int64_t since = now - last_attempt_ms;
+
+    if (since < (int64_t)c->cfg.retry_ms)
+        return feed__msg(err, FEED_EUNAVAILABLE, "%s is down; next reconnect in %lld ms",
+                         store, (long long)(c->cfg.retry_ms - since));
+    return FEED_OK;
+}
+
+/* Degraded but answered: keep why Redis was not used. PostgreSQL failed
+ * too: the feed is unavailable, with both reasons. Any other rc is returned
+ * as it is. */
+int feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg)
+{
+    char pg_msg[FEED_ERRMSG];
+
+    if (!redis_failed)
+        return rc;
+    if (rc == FEED_OK) {
+        snprintf(err, FEED_ERRMSG, "%s", redis_msg);
+    } else if (rc == FEED_EPG) {
+        snprintf(pg_msg, sizeof pg_msg, "%s", err);
+        rc = feed__msg(err, FEED_EUNAVAILABLE, "%s; %s", redis_msg, pg_msg);
+    }
+    return rc;
+}
+
+void feed__rows_free(feed_rows *rows)
+{
+    free(rows->items);
+    rows->items = NULL;
+    rows->count = 0;
+}
+
+void feed_result_free(feed_result *r)
+{
+    if (!r)
+        return;
+    free(r->items);
+    memset(r, 0, sizeof *r);
+}
+
+/* The names of feed_stats' fields, in declaration order. */
+#define FEED_STAT(name) { #name, offsetof(feed_stats, name) }
+static const struct { const char *name; size_t offset; } stat_fields[] = {
+    FEED_STAT(pages), FEED_STAT(cache_pages), FEED_STAT(rebuilds),
+    FEED_STAT(db_pages), FEED_STAT(sql_queries), FEED_STAT(redis_calls),
+    FEED_STAT(lease_waits), FEED_STAT(redis_errors), FEED_STAT(pg_errors),
+    FEED_STAT(redis_connects), FEED_STAT(pg_connects), FEED_STAT(repairs),
+    FEED_STAT(pg_timeouts), FEED_STAT(replica_queries), FEED_STAT(replica_fallbacks),
+    FEED_STAT(replica_lagging),
+    FEED_STAT(wait_failures), FEED_STAT(fence_flushes), FEED_STAT(failovers),
+    FEED_STAT(plain_pages), FEED_STAT(script_pages), FEED_STAT(plain_fallbacks),
+    FEED_STAT(redis_redirects), FEED_STAT(redis_retries),
+};
+#undef FEED_STAT
+
+size_t feed_stats_count(void)
+{
+    return sizeof stat_fields / sizeof stat_fields[0];
+}
+
+const char *feed_stats_name(size_t i)
+{
+    return i < feed_stats_count() ? stat_fields[i].name : NULL;
+}
+
+uint64_t feed_stats_value(const feed_stats *s, size_t i)
+{
+    uint64_t v;
+
+    if (!s || i >= feed_stats_count())
+        return 0;
+    memcpy(&v, (const char *)s + stat_fields[i].offset, sizeof v);
+    return v;
+}

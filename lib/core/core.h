@@ -1,0 +1,469 @@
+/* core.h -- the decisions of the library, without any I/O.
+ *
+ * Every public call is a request: a small machine that says what it needs
+ * next (a Redis batch, a SQL statement, a wake-up) and consumes the answer.
+ * A driver (drive/sync.c: blocking, drive/async.c: an event loop) does the
+ * I/O and hands the answers back, so both APIs make the same decisions
+ * because they run the same code. Nothing in core/ touches a socket, sleeps
+ * or reads the clock: the time comes in as `now`.
+ *
+ *   config.c    the configuration, the handle's shared state, statistics
+ *   topo.c      where Redis commands go: the nodes, the slot map
+ *   setup.c     a node's connection set-up: Sentinel, AUTH, ROLE, scripts,
+ *               the restart fence
+ *   exchange.c  one batch of commands to Redis: routing, MOVED/ASK/TRYAGAIN,
+ *               NOSCRIPT, a peer that closed, READONLY, WAIT and ROLE checks
+ *   repair.c    feeds whose write was lost, dropped before anything else
+ *   page.c      feed_page, feed_page_ranked       newer.c  feed_page_newer
+ *   rebuild.c   a miss or a reload: SQL rows installed under a lease
+ *   hooks.c     the write path: insert, delete, fan-out, reload, invalidate
+ *   bulk.c      feed_invalidate_many, feed_invalidate_all
+ *   health.c    feed_health
+ *   sql.c       which PostgreSQL server reads what, the replica's lag proof
+ *
+ * A request's state lives in the request, never on the handle, so an
+ * event loop can carry any number of them at once. What the handle holds is
+ * shared by all of them: the config, the nodes and the slot map, the rank
+ * hints (guesses, always proven), the statistics. Not installed.
+ */
+#ifndef FEED_CORE_H
+#define FEED_CORE_H
+
+#include "base/base.h"
+
+/* ------------------------------------------------------------------------
+ * The handle's shared state (config.c)
+ * ------------------------------------------------------------------------ */
+
+/* The Lua scripts: lua/<name>.lua becomes feed_lua_<name> at build time
+ * (tools/embed.c writes build/lib/scripts.c). */
+enum feed_script {
+    FEED_SCRIPT_PAGE,           /* lua/page.lua    the read path's fallback */
+    FEED_SCRIPT_REBUILD,        /* lua/rebuild.lua install rows under a lease */
+    FEED_SCRIPT_INSERT,         /* lua/insert.lua  insert or rescore hook */
+    FEED_SCRIPT_DELETE,         /* lua/delete.lua  delete hook */
+    FEED_SCRIPT_NEWER,          /* lua/newer.lua   pull-to-refresh */
+    FEED_SCRIPT_INVALIDATE,     /* lua/invalidate.lua drop a copy and its lease */
+    FEED_SCRIPT_COUNT
+};
+extern const char feed_lua_page[], feed_lua_rebuild[], feed_lua_insert[],
+                  feed_lua_delete[], feed_lua_newer[], feed_lua_invalidate[];
+const char *feed__script_source(enum feed_script s);
+const char *feed__script_name(enum feed_script s);
+
+#define FEED_HINTS 64               /* page.c: rank hints kept per handle (2-way sets) */
+
+/* The restart fence of one connection (setup.c). */
+enum { FEED_FENCE_UNKNOWN, FEED_FENCE_FLUSHING, FEED_FENCE_TRUSTED };
+typedef struct feed_fence {
+    int  state;                 /* FEED_FENCE_* */
+    char cursor[24];            /* SCAN cursor of a flush in progress */
+    char run_id[41];            /* of the server connected to */
+} feed_fence;
+
+/* A Redis node: the one Redis, the primary the Sentinels name, or one node
+ * of a cluster. Allocated one by one, so a pointer stays valid for the
+ * handle's life (nodes are never removed). */
+enum { FEED_NODE_DOWN, FEED_NODE_UP, FEED_NODE_READY };
+typedef struct feed_node {
+    feed_addr  addr;
+    int        state;           /* DOWN: no connection; UP: connected, not set
+                                   up; READY: AUTH, ROLE, scripts done */
+    int        fresh;           /* no reply read since connect: a close is not retried */
+    int        reload;          /* a NOSCRIPT seen: load the scripts again */
+    int        busy;            /* a set-up run is under way (async) */
+    int64_t    attempt_ms;      /* last connect attempt */
+    feed_fence fence;
+    void      *io;              /* the driver's connection; NULL while DOWN */
+} feed_node;
+
+typedef struct feed_topo {
+    int         cluster;        /* cfg.redis_cluster set */
+    feed_node **nodes;          /* single Redis and Sentinel: nodes[0] */
+    size_t      nnodes, cap;
+    feed_addr  *seeds;          /* cluster: the configured seeds */
+    size_t      nseeds;
+    uint16_t   *owner;          /* cluster: FEED_SLOTS entries, node index + 1; 0 = unknown */
+    int         stale;          /* refresh the slot map before routing */
+    int64_t     map_ms;         /* last refresh attempt */
+    uint64_t    store;          /* which copies these are, for the repair list */
+} feed_topo;
+
+/* What the requests of one handle share. */
+typedef struct feed_core {
+    feed_config cfg;            /* strings point into owned copies below */
+    char       *owned[16];
+    size_t      key_cap;        /* bytes of a key name, NUL included */
+    char        ttl_ms[24];     /* cfg.ttl_seconds * 1000 as text, "0" = no TTL */
+    char        empty_ttl_ms[24];   /* the TTL of a feed known to be empty */
+    char        lease_ms[24];
+    char        sha[FEED_SCRIPT_COUNT][41];
+    uint64_t    token_seed, token_seq;
+
+    /* page.c: where recent pages ended. hints[h] says that in uid's zset the
+     * first entry after the cursor (score, id) sat at rank `rank` when last
+     * read; a next page fetches by rank from there and its reply proves (or
+     * disproves) that the rank still holds. Never trusted, only a guess. */
+    struct feed_hint {
+        int64_t  uid, score, id, rank;
+        uint64_t used;          /* hint_clock when last put; 0 = empty */
+    } hints[FEED_HINTS];
+    uint64_t hint_clock;
+    int      hint_slack;        /* ranks read below a hinted page */
+    /* page.c: a first page of uid needs no TTL check before fresh_until. */
+    struct feed_ttl_seen {
+        int64_t uid, fresh_until;
+        int     empty;          /* the copy then held only the end marker */
+    } ttl_seen[FEED_HINTS];
+
+    feed_topo  topo;
+    feed_stats stats;
+
+    /* sql.c: the replica's lag proof (pg_replica_max_lag_ms). */
+    int64_t replica_fresh_until;
+    int64_t replica_probe_ms;   /* 0: no probe */
+    int64_t replica_tried_ms;
+    char    replica_probe_lsn[32];
+
+    /* Tests only: called between a rebuild's SQL read and its install, and
+     * after feed_invalidate_all scanned a cluster node. */
+    void (*test_before_install)(feed *handle, int64_t uid, void *arg);
+    void (*test_after_node_scan)(feed *handle, int port, void *arg);
+    void  *test_arg;
+    feed  *handle;              /* the blocking handle, for the test hooks */
+} feed_core;
+
+/* topo.c */
+int  feed__topo_init(feed_core *c);
+int  feed__node_index(feed_topo *t, const feed_addr *addr);
+int  feed__map_apply(feed_topo *t, int from, const redisReply *r);
+int  feed__map_candidate(feed_topo *t, int *phase, size_t *i);
+int  feed__map_owner(const feed_topo *t, unsigned slot);
+int  feed__fence_slot(const feed_topo *t, int i, unsigned slot);
+unsigned char *feed__map_primaries(const feed_topo *t);
+uint64_t feed__map_stamp(const feed_topo *t);
+
+/* config.c */
+const char *feed__config_check(const feed_config *c);
+int  feed__core_init(feed_core *c, const feed_config *cfg);   /* FEED_OK or FEED_ENOMEM */
+void feed__core_free(feed_core *c);
+/* The retry rule: a lost connection is tried again only retry_ms after the
+ * last attempt, so that an outage cannot turn into a connect storm. */
+int  feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
+                     const char *store, char *err);
+/* The end of a read that PostgreSQL answered instead of Redis (redis_failed:
+ * Redis could not answer either; redis_msg: why). */
+int  feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg);
+
+/* A batch of rows from SQL, in (score DESC, id DESC) order. */
+typedef struct feed_rows {
+    feed_item *items;
+    size_t     count;
+} feed_rows;
+void feed__rows_free(feed_rows *rows);
+
+/* ------------------------------------------------------------------------
+ * Round trips (what the drivers carry out)
+ * ------------------------------------------------------------------------ */
+
+/* One round trip on one node's connection: n commands written in order,
+ * then their n replies read in order. The driver asks for each command
+ * with cmd (k = 0 .. n-1, once each, in order; argv valid until the next
+ * call) and hands each reply to reply (in order; the reply is freed after
+ * the call). Then it sets io and calls the owner's end. */
+enum { FEED_IO_OK, FEED_IO_CLOSED, FEED_IO_FAILED };
+typedef struct feed_trip {
+    int     node;
+    size_t  n;
+    void   *arg;
+    int   (*cmd)(void *arg, size_t k, const char ***argv, const size_t **lens);
+    void  (*reply)(void *arg, size_t k, const redisReply *r);
+    /* Set by the driver. */
+    int     io;                 /* FEED_IO_OK; CLOSED: the peer closed a connection
+                                   (EOF, reset, broken pipe); FAILED: timeout, protocol
+                                   error, no memory */
+    size_t  got;                /* replies handed over */
+    char    why[160];           /* what failed, for messages */
+} feed_trip;
+
+/* A node's set-up, one run of it (setup.c): what the driver must do next. */
+enum feed_swant {
+    FEED_S_PROBE,       /* connect to s->probe (a Sentinel), run s->trip on it, close */
+    FEED_S_CONNECT,     /* connect node s->node (s->node_ptr->addr) within redis_timeout_ms */
+    FEED_S_TRIP,        /* run s->trip on the node's connection */
+    FEED_S_DONE         /* s->rc: FEED_OK, the node may serve; else why in s->err */
+};
+enum { FEED_SETUP_FULL, FEED_SETUP_HELLO };  /* with the fence, or the connection only */
+struct feed_scmd {
+    int         argc;
+    const char *argv[6];
+    size_t      lens[6];
+};
+typedef struct feed_setup {
+    feed_core *c;
+    feed_node *node;
+    int        index;           /* the node's index */
+    int        kind;            /* FEED_SETUP_* */
+    unsigned   slot;            /* the slot about to be served (the fence key's, on an
+                                   ASK target that owns none yet) */
+    int        step;
+    int        rc;
+    int64_t    deadline;        /* the fence's work per run */
+    feed_addr  probe;           /* FEED_S_PROBE: the Sentinel to ask */
+    size_t     sentinel;        /* the next Sentinel to ask */
+    feed_addr  found;
+    feed_trip  trip;
+    struct feed_scmd cmds[FEED_SCRIPT_COUNT + 2];
+    size_t     ncmds;
+    int        bad;             /* replies of the last trip that were not right */
+    int        match;           /* the fence key named this run_id */
+    int        nomem;
+    char       cursor[24];
+    char     **keys;            /* a SCAN batch's keys, "UNLINK" first */
+    size_t    *klens, nkeys;
+    char       key[300], pattern[600];
+    char       why[256];        /* the last trip's refusal */
+    char       last[512];       /* the last Sentinel's */
+    char       err[FEED_ERRMSG];
+} feed_setup;
+void feed__setup_begin(feed_setup *s, feed_core *c, int node, int kind, unsigned slot,
+                       int64_t now);
+enum feed_swant feed__setup_next(feed_setup *s, int64_t now);
+void feed__setup_end(feed_setup *s);
+/* After FEED_S_CONNECT: ok, or why not. */
+void feed__setup_connected(feed_setup *s, int ok, const char *why, int64_t now);
+/* After FEED_S_PROBE and FEED_S_TRIP: s->trip.io and replies say how it went. */
+void feed__setup_tripped(feed_setup *s, int64_t now);
+
+/* ------------------------------------------------------------------------
+ * Batches (exchange.c): what a request asks of Redis
+ * ------------------------------------------------------------------------ */
+
+enum {
+    FEED_B_HOOK   = 1,  /* a write: WAIT applies (redis_wait_replicas), and it
+                           may use a node whose fence is still being cleared */
+    FEED_B_EACH   = 2,  /* independent commands, each routed by its own first
+                           key (fan-out, repairs); else all go, in order, in one
+                           pipeline to the node of `slot` */
+    FEED_B_REPAIR = 4,  /* the repairs themselves: no repairs before them */
+    FEED_B_NODE   = 8,  /* to the nodes named by node_of, as they are: no
+                           routing, no redirects, replies raw (SCAN, PING) */
+    FEED_B_MAP    = 16  /* no commands: ask a node for the slot map now */
+};
+typedef struct feed_batch {
+    size_t   n;
+    int      flags;
+    unsigned slot;
+    void    *arg;
+    /* Command i: its argc, *argv and *lens (valid until the next call). */
+    int    (*build)(void *arg, size_t i, const char ***argv, const size_t **lens);
+    /* The final reply to command i (error replies included). */
+    void   (*reply)(void *arg, size_t i, const redisReply *r);
+    /* FEED_B_NODE: the node of command i; and why command i got no reply
+     * (NULL: not wanted). */
+    int    (*node_of)(void *arg, size_t i);
+    void   (*lost)(void *arg, size_t i, const char *why);
+} feed_batch;
+
+enum feed_xwant {
+    FEED_X_REPAIR,      /* run the repairs first (feed__repair_*), then call again */
+    FEED_X_SETUP,       /* set node x->setup_node up (kind x->setup_kind), then
+                           feed__xchg_setup_done */
+    FEED_X_PASS,        /* run x->trips[0 .. x->ntrips) (write all, then read all),
+                           then feed__xchg_pass_done */
+    FEED_X_WAKE,        /* call again at x->wake_at */
+    FEED_X_DONE         /* x->rc: FEED_OK, or the reason in the request's err */
+};
+
+/* Per command of a batch. */
+typedef struct feed_xcmd {
+    int      node;              /* node of the current pass, -1: not sent */
+    int      ask;               /* ASKING at node ask - 1 next pass; 0: none */
+    unsigned slot;
+    unsigned char done;
+} feed_xcmd;
+
+/* Per trip: what its commands are. */
+enum { FEED_XK_ASKING = -1, FEED_XK_WAIT = -2, FEED_XK_ROLE = -3, FEED_XK_SLOTS = -4 };
+typedef struct feed_xtrip {
+    feed_trip  trip;
+    struct feed_xchg *x;
+    int       *map;             /* command k: batch index, or FEED_XK_* */
+    int        small[8];
+    size_t     applied;         /* commands answered for good (WAIT) */
+    int        checked;         /* a WAIT or ROLE rides at the end */
+    int        was_fresh;       /* its connection had answered nothing before */
+    int        map_small;       /* map is small */
+} feed_xtrip;
+
+typedef struct feed_xchg {
+    feed_core        *c;
+    const feed_batch *b;
+    char             *err;      /* the request's message */
+    int               state;
+    int               rc;
+    int64_t           deadline;
+    int               tries, redirects, reloaded, peer_retried, first_error;
+    int               moved, ask, tryagain, noscript, demoted, wait_short, io_failed;
+    char              why[200];
+    feed_xcmd        *cmds, small[4];
+    feed_xtrip       *trips, one_trip;
+    size_t            ntrips, trips_cap;
+    int               setup_node, setup_kind, setup_tried;
+    unsigned          setup_slot;
+    int64_t           wake_at;
+    int               map_rc, map_fail_rc;
+    char              map_why[FEED_ERRMSG / 2];
+    char              what[32];     /* the batch's first command, for messages */
+    const char       *wait_argv[3];
+    size_t            wait_lens[3];
+    char              wait_n[24], wait_ms[24];
+    int               map_phase;    /* slot map refresh: the candidates walked */
+    size_t            map_i;
+    int               map_node;     /* the node asked now; -1 none */
+} feed_xchg;
+
+/* Start an exchange of batch b for a request whose message buffer is err. */
+void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err, int64_t now);
+enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now);
+void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now);
+void feed__xchg_pass_done(feed_xchg *x, int64_t now);
+void feed__xchg_end(feed_xchg *x);      /* free what it holds; any state */
+
+/* ------------------------------------------------------------------------
+ * Repairs (repair.c)
+ * ------------------------------------------------------------------------ */
+
+/* A write for uid could not reach Redis: remember, process-wide, to drop
+ * uid's cached copy as soon as any handle on the same Redis and key prefix
+ * reaches it. Returns 0 when the list (FEED_REPAIR_MAX feeds) is full. */
+#define FEED_REPAIR_MAX 65536
+int  feed__repair_remember(const feed_core *c, int64_t uid);
+int  feed__repairs_pending(const feed_core *c);
+void feed__redis_forget_repairs(void);   /* tests only */
+uint64_t feed__store_of(const feed_config *cfg);
+
+/* ------------------------------------------------------------------------
+ * SQL (sql.c): what a request asks of PostgreSQL
+ * ------------------------------------------------------------------------ */
+
+enum feed_stmt {
+    FEED_SQL_TOP,       /* WHERE owner = $1 ORDER BY score DESC, id DESC LIMIT $2 */
+    FEED_SQL_AFTER,     /* ... AND (score, id) < ($2, $3) ... LIMIT $4 */
+    FEED_SQL_BEFORE,    /* ... AND (score, id) > ($2, $3) ORDER BY score, id LIMIT $4 */
+    FEED_SQL_STMTS,
+    FEED_SQL_PROBE_PRIMARY = FEED_SQL_STMTS,   /* the primary's WAL insert position */
+    FEED_SQL_PROBE_REPLICA                      /* has the replica replayed $1, $2? */
+};
+enum { FEED_PG_PRIMARY, FEED_PG_REPLICA };
+typedef struct feed_sql {
+    int       stmt;             /* FEED_SQL_* */
+    int       server;           /* FEED_PG_* */
+    int64_t   params[4];
+    int       nparams;
+    int64_t   uid;              /* for messages */
+    feed_rows rows;             /* out: the rows */
+    char      text[2][32];      /* probes: text parameters in, answers out */
+} feed_sql;
+
+/* A page past the cache (page.c, newer.c): which server reads it. The
+ * replica when one is configured and proven fresh enough, else the
+ * primary; a replica that failed is replaced by the primary. */
+typedef struct feed_sqlpage {
+    int     state;
+    int     stmt;
+    int64_t params[4];
+    int     nparams;
+    int64_t uid;
+    int64_t probe_ms;           /* the previous probe's time */
+    char    why[FEED_ERRMSG];   /* the replica's failure, kept */
+} feed_sqlpage;
+
+/* ------------------------------------------------------------------------
+ * Requests
+ * ------------------------------------------------------------------------ */
+
+enum feed_want { FEED_W_REDIS, FEED_W_SQL, FEED_W_WAKE, FEED_W_DONE };
+typedef struct feed_op feed_op;
+struct feed_op {
+    feed_core  *c;
+    char       *err;            /* this request's message, FEED_ERRMSG bytes */
+    /* Says what the request needs next, having read the answer to the last. */
+    enum feed_want (*step)(feed_op *op, int64_t now);
+    void        (*free)(feed_op *op);   /* release what it holds (any state) */
+    feed_batch  batch;          /* FEED_W_REDIS: the batch; then redis_rc */
+    int         redis_rc;
+    feed_sql    sql;            /* FEED_W_SQL: the statement; then sql_rc */
+    int         sql_rc;
+    int64_t     wake_at;        /* FEED_W_WAKE */
+    int         rc;             /* FEED_W_DONE: the result */
+    int         state;
+};
+
+/* rebuild.c: the install of rows under a lease, one batch of three
+ * commands (ZADD staged, PEXPIRE staged, rebuild.lua). */
+typedef struct feed_install {
+    const char **argv;          /* ZADD staged score member ... */
+    size_t      *lens, zargc;
+    char        *text, *staged;
+    const char  *expire[3], *script[8];
+    size_t       expire_lens[3], script_lens[8];
+    int          failed, installed;
+} feed_install;
+int  feed__install_prepare(feed_install *in, feed_core *c, const char *key,
+                           const char *lease_key, const char *token, const feed_rows *rows,
+                           char *err);
+int  feed__install_build(feed_install *in, size_t i, const char ***argv, const size_t **lens);
+void feed__install_reply(feed_install *in, feed_core *c, size_t i, const redisReply *r,
+                         char *err);
+int  feed__install_result(feed_install *in, feed_core *c, int redis_rc);
+void feed__install_free(feed_install *in);
+
+/* sql.c */
+void feed__sql_ask(feed_op *op, int stmt, int server, int64_t uid, const int64_t *params,
+                   int nparams);
+void feed__sqlpage_begin(feed_sqlpage *sp, int stmt, int64_t uid, const int64_t *params,
+                         int nparams);
+enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, int *rc);
+
+/* page.c: a page request. The blocking API keeps one on its stack, the
+ * async API allocates one per request (feed__page_op_size bytes). */
+typedef struct feed_page_op feed_page_op;
+size_t  feed__page_op_size(void);
+int     feed__page_check(const feed_core *c, char *err, const char *fn, int64_t last_score,
+                         int64_t last_id, int64_t rank, size_t limit, const feed_result *out);
+int     feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid,
+                        int64_t last_score, int64_t last_id, int64_t rank, size_t limit,
+                        feed_result *out);
+int64_t feed__page_next_rank(const feed_page_op *p);
+
+/* newer.c: pull-to-refresh. */
+typedef struct feed_newer_op feed_newer_op;
+size_t feed__newer_op_size(void);
+int    feed__newer_check(const feed_core *c, char *err, int64_t score, int64_t id, size_t limit,
+                         const feed_result *out);
+int    feed__newer_init(feed_newer_op *n, feed_core *c, char *err, int64_t uid, int64_t score,
+                        int64_t id, size_t limit, feed_result *out);
+
+/* repair.c */
+feed_op *feed__repair_op(feed_core *c);
+
+/* bulk.c, health.c: requests made on the heap (NULL with *rc on failure). */
+feed_op *feed__invalidate_many_op(feed_core *c, char *err, const int64_t *uids, size_t n,
+                                  int *rc);
+feed_op *feed__invalidate_all_op(feed_core *c, char *err, uint64_t *dropped, int *rc);
+feed_op *feed__health_op(feed_core *c, char *err, feed_health_info *out, int *rc);
+
+/* hooks.c: insert, delete, invalidate and reload of one feed. */
+enum { FEED_HOOK_INSERT, FEED_HOOK_DELETE, FEED_HOOK_INVALIDATE, FEED_HOOK_RELOAD };
+typedef struct feed_hook_op feed_hook_op;
+size_t feed__hook_op_size(void);
+int    feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int64_t uid,
+                       int64_t score, int64_t id);
+int    feed__check_item(char *err, const char *hook, int64_t score, int64_t id);
+
+/* fanout.c: feed_on_insert for many feeds, pipelined. uids are copied. */
+feed_op *feed__fanout_op(feed_core *c, char *err, const int64_t *uids, size_t n,
+                         int64_t score, int64_t id, int *rc);
+
+#endif /* FEED_CORE_H */

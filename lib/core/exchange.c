@@ -1,0 +1,742 @@
+/* exchange.c -- one batch of commands to Redis, to its end: the one retry
+ * machine of the library, for a single Redis, Sentinel and Cluster alike.
+ *
+ * A request hands over a batch (core.h, feed_batch): n commands on one slot
+ * that go, in order, in one pipeline to one node (a page read, a hook's
+ * script, a rebuild's staging and install), or n independent commands each
+ * routed by its own key (a fan-out, repairs), or commands for named nodes
+ * (SCAN, PING). The exchange says what the driver must do, pass after pass,
+ * and reads the replies:
+ *
+ *   route      single Redis and Sentinel: node 0. Cluster: the owner of the
+ *              slot by the map, refreshed first when it is stale (at most
+ *              every REFRESH_MIN_MS: a burst of MOVED during a reshard costs
+ *              one CLUSTER SLOTS, not one per call);
+ *   set up     each node of the pass connected and set up (setup.c), the
+ *              restart fence cleared, or being cleared and the batch a hook
+ *              (hooks only make a copy more right, and every copy is dropped
+ *              anyway);
+ *   pass       the commands still owed an answer, one trip per node, every
+ *              node at once; a hook's trip ends with WAIT (redis_wait_replicas),
+ *              a read's under Sentinel with ROLE (its answer is used only while
+ *              the node still has its replicas attached: wait.c's rule);
+ *   replies    final, or: MOVED (the map is old: refresh it, send again),
+ *              ASK (migrating: ASKING + the command at the target, once),
+ *              TRYAGAIN / CLUSTERDOWN / LOADING (back off: a wake-up, never a
+ *              sleep here, until redis_timeout_ms has passed since the batch
+ *              began), NOSCRIPT (load the scripts on that node, send again,
+ *              once), READONLY (a demoted primary: drop it, ask the Sentinels
+ *              at once);
+ *   failures   a node that closed a connection that had worked (a restart) is
+ *              tried once more on a fresh one, if nothing of that trip was
+ *              answered; any other failure fails the batch (FEED_EREDIS, the
+ *              reason in the request's message) and drops the connection,
+ *              reconnected after retry_ms.
+ *
+ * Before anything, feeds whose write was lost are dropped (repair.c): the
+ * exchange asks the driver to run the repairs first.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+/* The least time between two refreshes of the slot map. */
+#define REFRESH_MIN_MS 20
+/* MOVED or ASK followed per batch (between two waits) before giving up. */
+#define MAX_REDIRECTS 5
+
+enum { XS_START, XS_ROUTE, XS_MAP, XS_MAP_SETUP, XS_MAP_ASK, XS_PASS, XS_WAKE, XS_DONE };
+
+static int is_cluster(const feed_xchg *x)
+{
+    return x->c->topo.cluster;
+}
+
+static feed_node *node_at(const feed_xchg *x, int i)
+{
+    return x->c->topo.nodes[i];
+}
+
+static enum feed_xwant done(feed_xchg *x, int rc)
+{
+    x->rc = rc;
+    x->state = XS_DONE;
+    return FEED_X_DONE;
+}
+
+/* The batch fails: why on the request. On a cluster the words name it. */
+static enum feed_xwant give_up(feed_xchg *x, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static enum feed_xwant give_up(feed_xchg *x, const char *fmt, ...)
+{
+    char why[FEED_ERRMSG];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    x->c->stats.redis_errors++;
+    if (is_cluster(x))
+        feed__msg(x->err, FEED_EREDIS, "Redis Cluster: %s", why);
+    else
+        feed__msg(x->err, FEED_EREDIS, "%s", why);
+    return done(x, FEED_EREDIS);
+}
+
+void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err, int64_t now)
+{
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    x->b = b;
+    x->err = err;
+    x->deadline = now + c->cfg.redis_timeout_ms;
+    x->map_node = -1;
+    x->trips = &x->one_trip;
+    x->trips_cap = 1;
+    x->cmds = b->n <= sizeof x->small / sizeof x->small[0] ? x->small
+                                                            : calloc(b->n, sizeof *x->cmds);
+    if (!x->cmds) {
+        feed__msg(err, FEED_ENOMEM, "out of memory for a pipeline of %zu", b->n);
+        done(x, FEED_ENOMEM);
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        x->cmds[i].node = -1;
+        x->cmds[i].slot = b->slot;
+    }
+    if (b->flags & FEED_B_EACH) {   /* each command's own slot */
+        for (size_t i = 0; i < b->n; i++) {
+            const char **argv;
+            const size_t *lens;
+            int argc = b->build(b->arg, i, &argv, &lens);
+            x->cmds[i].slot = feed__command_slot(argc, argv, lens);
+        }
+    }
+    x->map_fail_rc = FEED_EUNAVAILABLE;
+    x->state = b->n == 0 && !(b->flags & FEED_B_MAP) ? XS_DONE : XS_START;
+}
+
+static void free_trips(feed_xchg *x)
+{
+    for (size_t t = 0; t < x->ntrips; t++)
+        if (x->trips[t].map != x->trips[t].small)
+            free(x->trips[t].map);
+    x->ntrips = 0;
+}
+
+void feed__xchg_end(feed_xchg *x)
+{
+    free_trips(x);
+    if (x->trips != &x->one_trip)
+        free(x->trips);
+    x->trips = NULL;
+    if (x->cmds != x->small)
+        free(x->cmds);
+    x->cmds = NULL;
+}
+
+/* ---- Trips: what goes on the wire, what comes back --------------------- */
+
+static int check_kind(const feed_xchg *x)
+{
+    const feed_config *cfg = &x->c->cfg;
+
+    if (cfg->redis_wait_replicas == 0 || (x->b->flags & FEED_B_NODE))
+        return 0;
+    if (x->b->flags & FEED_B_HOOK)
+        return FEED_XK_WAIT;
+    return !is_cluster(x) && cfg->redis_sentinels ? FEED_XK_ROLE : 0;
+}
+
+/* The batch's name in messages: its first command, or its script. */
+static void name_command(feed_xchg *x, int argc, const char **argv)
+{
+    const char *name = argc > 0 ? argv[0] : "?";
+
+    if (argc > 1 && strcmp(name, "EVALSHA") == 0)
+        for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
+            if (strncmp(argv[1], x->c->sha[s], 40) == 0)
+                name = feed__script_name(s);
+    snprintf(x->what, sizeof x->what, "%s", name);
+}
+
+static int trip_cmd(void *arg, size_t k, const char ***argv, const size_t **lens)
+{
+    static const char *asking[1] = { "ASKING" }, *role[1] = { "ROLE" },
+                      *slots[2] = { "CLUSTER", "SLOTS" };
+    static const size_t asking_len[1] = { 6 }, role_len[1] = { 4 }, slots_len[2] = { 7, 5 };
+    feed_xtrip *t = arg;
+    feed_xchg *x = t->x;
+    int argc;
+
+    switch (t->map[k]) {
+    case FEED_XK_ASKING:
+        *argv = asking;
+        *lens = asking_len;
+        return 1;
+    case FEED_XK_ROLE:
+        *argv = role;
+        *lens = role_len;
+        return 1;
+    case FEED_XK_SLOTS:
+        *argv = slots;
+        *lens = slots_len;
+        return 2;
+    case FEED_XK_WAIT:
+        x->wait_argv[0] = "WAIT";
+        x->wait_argv[1] = x->wait_n;
+        x->wait_argv[2] = x->wait_ms;
+        x->wait_lens[0] = 4;
+        x->wait_lens[1] = feed__i64_to_str(x->c->cfg.redis_wait_replicas, x->wait_n);
+        x->wait_lens[2] = feed__i64_to_str(x->c->cfg.redis_wait_timeout_ms, x->wait_ms);
+        *argv = x->wait_argv;
+        *lens = x->wait_lens;
+        return 3;
+    default:
+        argc = x->b->build(x->b->arg, (size_t)t->map[k], argv, lens);
+        if (!x->what[0])
+            name_command(x, argc, *argv);
+        return argc;
+    }
+}
+
+/* WAIT's answer: enough replicas hold what this trip applied? */
+static void judge_wait(feed_xchg *x, const redisReply *r)
+{
+    const feed_config *cfg = &x->c->cfg;
+
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= (long long)cfg->redis_wait_replicas)
+        return;
+    x->c->stats.wait_failures++;
+    x->c->stats.redis_errors++;
+    x->wait_short = 1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        feed__msg(x->err, FEED_EREDIS, "Redis WAIT: %lld of %u replicas acknowledged the write "
+                  "within %u ms", r->integer, cfg->redis_wait_replicas,
+                  cfg->redis_wait_timeout_ms);
+    else
+        feed__msg(x->err, FEED_EREDIS, "Redis WAIT: %s",
+                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+}
+
+/* ROLE's answer after a read under Sentinel. SENTINEL FAILOVER promotes
+ * the replica and leaves the old primary a primary for seconds, until the
+ * Sentinels reconfigure it; its replica link, though, closes at the
+ * promotion. So a read is used only while its node still has
+ * redis_wait_replicas replicas attached: a handle that only reads would
+ * otherwise go on serving the old primary's copies, which miss the writes
+ * made on the new one. A primary answers ["master", offset, [[ip, port,
+ * offset], ...]]. */
+static void judge_role(feed_xchg *x, const redisReply *r)
+{
+    const feed_config *cfg = &x->c->cfg;
+    size_t have = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                  r->element[0]->type == REDIS_REPLY_STRING &&
+                  strcmp(r->element[0]->str, "master") == 0 &&
+                  r->element[2]->type == REDIS_REPLY_ARRAY ? r->element[2]->elements : 0;
+
+    if (have >= cfg->redis_wait_replicas)
+        return;
+    x->c->stats.redis_errors++;
+    x->wait_short = 1;
+    feed__msg(x->err, FEED_EREDIS, "Redis primary has %zu of %u replicas attached: it may have "
+              "been replaced; the Sentinels are asked again in retry_ms", have,
+              cfg->redis_wait_replicas);
+}
+
+static void note_why(feed_xchg *x, const redisReply *r)
+{
+    snprintf(x->why, sizeof x->why, "%s", r->str);
+}
+
+/* One reply of a batch command: final, or what the next pass needs. */
+static void command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisReply *r)
+{
+    const feed_batch *b = x->b;
+    feed_topo *topo = &x->c->topo;
+    feed_node *n = node_at(x, t->trip.node);
+    enum feed_verdict v = FEED_V_DONE;
+    feed_addr to;
+    int k;
+
+    if (b->flags & FEED_B_NODE) {
+        x->cmds[i].done = 1;
+        b->reply(b->arg, i, r);
+        return;
+    }
+    if (is_cluster(x))
+        v = feed__classify(r, n->addr.host, &to);
+    else if (feed__is_noscript(r))
+        v = FEED_V_NOSCRIPT;
+    switch (v) {
+    case FEED_V_DONE:
+        x->cmds[i].done = 1;
+        t->applied++;
+        if (r->type == REDIS_REPLY_ERROR) {
+            x->demoted |= !is_cluster(x) && feed__is_readonly(r);
+            if (b->flags & FEED_B_EACH) {
+                if (!x->first_error) {
+                    x->c->stats.redis_errors++;
+                    if (is_cluster(x))
+                        feed__msg(x->err, FEED_EREDIS, "Redis: %s", r->str);
+                    else
+                        feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", x->what, r->str);
+                    x->first_error = 1;
+                }
+                return;
+            }
+        }
+        b->reply(b->arg, i, r);
+        return;
+    case FEED_V_MOVED:
+        k = feed__node_index(topo, &to);
+        x->moved = 1;
+        if (k >= 0) {
+            topo->owner[x->cmds[i].slot] = (uint16_t)(k + 1);   /* until the refresh says more */
+            topo->nodes[k]->fence.state = FEED_FENCE_UNKNOWN;  /* it gained a slot */
+        }
+        topo->stale = 1;
+        break;
+    case FEED_V_ASK:
+        k = feed__node_index(topo, &to);
+        x->ask = 1;
+        x->cmds[i].ask = k >= 0 ? k + 1 : 0;
+        break;
+    case FEED_V_TRYAGAIN:
+        x->tryagain = 1;
+        break;
+    case FEED_V_NOSCRIPT:
+        x->noscript = 1;
+        n->reload = 1;
+        break;
+    }
+    note_why(x, r);
+}
+
+static void trip_reply(void *arg, size_t k, const redisReply *r)
+{
+    feed_xtrip *t = arg;
+    feed_xchg *x = t->x;
+
+    switch (t->map[k]) {
+    case FEED_XK_ASKING:
+        return;
+    case FEED_XK_SLOTS:
+        x->map_rc = feed__map_apply(&x->c->topo, t->trip.node, r);
+        if (x->map_rc == FEED_EINVAL)
+            snprintf(x->why, sizeof x->why, "CLUSTER SLOTS: %s",
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        return;
+    case FEED_XK_WAIT:
+        /* A trip whose commands were all sent elsewhere (MOVED, ASK,
+         * TRYAGAIN: nothing applied here) gives WAIT's answer no meaning; a
+         * demoted node even refuses it. */
+        if (t->applied > 0)
+            judge_wait(x, r);
+        return;
+    case FEED_XK_ROLE:
+        judge_role(x, r);
+        return;
+    default:
+        command_reply(x, t, (size_t)t->map[k], r);
+    }
+}
+
+/* A new trip to node `node` in this pass. */
+static feed_xtrip *trip_new(feed_xchg *x, int node, size_t most)
+{
+    feed_xtrip *t;
+
+    if (x->ntrips == x->trips_cap) {
+        size_t cap = x->trips_cap ? 2 * x->trips_cap : 4;
+        feed_xtrip *bigger;
+        if (x->trips == &x->one_trip || !x->trips) {
+            bigger = malloc(cap * sizeof *bigger);
+            if (bigger && x->ntrips)
+                memcpy(bigger, x->trips, x->ntrips * sizeof *bigger);
+        } else {
+            bigger = realloc(x->trips, cap * sizeof *bigger);
+        }
+        if (!bigger)
+            return NULL;
+        x->trips = bigger;
+        x->trips_cap = cap;
+        for (size_t k = 0; k < x->ntrips; k++)   /* the maps moved with them */
+            if (x->trips[k].map_small)
+                x->trips[k].map = x->trips[k].small;
+    }
+    t = &x->trips[x->ntrips];
+    memset(t, 0, sizeof *t);
+    t->x = x;
+    t->map_small = most <= sizeof t->small / sizeof t->small[0];
+    t->map = t->map_small ? t->small : malloc(most * sizeof *t->map);
+    if (!t->map)
+        return NULL;
+    t->trip.node = node;
+    t->trip.arg = t;
+    t->trip.cmd = trip_cmd;
+    t->trip.reply = trip_reply;
+    t->was_fresh = node_at(x, node)->fresh;
+    x->ntrips++;
+    return t;
+}
+
+/* ---- Routing ----------------------------------------------------------- */
+
+/* The node command i goes to this pass; -1: the slot map must be asked
+ * first (state set), -2: no node (the batch fails). */
+static int target(feed_xchg *x, size_t i, int64_t now)
+{
+    feed_topo *topo = &x->c->topo;
+    unsigned slot = x->cmds[i].slot;
+
+    if (x->b->flags & FEED_B_NODE)
+        return x->b->node_of(x->b->arg, i);
+    if (x->cmds[i].ask)
+        return x->cmds[i].ask - 1;
+    if (!is_cluster(x))
+        return 0;
+    if ((topo->stale || !topo->owner[slot]) && now - topo->map_ms >= REFRESH_MIN_MS) {
+        topo->map_ms = now;
+        x->map_phase = 0;
+        x->map_i = 0;
+        x->state = XS_MAP;
+        return -1;
+    }
+    if (!topo->owner[slot])
+        return -2;
+    return topo->owner[slot] - 1;
+}
+
+/* May node n serve this batch now? */
+static int usable(const feed_xchg *x, const feed_node *n)
+{
+    return n->state == FEED_NODE_READY && !n->reload &&
+           (!x->c->cfg.redis_restart_fence || n->fence.state == FEED_FENCE_TRUSTED ||
+            (x->b->flags & (FEED_B_HOOK | FEED_B_NODE)));
+}
+
+/* Route every command still owed an answer; each node it names must be
+ * usable. FEED_X_SETUP for the first that is not, FEED_X_PASS once the
+ * trips are built. */
+static enum feed_xwant route(feed_xchg *x, int64_t now)
+{
+    const feed_batch *b = x->b;
+    int check = check_kind(x);
+
+    free_trips(x);
+    for (size_t i = 0; i < b->n; i++) {
+        int node;
+        if (x->cmds[i].done)
+            continue;
+        if ((node = target(x, i, now)) == -1)
+            return feed__xchg_next(x, now);         /* ask for the map first */
+        if (node == -2) {
+            if (x->map_why[0])
+                return give_up(x, "%s", x->map_why);
+            return give_up(x, "no node serves slot %u", x->cmds[i].slot);
+        }
+        x->cmds[i].node = node;
+        if (!usable(x, node_at(x, node))) {
+            if (x->setup_tried == node + 1) {       /* set up, yet still fenced */
+                return done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
+                                         "restart or failover: its cached copies are being "
+                                         "dropped", node_at(x, node)->addr.host,
+                                         node_at(x, node)->addr.port));
+            }
+            x->setup_node = node;
+            x->setup_kind = b->flags & FEED_B_NODE ? FEED_SETUP_HELLO : FEED_SETUP_FULL;
+            x->setup_slot = x->cmds[i].slot;
+            return FEED_X_SETUP;
+        }
+    }
+    x->setup_tried = 0;
+    /* One trip per node, its commands in batch order: ASKING before each
+     * one redirected by ASK, and the check at the end. */
+    for (size_t i = 0; i < b->n; i++) {
+        feed_xtrip *t = NULL;
+        if (x->cmds[i].done)
+            continue;
+        for (size_t k = 0; k < x->ntrips; k++)
+            if (x->trips[k].trip.node == x->cmds[i].node)
+                t = &x->trips[k];
+        if (!t && !(t = trip_new(x, x->cmds[i].node, 2 * b->n + 1)))
+            return done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for a pipeline of "
+                                     "%zu", b->n));
+        if (x->cmds[i].ask)
+            t->map[t->trip.n++] = FEED_XK_ASKING;
+        t->map[t->trip.n++] = (int)i;
+    }
+    for (size_t k = 0; k < x->ntrips; k++) {
+        if (check) {
+            x->trips[k].map[x->trips[k].trip.n++] = check;
+            x->trips[k].checked = 1;
+        }
+        x->c->stats.redis_calls++;
+    }
+    x->moved = x->ask = x->tryagain = x->noscript = x->demoted = 0;
+    x->state = XS_PASS;
+    return FEED_X_PASS;
+}
+
+/* ---- The slot map ------------------------------------------------------ */
+
+/* Ask node x->map_node for CLUSTER SLOTS. */
+static enum feed_xwant map_ask(feed_xchg *x)
+{
+    feed_xtrip *t;
+
+    free_trips(x);
+    if (!(t = trip_new(x, x->map_node, 1)))
+        return done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for the slot map"));
+    t->map[t->trip.n++] = FEED_XK_SLOTS;
+    x->map_rc = FEED_EREDIS;
+    x->c->stats.redis_calls++;
+    x->state = XS_MAP_ASK;
+    return FEED_X_PASS;
+}
+
+static enum feed_xwant map_next(feed_xchg *x, int64_t now)
+{
+    int node = feed__map_candidate(&x->c->topo, &x->map_phase, &x->map_i);
+
+    if (node < 0) {                 /* nobody answered: route with what we have */
+        if (x->b->flags & FEED_B_MAP) {
+            x->c->stats.redis_errors++;
+            return done(x, feed__msg(x->err, x->map_fail_rc, "Redis Cluster: %s",
+                                     x->map_why[0] ? x->map_why : "no node answers"));
+        }
+        x->state = XS_ROUTE;
+        return route(x, now);
+    }
+    x->map_node = node;
+    if (node_at(x, node)->state != FEED_NODE_READY || node_at(x, node)->reload) {
+        x->setup_node = node;
+        x->setup_kind = FEED_SETUP_HELLO;
+        x->setup_slot = 0;
+        x->state = XS_MAP_SETUP;
+        return FEED_X_SETUP;
+    }
+    return map_ask(x);
+}
+
+/* ---- The machine ------------------------------------------------------- */
+
+enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
+{
+    switch (x->state) {
+    case XS_START:
+        if (x->b->flags & FEED_B_MAP) {     /* the slot map, asked afresh */
+            x->c->topo.map_ms = now;
+            x->state = XS_MAP;
+            return map_next(x, now);
+        }
+        x->state = XS_ROUTE;
+        if (!(x->b->flags & (FEED_B_REPAIR | FEED_B_NODE)) && feed__repairs_pending(x->c))
+            return FEED_X_REPAIR;
+        return route(x, now);
+    case XS_ROUTE:
+        return route(x, now);
+    case XS_MAP:
+        return map_next(x, now);
+    case XS_MAP_SETUP:              /* set up: ask it */
+        return map_ask(x);
+    case XS_WAKE:
+        if (now < x->wake_at)
+            return FEED_X_WAKE;
+        x->state = XS_ROUTE;
+        return route(x, now);
+    case XS_DONE:
+        return FEED_X_DONE;
+    default:
+        return done(x, feed__msg(x->err, FEED_EREDIS, "Redis: exchange misused"));
+    }
+}
+
+void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
+{
+    (void)now;
+    if (rc == FEED_ENOMEM) {
+        done(x, feed__msg(x->err, FEED_ENOMEM, "%s", why));
+        return;
+    }
+    if (x->state == XS_MAP_SETUP) {
+        if (rc != FEED_OK) {        /* the next candidate */
+            snprintf(x->map_why, sizeof x->map_why, "%s", why);
+            if (rc == FEED_EREDIS)
+                x->map_fail_rc = FEED_EREDIS;   /* answered and refused */
+            x->state = XS_MAP;
+        }
+        return;
+    }
+    if (rc == FEED_OK) {
+        x->setup_tried = x->setup_node + 1;
+        return;
+    }
+    if (x->b->flags & FEED_B_NODE) {    /* that node's commands are lost, not the rest */
+        for (size_t i = 0; i < x->b->n; i++) {
+            if (!x->cmds[i].done && x->cmds[i].node == x->setup_node) {
+                x->cmds[i].done = 1;
+                if (x->b->lost)
+                    x->b->lost(x->b->arg, i, why);
+            }
+        }
+        return;
+    }
+    /* The node is down (maybe between two reconnects): the batch fails; on
+     * a cluster the map is asked again next time, a replica may have taken
+     * over. */
+    if (is_cluster(x)) {
+        x->c->topo.stale = 1;
+        give_up(x, "%s", why);
+    } else {
+        done(x, feed__msg(x->err, FEED_EREDIS, "%s", why));
+    }
+}
+
+/* A trip that failed: a connection that had worked and was closed by its
+ * peer is worth one more try on a fresh one (nothing of the trip answered:
+ * no command ran twice, and no WAIT is lost); anything else fails the
+ * batch. The driver closes every DOWN node's connection. */
+static void trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
+{
+    feed_node *n = node_at(x, t->trip.node);
+    n->state = FEED_NODE_DOWN;
+    if (is_cluster(x))
+        x->c->topo.stale = 1;
+    if (!t->was_fresh && !x->peer_retried && t->trip.io == FEED_IO_CLOSED && t->trip.got == 0) {
+        n->attempt_ms = 0;          /* the server went away under us: try now */
+        if (is_cluster(x))
+            x->c->topo.map_ms = 0;
+        x->peer_retried = 1;
+        return;
+    }
+    n->attempt_ms = now;
+    x->c->stats.redis_errors++;
+    if (!x->io_failed) {
+        if (is_cluster(x))
+            feed__msg(x->err, FEED_EREDIS, "Redis Cluster: Redis %s:%d: %s", n->addr.host,
+                      n->addr.port, t->trip.why);
+        else
+            feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", x->what, t->trip.why);
+    }
+    x->io_failed = 1;
+}
+
+void feed__xchg_pass_done(feed_xchg *x, int64_t now)
+{
+    feed_config *cfg = &x->c->cfg;
+    size_t left = 0;
+    int64_t pause;
+
+    for (size_t k = 0; k < x->ntrips; k++) {
+        feed_xtrip *t = &x->trips[k];
+        if (t->trip.got > 0)
+            node_at(x, t->trip.node)->fresh = 0;
+        if (t->trip.io == FEED_IO_OK)
+            continue;
+        trip_failed(x, t, now);
+        if (x->b->flags & FEED_B_NODE) {    /* that node's commands are lost, not the rest */
+            for (size_t j = 0; j < t->trip.n; j++) {
+                size_t i = (size_t)t->map[j];
+                if (t->map[j] >= 0 && !x->cmds[i].done) {
+                    x->cmds[i].done = 1;
+                    if (x->b->lost)
+                        x->b->lost(x->b->arg, i, x->err);
+                }
+            }
+            x->io_failed = 0;
+        }
+    }
+    if (x->state == XS_MAP_ASK) {
+        free_trips(x);
+        if (x->map_rc == FEED_OK) {
+            if (x->b->flags & FEED_B_MAP)
+                done(x, FEED_OK);
+            else
+                x->state = XS_ROUTE;
+        } else if (x->map_rc == FEED_ENOMEM) {
+            done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for the slot map"));
+        } else {
+            if (x->map_rc == FEED_EINVAL) {
+                feed_node *n = node_at(x, x->map_node);
+                x->c->stats.redis_errors++;
+                snprintf(x->map_why, sizeof x->map_why, "Redis %.64s:%d: %.150s", n->addr.host,
+                         n->addr.port, x->why);
+            } else if (x->io_failed) {
+                snprintf(x->map_why, sizeof x->map_why, "%s", x->err);
+            }
+            x->io_failed = 0;
+            x->state = XS_MAP;      /* the next candidate */
+        }
+        return;
+    }
+    free_trips(x);
+    if (x->io_failed) {
+        done(x, FEED_EREDIS);
+        return;
+    }
+    if (x->wait_short) {
+        /* Too few replicas: the batch fails. Under Sentinel the primary may
+         * have been replaced: ask the Sentinels again after retry_ms (not at
+         * once: with no replica at all, every call would reconnect); on a
+         * cluster, ask the map again. */
+        if (is_cluster(x)) {
+            x->c->topo.stale = 1;
+        } else if (cfg->redis_sentinels) {
+            node_at(x, 0)->state = FEED_NODE_DOWN;
+            node_at(x, 0)->attempt_ms = now;
+        }
+        done(x, FEED_EREDIS);
+        return;
+    }
+    if (x->demoted) {               /* -READONLY: drop, ask the Sentinels at once */
+        x->c->stats.failovers++;
+        node_at(x, 0)->state = FEED_NODE_DOWN;
+        node_at(x, 0)->attempt_ms = 0;
+    }
+    for (size_t i = 0; i < x->b->n; i++)
+        left += !x->cmds[i].done;
+    if (left == 0) {
+        done(x, x->first_error ? FEED_EREDIS : FEED_OK);
+        return;
+    }
+    if (x->peer_retried == 1) {     /* send again on a fresh connection */
+        x->peer_retried = 2;
+        x->state = XS_ROUTE;
+        return;
+    }
+    if (x->moved || x->ask) {
+        if (++x->redirects <= MAX_REDIRECTS) {
+            x->c->stats.redis_redirects++;
+            x->state = XS_ROUTE;
+            return;
+        }
+        give_up(x, "too many redirects (last: %s)", x->why);
+        return;
+    }
+    if (x->noscript && !x->reloaded) {
+        x->reloaded = 1;
+        x->state = XS_ROUTE;
+        return;
+    }
+    if (x->noscript && !is_cluster(x)) {
+        give_up(x, "Redis %s: NOSCRIPT twice", x->what);
+        return;
+    }
+    pause = feed__backoff_ms(++x->tries, now, x->deadline);
+    if (!x->tryagain || pause < 0) {
+        give_up(x, "%s (retried for %u ms)", x->why, cfg->redis_timeout_ms);
+        return;
+    }
+    x->c->stats.redis_retries++;
+    /* A migrating slot answers ASK, then TRYAGAIN at the target, for as long
+     * as it migrates: redirects count only between two waits, the deadline
+     * bounds the rest. CLUSTERDOWN: a failover may have moved the slot. */
+    x->redirects = 0;
+    if (x->c->topo.stale)
+        x->c->topo.map_ms = 0;
+    x->wake_at = now + pause;
+    x->state = XS_WAKE;
+}

@@ -1,0 +1,248 @@
+/* hooks.c -- the write path: what an application calls after its SQL
+ * transaction commits. Each hook is one script call (fan-out: one pipeline)
+ * that keeps the cache an exact prefix of the feed; lua/insert.lua and
+ * lua/delete.lua say how. Every hook also deletes the feed's lease, which
+ * is what stops a rebuild that read SQL before this write from installing.
+ *
+ * A write that fails, because Redis could not be reached (the connection
+ * is down: refused, timed out, or not retried yet), because it answered
+ * with an error (an ACL, OOM, a script error), or because too few replicas
+ * acknowledged it (WAIT, redis_wait_replicas: a failover may lose it), may
+ * leave the feed's cached copy stale while Redis keeps it. The first handle
+ * to reach that Redis and have a DEL accepted drops the copy (repair.c);
+ * here we only take note.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+#define H_INSERT     FEED_HOOK_INSERT
+#define H_DELETE     FEED_HOOK_DELETE
+#define H_INVALIDATE FEED_HOOK_INVALIDATE
+#define H_RELOAD     FEED_HOOK_RELOAD
+enum { S_START, S_SENT, S_LEASED, S_READ, S_INSTALL, S_DROP, S_RELEASE, S_DONE };
+
+struct feed_hook_op {
+    feed_op      op;
+    int          kind;
+    int64_t      uid, score, id;
+    int          bad;           /* the reply was not an integer */
+    int          sql_rc;
+    char        *key, *lease_key;
+    const char  *argv[8];
+    size_t       lens[8];
+    int          argc;
+    char         num[21], member[FEED_MEMBER_MAX], max_len[21], token[33];
+    feed_rows    rows;
+    feed_install install;
+    char         keys[192];
+    char         install_msg[FEED_ERRMSG];
+};
+
+int feed__check_item(char *err, const char *hook, int64_t score, int64_t id)
+{
+    if (id < 0)
+        return feed__msg(err, FEED_EINVAL, "%s: id %lld is negative", hook, (long long)id);
+    if (!feed__score_ok(score))
+        return feed__msg(err, FEED_ERANGE, "%s: score %lld is outside +/-(2^53-1)", hook,
+                         (long long)score);
+    return FEED_OK;
+}
+
+/* The end of a hook: a write that failed leaves a trace. */
+static enum feed_want noted(feed_hook_op *h, int rc)
+{
+    if (rc == FEED_EREDIS && !feed__repair_remember(h->op.c, h->uid)) {
+        size_t len = strlen(h->op.err);
+        snprintf(h->op.err + len, FEED_ERRMSG - len,
+                 "; too many feeds to repair: call feed_invalidate(%lld) later",
+                 (long long)h->uid);
+    }
+    h->op.rc = rc;
+    h->op.state = S_DONE;
+    return FEED_W_DONE;
+}
+
+static int hook_build(void *arg, size_t i, const char ***argv, const size_t **lens)
+{
+    feed_hook_op *h = arg;
+
+    if (h->op.state == S_INSTALL)
+        return feed__install_build(&h->install, i, argv, lens);
+    *argv = h->argv;
+    *lens = h->lens;
+    return h->argc;
+}
+
+/* A script's or DEL's reply must be an integer; anything else is a Redis
+ * fault. */
+static void hook_reply(void *arg, size_t i, const redisReply *r)
+{
+    feed_hook_op *h = arg;
+    const char *what;
+
+    if (h->op.state == S_INSTALL) {
+        feed__install_reply(&h->install, h->op.c, i, r, h->op.err);
+        return;
+    }
+    if (h->op.state == S_LEASED && r->type != REDIS_REPLY_ERROR)
+        return;                 /* SET's OK */
+    if (r->type == REDIS_REPLY_INTEGER)
+        return;
+    h->op.c->stats.redis_errors++;
+    h->bad = 1;
+    what = h->kind == H_INSERT ? "insert.lua" : h->kind == H_DELETE ? "delete.lua"
+         : h->op.state == S_LEASED ? "SET" : "DEL";
+    if (r->type == REDIS_REPLY_ERROR)
+        feed__msg(h->op.err, FEED_EREDIS, "Redis %s: %s", what, r->str);
+    else
+        feed__msg(h->op.err, FEED_EREDIS, "Redis %s: unexpected reply type %d", what, r->type);
+}
+
+static enum feed_want send(feed_hook_op *h, int state, size_t n)
+{
+    h->op.state = state;
+    h->bad = 0;
+    h->op.batch = (feed_batch){ .n = n, .flags = FEED_B_HOOK, .slot = feed__uid_slot(h->uid),
+                                .arg = h, .build = hook_build, .reply = hook_reply };
+    return FEED_W_REDIS;
+}
+
+static void set_args(feed_hook_op *h, int argc, const char *const *argv)
+{
+    h->argc = argc;
+    for (int i = 0; i < argc; i++) {
+        h->argv[i] = argv[i];
+        if (argv[i] != h->member)
+            h->lens[i] = strlen(argv[i]);
+    }
+}
+
+static enum feed_want hook_start(feed_hook_op *h)
+{
+    feed_core *c = h->op.c;
+    size_t mlen;
+
+    switch (h->kind) {
+    case H_INSERT:
+        feed__i64_to_str(h->score, h->num);
+        mlen = feed__member_encode(h->id, h->member);
+        feed__i64_to_str((int64_t)c->cfg.max_len, h->max_len);
+        set_args(h, 8, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_INSERT], "2", h->key,
+                                         h->lease_key, h->num, h->member, h->max_len });
+        h->lens[6] = mlen;
+        return send(h, S_SENT, 1);
+    case H_DELETE:
+        /* The empty TTL: a delete that empties a complete feed. */
+        mlen = feed__member_encode(h->id, h->member);
+        set_args(h, 7, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_DELETE], "2", h->key,
+                                         h->lease_key, h->member, c->empty_ttl_ms });
+        h->lens[5] = mlen;
+        return send(h, S_SENT, 1);
+    case H_INVALIDATE:
+        set_args(h, 3, (const char *[]){ "DEL", h->key, h->lease_key });
+        return send(h, S_SENT, 1);
+    default:
+        /* A reload takes the lease outright (a reader's rebuild in flight
+         * then fails to install, harmlessly) and rebuilds as a miss would. */
+        feed__lease_token(c->token_seed, &c->token_seq, h->token);
+        set_args(h, 5, (const char *[]){ "SET", h->lease_key, h->token, "PX", c->lease_ms });
+        return send(h, S_LEASED, 1);
+    }
+}
+
+static enum feed_want hook_step(feed_op *op, int64_t now)
+{
+    feed_hook_op *h = (feed_hook_op *)op;
+    feed_core *c = op->c;
+    int rc;
+
+    (void)now;
+    switch (op->state) {
+    case S_START:
+        return hook_start(h);
+    case S_SENT:
+        return noted(h, op->redis_rc != FEED_OK || h->bad ? FEED_EREDIS : FEED_OK);
+    case S_LEASED:
+        if (op->redis_rc != FEED_OK || h->bad)
+            return noted(h, FEED_EREDIS);
+        feed__sql_ask(op, FEED_SQL_TOP, FEED_PG_PRIMARY, h->uid,
+                      (int64_t[]){ h->uid, (int64_t)c->cfg.max_len + 1 }, 2);
+        op->state = S_READ;
+        return FEED_W_SQL;
+    case S_READ:
+        h->rows = op->sql.rows;
+        op->sql.rows.items = NULL;
+        op->sql.rows.count = 0;
+        if (op->sql_rc != FEED_OK) {
+            /* Let the next reader try at once rather than wait out
+             * lease_ms; the SQL error is the reload's. */
+            h->sql_rc = op->sql_rc;
+            memcpy(h->install_msg, op->err, strlen(op->err) + 1);
+            set_args(h, 2, (const char *[]){ "DEL", h->lease_key });
+            return send(h, S_RELEASE, 1);
+        }
+        if (c->test_before_install)
+            c->test_before_install(c->handle, h->uid, c->test_arg);
+        if ((rc = feed__install_prepare(&h->install, c, h->key, h->lease_key, h->token,
+                                        &h->rows, op->err)) != FEED_OK)
+            return noted(h, rc);
+        return send(h, S_INSTALL, 3);
+    case S_INSTALL:
+        rc = feed__install_result(&h->install, c, op->redis_rc);
+        if (rc == FEED_OK && !h->install.installed) {
+            /* A write cancelled the reload: the cached copy may predate the
+             * reload's reason to exist, so it is dropped. An absent feed is
+             * always correct. */
+            set_args(h, 2, (const char *[]){ "DEL", h->key });
+            return send(h, S_SENT, 1);
+        }
+        return noted(h, rc);
+    case S_RELEASE:
+        memcpy(op->err, h->install_msg, strlen(h->install_msg) + 1);
+        return noted(h, h->sql_rc);
+    default:
+        return FEED_W_DONE;
+    }
+}
+
+static void hook_free(feed_op *op)
+{
+    feed_hook_op *h = (feed_hook_op *)op;
+
+    feed__rows_free(&h->rows);
+    feed__rows_free(&op->sql.rows);
+    feed__install_free(&h->install);
+    if (h->key != h->keys)
+        free(h->key);
+    h->key = NULL;
+}
+
+size_t feed__hook_op_size(void)
+{
+    return sizeof(feed_hook_op);
+}
+
+/* A hook request, arguments checked by the caller. */
+int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int64_t uid,
+                    int64_t score, int64_t id)
+{
+    memset(h, 0, sizeof *h);
+    h->op.c = c;
+    h->op.err = err;
+    h->op.step = hook_step;
+    h->op.free = hook_free;
+    h->kind = kind;
+    h->uid = uid;
+    h->score = score;
+    h->id = id;
+    if (2 * c->key_cap <= sizeof h->keys) {
+        h->key = h->keys;
+    } else if ((h->key = malloc(2 * c->key_cap)) == NULL) {
+        return feed__msg(err, FEED_ENOMEM, "out of memory for a hook");
+    }
+    h->lease_key = h->key + c->key_cap;
+    feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, h->key, h->lease_key);
+    return FEED_OK;
+}

@@ -1,0 +1,998 @@
+/* page.c -- the read path: a page request, feed_page and its async twin.
+ *
+ * One request, in order (the states below):
+ *   PLAIN    a plain read (one round trip, no script: "Plain reads") whose
+ *            reply proves the page;
+ *   SCRIPT   when it cannot (absent key, a cursor that moved far), page.lua
+ *            (one more round trip): the page, or a miss;
+ *   hit      the cache answers when it returned limit + 1 items (so
+ *            has_more is known) or reached the end marker; otherwise the
+ *            cache is short of the page and a keyset query answers (SQL);
+ *   REBUILD  a miss, and page.lua gave us the lease: rebuild from SQL and
+ *            cut the page from the same rows (INSTALL);
+ *   WAIT     a miss while another handle holds the lease: ask again after a
+ *            growing pause (a wake-up, never a sleep here), for at most
+ *            lease_wait_ms, then a keyset query;
+ *   SQL      Redis failed anywhere: a keyset query. PostgreSQL is the truth;
+ *            the cache is only ever a shortcut to it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+enum {
+    P_START, P_PLAIN, P_TTL_REFRESH, P_TTL_RECHECK, P_SCRIPT, P_WAIT, P_REBUILD,
+    P_INSTALL, P_RELEASE, P_SQL, P_DONE
+};
+
+/* What the cache said, by a plain read or by page.lua. */
+typedef struct cache_answer {
+    int       hit;
+    int       ended;        /* hit: the end marker was reached */
+    int       leased;       /* miss: we hold the lease and must rebuild */
+    int       plain;        /* hit: proven from a plain read, no script */
+    int       bad;          /* the reply was not what it must be (message set) */
+    int       nomem;
+    int64_t   rank0;        /* hit: rank of rows.items[0] in that snapshot; -1 unknown */
+    feed_rows rows;         /* hit: up to limit + 1 items after the cursor */
+} cache_answer;
+
+#define KEY_INLINE 96
+
+struct feed_page_op {
+    feed_op      op;
+    int64_t      uid;
+    int          first;         /* first page: no cursor */
+    int64_t      score, id;     /* the cursor otherwise */
+    int64_t      rank;          /* the caller's rank hint for the cursor, or -1 */
+    size_t       limit;
+    int64_t      next_rank;     /* out: the rank hint for the next cursor, or -1 */
+    feed_result *out;
+
+    cache_answer a;
+    int64_t      hint;          /* the rank hint used by the plain read */
+    int64_t      start;         /* the rank the plain read started at; -1 by score */
+    size_t       asked;         /* entries it asked for */
+    size_t       ncmds;         /* its commands: the read, and PTTL or not */
+    int          nargs, nargs2; /* argc of argv, argv2 */
+    int          ttl_empty;     /* the first page's copy held only the end marker */
+    int          sql_rc;        /* a rebuild's failed read, while the lease is released */
+    long long    pttl;          /* PTTL's answer, when asked */
+    int          pttl_seen;
+    int64_t      read_ms;       /* when the first page was read (TTL bookkeeping) */
+    int64_t      deadline, pause;   /* lease waits */
+    int          redis_failed;  /* Redis could not answer: SQL failing is unavailable */
+    char         token[33];
+    char        *key, *lease_key;
+    char         keys[2 * KEY_INLINE];
+
+    /* The commands of the current batch. */
+    const char  *argv[12];
+    size_t       lens[12];
+    const char  *argv2[3];
+    size_t       lens2[3];
+    char         num[4][24];
+    char         member[FEED_MEMBER_MAX];
+
+    feed_rows    rows;          /* a rebuild's rows */
+    feed_install install;
+    feed_sqlpage sp;
+    char         redis_msg[FEED_ERRMSG];
+};
+
+static int bad_reply(feed_page_op *p, const char *why)
+{
+    p->op.c->stats.redis_errors++;
+    p->a.bad = 1;
+    return feed__msg(p->op.err, FEED_EREDIS, "Redis page read: unexpected reply: %s", why);
+}
+
+static int is_int(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_INTEGER;
+}
+
+static int is_str(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_STRING;
+}
+
+/* The pair at element i is the end marker: member "end", score "-inf". */
+static int is_end_marker(const redisReply *r, size_t i)
+{
+    const redisReply *m = r->element[i], *s = r->element[i + 1];
+
+    return is_str(m) && is_str(s) && m->len == strlen(FEED_END_MEMBER) &&
+           memcmp(m->str, FEED_END_MEMBER, m->len) == 0 &&
+           s->len == 4 && memcmp(s->str, "-inf", 4) == 0;
+}
+
+/* The feed item of the pair at element i; FEED_OK or not a feedcache item. */
+static int pair_item(const redisReply *r, size_t i, feed_item *it)
+{
+    const redisReply *m = r->element[i], *s = r->element[i + 1];
+
+    if (!is_str(m) || !is_str(s) ||
+        feed__member_decode(m->str, m->len, &it->id) != FEED_OK ||
+        feed__parse_score(s->str, s->len, &it->score) != FEED_OK)
+        return FEED_EINVAL;
+    return FEED_OK;
+}
+
+/* The n pairs of r from element `from` on are the entries that follow the
+ * cursor, in order: they become a->rows, a last pair that is the end marker
+ * becomes a->ended. Every item is checked. */
+static int take_rows(feed_page_op *p, const redisReply *r, size_t from, size_t n)
+{
+    cache_answer *a = &p->a;
+
+    if (n > 0 && is_end_marker(r, from + 2 * n - 2)) {
+        a->ended = 1;
+        n--;
+    }
+    if (n + a->ended > p->limit + 1)
+        return bad_reply(p, "item count");
+    a->rows.items = malloc((n + 1) * sizeof *a->rows.items);
+    if (!a->rows.items) {
+        a->bad = a->nomem = 1;
+        return feed__msg(p->op.err, FEED_ENOMEM, "out of memory for %zu items", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        feed_item *it = &a->rows.items[i];
+        if (pair_item(r, from + 2 * i, it) != FEED_OK) {
+            feed__rows_free(&a->rows);
+            return bad_reply(p, "member or score is not a feedcache item");
+        }
+        /* Never serve a page out of order or from before the cursor, even
+         * if the server says so (a broken script, a foreign writer, a
+         * hostile server): an unexpected reply, and SQL answers instead.
+         * Found by tests/fuzz/fuzz_session.c. */
+        if (i > 0 ? !feed__item_after(*it, it[-1].score, it[-1].id)
+                  : !p->first && !feed__item_after(*it, p->score, p->id)) {
+            feed__rows_free(&a->rows);
+            return bad_reply(p, "items out of order or not after the cursor");
+        }
+    }
+    a->rows.count = n;
+    a->hit = 1;
+    return FEED_OK;
+}
+
+/* page.lua answers a hit with the ZREVRANGE reply itself, {member, score,
+ * ...}, and a miss with an integer, 1 = we hold the lease (the script
+ * returns at once, no status added in Lua). So the two facts the script
+ * used to add are read here: after a cursor, a first pair that is the
+ * cursor item at the cursor's score is the seek's check, not part of the
+ * page, and is dropped; a last pair that is the end marker means the page
+ * is complete without SQL. After a cursor one integer follows the pairs:
+ * the rank of the first pair (absent when there is none). */
+static void parse_answer(feed_page_op *p, const redisReply *r)
+{
+    cache_answer *a = &p->a;
+    size_t n, elements, first = 0;
+    int64_t rank = p->first ? 0 : -1;
+
+    if (is_int(r)) {
+        if (r->integer != 0 && r->integer != 1) {
+            bad_reply(p, "a miss that is neither 0 nor 1");
+            return;
+        }
+        a->leased = r->integer == 1;
+        return;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        p->op.c->stats.redis_errors++;
+        a->bad = 1;
+        feed__msg(p->op.err, FEED_EREDIS, "Redis page.lua: %s", r->str);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) {
+        bad_reply(p, "not {member, score, ...}");
+        return;
+    }
+    elements = r->elements;
+    if (!p->first && elements % 2 == 1) {
+        const redisReply *last = r->element[elements - 1];
+        if (!is_int(last) || last->integer < 0) {
+            bad_reply(p, "not {member, score, ..., rank}");
+            return;
+        }
+        rank = last->integer;
+        elements--;
+    }
+    if (elements % 2 != 0) {
+        bad_reply(p, "not {member, score, ...}");
+        return;
+    }
+    n = elements / 2;
+    if (!p->first && n > 0) {
+        feed_item c;
+        if (pair_item(r, 0, &c) == FEED_OK && c.id == p->id && c.score == p->score) {
+            first = 2;
+            n--;
+            if (rank >= 0)
+                rank++;
+        }
+    }
+    a->rank0 = rank;
+    take_rows(p, r, first, n);
+}
+
+/* ---- Plain reads -------------------------------------------------------
+ *
+ * Most pages need no script. One plain command's reply is one atomic
+ * snapshot of the zset, and what page.lua returns is a function of that
+ * snapshot: the first limit + 1 entries strictly after the cursor, the end
+ * marker counted among them. So a plain reply that provably contains those
+ * entries, or all of them when fewer exist, gives the very page page.lua
+ * would, and everything after (end marker, short cache, has_more) is decided
+ * by the same code. A reply that proves nothing costs a round trip, and
+ * page.lua then answers as before (plain_fallbacks counts those):
+ *
+ *   first page     ZREVRANGE key 0 limit WITHSCORES: rank 0 has nothing
+ *                  above it. Empty: the key is absent (a cached feed is never
+ *                  an empty set: an empty feed holds the end marker), and
+ *                  page.lua takes the lease.
+ *   rank hint      the handle saw where the first entry after this cursor
+ *                  sat (FEED_HINTS entries): ZREVRANGE from SLACK_UP ranks
+ *                  above it to hint_slack below the last one needed. The
+ *                  reply proves itself when an entry that is not after the
+ *                  cursor is followed by one that is (or the read started at
+ *                  rank 0): that second entry is the first after the cursor,
+ *                  whatever moved meanwhile, the cursor item included. So a
+ *                  few inserts or deletes above, or a deleted or rescored
+ *                  cursor item, still read plainly.
+ *   no hint        ZREVRANGEBYSCORE key <score> -inf WITHSCORES LIMIT 0
+ *                  limit+2: every entry at or below the cursor's score, so
+ *                  those not after the cursor are the cursor item and ties
+ *                  of higher id, first. Skipped here; the rest proves itself
+ *                  when limit+1 entries remain or the reply reached the
+ *                  set's bottom. A long run of ties falls back.
+ *
+ * TTL refresh: what page.lua promises, on first pages only: right after a
+ * first page, at least half the TTL is left. page.lua reads PTTL on every
+ * first page and PEXPIREs when less than half is left. Here a PTTL rides in
+ * the same round trip as the ZREVRANGE, and a PEXPIRE follows in a second
+ * round trip when less than half is left; both only when the handle does not
+ * already know the answer: a PTTL of P read at time t means the key lives
+ * until t + P at least (only rebuilds and refreshes set a TTL, always the
+ * full one for the kind of copy, and a key deleted and cached again gets a
+ * later one), so the next checks can wait until t + P - TTL/2. A copy that
+ * turned empty or stopped being empty meanwhile changed its TTL rule (a
+ * delete that empties a feed gives it the short empty_ttl): the handle
+ * asks again at once. A handle reading a feed thus sends one PTTL per
+ * TTL/2 or so, a PEXPIRE about as often, and a plain first page is one
+ * command. (This assumes every handle on the key prefix uses the same
+ * ttl_seconds, and no one else shortens the TTL.) */
+
+/* Ranks read above a hinted page (the entry that proves the page: the
+ * cursor item, usually), and below it: hint_slack, at least SLACK_DOWN
+ * (one insert above the cursor between two pages). A handle that sees its
+ * pages move down between reads (writes landing on top of the feed it
+ * walks) reads twice as far as the last move, up to SLACK_MAX, and comes
+ * back to SLACK_DOWN a rank per page once they stop. */
+#define SLACK_UP   1
+#define SLACK_DOWN 1
+#define SLACK_MAX  16
+
+/* A hinted read found the first entry after the cursor moved rank ranks
+ * down (negative: up) from the hint. */
+static void slack_saw(feed_core *c, int64_t moved)
+{
+    if (moved > 0)
+        c->hint_slack = moved * 2 < SLACK_MAX ? (int)moved * 2 : SLACK_MAX;
+    else if (c->hint_slack > SLACK_DOWN)
+        c->hint_slack--;
+}
+
+/* Hints live in sets of two: a page puts its cursor's hint and then its
+ * next cursor's, and the second evicts the older entry of its set, never
+ * the one just put, so a walk keeps both whatever they hash to. */
+static struct feed_hint *hint_set(feed_core *c, int64_t uid, int64_t score, int64_t id)
+{
+    uint64_t h = (uint64_t)uid * 0x9E3779B97F4A7C15ULL ^ (uint64_t)score * 0xC2B2AE3D27D4EB4FULL ^
+                 (uint64_t)id * 0x165667B19E3779F9ULL;
+
+    return &c->hints[(h >> 32) % (FEED_HINTS / 2) * 2];
+}
+
+static int hint_is(const struct feed_hint *h, int64_t uid, int64_t score, int64_t id)
+{
+    return h->used && h->uid == uid && h->score == score && h->id == id;
+}
+
+/* The rank hint for uid's cursor, or -1. */
+static int64_t hint_get(feed_core *c, int64_t uid, int64_t score, int64_t id)
+{
+    struct feed_hint *h = hint_set(c, uid, score, id);
+
+    return hint_is(&h[0], uid, score, id) ? h[0].rank
+         : hint_is(&h[1], uid, score, id) ? h[1].rank : -1;
+}
+
+static void hint_put(feed_core *c, int64_t uid, int64_t score, int64_t id, int64_t rank)
+{
+    struct feed_hint *h = hint_set(c, uid, score, id);
+
+    if (!hint_is(&h[0], uid, score, id) &&
+        (hint_is(&h[1], uid, score, id) || h[1].used < h[0].used))
+        h++;
+    *h = (struct feed_hint){ uid, score, id, rank, ++c->hint_clock };
+}
+
+/* Is the pair at element i after the cursor? 1 yes, 0 no, -1 not an entry
+ * of ours. The end marker is after every cursor. */
+static int pair_after(const redisReply *r, size_t i, const feed_page_op *p)
+{
+    feed_item it;
+
+    if (is_end_marker(r, i))
+        return 1;
+    if (pair_item(r, i, &it) != FEED_OK)
+        return -1;
+    return feed__item_after(it, p->score, p->id);
+}
+
+/* A plain read's reply: a hit in p->a, or nothing (page.lua must answer),
+ * or a->bad. */
+static void read_plain_reply(feed_page_op *p, const redisReply *r)
+{
+    size_t npairs, j = 0, avail, want = p->limit + 1;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0 || r->elements == 0)
+        return;     /* absent, an error reply, or not ours: page.lua tells */
+    npairs = r->elements / 2;
+    if (!p->first) {
+        int after = 0;
+        while (j < npairs && (after = pair_after(r, 2 * j, p)) == 0)
+            j++;
+        if (after < 0)
+            return;
+        /* By rank, the first entry after the cursor is proven only by an
+         * entry before it that is not after the cursor, or by rank 0. */
+        if (p->start > 0 && j == 0)
+            return;
+        if (p->hint >= 0)
+            slack_saw(p->op.c, p->start + (int64_t)j - p->hint);
+    }
+    avail = npairs - j;
+    if (avail < want && npairs == p->asked)
+        return;     /* neither limit+1 entries nor the set's bottom */
+    if (take_rows(p, r, 2 * j, avail < want ? avail : want) != FEED_OK)
+        return;
+    p->a.plain = 1;
+    p->a.rank0 = p->start >= 0 ? p->start + (int64_t)j : -1;
+}
+
+static struct feed_ttl_seen *ttl_seen(feed_core *c, int64_t uid)
+{
+    return &c->ttl_seen[((uint64_t)uid * 0x9E3779B97F4A7C15ULL >> 32) % FEED_HINTS];
+}
+
+/* The TTL of a copy (ms; 0 = none): a feed known to be empty has its own. */
+static const char *ttl_text(const feed_core *c, int empty)
+{
+    return empty ? c->empty_ttl_ms : c->ttl_ms;
+}
+
+/* Must this first page of uid ask for the TTL? Not when no copy expires,
+ * nor while the handle knows it need not. */
+static int ttl_check_due(feed_core *c, int64_t uid, int64_t now)
+{
+    const struct feed_ttl_seen *t = ttl_seen(c, uid);
+
+    if (strcmp(c->ttl_ms, "0") == 0 && strcmp(c->empty_ttl_ms, "0") == 0)
+        return 0;
+    return !(t->uid == uid && t->fresh_until > now);
+}
+
+/* Remember until when uid's copy needs no TTL check: it lives at least
+ * pttl ms from now. */
+static void ttl_known(feed_core *c, int64_t uid, int64_t now, long long pttl, int empty)
+{
+    struct feed_ttl_seen *t = ttl_seen(c, uid);
+    long long ttl = atoll(ttl_text(c, empty));
+
+    if (ttl == 0)
+        pttl = INT64_MAX / 2;   /* this kind of copy never expires */
+    t->uid = uid;
+    t->fresh_until = now + (pttl - ttl / 2);
+    t->empty = empty;
+}
+
+/* ---- Building the batches ---------------------------------------------- */
+
+static int batch_build(void *arg, size_t i, const char ***argv, const size_t **lens)
+{
+    feed_page_op *p = arg;
+
+    if (p->op.state == P_INSTALL)
+        return feed__install_build(&p->install, i, argv, lens);
+    if (i == 0) {
+        *argv = p->argv;
+        *lens = p->lens;
+        return p->nargs;
+    }
+    *argv = p->argv2;
+    *lens = p->lens2;
+    return p->nargs2;
+}
+
+static void batch_reply(void *arg, size_t i, const redisReply *r);
+
+static enum feed_want ask_redis(feed_page_op *p, int state, size_t n)
+{
+    p->op.state = state;
+    p->op.batch = (feed_batch){ .n = n, .flags = 0, .slot = feed__uid_slot(p->uid), .arg = p,
+                                .build = batch_build, .reply = batch_reply };
+    return FEED_W_REDIS;
+}
+
+/* The plain read (and PTTL) for the cursor; hint: its rank hint or -1. */
+static enum feed_want ask_plain(feed_page_op *p, int64_t now)
+{
+    feed_core *c = p->op.c;
+    int64_t start = -1;
+
+    p->argv[1] = p->key;
+    p->lens[1] = strlen(p->key);
+    p->ncmds = 1;
+    p->start = -1;
+    if (p->first || (start = p->hint) >= 0) {
+        int64_t stop = start + (int64_t)p->limit +
+                       (c->hint_slack > SLACK_DOWN ? c->hint_slack : SLACK_DOWN);
+        if (p->first) {
+            start = 0;
+            stop = (int64_t)p->limit;
+            p->read_ms = now;
+            if (ttl_check_due(c, p->uid, now)) {
+                p->ncmds = 2;
+                p->argv2[0] = "PTTL";
+                p->lens2[0] = 4;
+                p->argv2[1] = p->key;
+                p->lens2[1] = p->lens[1];
+                p->nargs2 = 2;
+            }
+        } else {
+            start = start > SLACK_UP ? start - SLACK_UP : 0;
+        }
+        p->argv[0] = "ZREVRANGE";
+        p->lens[0] = 9;
+        p->lens[2] = feed__i64_to_str(start, p->num[0]);
+        p->lens[3] = feed__i64_to_str(stop, p->num[1]);
+        p->argv[2] = p->num[0];
+        p->argv[3] = p->num[1];
+        p->argv[4] = "WITHSCORES";
+        p->lens[4] = 10;
+        p->nargs = 5;
+        p->start = start;
+        p->asked = (size_t)(stop - start + 1);
+    } else {
+        p->argv[0] = "ZREVRANGEBYSCORE";
+        p->lens[0] = 16;
+        p->lens[2] = feed__i64_to_str(p->score, p->num[0]);
+        p->argv[2] = p->num[0];
+        p->argv[3] = "-inf";
+        p->lens[3] = 4;
+        p->argv[4] = "WITHSCORES";
+        p->lens[4] = 10;
+        p->argv[5] = "LIMIT";
+        p->lens[5] = 5;
+        p->argv[6] = "0";
+        p->lens[6] = 1;
+        p->asked = p->limit + 2;
+        p->lens[7] = feed__i64_to_str((int64_t)p->asked, p->num[1]);
+        p->argv[7] = p->num[1];
+        p->nargs = 8;
+    }
+    p->pttl_seen = 0;
+    return ask_redis(p, P_PLAIN, p->ncmds);
+}
+
+static enum feed_want ask_script(feed_page_op *p)
+{
+    feed_core *c = p->op.c;
+
+    feed__lease_token(c->token_seed, &c->token_seq, p->token);
+    p->lens[7] = feed__i64_to_str((int64_t)p->limit + 1, p->num[2]);
+    if (p->first) {
+        p->argv[8] = p->argv[9] = "";
+        p->lens[8] = p->lens[9] = 0;
+    } else {
+        p->lens[8] = feed__i64_to_str(p->score, p->num[3]);
+        p->argv[8] = p->num[3];
+        p->lens[9] = feed__member_encode(p->id, p->member);
+        p->argv[9] = p->member;
+    }
+    p->argv[0] = "EVALSHA";
+    p->argv[1] = c->sha[FEED_SCRIPT_PAGE];
+    p->argv[2] = "2";
+    p->argv[3] = p->key;
+    p->argv[4] = p->lease_key;
+    p->argv[5] = p->num[2];     /* how many */
+    p->argv[6] = p->argv[8];    /* cursor score */
+    p->argv[7] = p->argv[9];    /* cursor member */
+    p->lens[5] = p->lens[7];
+    p->lens[6] = p->lens[8];
+    p->lens[7] = p->lens[9];
+    p->argv[8] = p->token;
+    p->argv[9] = c->lease_ms;
+    p->argv[10] = c->ttl_ms;        /* read on first pages only: not sent after a cursor */
+    p->argv[11] = c->empty_ttl_ms;
+    p->lens[0] = 7;
+    p->lens[1] = 40;
+    p->lens[2] = 1;
+    p->lens[3] = strlen(p->key);
+    p->lens[4] = strlen(p->lease_key);
+    p->lens[8] = 32;
+    for (int i = 9; i < 12; i++)
+        p->lens[i] = strlen(p->argv[i]);
+    p->nargs = p->first ? 12 : 10;
+    return ask_redis(p, P_SCRIPT, 1);
+}
+
+static void batch_reply(void *arg, size_t i, const redisReply *r)
+{
+    feed_page_op *p = arg;
+
+    switch (p->op.state) {
+    case P_PLAIN:
+        if (i == 0)
+            read_plain_reply(p, r);
+        else if (is_int(r)) {
+            p->pttl = r->integer;
+            p->pttl_seen = 1;
+        }
+        return;
+    case P_TTL_REFRESH:
+        p->pttl_seen = is_int(r) && r->integer == 1;
+        return;
+    case P_TTL_RECHECK:
+        if (is_int(r)) {
+            p->pttl = r->integer;
+            p->pttl_seen = 1;
+        }
+        return;
+    case P_SCRIPT:
+        parse_answer(p, r);
+        return;
+    case P_INSTALL:
+        feed__install_reply(&p->install, p->op.c, i, r, p->op.err);
+        return;
+    default:    /* P_RELEASE: best effort */
+        return;
+    }
+}
+
+/* ---- Answers ------------------------------------------------------------ */
+
+/* Fill *out from items, of which avail follow the cursor in order; the
+ * caller knows that nothing follows them unless avail > limit. */
+static int answer(feed_page_op *p, const feed_item *items, size_t avail, feed_source source)
+{
+    feed_core *c = p->op.c;
+    feed_result *out = p->out;
+    size_t count = avail < p->limit ? avail : p->limit;
+
+    out->items = malloc((count + 1) * sizeof *out->items);
+    if (!out->items)
+        return feed__msg(p->op.err, FEED_ENOMEM, "out of memory for %zu items", count);
+    memcpy(out->items, items, count * sizeof *items);
+    out->count = count;
+    out->has_more = avail > p->limit;
+    if (out->has_more) {
+        out->next_score = items[count - 1].score;
+        out->next_id = items[count - 1].id;
+    }
+    out->source = source;
+    c->stats.pages++;
+    if (source == FEED_SOURCE_CACHE)
+        c->stats.cache_pages++;
+    else if (source == FEED_SOURCE_DB)
+        c->stats.db_pages++;
+    return FEED_OK;
+}
+
+static enum feed_want finish(feed_page_op *p, int rc)
+{
+    p->op.rc = rc;
+    p->op.state = P_DONE;
+    return FEED_W_DONE;
+}
+
+/* The page by a keyset query. redis_failed: Redis could not answer either,
+ * so a PostgreSQL failure makes the feed unavailable. Never installed in
+ * the cache: the replica may answer it. */
+static enum feed_want ask_db(feed_page_op *p, int redis_failed, int64_t now)
+{
+    int64_t params[4] = { p->uid, p->score, p->id, (int64_t)p->limit + 1 };
+    int rc;
+
+    p->redis_failed = redis_failed;
+    memcpy(p->redis_msg, p->op.err, strlen(p->op.err) + 1);
+    if (p->first) {
+        params[1] = (int64_t)p->limit + 1;
+        feed__sqlpage_begin(&p->sp, FEED_SQL_TOP, p->uid, params, 2);
+    } else {
+        feed__sqlpage_begin(&p->sp, FEED_SQL_AFTER, p->uid, params, 4);
+    }
+    p->op.state = P_SQL;
+    if (feed__sqlpage_step(&p->sp, &p->op, now, &rc) == FEED_W_SQL)
+        return FEED_W_SQL;
+    return finish(p, rc);
+}
+
+/* The keyset query answered. */
+static enum feed_want answered_by_db(feed_page_op *p, int rc)
+{
+    feed_rows *rows = &p->op.sql.rows;
+
+    if (rc == FEED_OK)
+        rc = answer(p, rows->items, rows->count, FEED_SOURCE_DB);
+    rc = feed__db_outcome(p->op.err, rc, p->redis_failed, p->redis_msg);
+    if (rc == FEED_OK && p->a.hit && p->out->has_more)   /* the cache is short, and so it stays, likely */
+        hint_put(p->op.c, p->uid, p->out->next_score, p->out->next_id, -2);
+    feed__rows_free(rows);
+    return finish(p, rc);
+}
+
+/* Count how the page was served, and remember where the next one starts:
+ * the entry after out's last item sits at rank0 + count, and the entry
+ * after the cursor at rank0 (a cursor page.lua had to seek gets a hint
+ * too, and one whose entries moved a rank or two gets the new rank: the
+ * next call with it reads plainly). */
+static void served_from_cache(feed_page_op *p)
+{
+    feed_core *c = p->op.c;
+    const feed_result *out = p->out;
+
+    if (p->a.plain)
+        c->stats.plain_pages++;
+    else
+        c->stats.script_pages++;
+    if (p->a.rank0 < 0)
+        return;
+    if (!p->first)
+        hint_put(c, p->uid, p->score, p->id, p->a.rank0);
+    if (out->has_more) {
+        p->next_rank = p->a.rank0 + (int64_t)out->count;
+        hint_put(c, p->uid, out->next_score, out->next_id, p->next_rank);
+    }
+}
+
+/* Index of the first row strictly after the cursor (rows are in order). */
+static size_t first_after(const feed_page_op *p, const feed_rows *rows)
+{
+    size_t lo = 0, hi = rows->count;
+
+    if (p->first)
+        return 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (feed__item_after(rows->items[mid], p->score, p->id))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* A hit: the cache answers when it reached far enough; else SQL. */
+static enum feed_want hit(feed_page_op *p, int64_t now)
+{
+    cache_answer *a = &p->a;
+    int rc;
+
+    if (a->rows.count > p->limit || a->ended) {
+        rc = answer(p, a->rows.items, a->rows.count, FEED_SOURCE_CACHE);
+        if (rc == FEED_OK)
+            served_from_cache(p);
+        return finish(p, rc);
+    }
+    return ask_db(p, 0, now);   /* the cache is short */
+}
+
+static enum feed_want ttl_checked(feed_page_op *p, int64_t now);
+
+/* A one-command batch on uid's key: PEXPIRE, PTTL, or DEL of the lease. */
+static enum feed_want ask_one(feed_page_op *p, int state, const char *cmd, const char *key,
+                              const char *arg)
+{
+    p->argv[0] = cmd;
+    p->lens[0] = strlen(cmd);
+    p->argv[1] = key;
+    p->lens[1] = strlen(key);
+    p->nargs = 2;
+    if (arg) {
+        p->argv[2] = arg;
+        p->lens[2] = strlen(arg);
+        p->nargs = 3;
+    }
+    p->pttl_seen = 0;
+    return ask_redis(p, state, 1);
+}
+
+/* The plain read's answer: the page, or page.lua; for a first page, the
+ * TTL bookkeeping first (see "TTL refresh" above). */
+static enum feed_want plain_done(feed_page_op *p, int64_t now)
+{
+    feed_core *c = p->op.c;
+    const struct feed_ttl_seen *t;
+    int empty;
+
+    if (p->op.redis_rc == FEED_ENOMEM || p->a.nomem)
+        return finish(p, FEED_ENOMEM);
+    if (p->op.redis_rc != FEED_OK || p->a.bad)
+        return ask_db(p, 1, now);
+    if (!p->a.hit) {
+        c->stats.plain_fallbacks++;
+        return ask_script(p);
+    }
+    if (!p->first)
+        return hit(p, now);
+    empty = p->a.ended && p->a.rows.count == 0;
+    t = ttl_seen(c, p->uid);
+    p->ttl_empty = empty;
+    if (p->ncmds == 2 && p->pttl_seen)
+        return ttl_checked(p, now);
+    if (p->ncmds == 1 && t->uid == p->uid && t->empty != empty)
+        /* The copy turned empty or stopped being empty since the handle
+         * last checked: its TTL rule changed, so what it knew is void. */
+        return ask_one(p, P_TTL_RECHECK, "PTTL", p->key, NULL);
+    return hit(p, now);
+}
+
+/* A PTTL read at p->read_ms said pttl of uid's copy: refresh the TTL if
+ * less than half is left (-1, no TTL, included, as page.lua does), and
+ * remember until when no check is needed. */
+static enum feed_want ttl_checked(feed_page_op *p, int64_t now)
+{
+    feed_core *c = p->op.c;
+    const char *text = ttl_text(c, p->ttl_empty);
+    long long ttl = atoll(text);
+
+    if (p->pttl == -2)
+        return hit(p, now);     /* gone meanwhile: the next read rebuilds it */
+    if (ttl != 0 && p->pttl < ttl / 2)
+        return ask_one(p, P_TTL_REFRESH, "PEXPIRE", p->key, text);
+    ttl_known(c, p->uid, p->read_ms, p->pttl, p->ttl_empty);
+    return hit(p, now);
+}
+
+/* We hold the lease: rebuild, then cut the page from the rows read. Those
+ * rows are the top of the feed; when they are the whole feed, or reach past
+ * the page, they answer it exactly. */
+static enum feed_want rebuilt(feed_page_op *p, int installed, int rc, int64_t now)
+{
+    feed_core *c = p->op.c;
+    feed_rows *rows = &p->rows;
+    int complete = rows->count <= c->cfg.max_len;
+    size_t start = first_after(p, rows), avail = rows->count - start;
+
+    if (complete || avail > p->limit) {
+        rc = answer(p, rows->items + start, avail, installed ? FEED_SOURCE_REBUILD : FEED_SOURCE_DB);
+        if (rc == FEED_OK && installed && p->out->has_more) {   /* rows are ranks 0.. */
+            p->next_rank = (int64_t)(start + p->out->count);
+            hint_put(c, p->uid, p->out->next_score, p->out->next_id, p->next_rank);
+        }
+        if (installed) {   /* with the full TTL: no check needed for TTL/2 */
+            int empty = complete && rows->count == 0;
+            ttl_known(c, p->uid, now, atoll(ttl_text(c, empty)), empty);
+        }
+        feed__rows_free(rows);
+        return finish(p, rc);
+    }
+    feed__rows_free(rows);
+    return ask_db(p, !installed && rc == FEED_EREDIS, now);
+}
+
+/* Another handle holds the lease: its rebuild will serve us too. Ask again
+ * after a pause that doubles, until lease_wait_ms has passed. */
+static enum feed_want lease_busy(feed_page_op *p, int64_t now)
+{
+    feed_core *c = p->op.c;
+
+    if (p->deadline == 0) {
+        c->stats.lease_waits++;
+        p->deadline = now + c->cfg.lease_wait_ms;
+    }
+    if (now >= p->deadline)
+        return ask_db(p, 0, now);
+    p->op.wake_at = now + (p->pause < p->deadline - now ? p->pause : p->deadline - now);
+    p->pause *= 2;
+    p->op.state = P_WAIT;
+    return FEED_W_WAKE;
+}
+
+static void reset_answer(feed_page_op *p)
+{
+    feed__rows_free(&p->a.rows);
+    memset(&p->a, 0, sizeof p->a);
+    p->a.rank0 = -1;
+}
+
+/* The cache's answer, asked afresh: by a plain read when its reply proves
+ * the page, else by page.lua (a miss, a lease, a cursor that moved too
+ * far). The rank hint is the caller's (feed_page_ranked: it came with the
+ * page that handed out this cursor, so it is the latest word on it), else
+ * the handle's own; the reply proves either alike. A hint of -2 says the
+ * cache was short of this cursor's page last time (it came from SQL), so a
+ * plain read would most likely only find that out again: page.lua goes
+ * first. */
+static enum feed_want ask_cache(feed_page_op *p, int64_t now)
+{
+    reset_answer(p);
+    p->hint = p->first ? -1 : p->rank >= 0 ? p->rank : hint_get(p->op.c, p->uid, p->score, p->id);
+    if (p->hint == -2)
+        return ask_script(p);
+    return ask_plain(p, now);
+}
+
+static enum feed_want page_step(feed_op *op, int64_t now)
+{
+    feed_page_op *p = (feed_page_op *)op;
+    feed_core *c = op->c;
+    int rc, installed;
+
+    switch (op->state) {
+    case P_START:
+        return ask_cache(p, now);
+    case P_PLAIN:
+        return plain_done(p, now);
+    case P_TTL_REFRESH:
+        if (op->redis_rc == FEED_OK && p->pttl_seen)   /* refreshed: the full TTL */
+            ttl_known(c, p->uid, p->read_ms, atoll(ttl_text(c, p->ttl_empty)), p->ttl_empty);
+        return hit(p, now);     /* a failure loses nothing: the next first page tries again */
+    case P_TTL_RECHECK:
+        if (op->redis_rc == FEED_OK && p->pttl_seen)
+            return ttl_checked(p, now);
+        return hit(p, now);
+    case P_SCRIPT:
+        if (op->redis_rc == FEED_ENOMEM || p->a.nomem)
+            return finish(p, FEED_ENOMEM);
+        if (op->redis_rc != FEED_OK || p->a.bad)
+            return ask_db(p, 1, now);
+        if (p->a.hit)
+            return hit(p, now);
+        if (!p->a.leased)
+            return lease_busy(p, now);
+        /* From the primary, never the replica: a replica may not yet have
+         * replayed a write whose hook already ran (and cancelled the
+         * lease), and rows read from it would install a copy missing that
+         * write. */
+        feed__sql_ask(op, FEED_SQL_TOP, FEED_PG_PRIMARY, p->uid,
+                      (int64_t[]){ p->uid, (int64_t)c->cfg.max_len + 1 }, 2);
+        op->state = P_REBUILD;
+        return FEED_W_SQL;
+    case P_WAIT:
+        return ask_cache(p, now);
+    case P_REBUILD:
+        p->rows = op->sql.rows;
+        op->sql.rows.items = NULL;
+        op->sql.rows.count = 0;
+        if (op->sql_rc != FEED_OK) {
+            /* The SQL read failed: let the next reader try at once rather
+             * than wait out lease_ms. Best effort, and without a token
+             * check: if the lease already passed to someone else, their
+             * install fails and their page is still answered. The SQL
+             * error is the page's. */
+            p->sql_rc = op->sql_rc;
+            memcpy(p->redis_msg, op->err, strlen(op->err) + 1);
+            return ask_one(p, P_RELEASE, "DEL", p->lease_key, NULL);
+        }
+        if (c->test_before_install)
+            c->test_before_install(c->handle, p->uid, c->test_arg);
+        if ((rc = feed__install_prepare(&p->install, c, p->key, p->lease_key, p->token, &p->rows,
+                                        op->err)) != FEED_OK) {
+            feed__rows_free(&p->rows);
+            return finish(p, rc);
+        }
+        return ask_redis(p, P_INSTALL, 3);
+    case P_INSTALL:
+        rc = feed__install_result(&p->install, c, op->redis_rc);
+        installed = p->install.installed;
+        feed__install_free(&p->install);
+        return rebuilt(p, installed, rc, now);
+    case P_RELEASE:
+        memcpy(op->err, p->redis_msg, strlen(p->redis_msg) + 1);
+        return finish(p, p->sql_rc);
+    case P_SQL:
+        if (feed__sqlpage_step(&p->sp, op, now, &rc) == FEED_W_SQL)
+            return FEED_W_SQL;
+        return answered_by_db(p, rc);
+    default:
+        return FEED_W_DONE;
+    }
+}
+
+static void page_free(feed_op *op)
+{
+    feed_page_op *p = (feed_page_op *)op;
+
+    feed__rows_free(&p->a.rows);
+    feed__rows_free(&p->rows);
+    feed__rows_free(&op->sql.rows);
+    feed__install_free(&p->install);
+    if (p->key != p->keys)
+        free(p->key);
+    p->key = NULL;
+}
+
+size_t feed__page_op_size(void)
+{
+    return sizeof(feed_page_op);
+}
+
+/* A page request, arguments checked by the caller (feed__page_check). */
+int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64_t last_score,
+                    int64_t last_id, int64_t rank, size_t limit, feed_result *out)
+{
+    p->op.c = c;
+    p->op.err = err;
+    p->op.step = page_step;
+    p->op.free = page_free;
+    p->op.state = P_START;
+    p->op.rc = FEED_OK;
+    p->op.sql.rows.items = NULL;
+    p->op.sql.rows.count = 0;
+    p->uid = uid;
+    p->first = last_score == FEED_FIRST;
+    p->score = last_score;
+    p->id = last_id;
+    /* No rank of a cached copy (at most max_len items, then the end marker)
+     * lies past max_len: such a hint could only miss. */
+    p->rank = !p->first && rank <= (int64_t)c->cfg.max_len ? rank : -1;
+    p->limit = limit;
+    p->next_rank = -1;
+    p->out = out;
+    p->deadline = 0;
+    p->pause = 1;
+    p->a.rows.items = NULL;
+    p->a.rows.count = 0;
+    p->rows.items = NULL;
+    p->rows.count = 0;
+    p->install.argv = NULL;
+    p->install.lens = NULL;
+    p->install.text = NULL;
+    p->install.staged = NULL;
+    if (c->key_cap <= KEY_INLINE) {
+        p->key = p->keys;
+        p->lease_key = p->keys + KEY_INLINE;
+    } else {
+        if ((p->key = malloc(2 * c->key_cap)) == NULL)
+            return feed__msg(err, FEED_ENOMEM, "out of memory for a page request");
+        p->lease_key = p->key + c->key_cap;
+    }
+    feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, p->key, p->lease_key);
+    return FEED_OK;
+}
+
+int64_t feed__page_next_rank(const feed_page_op *p)
+{
+    return p->next_rank;
+}
+
+/* The checks every page call makes on its arguments (the async API before
+ * accepting a request). */
+int feed__page_check(const feed_core *c, char *err, const char *fn, int64_t last_score,
+                     int64_t last_id, int64_t rank, size_t limit, const feed_result *out)
+{
+    if (!out)
+        return feed__msg(err, FEED_EINVAL, "%s: out is NULL", fn);
+    if (limit == 0 || limit > c->cfg.max_page)
+        return feed__msg(err, FEED_EINVAL, "%s: limit %zu is outside 1..%u", fn, limit,
+                         c->cfg.max_page);
+    if (rank < -1)
+        return feed__msg(err, FEED_EINVAL, "feed_page_ranked: rank %lld is below -1",
+                         (long long)rank);
+    if (last_score == FEED_FIRST)
+        return FEED_OK;
+    if (!feed__score_ok(last_score))
+        return feed__msg(err, FEED_ERANGE, "%s: cursor score %lld is outside +/-(2^53-1)", fn,
+                         (long long)last_score);
+    if (last_id < 0)
+        return feed__msg(err, FEED_EINVAL, "%s: cursor id %lld is negative", fn,
+                         (long long)last_id);
+    return FEED_OK;
+}

@@ -1,0 +1,562 @@
+/* setup.c -- a Redis node's connection set-up, one step at a time.
+ *
+ * Before a node serves a request it is connected (at most once per
+ * retry_ms after a failed attempt, so an outage cannot turn into a connect
+ * storm), authenticated, checked to be the primary (under Sentinel), has
+ * the scripts loaded (SCRIPT LOAD once per connection, then EVALSHA by
+ * SHA), and, with redis_restart_fence, its data set is known to be ours.
+ * Each step is one round trip the driver makes; this file only says which,
+ * and what the answers mean. A connection that fails here is dropped, never
+ * reused half-read.
+ *
+ * Under Sentinel, every connect first asks the Sentinels in the configured
+ * order, one short connection each, for SENTINEL get-master-addr-by-name;
+ * the first usable answer names the primary. After connecting, ROLE must
+ * say "master": during a failover a Sentinel may still name the old
+ * primary, already demoted (or about to be), and writing there would be
+ * lost. (Not covered: Sentinels that require AUTH, and TLS.)
+ *
+ * The restart fence: a data set that came back from disk, or from a
+ * promoted replica, is never trusted. Redis replicates asynchronously and
+ * persists at best every second, so a server that restarts from its
+ * RDB/AOF, or a replica promoted in a failover, may hold a cached copy that
+ * misses a write whose hook the old server acknowledged: the exact-prefix
+ * invariant broken, silently. Both events have one mark in common: the
+ * server answering now has another run_id (INFO server) than the one whose
+ * writes the copies received, since run_id is new at every start and a
+ * promoted replica keeps its own. So "<prefix>:fence" holds the run_id of
+ * the server on which every cached copy was written. It is replicated and
+ * persisted with the copies, hence after a restart or a failover it names
+ * the old server. A node whose run_id differs serves no cached page (pages
+ * come from PostgreSQL) until every "<prefix>:*" key has been dropped (SCAN
+ * + UNLINK, resumable, at most redis_timeout_ms of it per run), then the new
+ * run_id is written. Write hooks still run meanwhile: they only ever make a
+ * copy more right, and the copy is dropped anyway. Several handles may
+ * flush at once; each pass first looks whether another finished (the fence
+ * then matches). Why every key must go before any page is served: SCAN
+ * returns every key present from the start to the end of a pass, and only
+ * handles past the fence build copies, so when the pass ends nothing from
+ * the old data set is left. The fence key is never dropped by a pass
+ * (another handle may have just written it).
+ *
+ * On a Redis Cluster each node holds its own copies, so each node has its
+ * own fence, and the fence key is one per node: "<prefix>:fence{<n>}", n
+ * chosen so that the key hashes to a slot the node owns (its lowest,
+ * topo.c). The key then lives in the node's data set, is replicated to the
+ * node's replicas with the copies, and a promoted replica finds the old
+ * primary's run_id in it: the same test, per node. SCAN on a node sees that
+ * node's keys only, and its UNLINKs go one key each.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+enum {
+    ST_START, ST_SENTINEL, ST_CONNECT, ST_AUTH, ST_ROLE, ST_SCRIPTS, ST_AFTER,
+    ST_LOOK, ST_SCAN, ST_UNLINK, ST_CURSOR, ST_RECORD, ST_DONE
+};
+
+static int is_cluster(const feed_setup *s)
+{
+    return s->c->topo.cluster;
+}
+
+static enum feed_swant finish(feed_setup *s, int code)
+{
+    s->rc = code;
+    s->step = ST_DONE;
+    return FEED_S_DONE;
+}
+
+/* The node failed under a step: keep the reason, drop its connection (the
+ * driver closes a DOWN node's), and the next connect waits retry_ms. */
+static void fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    feed__vmsg(s->err, code, fmt, ap);
+    va_end(ap);
+    s->c->stats.redis_errors++;
+    s->node->state = FEED_NODE_DOWN;
+    s->node->attempt_ms = now;
+    if (is_cluster(s))
+        s->c->topo.stale = 1;
+    finish(s, code);
+}
+
+/* ---- The commands of a step ------------------------------------------- */
+
+static void add(feed_setup *s, int argc, const char *a0, const char *a1, const char *a2,
+                const char *a3)
+{
+    struct feed_scmd *c = &s->cmds[s->ncmds++];
+    const char *v[4] = { a0, a1, a2, a3 };
+
+    c->argc = argc;
+    for (int i = 0; i < argc; i++) {
+        c->argv[i] = v[i];
+        c->lens[i] = strlen(v[i]);
+    }
+}
+
+static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **lens)
+{
+    feed_setup *s = arg;
+
+    if (s->step == ST_UNLINK) {     /* the keys of one SCAN batch */
+        if (!is_cluster(s)) {       /* one UNLINK of them all */
+            *argv = (const char **)s->keys;
+            *lens = s->klens;
+            return (int)s->nkeys;
+        }
+        s->cmds[0].argv[0] = "UNLINK";     /* keys of many slots: one each */
+        s->cmds[0].lens[0] = 6;
+        s->cmds[0].argv[1] = s->keys[k + 1];
+        s->cmds[0].lens[1] = s->klens[k + 1];
+        *argv = s->cmds[0].argv;
+        *lens = s->cmds[0].lens;
+        return 2;
+    }
+    *argv = s->cmds[k].argv;
+    *lens = s->cmds[k].lens;
+    return s->cmds[k].argc;
+}
+
+static void setup_reply(void *arg, size_t k, const redisReply *r);
+
+/* Issue the commands added (or the UNLINKs) as one round trip. */
+static enum feed_swant trip(feed_setup *s, size_t n, enum feed_swant want)
+{
+    s->trip = (feed_trip){ .node = s->index, .n = n, .arg = s, .cmd = setup_cmd,
+                           .reply = setup_reply };
+    s->c->stats.redis_calls++;
+    return want;
+}
+
+static void free_keys(feed_setup *s)
+{
+    for (size_t i = 1; i < s->nkeys; i++)
+        free(s->keys[i]);
+    free(s->keys);
+    free(s->klens);
+    s->keys = NULL;
+    s->klens = NULL;
+    s->nkeys = 0;
+}
+
+/* ---- Replies ----------------------------------------------------------- */
+
+static int is_str(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_STRING;
+}
+
+/* One Sentinel's answer: a two-element array of host and port. */
+static int take_addr(feed_addr *a, const redisReply *r)
+{
+    char num[8];
+    char *stop;
+    long v;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_str(r->element[0]) ||
+        !is_str(r->element[1]) || r->element[0]->len == 0 ||
+        r->element[0]->len >= sizeof a->host || r->element[1]->len == 0 ||
+        r->element[1]->len >= sizeof num)
+        return 0;
+    memcpy(num, r->element[1]->str, r->element[1]->len);
+    num[r->element[1]->len] = '\0';
+    v = strtol(num, &stop, 10);
+    if (*stop || v < 1 || v > 65535)
+        return 0;
+    memcpy(a->host, r->element[0]->str, r->element[0]->len);
+    a->host[r->element[0]->len] = '\0';
+    a->port = (int)v;
+    return 1;
+}
+
+/* The recorded run_id matches the live one? r is GET's reply. */
+static int fence_matches(const feed_fence *fc, const redisReply *r)
+{
+    return is_str(r) && r->len == strlen(fc->run_id) && memcmp(r->str, fc->run_id, r->len) == 0;
+}
+
+/* Keep the keys of a SCAN batch (the fence key left alone) for the
+ * UNLINK step: keys[0] is "UNLINK"; the reply is freed meanwhile. */
+static int keep_keys(feed_setup *s, const redisReply *keys)
+{
+    size_t klen = strlen(s->key);
+
+    free_keys(s);
+    s->keys = malloc((keys->elements + 1) * sizeof *s->keys);
+    s->klens = malloc((keys->elements + 1) * sizeof *s->klens);
+    if (!s->keys || !s->klens)
+        return FEED_ENOMEM;
+    s->keys[0] = (char *)"UNLINK";
+    s->klens[0] = 6;
+    s->nkeys = 1;
+    for (size_t i = 0; i < keys->elements; i++) {
+        const redisReply *k = keys->element[i];
+        if (!is_str(k) || (k->len == klen && memcmp(k->str, s->key, klen) == 0))
+            continue;
+        if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
+            return FEED_ENOMEM;
+        memcpy(s->keys[s->nkeys], k->str, k->len + 1);
+        s->klens[s->nkeys++] = k->len;
+    }
+    return FEED_OK;
+}
+
+/* What each reply of the current step says: ok[k], and what it carries
+ * (an address, a SHA, a run_id, a cursor and keys). The step's end
+ * (feed__setup_tripped) judges. */
+static void setup_reply(void *arg, size_t k, const redisReply *r)
+{
+    feed_setup *s = arg;
+    feed_node *n = s->node;
+    const char *p;
+    int ok = 0;
+
+    switch (s->step) {
+    case ST_SENTINEL:
+        ok = take_addr(&s->found, r);
+        if (!ok)
+            snprintf(s->why, sizeof s->why, "%s", r->type == REDIS_REPLY_ERROR ? r->str
+                     : r->type == REDIS_REPLY_NIL ? "does not know the master name"
+                     : "unexpected reply");
+        break;
+    case ST_AUTH:
+    case ST_RECORD:
+        ok = r->type != REDIS_REPLY_ERROR;
+        break;
+    case ST_ROLE:
+        ok = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && is_str(r->element[0]) &&
+             strcmp(r->element[0]->str, "master") == 0;
+        if (!ok)
+            snprintf(s->why, sizeof s->why, "%s", r->type == REDIS_REPLY_ARRAY &&
+                     r->elements > 0 && is_str(r->element[0]) ? r->element[0]->str : "?");
+        break;
+    case ST_SCRIPTS:
+        if ((ok = is_str(r) && r->len == 40) != 0) {
+            memcpy(s->c->sha[k], r->str, 40);
+            s->c->sha[k][40] = '\0';
+        }
+        break;
+    case ST_LOOK:
+        if (k == 0 && (ok = is_str(r) && (p = strstr(r->str, "run_id:")) &&
+                            strspn(p + 7, "0123456789abcdef") >= 40) != 0) {
+            memcpy(n->fence.run_id, p + 7, 40);
+            n->fence.run_id[40] = '\0';
+        } else if (k == 1) {
+            ok = is_str(r) || r->type == REDIS_REPLY_NIL;
+            s->match = ok && fence_matches(&n->fence, r);
+        }
+        break;
+    case ST_SCAN:
+        if (k == 0) {
+            ok = is_str(r) || r->type == REDIS_REPLY_NIL;
+            s->match = ok && fence_matches(&n->fence, r);
+        } else if ((ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                         is_str(r->element[0]) && r->element[0]->len < sizeof s->cursor &&
+                         r->element[1]->type == REDIS_REPLY_ARRAY) != 0) {
+            memcpy(s->cursor, r->element[0]->str, r->element[0]->len);
+            s->cursor[r->element[0]->len] = '\0';
+            if (keep_keys(s, r->element[1]) != FEED_OK)
+                s->nomem = 1;
+        }
+        break;
+    case ST_UNLINK:
+        ok = r->type == REDIS_REPLY_INTEGER;
+        break;
+    default:
+        break;
+    }
+    if (!ok && r->type == REDIS_REPLY_ERROR && !s->why[0])
+        snprintf(s->why, sizeof s->why, "%s", r->str);
+    if (!ok && !s->why[0])
+        snprintf(s->why, sizeof s->why, "unexpected reply");
+    if (!ok)
+        s->bad++;
+}
+
+/* ---- The steps --------------------------------------------------------- */
+
+/* "<prefix>:fence", or on a cluster node "<prefix>:fence{<n>}" with the
+ * least n whose text hashes to the node's fence slot: the prefix holds no
+ * braces, so the tag alone decides the slot. Every slot is reached by some
+ * n below 10^6 (about 16384 tries on average, a millisecond). */
+static int fence_key(feed_setup *s, int slot)
+{
+    char num[21];
+
+    if (slot < 0) {
+        snprintf(s->key, sizeof s->key, "%s:fence", s->c->cfg.key_prefix);
+        return FEED_OK;
+    }
+    for (int64_t n = 0; n < 1000000; n++) {
+        size_t len = feed__i64_to_str(n, num);
+        if (feed__key_slot(num, len) == (unsigned)slot) {
+            snprintf(s->key, sizeof s->key, "%s:fence{%s}", s->c->cfg.key_prefix, num);
+            return FEED_OK;
+        }
+    }
+    return FEED_EREDIS;
+}
+
+/* SCAN's MATCH is a glob: the prefix's own '*', '?', '[', ']' and '\'
+ * must match themselves. */
+static void scan_pattern(feed_setup *s)
+{
+    size_t n = 0;
+
+    for (const char *p = s->c->cfg.key_prefix; *p && n + 4 < sizeof s->pattern; p++) {
+        if (strchr("*?[]\\", *p))
+            s->pattern[n++] = '\\';
+        s->pattern[n++] = *p;
+    }
+    s->pattern[n++] = ':';
+    s->pattern[n++] = '*';
+    s->pattern[n] = '\0';
+}
+
+void feed__setup_begin(feed_setup *s, feed_core *c, int node, int kind, unsigned slot,
+                       int64_t now)
+{
+    memset(s, 0, sizeof *s);
+    s->c = c;
+    s->index = node;
+    s->node = c->topo.nodes[node];
+    s->kind = kind;
+    s->slot = slot;
+    s->step = ST_START;
+    s->deadline = now + c->cfg.redis_timeout_ms;
+}
+
+void feed__setup_end(feed_setup *s)
+{
+    free_keys(s);
+}
+
+/* The fence failed: the connection is dropped, its reconnect waits
+ * retry_ms. */
+static void fence_fail(feed_setup *s, const char *what, int64_t now)
+{
+    fail(s, FEED_EREDIS, now, "Redis %s (restart fence): %s", what,
+         s->trip.io != FEED_IO_OK ? s->trip.why : s->why);
+}
+
+enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
+{
+    feed_core *c = s->c;
+    feed_node *n = s->node;
+    int rc, bad;
+
+    s->why[0] = '\0';
+    s->bad = 0;
+    s->ncmds = 0;
+    for (;;) {
+        switch (s->step) {
+        case ST_START:
+            if (n->state == FEED_NODE_READY) {
+                s->step = ST_AFTER;
+                continue;
+            }
+            rc = feed__retry_due(c, n->attempt_ms, now, is_cluster(s) ? "Redis node" : "Redis",
+                                 s->err);
+            if (rc != FEED_OK)
+                return finish(s, rc);
+            n->attempt_ms = now;
+            c->stats.redis_connects++;
+            n->fence.state = FEED_FENCE_UNKNOWN;
+            s->step = !is_cluster(s) && c->cfg.redis_sentinels ? ST_SENTINEL : ST_CONNECT;
+            continue;
+        case ST_SENTINEL:
+            if (!feed__addr_at(c->cfg.redis_sentinels, s->sentinel++, &s->probe, &bad)) {
+                c->stats.redis_errors++;
+                return finish(s, feed__msg(s->err, FEED_EUNAVAILABLE,
+                                           "no Sentinel named the primary \"%s\" (last: %s)",
+                                           c->cfg.redis_master_name, s->last));
+            }
+            add(s, 3, "SENTINEL", "get-master-addr-by-name", c->cfg.redis_master_name, NULL);
+            return trip(s, 1, FEED_S_PROBE);
+        case ST_CONNECT:
+            return FEED_S_CONNECT;
+        case ST_AUTH:
+            if (!c->cfg.redis_password) {
+                s->step = ST_ROLE;
+                continue;
+            }
+            if (c->cfg.redis_user)
+                add(s, 3, "AUTH", c->cfg.redis_user, c->cfg.redis_password, NULL);
+            else
+                add(s, 2, "AUTH", c->cfg.redis_password, NULL, NULL);
+            return trip(s, 1, FEED_S_TRIP);
+        case ST_ROLE:
+            if (is_cluster(s) || !c->cfg.redis_sentinels) {
+                s->step = ST_SCRIPTS;
+                continue;
+            }
+            add(s, 1, "ROLE", NULL, NULL, NULL);
+            return trip(s, 1, FEED_S_TRIP);
+        case ST_SCRIPTS:
+            for (int i = 0; i < FEED_SCRIPT_COUNT; i++)
+                add(s, 3, "SCRIPT", "LOAD", feed__script_source(i), NULL);
+            return trip(s, FEED_SCRIPT_COUNT, FEED_S_TRIP);
+        case ST_AFTER:
+            if (n->reload) {
+                s->step = ST_SCRIPTS;
+                continue;
+            }
+            if (s->kind != FEED_SETUP_FULL || !c->cfg.redis_restart_fence ||
+                n->fence.state == FEED_FENCE_TRUSTED)
+                return finish(s, FEED_OK);
+            if (fence_key(s, feed__fence_slot(&c->topo, s->index, s->slot)) != FEED_OK) {
+                fail(s, FEED_EREDIS, now, "restart fence: no key name for a slot of %s:%d",
+                     n->addr.host, n->addr.port);
+                return FEED_S_DONE;
+            }
+            scan_pattern(s);
+            s->step = n->fence.state == FEED_FENCE_UNKNOWN ? ST_LOOK : ST_SCAN;
+            continue;
+        case ST_LOOK:
+            add(s, 2, "INFO", "server", NULL, NULL);
+            add(s, 2, "GET", s->key, NULL, NULL);
+            return trip(s, 2, FEED_S_TRIP);
+        case ST_SCAN:
+            if (n->fence.state != FEED_FENCE_FLUSHING || now >= s->deadline)
+                return finish(s, FEED_OK);
+            add(s, 2, "GET", s->key, NULL, NULL);
+            s->cmds[1] = (struct feed_scmd){ 6, { "SCAN", n->fence.cursor, "MATCH", s->pattern,
+                                                  "COUNT", "1000" },
+                                             { 4, strlen(n->fence.cursor), 5, strlen(s->pattern),
+                                               5, 4 } };
+            s->ncmds = 2;
+            return trip(s, 2, FEED_S_TRIP);
+        case ST_UNLINK:
+            if (s->nkeys <= 1) {
+                s->step = ST_CURSOR;
+                continue;
+            }
+            return trip(s, is_cluster(s) ? s->nkeys - 1 : 1, FEED_S_TRIP);
+        case ST_CURSOR:
+            memcpy(n->fence.cursor, s->cursor, sizeof n->fence.cursor);
+            s->step = strcmp(n->fence.cursor, "0") == 0 ? ST_RECORD : ST_SCAN;
+            continue;
+        case ST_RECORD:
+            add(s, 3, "SET", s->key, n->fence.run_id, NULL);
+            return trip(s, 1, FEED_S_TRIP);
+        default:
+            return FEED_S_DONE;
+        }
+    }
+}
+
+void feed__setup_connected(feed_setup *s, int ok, const char *why, int64_t now)
+{
+    if (!ok) {
+        fail(s, FEED_EUNAVAILABLE, now, "Redis connect to %s:%d: %s", s->node->addr.host,
+             s->node->addr.port, why);
+        return;
+    }
+    s->node->state = FEED_NODE_UP;
+    s->step = ST_AUTH;
+}
+
+/* What a step's round trip says. */
+void feed__setup_tripped(feed_setup *s, int64_t now)
+{
+    feed_core *c = s->c;
+    feed_node *n = s->node;
+    int io = s->trip.io != FEED_IO_OK;
+
+    switch (s->step) {
+    case ST_SENTINEL:
+        if (!io && !s->bad) {
+            n->addr = s->found;
+            s->step = ST_CONNECT;
+        } else {
+            snprintf(s->last, sizeof s->last, "%.255s:%d: %.200s", s->probe.host, s->probe.port,
+                     io ? s->trip.why : s->why);
+        }
+        return;
+    case ST_AUTH:
+        if (io)
+            fail(s, FEED_EUNAVAILABLE, now, "Redis AUTH: %s", s->trip.why);
+        else if (s->bad)
+            fail(s, FEED_EREDIS, now, "Redis refused AUTH: %s", s->why);
+        else
+            s->step = ST_ROLE;
+        return;
+    case ST_ROLE:
+        if (io) {
+            fail(s, FEED_EUNAVAILABLE, now, "Redis ROLE at %s:%d: %s", n->addr.host,
+                 n->addr.port, s->trip.why);
+        } else if (s->bad) {
+            c->stats.failovers++;
+            fail(s, FEED_EUNAVAILABLE, now, "Redis at %s:%d is not the primary (ROLE %s): "
+                 "a failover is under way", n->addr.host, n->addr.port, s->why);
+        } else {
+            s->step = ST_SCRIPTS;
+        }
+        return;
+    case ST_SCRIPTS:
+        if (io) {
+            fail(s, FEED_EUNAVAILABLE, now, "Redis SCRIPT LOAD: %s", s->trip.why);
+        } else if (s->bad) {
+            fail(s, FEED_EREDIS, now, "Redis SCRIPT LOAD refused: %s", s->why);
+        } else {
+            n->reload = 0;
+            if (n->state != FEED_NODE_READY) {
+                n->state = FEED_NODE_READY;
+                n->fresh = 1;
+            }
+            s->step = ST_AFTER;
+        }
+        return;
+    case ST_LOOK:
+        if (io || s->bad) {
+            fence_fail(s, "INFO", now);
+        } else if (s->match) {
+            n->fence.state = FEED_FENCE_TRUSTED;
+            finish(s, FEED_OK);
+        } else {
+            n->fence.state = FEED_FENCE_FLUSHING;
+            strcpy(n->fence.cursor, "0");
+            c->stats.fence_flushes++;
+            s->step = ST_SCAN;
+        }
+        return;
+    case ST_SCAN:
+        if (io || s->bad) {
+            fence_fail(s, "SCAN", now);
+        } else if (s->nomem) {
+            finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing after a restart"));
+        } else if (s->match) {        /* another handle finished the pass */
+            n->fence.state = FEED_FENCE_TRUSTED;
+            finish(s, FEED_OK);
+        } else {
+            s->step = ST_UNLINK;
+        }
+        return;
+    case ST_UNLINK:
+        if (io || s->bad)
+            fence_fail(s, "UNLINK", now);
+        else
+            s->step = ST_CURSOR;
+        return;
+    case ST_RECORD:
+        if (io || s->bad) {
+            fence_fail(s, "SET", now);
+        } else {
+            n->fence.state = FEED_FENCE_TRUSTED;
+            finish(s, FEED_OK);
+        }
+        return;
+    default:
+        return;
+    }
+}

@@ -1,0 +1,154 @@
+/* sql.c -- which PostgreSQL server reads what.
+ *
+ * Rebuilds read the primary, always, so that a rebuild never installs rows
+ * from a replica that has not yet replayed a write whose hook already ran.
+ * Pages past the cache may read the replica (pg_replica_conninfo): its rows
+ * never reach the cache. When it cannot answer (down, frozen, refusing, a
+ * recovery conflict) the primary does. With pg_replica_max_lag_ms the
+ * replica answers only while it is proven to have replayed what the
+ * primary had written that long before:
+ *
+ * A probe is the primary's WAL insert position L, read at probe_ms: every
+ * transaction that had committed by then wrote its commit record below L.
+ * Once the replica has replayed past L, it shows all of them, so until
+ * probe_ms + max every page it answers shows every write committed at least
+ * max ms before the page: the bound. Each probe is checked twice: at once
+ * (an idle replica passes), and again at the next probe, by when a replica
+ * that streams with a lag below max/4 has replayed it; a busy primary thus
+ * still keeps the replica usable. Probes run only when the window has
+ * closed, at most once per max/4 ms: two small statements each.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core.h"
+
+enum { SP_START, SP_PROBED_PRIMARY, SP_PROBED_REPLICA, SP_REPLICA, SP_PRIMARY, SP_DONE };
+
+void feed__sql_ask(feed_op *op, int stmt, int server, int64_t uid, const int64_t *params,
+                   int nparams)
+{
+    feed_sql *q = &op->sql;
+
+    q->stmt = stmt;
+    q->server = server;
+    q->uid = uid;
+    q->nparams = nparams;
+    for (int i = 0; i < nparams; i++)
+        q->params[i] = params[i];
+    q->rows.items = NULL;
+    q->rows.count = 0;
+}
+
+void feed__sqlpage_begin(feed_sqlpage *sp, int stmt, int64_t uid, const int64_t *params,
+                         int nparams)
+{
+    sp->state = SP_START;
+    sp->stmt = stmt;
+    sp->uid = uid;
+    sp->nparams = nparams;
+    for (int i = 0; i < nparams; i++)
+        sp->params[i] = params[i];
+    sp->why[0] = '\0';
+}
+
+static enum feed_want read_on(feed_sqlpage *sp, feed_op *op, int server, int state)
+{
+    feed__sql_ask(op, sp->stmt, server, sp->uid, sp->params, sp->nparams);
+    sp->state = state;
+    return FEED_W_SQL;
+}
+
+static enum feed_want probe(feed_sqlpage *sp, feed_op *op, int stmt, int server, int state)
+{
+    feed__sql_ask(op, stmt, server, sp->uid, NULL, 0);
+    sp->state = state;
+    return FEED_W_SQL;
+}
+
+/* Is the replica proven fresh now? 1 yes, 0 no, -1: probe first (op->sql
+ * set). */
+static int replica_fresh(feed_sqlpage *sp, feed_op *op, int64_t now)
+{
+    feed_core *c = op->c;
+    int64_t max = c->cfg.pg_replica_max_lag_ms;
+
+    if (max == 0 || now < c->replica_fresh_until)
+        return 1;
+    if (now - c->replica_tried_ms < max / 4 + 1)
+        return 0;
+    c->replica_tried_ms = now;
+    probe(sp, op, FEED_SQL_PROBE_PRIMARY, FEED_PG_PRIMARY, SP_PROBED_PRIMARY);
+    return -1;
+}
+
+enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, int *rc)
+{
+    feed_core *c = op->c;
+    feed_sql *q = &op->sql;
+    char lsn[32], pg_msg[FEED_ERRMSG];
+
+    switch (sp->state) {
+    case SP_START:
+        if (!c->cfg.pg_replica_conninfo)
+            return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
+        switch (replica_fresh(sp, op, now)) {
+        case 1:
+            return read_on(sp, op, FEED_PG_REPLICA, SP_REPLICA);
+        case 0:
+            c->stats.replica_lagging++;
+            return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
+        default:
+            return FEED_W_SQL;
+        }
+    case SP_PROBED_PRIMARY:
+        if (op->sql_rc != FEED_OK) {
+            c->stats.replica_lagging++;
+            return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
+        }
+        snprintf(lsn, sizeof lsn, "%s", q->text[0]);
+        snprintf(q->text[1], sizeof q->text[1], "%s",
+                 c->replica_probe_ms ? c->replica_probe_lsn : lsn);
+        snprintf(q->text[0], sizeof q->text[0], "%s", lsn);
+        snprintf(c->replica_probe_lsn, sizeof c->replica_probe_lsn, "%s", lsn);
+        sp->probe_ms = c->replica_probe_ms;
+        c->replica_probe_ms = now;
+        feed__sql_ask(op, FEED_SQL_PROBE_REPLICA, FEED_PG_REPLICA, sp->uid, NULL, 0);
+        sp->state = SP_PROBED_REPLICA;
+        return FEED_W_SQL;
+    case SP_PROBED_REPLICA:
+        /* NULL (not in recovery: not a replica) proves nothing. */
+        if (op->sql_rc == FEED_OK) {
+            if (strcmp(q->text[0], "t") == 0)
+                c->replica_fresh_until = now + c->cfg.pg_replica_max_lag_ms;
+            else if (sp->probe_ms && strcmp(q->text[1], "t") == 0)
+                c->replica_fresh_until = sp->probe_ms + c->cfg.pg_replica_max_lag_ms;
+        }
+        if (now < c->replica_fresh_until)
+            return read_on(sp, op, FEED_PG_REPLICA, SP_REPLICA);
+        c->stats.replica_lagging++;
+        return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
+    case SP_REPLICA:
+        if (op->sql_rc == FEED_OK || op->sql_rc == FEED_ENOMEM || op->sql_rc == FEED_ERANGE) {
+            *rc = op->sql_rc;   /* the primary holds the same rows: ERANGE there too */
+            sp->state = SP_DONE;
+            return FEED_W_DONE;
+        }
+        c->stats.replica_fallbacks++;
+        snprintf(sp->why, sizeof sp->why, "%s", op->err);
+        return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
+    case SP_PRIMARY:
+        *rc = op->sql_rc;
+        if (sp->why[0] && *rc == FEED_OK) {
+            snprintf(op->err, FEED_ERRMSG, "%s", sp->why);   /* keep why not by the replica */
+        } else if (sp->why[0] && *rc != FEED_ENOMEM) {
+            snprintf(pg_msg, sizeof pg_msg, "%s", op->err);
+            feed__msg(op->err, *rc, "%s; %s", sp->why, pg_msg);
+        }
+        sp->state = SP_DONE;
+        return FEED_W_DONE;
+    default:
+        *rc = FEED_EPG;
+        return FEED_W_DONE;
+    }
+}

@@ -1,0 +1,179 @@
+/* topo.c -- where Redis commands go.
+ *
+ * A single Redis and a Sentinel-managed primary are node 0. A Redis Cluster
+ * starts from its seeds and learns the rest: a slot map from CLUSTER SLOTS
+ * asked of any node that answers (the exchange asks, exchange.c), nodes
+ * added as the map or a MOVED names them and never removed, so an index
+ * names one address for the handle's life.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+/* The index of addr among the nodes, added if new; -1 without memory. */
+int feed__node_index(feed_topo *t, const feed_addr *addr)
+{
+    feed_node *n;
+
+    for (size_t i = 0; i < t->nnodes; i++)
+        if (t->nodes[i]->addr.port == addr->port && strcmp(t->nodes[i]->addr.host, addr->host) == 0)
+            return (int)i;
+    if (t->nnodes == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 8;
+        feed_node **bigger = realloc(t->nodes, cap * sizeof *bigger);
+        if (!bigger)
+            return -1;
+        t->nodes = bigger;
+        t->cap = cap;
+    }
+    if ((n = calloc(1, sizeof *n)) == NULL)
+        return -1;
+    n->addr = *addr;
+    t->nodes[t->nnodes] = n;
+    return (int)t->nnodes++;
+}
+
+/* The handle's topology from its config: node 0 for a single Redis (the
+ * Sentinels fill in its address later), the seeds of a cluster. */
+int feed__topo_init(feed_core *c)
+{
+    feed_topo *t = &c->topo;
+    feed_addr a;
+
+    if (!t->cluster) {
+        memset(&a, 0, sizeof a);
+        if (!c->cfg.redis_sentinels) {
+            snprintf(a.host, sizeof a.host, "%s", c->cfg.redis_host);
+            a.port = c->cfg.redis_port;
+        }
+        return feed__node_index(t, &a) == 0 ? FEED_OK : FEED_ENOMEM;
+    }
+    if (feed__parse_addrs(c->cfg.redis_cluster, &t->seeds, &t->nseeds) != FEED_OK)
+        return FEED_ENOMEM;     /* the list was checked: only memory can fail */
+    if ((t->owner = calloc(FEED_SLOTS, sizeof *t->owner)) == NULL)
+        return FEED_ENOMEM;
+    t->stale = 1;
+    return FEED_OK;
+}
+
+/* ---- The slot map ---------------------------------------------------- */
+
+typedef struct map_build {
+    feed_topo *t;
+    uint16_t  *owner;
+} map_build;
+
+static int map_range(void *arg, unsigned from, unsigned to, const feed_addr *owner)
+{
+    map_build *b = arg;
+    int i = feed__node_index(b->t, owner);
+
+    if (i < 0)
+        return FEED_ENOMEM;
+    for (unsigned s = from; s <= to; s++)
+        b->owner[s] = (uint16_t)(i + 1);
+    return FEED_OK;
+}
+
+/* A CLUSTER SLOTS reply from node `from`, kept only if whole. When owners
+ * changed (a failover, a reshard), every node's fence is checked again
+ * before it serves: a node keeps its run_id when it is demoted, resynced
+ * from the new primary (maybe behind) and promoted again, and it is the
+ * fence key in its data set, written by whichever node was primary, that
+ * then shows the change. FEED_OK, FEED_EINVAL (malformed), FEED_ENOMEM. */
+int feed__map_apply(feed_topo *t, int from, const redisReply *r)
+{
+    uint16_t *owner = calloc(FEED_SLOTS, sizeof *owner);
+    map_build b = { t, owner };
+    int rc;
+
+    if (!owner)
+        return FEED_ENOMEM;
+    rc = feed__slot_map_parse(r, t->nodes[from]->addr.host, map_range, &b);
+    if (rc == FEED_OK) {
+        if (memcmp(t->owner, owner, FEED_SLOTS * sizeof *owner) != 0)
+            for (size_t k = 0; k < t->nnodes; k++)
+                t->nodes[k]->fence.state = FEED_FENCE_UNKNOWN;
+        memcpy(t->owner, owner, FEED_SLOTS * sizeof *owner);
+        t->stale = 0;
+    }
+    free(owner);
+    return rc;
+}
+
+/* The nodes to ask for the map, in turn: the connected ones first (no
+ * connect cost), then the seeds, then every node learned since. *phase
+ * and *i walk the candidates (start both at 0); -1 once there are none
+ * left, or without memory. */
+int feed__map_candidate(feed_topo *t, int *phase, size_t *i)
+{
+    for (;;) {
+        size_t k = (*i)++;
+        switch (*phase) {
+        case 0:
+            if (k < t->nnodes) {
+                if (t->nodes[k]->state != FEED_NODE_DOWN)
+                    return (int)k;
+                continue;
+            }
+            break;
+        case 1:
+            if (k < t->nseeds)
+                return feed__node_index(t, &t->seeds[k]);
+            break;
+        case 2:
+            if (k < t->nnodes)
+                return (int)k;
+            break;
+        default:
+            return -1;
+        }
+        ++*phase;
+        *i = 0;
+    }
+}
+
+/* The node that serves slot by the current map, or -1. */
+int feed__map_owner(const feed_topo *t, unsigned slot)
+{
+    return t->owner && slot < FEED_SLOTS && t->owner[slot] ? t->owner[slot] - 1 : -1;
+}
+
+/* Where node i's fence key lives: its lowest slot in the map (the same
+ * for every handle that sees the same map), else the slot being sent to
+ * (an ASK target that owns nothing yet). A reshard that moves that slot
+ * costs the node one flush at its next check, never a wrong page. */
+int feed__fence_slot(const feed_topo *t, int i, unsigned slot)
+{
+    if (!t->cluster)
+        return -1;
+    for (unsigned s = 0; s < FEED_SLOTS; s++)
+        if (t->owner[s] == i + 1)
+            return (int)s;
+    return (int)slot;
+}
+
+/* flags[i] = 1 when node i owns a slot in the map (a primary). The caller
+ * frees it; NULL without memory. */
+unsigned char *feed__map_primaries(const feed_topo *t)
+{
+    unsigned char *flags = calloc(t->nnodes + 1, 1);
+
+    for (size_t s = 0; flags && s < FEED_SLOTS; s++)
+        if (t->owner[s])
+            flags[t->owner[s] - 1] = 1;
+    return flags;
+}
+
+/* FNV-1a over the slot -> node table: equal stamps, same map (node indexes
+ * are never reused, so an index names one address for good). */
+uint64_t feed__map_stamp(const feed_topo *t)
+{
+    const unsigned char *p = (const unsigned char *)t->owner;
+    uint64_t h = 14695981039346656037ULL;
+
+    for (size_t i = 0; i < FEED_SLOTS * sizeof *t->owner; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}

@@ -1,0 +1,255 @@
+/* sync.c -- the blocking driver: a request run to its end on the calling
+ * thread.
+ *
+ * It does what the request's machine asks, in order: a Redis batch (the
+ * exchange's passes, each node's set-up, the repairs first), a SQL
+ * statement (waited for with poll(), within pg_timeout_ms), a wake-up (a
+ * sleep). Every decision is the machine's; this file only carries them out,
+ * so a blocking call makes exactly the round trips the async API makes for
+ * the same request.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "drive/drive.h"
+
+static void sleep_until(int64_t at)
+{
+    int64_t ms = at - feed__now_ms();
+    struct timespec ts;
+
+    if (ms <= 0)
+        return;
+    ts.tv_sec = (time_t)(ms / 1000);
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+}
+
+/* A node the core dropped (DOWN) loses its connection here. */
+static void close_if_down(feed_node *n)
+{
+    if (n->state == FEED_NODE_DOWN && n->io) {
+        feed__rs_close(n->io);
+        n->io = NULL;
+    }
+}
+
+static void run_trip(redisContext *c, feed_trip *t)
+{
+    feed__rs_write(c, t);
+    feed__rs_read(c, t);
+}
+
+/* A node's set-up, to its end. */
+static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
+{
+    feed_setup *s = malloc(sizeof *s);
+    feed_node *n = f->core.topo.nodes[node];
+    int64_t now = feed__now_ms();
+    int rc;
+
+    if (!s)
+        return feed__msg(why, FEED_ENOMEM, "out of memory setting a Redis connection up");
+    feed__setup_begin(s, &f->core, node, kind, slot, now);
+    for (;;) {
+        enum feed_swant w = feed__setup_next(s, now);
+        redisContext *c;
+        char msg[160];
+
+        if (w == FEED_S_DONE)
+            break;
+        switch (w) {
+        case FEED_S_PROBE:      /* a Sentinel: a short connection of its own */
+            c = feed__rs_connect(&s->probe, f->core.cfg.redis_timeout_ms, s->trip.why,
+                                 sizeof s->trip.why);
+            if (c) {
+                run_trip(c, &s->trip);
+                feed__rs_close(c);
+            } else {
+                s->trip.io = FEED_IO_FAILED;
+            }
+            feed__setup_tripped(s, feed__now_ms());
+            break;
+        case FEED_S_CONNECT:
+            close_if_down(n);
+            if (n->io) {
+                feed__rs_close(n->io);
+                n->io = NULL;
+            }
+            n->io = feed__rs_connect(&n->addr, f->core.cfg.redis_timeout_ms, msg, sizeof msg);
+            feed__setup_connected(s, n->io != NULL, msg, feed__now_ms());
+            break;
+        case FEED_S_TRIP:
+            run_trip(n->io, &s->trip);
+            feed__setup_tripped(s, feed__now_ms());
+            break;
+        default:
+            break;
+        }
+        close_if_down(n);
+        now = feed__now_ms();
+    }
+    close_if_down(n);
+    rc = s->rc;
+    if (rc != FEED_OK)
+        memcpy(why, s->err, FEED_ERRMSG);
+    feed__setup_end(s);
+    free(s);
+    return rc;
+}
+
+/* One pass: every trip written out (the nodes work at once), then every
+ * reply read, trip by trip. */
+static void sync_pass(feed *f, feed_xtrip *trips, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        feed__rs_write(f->core.topo.nodes[trips[k].trip.node]->io, &trips[k].trip);
+    for (size_t k = 0; k < n; k++)
+        feed__rs_read(f->core.topo.nodes[trips[k].trip.node]->io, &trips[k].trip);
+}
+
+static int sync_batch(feed *f, const feed_batch *b, char *err)
+{
+    feed_xchg x;
+    int64_t now = feed__now_ms();
+    int rc;
+
+    feed__xchg_begin(&x, &f->core, b, err, now);
+    for (;;) {
+        switch (feed__xchg_next(&x, now)) {
+        case FEED_X_REPAIR: {
+            feed_op *r = feed__repair_op(&f->core);
+            if (r) {
+                feed__sync_run(f, r);
+                r->free(r);
+            }
+            break;
+        }
+        case FEED_X_SETUP: {
+            char why[FEED_ERRMSG];
+            rc = sync_setup(f, x.setup_node, x.setup_kind, x.setup_slot, why);
+            feed__xchg_setup_done(&x, rc, why, feed__now_ms());
+            break;
+        }
+        case FEED_X_PASS:
+            sync_pass(f, x.trips, x.ntrips);
+            for (size_t k = 0; k < x.ntrips; k++)
+                close_if_down(f->core.topo.nodes[x.trips[k].trip.node]);
+            feed__xchg_pass_done(&x, feed__now_ms());
+            for (size_t k = 0; k < f->core.topo.nnodes; k++)
+                close_if_down(f->core.topo.nodes[k]);
+            break;
+        case FEED_X_WAKE:
+            sleep_until(x.wake_at);
+            break;
+        case FEED_X_DONE:
+            rc = x.rc;
+            feed__xchg_end(&x);
+            return rc;
+        }
+        now = feed__now_ms();
+    }
+}
+
+/* A statement, waited for with poll() until its deadline. */
+static int sync_sql(feed *f, feed_op *op)
+{
+    feed_pgtask t;
+    int64_t now = feed__now_ms();
+    int want;
+
+    feed__pg_task_begin(&t, &f->pg, &f->core, &op->sql, op->err, now);
+    want = feed__pg_task_run(&t, 0, now);
+    while (want != FEED_PGW_DONE) {
+        struct pollfd p = { feed__pg_task_fd(&t), want == FEED_PGW_READ ? POLLIN : POLLOUT, 0 };
+        int64_t left = t.deadline - feed__now_ms();
+        int ready = 0;
+        if (left > 0 && p.fd >= 0) {
+            int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+            if (n < 0 && errno == EINTR)
+                continue;
+            ready = n != 0;     /* an error is for libpq to find */
+        }
+        want = feed__pg_task_run(&t, ready, feed__now_ms());
+    }
+    return t.rc;
+}
+
+int feed__sync_run(feed *f, feed_op *op)
+{
+    int64_t now = feed__now_ms();
+
+    for (;;) {
+        switch (op->step(op, now)) {
+        case FEED_W_REDIS:
+            op->redis_rc = sync_batch(f, &op->batch, op->err);
+            break;
+        case FEED_W_SQL:
+            op->sql_rc = sync_sql(f, op);
+            break;
+        case FEED_W_WAKE:
+            sleep_until(op->wake_at);
+            break;
+        case FEED_W_DONE:
+            return op->rc;
+        }
+        now = feed__now_ms();
+    }
+}
+
+int feed__sync_connect_redis(feed *f)
+{
+    char why[FEED_ERRMSG];
+    int rc;
+
+    if (f->core.topo.cluster) {
+        feed_batch b = { .n = 0, .flags = FEED_B_MAP };
+        rc = sync_batch(f, &b, f->errmsg);
+        return rc;
+    }
+    rc = sync_setup(f, 0, FEED_SETUP_HELLO, 0, why);
+    if (rc != FEED_OK)
+        memcpy(f->errmsg, why, sizeof why);
+    return rc;
+}
+
+/* The primary, then the replica if there is one. A replica that does not
+ * answer is tried again later (pages use the primary meanwhile); one that
+ * answers and refuses is a configuration error, reported like the
+ * primary's. */
+int feed__sync_connect_pg(feed *f)
+{
+    feed_op op;
+    int rc, rrc;
+    char msg[FEED_ERRMSG];
+
+    memset(&op, 0, sizeof op);
+    op.c = &f->core;
+    op.err = f->errmsg;
+    op.sql.stmt = -1;
+    op.sql.server = FEED_PG_PRIMARY;
+    rc = sync_sql(f, &op);
+    if (!f->core.cfg.pg_replica_conninfo || rc == FEED_ENOMEM)
+        return rc;
+    memcpy(msg, f->errmsg, sizeof msg);
+    op.sql.server = FEED_PG_REPLICA;
+    rrc = sync_sql(f, &op);
+    if (rrc == FEED_EPG || rrc == FEED_ENOMEM || rrc == FEED_ERANGE)
+        return rrc;
+    memcpy(f->errmsg, msg, sizeof msg);
+    return rc;
+}
+
+void feed__sync_close(feed *f)
+{
+    for (size_t i = 0; i < f->core.topo.nnodes; i++) {
+        feed_node *n = f->core.topo.nodes[i];
+        feed__rs_close(n->io);
+        n->io = NULL;
+    }
+    feed__pg_free(&f->pg);
+}
