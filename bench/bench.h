@@ -75,7 +75,7 @@ pid_t pg_backend(PGconn *pg);
 feed *b_open(const char *prefix, uint32_t max_len);
 /* uid's whole feed from SQL in (score DESC, id DESC) order; malloc'd. */
 size_t sql_feed(PGconn *pg, int64_t uid, feed_item **out);
-/* The library's member encoding (lib/codec.c) into buf; returns the length.
+/* The library's member encoding (lib/base/codec.c) into buf; returns the length.
  * member_id decodes one, 0 when it is not a member (the end marker). */
 size_t member_of(int64_t id, char buf[24]);
 int member_id(const char *s, size_t len, int64_t *id);

@@ -1,5 +1,5 @@
 /* cpu.c -- section "cpu" (issue 15): what a cached page costs Redis now that
- * most pages are plain reads (lib/page.c, "Plain reads"), against a plain
+ * most pages are plain reads (lib/core/page.c, "Plain reads"), against a plain
  * ZREVRANGE of the same items.
  *
  *   1. Redis process CPU per call (utime + stime of every redis-server
@@ -560,7 +560,7 @@ void section_cpu(void)
 
     fprintf(md, "## Redis CPU per cached page: plain reads (issue 15)\n\n"
             "Cached pages are plain Redis reads whenever the reply proves the page"
-            " (lib/page.c, \"Plain reads\"); page.lua answers only a miss, the lease,"
+            " (lib/core/page.c, \"Plain reads\"); page.lua answers only a miss, the lease,"
             " or a cursor that moved too far. The machine is shared with other"
             " work while this runs (2 cores): figures are interleaved and paired by"
             " round.\n\n");

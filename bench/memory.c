@@ -159,7 +159,7 @@ static double bytes_per_item(FILE *md, redisContext *c, const feed_item *k1, siz
             " milliseconds). 6-digit ids are the data set's; 19-digit ids are snowflake-like"
             " (1.5 * 10^18 + id * 2^22). *Plain decimal* is the floor: the id as Redis"
             " stores it with nothing added (a listpack keeps it as an integer). feedcache's"
-            " members (lib/codec.c): \"-\", the digit count and the digits below 10^8 (a"
+            " members (lib/base/codec.c): \"-\", the digit count and the digits below 10^8 (a"
             " listpack integer: \"-6200002\"), \".\" and 8 bytes for 9 to 18 digits, the 19"
             " digits themselves from 10^18. The candidates were measured before choosing."
             " A listpack is one allocation, rounded up to jemalloc's size classes (4 KiB"

@@ -71,7 +71,7 @@ static int64_t get64(const char *p)
     return (int64_t)u;
 }
 
-/* One keyset page: binary parameters and rows, like lib/pg.c. */
+/* One keyset page: binary parameters and rows, like lib/io/pg.c. */
 static int64_t pg_page_query(PGconn *pg, const pg_page *p)
 {
     char buf[4][8];

@@ -173,7 +173,7 @@ void section_writes(void)
     b_script_load(c, feed_lua_peer_reload, reload_sha);
 
     fprintf(md, "## Installing a rebuild\n\n"
-            "feedcache's install (`lib/rebuild.c`, one round trip: one plain ZADD of"
+            "feedcache's install (`lib/core/rebuild.c`, one round trip: one plain ZADD of"
             " every item into a staging set, then `lua/rebuild.lua`, which checks the"
             " lease and RENAMEs the staged set over the feed), run by `feed_reload`"
             " with max_len = the size, against the common reload script (DEL, one ZADD per"
@@ -526,7 +526,7 @@ typedef struct fan_ctx {
 } fan_ctx;
 
 enum { FAN_LIB, FAN_SINGLE, FAN_PERFEED, FAN_NOOP, FAN_MIN, FAN_KINDS };
-#define FAN_BATCH 100   /* feeds per call in the batched peer, as in lib/hooks.c */
+#define FAN_BATCH 100   /* feeds per call in the batched peer, as in lib/core/hooks.c */
 
 /* A pipeline of EVALSHA calls, each for `per` feeds (KEYS feed, lease, ...;
  * ARGV score, member, max_len and, when batched, the count). */

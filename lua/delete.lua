@@ -1,7 +1,7 @@
 -- delete.lua: the hook for a row that left the feed.
 --
 -- KEYS[1]  the feed's sorted set       KEYS[2]  its rebuild lease
--- ARGV[1]  member (the id, encoded by lib/codec.c)
+-- ARGV[1]  member (the id, encoded by lib/base/codec.c)
 -- ARGV[2]  optional: the TTL in ms of a feed known to be empty; "0" or
 --          absent = leave the TTL alone
 --

@@ -1,5 +1,5 @@
 -- newer.lua: pull-to-refresh, the items just above a cursor, if the cached
--- copy covers them. The read path of feed_page_newer (lib/newer.c).
+-- copy covers them. The read path of feed_page_newer (lib/core/newer.c).
 --
 -- KEYS[1]  the feed's sorted set
 -- ARGV[1]  how many items to return (the caller's limit + 1: the extra one
@@ -37,7 +37,7 @@ end
 -- Otherwise: entries below the cursor's score come first (the end marker
 -- among them), then the tie group at its score, ascending by member; binary-
 -- search the first member above the cursor's. Members sort by their bytes
--- (lib/codec.c), as Redis orders them, so compare bytes, never with Lua's
+-- (lib/base/codec.c), as Redis orders them, so compare bytes, never with Lua's
 -- locale-dependent string order: the same comparison as page.lua's (scripts
 -- cannot share code; a change to the member encoding changes both).
 local function id_greater(a, b)

@@ -1,5 +1,5 @@
 -- page.lua: one page of a cached feed, or a miss. The read path's fallback:
--- lib/page.c serves most cached pages with one plain command whose reply
+-- lib/core/page.c serves most cached pages with one plain command whose reply
 -- proves the page ("Plain reads" there) and calls this script only when it
 -- cannot (the key is absent, the cursor moved, a long run of ties), so a
 -- miss, the lease and the exact seek below all happen here, atomically.
@@ -8,7 +8,7 @@
 -- ARGV[1]  how many items to return (the caller's limit + 1: the extra one
 --          tells whether more exist)
 -- ARGV[2]  cursor score, a decimal integer; "" for the first page
--- ARGV[3]  cursor member (the id, encoded by lib/codec.c); "" for the
+-- ARGV[3]  cursor member (the id, encoded by lib/base/codec.c); "" for the
 --          first page
 -- ARGV[4]  a fresh lease token, ARGV[5] lease lifetime in ms
 -- ARGV[6]  first pages only: TTL in ms to refresh; "0" = does not expire
@@ -45,7 +45,7 @@ else
     -- any other spelling only takes the slower seek below, never a wrong one.
     -- After a cursor the reply ends with one more element, an integer: the
     -- rank of its first pair, so that the caller can read the next page by
-    -- rank with a plain ZREVRANGE (lib/page.c, "rank hints").
+    -- rank with a plain ZREVRANGE (lib/core/page.c, "rank hints").
     local member = ARGV[3]
     local rank = redis.call('ZREVRANK', feed, member)
     if rank then
@@ -59,7 +59,7 @@ else
     -- first; then, among those sharing its score (ordered by id
     -- descending), binary-search the first id below the cursor's. That is
     -- O(log T * log N) for T ties instead of a walk through them. Members
-    -- sort by their bytes (lib/codec.c), as Redis orders them; Lua's own
+    -- sort by their bytes (lib/base/codec.c), as Redis orders them; Lua's own
     -- string comparison uses strcoll, which depends on the server's locale,
     -- so compare bytes here. (Defined here, not at the top: a closure per
     -- call costs.)

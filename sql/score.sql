@@ -1,5 +1,5 @@
 -- score.sql -- composite scores computed by PostgreSQL, bit for bit as
--- lib/score.c computes them (feed_score_pack() in feedcache.h).
+-- lib/base/score.c computes them (feed_score_pack() in feedcache.h).
 --
 -- Several ordering fields are packed into one bigint in [0, 2^53 - 1], the
 -- range a Redis score (a double) holds exactly. Fields go from most to least
@@ -50,7 +50,7 @@
 -- They call no function of their own schema, so they work whatever the
 -- search_path (pg_dump restores with an empty one). PostgreSQL does not
 -- recompute stored columns when a function is replaced: the results of these
--- functions must never change; change them only together with lib/score.c
+-- functions must never change; change them only together with lib/base/score.c
 -- and by adding new functions, not by editing what existing rows rely on.
 --
 -- Idempotent: CREATE OR REPLACE only; loading it twice changes nothing.

@@ -51,7 +51,7 @@ static void null_and_range_arguments(void)
     {
         /* Every field of feed_stats has a name: an exporter that walks the
          * names misses none. A counter added to the struct but not to the
-         * table in handle.c makes the count short. */
+         * table in lib/core/config.c makes the count short. */
         feed_stats st;
         size_t n = feed_stats_count(), named = 0, matched = 0;
         memset(&st, 0, sizeof st);

@@ -29,7 +29,7 @@
 #include "testutil.h"
 #include "fault.h"
 
-void feed__redis_forget_repairs(void);   /* lib/redis.c, tests only */
+void feed__redis_forget_repairs(void);   /* lib/core/exchange.c, tests only */
 
 #define UID   7101
 #define ROWS  40

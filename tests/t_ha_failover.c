@@ -25,7 +25,7 @@
 #include "fault.h"
 #include "ha.h"
 
-void feed__redis_forget_repairs(void);   /* lib/redis.c, tests only */
+void feed__redis_forget_repairs(void);   /* lib/core/exchange.c, tests only */
 
 #define UID   7001
 #define ROWS  40

@@ -1,4 +1,4 @@
-/* t_plain.c -- cached pages served by plain Redis reads (lib/page.c, "Plain
+/* t_plain.c -- cached pages served by plain Redis reads (lib/core/page.c, "Plain
  * reads"): that they are taken when they should be, that they fall back to
  * page.lua when the reply cannot prove the page, and that every page either
  * way equals what SQL says, also while hooks run concurrently.

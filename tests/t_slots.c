@@ -1,4 +1,4 @@
-/* t_slots.c -- the Redis Cluster decisions of lib/cluster.c, without a
+/* t_slots.c -- the Redis Cluster decisions of lib/base/slots.c, without a
  * server: slots (CRC16/XMODEM and the hash tag rule, checked against the
  * values the cluster specification and Redis give), the seed list, what a
  * reply means, the back-off and a CLUSTER SLOTS reply. The routing itself

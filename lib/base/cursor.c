@@ -10,7 +10,7 @@
  *
  * A ranked token (feed_cursor_encode_ranked) also carries a rank hint in the
  * same 24 characters; a forged rank costs a round trip, never a wrong page
- * (lib/page.c proves every page it reads at a rank).
+ * (lib/core/page.c proves every page it reads at a rank).
  */
 #include <string.h>
 

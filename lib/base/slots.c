@@ -2,7 +2,7 @@
  *
  * Which slot a key lives on, what a reply means (done, or MOVED / ASK /
  * TRYAGAIN / NOSCRIPT: send again, and where), how long to wait before the
- * next try, "host:port" lists. The exchange (core/exchange.c) decides with
+ * next try, "host:port" lists. The exchange (lib/core/exchange.c) decides with
  * these; nothing here keeps state or touches a socket.
  */
 #include <ctype.h>

@@ -2,7 +2,7 @@
  *
  * Every public call is a request: a small machine that says what it needs
  * next (a Redis batch, a SQL statement, a wake-up) and consumes the answer.
- * A driver (drive/sync.c: blocking, drive/async.c: an event loop) does the
+ * A driver (lib/drive/sync.c: blocking, lib/drive/async.c: an event loop) does the
  * I/O and hands the answers back, so both APIs make the same decisions
  * because they run the same code. Nothing in core/ touches a socket, sleeps
  * or reads the clock: the time comes in as `now`.
@@ -70,7 +70,7 @@ typedef struct feed_node {
     int        state;           /* DOWN: no connection; UP: connected, not set
                                    up; READY: AUTH, ROLE, scripts done */
     int        fresh;           /* no reply read since connect: a close is not retried */
-    int        reload;          /* a NOSCRIPT seen: load the scripts again */
+    unsigned   reload;          /* scripts (1 << feed_script) a NOSCRIPT said are lost */
     int        busy;            /* a set-up run is under way (async) */
     int64_t    attempt_ms;      /* last connect attempt */
     feed_fence fence;
@@ -215,6 +215,7 @@ typedef struct feed_setup {
     feed_trip  trip;
     struct feed_scmd cmds[FEED_SCRIPT_COUNT + 2];
     size_t     ncmds;
+    int        script_of[FEED_SCRIPT_COUNT];   /* ST_SCRIPTS: command k loads this script */
     int        bad;             /* replies of the last trip that were not right */
     int        match;           /* the fence key named this run_id */
     int        nomem;

@@ -19,7 +19,7 @@
  *   pass       the commands still owed an answer, one trip per node, every
  *              node at once; a hook's trip ends with WAIT (redis_wait_replicas),
  *              a read's under Sentinel with ROLE (its answer is used only while
- *              the node still has its replicas attached: wait.c's rule);
+ *              the node still has its replicas attached: judge_role);
  *   replies    final, or: MOVED (the map is old: refresh it, send again),
  *              ASK (migrating: ASKING + the command at the target, once),
  *              TRYAGAIN / CLUSTERDOWN / LOADING (back off: a wake-up, never a
@@ -306,10 +306,18 @@ static void command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisRepl
     case FEED_V_TRYAGAIN:
         x->tryagain = 1;
         break;
-    case FEED_V_NOSCRIPT:
+    case FEED_V_NOSCRIPT: {     /* which script: the command's SHA says */
+        const char **argv;
+        const size_t *lens;
+        int argc = b->build(b->arg, i, &argv, &lens);
         x->noscript = 1;
-        n->reload = 1;
+        for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
+            if (argc > 1 && strncmp(argv[1], x->c->sha[s], 40) == 0)
+                n->reload |= 1u << s;
+        if (!n->reload)
+            n->reload = (1u << FEED_SCRIPT_COUNT) - 1;
         break;
+    }
     }
     note_why(x, r);
 }
@@ -362,9 +370,11 @@ static feed_xtrip *trip_new(feed_xchg *x, int node, size_t most)
             return NULL;
         x->trips = bigger;
         x->trips_cap = cap;
-        for (size_t k = 0; k < x->ntrips; k++)   /* the maps moved with them */
+        for (size_t k = 0; k < x->ntrips; k++) {   /* they moved: point at their places */
+            x->trips[k].trip.arg = &x->trips[k];
             if (x->trips[k].map_small)
                 x->trips[k].map = x->trips[k].small;
+        }
     }
     t = &x->trips[x->ntrips];
     memset(t, 0, sizeof *t);

@@ -242,8 +242,8 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
         break;
     case ST_SCRIPTS:
         if ((ok = is_str(r) && r->len == 40) != 0) {
-            memcpy(s->c->sha[k], r->str, 40);
-            s->c->sha[k][40] = '\0';
+            memcpy(s->c->sha[s->script_of[k]], r->str, 40);
+            s->c->sha[s->script_of[k]][40] = '\0';
         }
         break;
     case ST_LOOK:
@@ -403,9 +403,15 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
             add(s, 1, "ROLE", NULL, NULL, NULL);
             return trip(s, 1, FEED_S_TRIP);
         case ST_SCRIPTS:
-            for (int i = 0; i < FEED_SCRIPT_COUNT; i++)
+            /* Every script on a new connection; on one that lost some
+             * (NOSCRIPT: SCRIPT FLUSH, a restart behind a proxy), those. */
+            for (int i = 0; i < FEED_SCRIPT_COUNT; i++) {
+                if (n->state == FEED_NODE_READY && n->reload && !(n->reload & (1u << i)))
+                    continue;
+                s->script_of[s->ncmds] = i;
                 add(s, 3, "SCRIPT", "LOAD", feed__script_source(i), NULL);
-            return trip(s, FEED_SCRIPT_COUNT, FEED_S_TRIP);
+            }
+            return trip(s, s->ncmds, FEED_S_TRIP);
         case ST_AFTER:
             if (n->reload) {
                 s->step = ST_SCRIPTS;

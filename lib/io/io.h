@@ -1,7 +1,7 @@
 /* io.h -- the sockets: every call to hiredis's I/O and to libpq is in io/.
  *
- *   redis_sync.c   blocking hiredis connections (drive/sync.c)
- *   redis_async.c  hiredis async contexts on the caller's loop (drive/async.c)
+ *   redis_sync.c   blocking hiredis connections (lib/drive/sync.c)
+ *   redis_async.c  hiredis async contexts on the caller's loop (lib/drive/async.c)
  *   pg.c           PostgreSQL, non-blocking: one statement machine that the
  *                  blocking driver waits for with poll() and the async driver
  *                  with the loop

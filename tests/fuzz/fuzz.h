@@ -7,7 +7,7 @@
  *   fuzz_cursor.c   feed_cursor_decode on any bytes; round trips
  *   fuzz_reply.c    any bytes through hiredis's reply reader, then every
  *                   string of every reply through the strict parsers of
- *                   lib/codec.c (members, scores, integers)
+ *                   lib/base/codec.c (members, scores, integers)
  *   fuzz_session.c  a fake Redis server: the bytes are everything "Redis"
  *                   answers, over a socketpair, to a sequence of library
  *                   calls (pages, hooks, fan-out, reload, invalidate), so
@@ -15,7 +15,7 @@
  *   fuzz_pgoutput.c feedcache-sync's replication stream decoder and batch
  *                   logic (sync/pgoutput.c, sync/apply.c) on any frames
  *
- * fake_pg.c replaces lib/pg.c in the fuzz builds: a deterministic feed per
+ * fake_pg.c replaces lib/io/pg.c in the fuzz builds: a deterministic feed per
  * uid, in memory, so that rebuilds and keyset pages run with no server.
  * Abort on a broken invariant: libFuzzer and the replay test report it. */
 #ifndef FEED_FUZZ_H

@@ -1,7 +1,7 @@
 /* fuzz_reply.c -- Redis replies as bytes: the protocol reader (hiredis's,
  * the one the library uses) builds whatever replies the bytes hold, and
  * every string and integer in them goes through the strict parsers of
- * lib/codec.c that turn reply strings into ids and scores:
+ * lib/base/codec.c that turn reply strings into ids and scores:
  *
  *   feed__member_decode  accepts exactly the strings feed__member_encode
  *                        makes: what it accepts encodes back to the same
