@@ -32,14 +32,24 @@ size_t feed__key_cap(const char *prefix)
     return strlen(prefix) + sizeof ":" FEED_KEY_VERSION ":{-9223372036854775808}:lease";
 }
 
+/* Written by hand, not by snprintf: a page names its key every time, and
+ * formatting cost more than the rest of the key's work. cap is at least
+ * feed__key_cap(prefix): everything fits. */
 void feed__keys_of(const char *prefix, size_t cap, int64_t uid, char *key, char *lease_key)
 {
-    char num[21];
+    size_t plen = strlen(prefix), at;
 
-    feed__i64_to_str(uid, num);
-    snprintf(key, cap, "%s:" FEED_KEY_VERSION ":{%s}", prefix, num);
-    if (lease_key)
-        snprintf(lease_key, cap, "%s:" FEED_KEY_VERSION ":{%s}:lease", prefix, num);
+    (void)cap;
+    memcpy(key, prefix, plen);
+    memcpy(key + plen, ":" FEED_KEY_VERSION ":{", sizeof ":" FEED_KEY_VERSION ":{" - 1);
+    at = plen + sizeof ":" FEED_KEY_VERSION ":{" - 1;
+    at += feed__i64_to_str(uid, key + at);
+    key[at++] = '}';
+    key[at] = '\0';
+    if (lease_key) {
+        memcpy(lease_key, key, at);
+        memcpy(lease_key + at, ":lease", sizeof ":lease");
+    }
 }
 
 /* splitmix64: a well-mixed 64-bit value from a counter. */

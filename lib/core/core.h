@@ -59,6 +59,9 @@ typedef struct feed_fence {
     int  state;                 /* FEED_FENCE_* */
     char cursor[24];            /* SCAN cursor of a flush in progress */
     char run_id[41];            /* of the server connected to */
+    char replid[41];            /* its master_replid (INFO replication) */
+    char trusted_run_id[41];    /* the data set last trusted here: "" = none yet */
+    char trusted_replid[41];
 } feed_fence;
 
 /* A Redis node: the one Redis, the primary the Sentinels name, or one node
@@ -218,6 +221,7 @@ typedef struct feed_setup {
     int        script_of[FEED_SCRIPT_COUNT];   /* ST_SCRIPTS: command k loads this script */
     int        bad;             /* replies of the last trip that were not right */
     int        match;           /* the fence key named this run_id */
+    int        moved;           /* the fence key's slot is not served here (MOVED, ASK) */
     int        nomem;
     char       cursor[24];
     char     **keys;            /* a SCAN batch's keys, "UNLINK" first */
@@ -306,22 +310,25 @@ typedef struct feed_xchg {
     int64_t           deadline;
     int               tries, redirects, reloaded, peer_retried, first_error;
     int               moved, ask, tryagain, noscript, demoted, wait_short, io_failed;
-    char              why[200];
-    feed_xcmd        *cmds, small[4];
-    feed_xtrip       *trips, one_trip;
+    feed_xcmd        *cmds;
+    feed_xtrip       *trips;
     size_t            ntrips, trips_cap;
     int               setup_node, setup_kind, setup_tried;
     unsigned          setup_slot;
     int64_t           wake_at;
     int               map_rc, map_fail_rc;
+    int               map_phase;    /* slot map refresh: the candidates walked */
+    size_t            map_i;
+    int               map_node;     /* the node asked now; -1 none */
+    /* Buffers, not cleared at the start (the fields above are). */
+    char              why[200];
+    feed_xcmd         small[4];
+    feed_xtrip        one_trip;
     char              map_why[FEED_ERRMSG / 2];
     char              what[32];     /* the batch's first command, for messages */
     const char       *wait_argv[3];
     size_t            wait_lens[3];
     char              wait_n[24], wait_ms[24];
-    int               map_phase;    /* slot map refresh: the candidates walked */
-    size_t            map_i;
-    int               map_node;     /* the node asked now; -1 none */
 } feed_xchg;
 
 /* Start an exchange of batch b for a request whose message buffer is err. */

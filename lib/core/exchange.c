@@ -36,6 +36,7 @@
  * Before anything, feeds whose write was lost are dropped (repair.c): the
  * exchange asks the driver to run the repairs first.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +87,10 @@ static enum feed_xwant give_up(feed_xchg *x, const char *fmt, ...)
 
 void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err, int64_t now)
 {
-    memset(x, 0, sizeof *x);
+    /* Every field but the buffers (why, map_why, what: written before
+     * read), set one by one: this runs on every page. */
+    memset(x, 0, offsetof(feed_xchg, why));
+    x->why[0] = x->map_why[0] = x->what[0] = '\0';
     x->c = c;
     x->b = b;
     x->err = err;
@@ -101,10 +105,8 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
         done(x, FEED_ENOMEM);
         return;
     }
-    for (size_t i = 0; i < b->n; i++) {
-        x->cmds[i].node = -1;
-        x->cmds[i].slot = b->slot;
-    }
+    for (size_t i = 0; i < b->n; i++)
+        x->cmds[i] = (feed_xcmd){ .node = -1, .ask = 0, .slot = b->slot, .done = 0 };
     if (b->flags & FEED_B_EACH) {   /* each command's own slot */
         for (size_t i = 0; i < b->n; i++) {
             const char **argv;
@@ -149,16 +151,24 @@ static int check_kind(const feed_xchg *x)
     return !is_cluster(x) && cfg->redis_sentinels ? FEED_XK_ROLE : 0;
 }
 
-/* The batch's name in messages: its first command, or its script. */
-static void name_command(feed_xchg *x, int argc, const char **argv)
+/* The batch's name in messages: its first command, or its script. Only
+ * a message needs it: built again then. */
+static const char *what(feed_xchg *x)
 {
-    const char *name = argc > 0 ? argv[0] : "?";
+    const char **argv;
+    const size_t *lens;
+    int argc;
 
-    if (argc > 1 && strcmp(name, "EVALSHA") == 0)
+    if (x->b->n == 0)
+        return "?";
+    argc = x->b->build(x->b->arg, 0, &argv, &lens);
+    if (argc > 1 && strcmp(argv[0], "EVALSHA") == 0)
         for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
             if (strncmp(argv[1], x->c->sha[s], 40) == 0)
-                name = feed__script_name(s);
-    snprintf(x->what, sizeof x->what, "%s", name);
+                return feed__script_name(s);
+    snprintf(x->what, sizeof x->what, "%.*s", argc > 0 ? (int)lens[0] : 1,
+             argc > 0 ? argv[0] : "?");
+    return x->what;
 }
 
 static int trip_cmd(void *arg, size_t k, const char ***argv, const size_t **lens)
@@ -168,7 +178,6 @@ static int trip_cmd(void *arg, size_t k, const char ***argv, const size_t **lens
     static const size_t asking_len[1] = { 6 }, role_len[1] = { 4 }, slots_len[2] = { 7, 5 };
     feed_xtrip *t = arg;
     feed_xchg *x = t->x;
-    int argc;
 
     switch (t->map[k]) {
     case FEED_XK_ASKING:
@@ -194,10 +203,7 @@ static int trip_cmd(void *arg, size_t k, const char ***argv, const size_t **lens
         *lens = x->wait_lens;
         return 3;
     default:
-        argc = x->b->build(x->b->arg, (size_t)t->map[k], argv, lens);
-        if (!x->what[0])
-            name_command(x, argc, *argv);
-        return argc;
+        return x->b->build(x->b->arg, (size_t)t->map[k], argv, lens);
     }
 }
 
@@ -281,7 +287,7 @@ static void command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisRepl
                     if (is_cluster(x))
                         feed__msg(x->err, FEED_EREDIS, "Redis: %s", r->str);
                     else
-                        feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", x->what, r->str);
+                        feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", what(x), r->str);
                     x->first_error = 1;
                 }
                 return;
@@ -377,7 +383,12 @@ static feed_xtrip *trip_new(feed_xchg *x, int node, size_t most)
         }
     }
     t = &x->trips[x->ntrips];
-    memset(t, 0, sizeof *t);
+    t->trip.n = 0;
+    t->trip.io = FEED_IO_OK;
+    t->trip.got = 0;
+    t->trip.why[0] = '\0';
+    t->applied = 0;
+    t->checked = 0;
     t->x = x;
     t->map_small = most <= sizeof t->small / sizeof t->small[0];
     t->map = t->map_small ? t->small : malloc(most * sizeof *t->map);
@@ -629,7 +640,7 @@ static void trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
             feed__msg(x->err, FEED_EREDIS, "Redis Cluster: Redis %s:%d: %s", n->addr.host,
                       n->addr.port, t->trip.why);
         else
-            feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", x->what, t->trip.why);
+            feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", what(x), t->trip.why);
     }
     x->io_failed = 1;
 }
@@ -732,7 +743,7 @@ void feed__xchg_pass_done(feed_xchg *x, int64_t now)
         return;
     }
     if (x->noscript && !is_cluster(x)) {
-        give_up(x, "Redis %s: NOSCRIPT twice", x->what);
+        give_up(x, "Redis %s: NOSCRIPT twice", what(x));
         return;
     }
     pause = feed__backoff_ms(++x->tries, now, x->deadline);

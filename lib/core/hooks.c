@@ -104,7 +104,7 @@ static enum feed_want send(feed_hook_op *h, int state, size_t n)
 {
     h->op.state = state;
     h->bad = 0;
-    h->op.batch = (feed_batch){ .n = n, .flags = FEED_B_HOOK, .slot = feed__uid_slot(h->uid),
+    h->op.batch = (feed_batch){ .n = n, .flags = FEED_B_HOOK, .slot = h->op.c->topo.cluster ? feed__uid_slot(h->uid) : 0,
                                 .arg = h, .build = hook_build, .reply = hook_reply };
     return FEED_W_REDIS;
 }

@@ -424,9 +424,22 @@ static void batch_reply(void *arg, size_t i, const redisReply *r);
 static enum feed_want ask_redis(feed_page_op *p, int state, size_t n)
 {
     p->op.state = state;
-    p->op.batch = (feed_batch){ .n = n, .flags = 0, .slot = feed__uid_slot(p->uid), .arg = p,
-                                .build = batch_build, .reply = batch_reply };
+    p->op.batch = (feed_batch){ .n = n, .flags = 0, .arg = p, .build = batch_build,
+                                .reply = batch_reply };
+    if (p->op.c->topo.cluster)
+        p->op.batch.slot = feed__uid_slot(p->uid);
     return FEED_W_REDIS;
+}
+
+/* The lease's key, named when first needed (most pages never do). */
+static const char *lease_key(feed_page_op *p)
+{
+    if (!p->lease_key[0]) {
+        size_t n = strlen(p->key);
+        memcpy(p->lease_key, p->key, n);
+        memcpy(p->lease_key + n, ":lease", sizeof ":lease");
+    }
+    return p->lease_key;
 }
 
 /* The plain read (and PTTL) for the cursor; hint: its rank hint or -1. */
@@ -509,7 +522,7 @@ static enum feed_want ask_script(feed_page_op *p)
     p->argv[1] = c->sha[FEED_SCRIPT_PAGE];
     p->argv[2] = "2";
     p->argv[3] = p->key;
-    p->argv[4] = p->lease_key;
+    p->argv[4] = lease_key(p);
     p->argv[5] = p->num[2];     /* how many */
     p->argv[6] = p->argv[8];    /* cursor score */
     p->argv[7] = p->argv[9];    /* cursor member */
@@ -524,7 +537,7 @@ static enum feed_want ask_script(feed_page_op *p)
     p->lens[1] = 40;
     p->lens[2] = 1;
     p->lens[3] = strlen(p->key);
-    p->lens[4] = strlen(p->lease_key);
+    p->lens[4] = strlen(p->argv[4]);
     p->lens[8] = 32;
     for (int i = 9; i < 12; i++)
         p->lens[i] = strlen(p->argv[i]);
@@ -879,11 +892,11 @@ static enum feed_want page_step(feed_op *op, int64_t now)
              * error is the page's. */
             p->sql_rc = op->sql_rc;
             memcpy(p->redis_msg, op->err, strlen(op->err) + 1);
-            return ask_one(p, P_RELEASE, "DEL", p->lease_key, NULL);
+            return ask_one(p, P_RELEASE, "DEL", lease_key(p), NULL);
         }
         if (c->test_before_install)
             c->test_before_install(c->handle, p->uid, c->test_arg);
-        if ((rc = feed__install_prepare(&p->install, c, p->key, p->lease_key, p->token, &p->rows,
+        if ((rc = feed__install_prepare(&p->install, c, p->key, lease_key(p), p->token, &p->rows,
                                         op->err)) != FEED_OK) {
             feed__rows_free(&p->rows);
             return finish(p, rc);
@@ -913,7 +926,8 @@ static void page_free(feed_op *op)
     feed__rows_free(&p->a.rows);
     feed__rows_free(&p->rows);
     feed__rows_free(&op->sql.rows);
-    feed__install_free(&p->install);
+    if (p->install.argv || p->install.staged)
+        feed__install_free(&p->install);
     if (p->key != p->keys)
         free(p->key);
     p->key = NULL;
@@ -953,8 +967,6 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
     p->rows.items = NULL;
     p->rows.count = 0;
     p->install.argv = NULL;
-    p->install.lens = NULL;
-    p->install.text = NULL;
     p->install.staged = NULL;
     if (c->key_cap <= KEY_INLINE) {
         p->key = p->keys;
@@ -964,7 +976,8 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
             return feed__msg(err, FEED_ENOMEM, "out of memory for a page request");
         p->lease_key = p->key + c->key_cap;
     }
-    feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, p->key, p->lease_key);
+    feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, p->key, NULL);
+    p->lease_key[0] = '\0';
     return FEED_OK;
 }
 

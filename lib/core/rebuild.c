@@ -27,7 +27,10 @@ void feed__install_free(feed_install *in)
     free(in->lens);
     free(in->text);
     free(in->staged);
-    memset(in, 0, sizeof *in);
+    in->argv = NULL;
+    in->lens = NULL;
+    in->text = NULL;
+    in->staged = NULL;
 }
 
 int feed__install_prepare(feed_install *in, feed_core *c, const char *key,

@@ -39,13 +39,29 @@
  * the old data set is left. The fence key is never dropped by a pass
  * (another handle may have just written it).
  *
+ * A run_id and master_replid that are the same as when this handle last
+ * trusted the node mean the same data set: run_id is new at every start,
+ * and master_replid changes whenever the node is promoted and whenever it
+ * follows another primary (it takes that primary's id), so no other data
+ * set can have replaced it since. Then the fence key proves nothing more,
+ * and a key that is missing or names another node (on a cluster it lives
+ * in the node's lowest slot, and a reshard moves slots with their keys) is
+ * written again instead of costing the node a flush. Otherwise the key
+ * decides; on a cluster a key whose slot the node no longer serves (a
+ * stale slot map: -MOVED, -ASK) decides nothing: the request fails, the
+ * connection stays, and the next one looks again with a fresh map.
+ *
  * On a Redis Cluster each node holds its own copies, so each node has its
  * own fence, and the fence key is one per node: "<prefix>:fence{<n>}", n
  * chosen so that the key hashes to a slot the node owns (its lowest,
  * topo.c). The key then lives in the node's data set, is replicated to the
  * node's replicas with the copies, and a promoted replica finds the old
  * primary's run_id in it: the same test, per node. SCAN on a node sees that
- * node's keys only, and its UNLINKs go one key each.
+ * node's keys only, and its UNLINKs go one key each, each after ASKING:
+ * SCAN also returns the keys of a slot the node is importing, which it
+ * serves only to a client that said ASKING (without it every pass would
+ * fail on them until the migration ends). A key that left meanwhile (its
+ * slot migrated away: -ASK, -MOVED) is no longer the node's to drop.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +122,8 @@ static void add(feed_setup *s, int argc, const char *a0, const char *a1, const c
 
 static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **lens)
 {
+    static const char *asking[1] = { "ASKING" };
+    static const size_t asking_len[1] = { 6 };
     feed_setup *s = arg;
 
     if (s->step == ST_UNLINK) {     /* the keys of one SCAN batch */
@@ -114,10 +132,15 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
             *lens = s->klens;
             return (int)s->nkeys;
         }
-        s->cmds[0].argv[0] = "UNLINK";     /* keys of many slots: one each */
+        if (k % 2 == 0) {           /* keys of many slots: ASKING, UNLINK, each */
+            *argv = asking;
+            *lens = asking_len;
+            return 1;
+        }
+        s->cmds[0].argv[0] = "UNLINK";
         s->cmds[0].lens[0] = 6;
-        s->cmds[0].argv[1] = s->keys[k + 1];
-        s->cmds[0].lens[1] = s->klens[k + 1];
+        s->cmds[0].argv[1] = s->keys[k / 2 + 1];
+        s->cmds[0].lens[1] = s->klens[k / 2 + 1];
         *argv = s->cmds[0].argv;
         *lens = s->cmds[0].lens;
         return 2;
@@ -179,6 +202,35 @@ static int take_addr(feed_addr *a, const redisReply *r)
     return 1;
 }
 
+/* The 40 hex digits after "<field>:" in an INFO reply into out; 0 if absent. */
+static int info_field(const redisReply *info, const char *field, char out[41])
+{
+    const char *p;
+    size_t len = strlen(field);
+
+    if (!is_str(info) || !(p = strstr(info->str, field)) || p[len] != ':' ||
+        strspn(p + len + 1, "0123456789abcdef") < 40)
+        return 0;
+    memcpy(out, p + len + 1, 40);
+    out[40] = '\0';
+    return 1;
+}
+
+/* A -MOVED or -ASK: on a cluster node, the key's slot is not (or no
+ * longer) served here. */
+static int redirected(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ERROR &&
+           (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
+}
+
+static void trust(feed_fence *fc)
+{
+    fc->state = FEED_FENCE_TRUSTED;
+    memcpy(fc->trusted_run_id, fc->run_id, sizeof fc->run_id);
+    memcpy(fc->trusted_replid, fc->replid, sizeof fc->replid);
+}
+
 /* The recorded run_id matches the live one? r is GET's reply. */
 static int fence_matches(const feed_fence *fc, const redisReply *r)
 {
@@ -218,7 +270,6 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
 {
     feed_setup *s = arg;
     feed_node *n = s->node;
-    const char *p;
     int ok = 0;
 
     switch (s->step) {
@@ -247,11 +298,13 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
         }
         break;
     case ST_LOOK:
-        if (k == 0 && (ok = is_str(r) && (p = strstr(r->str, "run_id:")) &&
-                            strspn(p + 7, "0123456789abcdef") >= 40) != 0) {
-            memcpy(n->fence.run_id, p + 7, 40);
-            n->fence.run_id[40] = '\0';
+        if (k == 0) {
+            ok = info_field(r, "run_id", n->fence.run_id);
         } else if (k == 1) {
+            ok = info_field(r, "master_replid", n->fence.replid);
+        } else if (is_cluster(s) && redirected(r)) {
+            ok = s->moved = 1;
+        } else {
             ok = is_str(r) || r->type == REDIS_REPLY_NIL;
             s->match = ok && fence_matches(&n->fence, r);
         }
@@ -270,7 +323,9 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
         }
         break;
     case ST_UNLINK:
-        ok = r->type == REDIS_REPLY_INTEGER;
+        ok = !is_cluster(s) ? r->type == REDIS_REPLY_INTEGER
+           : k % 2 == 0 ? r->type == REDIS_REPLY_STATUS
+           : r->type == REDIS_REPLY_INTEGER || redirected(r);
         break;
     default:
         break;
@@ -356,7 +411,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
     int rc, bad;
 
     s->why[0] = '\0';
-    s->bad = 0;
+    s->bad = s->match = s->moved = s->nomem = 0;
     s->ncmds = 0;
     for (;;) {
         switch (s->step) {
@@ -430,8 +485,9 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
             continue;
         case ST_LOOK:
             add(s, 2, "INFO", "server", NULL, NULL);
+            add(s, 2, "INFO", "replication", NULL, NULL);
             add(s, 2, "GET", s->key, NULL, NULL);
-            return trip(s, 2, FEED_S_TRIP);
+            return trip(s, 3, FEED_S_TRIP);
         case ST_SCAN:
             if (n->fence.state != FEED_FENCE_FLUSHING || now >= s->deadline)
                 return finish(s, FEED_OK);
@@ -447,7 +503,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
                 s->step = ST_CURSOR;
                 continue;
             }
-            return trip(s, is_cluster(s) ? s->nkeys - 1 : 1, FEED_S_TRIP);
+            return trip(s, is_cluster(s) ? 2 * (s->nkeys - 1) : 1, FEED_S_TRIP);
         case ST_CURSOR:
             memcpy(n->fence.cursor, s->cursor, sizeof n->fence.cursor);
             s->step = strcmp(n->fence.cursor, "0") == 0 ? ST_RECORD : ST_SCAN;
@@ -477,7 +533,7 @@ void feed__setup_tripped(feed_setup *s, int64_t now)
 {
     feed_core *c = s->c;
     feed_node *n = s->node;
-    int io = s->trip.io != FEED_IO_OK;
+    int io = s->trip.io != FEED_IO_OK, same;
 
     switch (s->step) {
     case ST_SENTINEL:
@@ -524,11 +580,23 @@ void feed__setup_tripped(feed_setup *s, int64_t now)
         }
         return;
     case ST_LOOK:
+        same = n->fence.trusted_run_id[0] && strcmp(n->fence.trusted_run_id, n->fence.run_id) == 0 &&
+               strcmp(n->fence.trusted_replid, n->fence.replid) == 0;
         if (io || s->bad) {
             fence_fail(s, "INFO", now);
         } else if (s->match) {
-            n->fence.state = FEED_FENCE_TRUSTED;
+            trust(&n->fence);
             finish(s, FEED_OK);
+        } else if (s->moved && same) {
+            trust(&n->fence);
+            finish(s, FEED_OK);
+        } else if (s->moved) {
+            c->stats.redis_errors++;
+            c->topo.stale = 1;
+            finish(s, feed__msg(s->err, FEED_EREDIS, "Redis restart fence: the fence key's slot "
+                                "moved; the slot map is asked again"));
+        } else if (same) {
+            s->step = ST_RECORD;
         } else {
             n->fence.state = FEED_FENCE_FLUSHING;
             strcpy(n->fence.cursor, "0");
@@ -542,7 +610,7 @@ void feed__setup_tripped(feed_setup *s, int64_t now)
         } else if (s->nomem) {
             finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing after a restart"));
         } else if (s->match) {        /* another handle finished the pass */
-            n->fence.state = FEED_FENCE_TRUSTED;
+            trust(&n->fence);
             finish(s, FEED_OK);
         } else {
             s->step = ST_UNLINK;
@@ -558,7 +626,7 @@ void feed__setup_tripped(feed_setup *s, int64_t now)
         if (io || s->bad) {
             fence_fail(s, "SET", now);
         } else {
-            n->fence.state = FEED_FENCE_TRUSTED;
+            trust(&n->fence);
             finish(s, FEED_OK);
         }
         return;

@@ -112,10 +112,12 @@ static void sync_pass(feed *f, feed_xtrip *trips, size_t n)
         feed__rs_read(f->core.topo.nodes[trips[k].trip.node]->io, &trips[k].trip);
 }
 
-static int sync_batch(feed *f, const feed_batch *b, char *err)
+/* The batch to its end; *now is the time it began, and then the time it
+ * ended. */
+static int sync_batch(feed *f, const feed_batch *b, char *err, int64_t *clock)
 {
     feed_xchg x;
-    int64_t now = feed__now_ms();
+    int64_t now = *clock;
     int rc;
 
     feed__xchg_begin(&x, &f->core, b, err, now);
@@ -149,6 +151,7 @@ static int sync_batch(feed *f, const feed_batch *b, char *err)
         case FEED_X_DONE:
             rc = x.rc;
             feed__xchg_end(&x);
+            *clock = now;
             return rc;
         }
         now = feed__now_ms();
@@ -186,8 +189,8 @@ int feed__sync_run(feed *f, feed_op *op)
     for (;;) {
         switch (op->step(op, now)) {
         case FEED_W_REDIS:
-            op->redis_rc = sync_batch(f, &op->batch, op->err);
-            break;
+            op->redis_rc = sync_batch(f, &op->batch, op->err, &now);
+            continue;       /* now is the batch's end */
         case FEED_W_SQL:
             op->sql_rc = sync_sql(f, op);
             break;
@@ -208,7 +211,8 @@ int feed__sync_connect_redis(feed *f)
 
     if (f->core.topo.cluster) {
         feed_batch b = { .n = 0, .flags = FEED_B_MAP };
-        rc = sync_batch(f, &b, f->errmsg);
+        int64_t now = feed__now_ms();
+        rc = sync_batch(f, &b, f->errmsg, &now);
         return rc;
     }
     rc = sync_setup(f, 0, FEED_SETUP_HELLO, 0, why);
