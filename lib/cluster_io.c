@@ -294,8 +294,10 @@ static int node_fenced(feed *f, int i, unsigned slot)
         n->attempt_ms = feed__now_ms();
         cl->stale = 1;
     }
-    if (rc != FEED_OK)
+    if (rc != FEED_OK) {
+        cl->stale = 1;          /* maybe the fence key's slot moved: ask again */
         return rc;
+    }
     if (n->fence.state != FEED_FENCE_TRUSTED && !f->in_hook)
         return feed__error(f, FEED_EUNAVAILABLE, "Redis %s:%d came back from a restart or "
                            "failover: its cached copies are being dropped", n->addr.host,

@@ -117,14 +117,21 @@ typedef struct feed_config {
                                           one per node and call (a fan-out too) */
     uint32_t    redis_wait_timeout_ms; /* default 100; with redis_wait_replicas, 1 ..
                                           redis_timeout_ms - 1 */
-    int         redis_restart_fence;   /* default 0: off. 1: on each new connection compare
+    int         redis_restart_fence;   /* default 1: on. On each new connection compare
                                           the server's run_id with the one recorded in
                                           "<prefix>:fence"; if they differ (a restart from
-                                          disk, a promoted replica) no cached page is served
-                                          until every "<prefix>:*" key has been dropped.
-                                          On a Redis Cluster: per node (its own run_id and
-                                          key "<prefix>:fence{n}" on a slot it owns); only
-                                          that node's keys are dropped */
+                                          disk, a promoted replica) or the key is missing,
+                                          no cached page is served until every "<prefix>:*"
+                                          key has been dropped (pages come from PostgreSQL
+                                          meanwhile; hooks still run). On a Redis Cluster:
+                                          per node (its own run_id and key
+                                          "<prefix>:fence{n}" on a slot it owns); only that
+                                          node's keys are dropped. Costs one round trip per
+                                          new connection (and per slot-map change on a
+                                          cluster) and a cold cache after a restart or
+                                          failover. 0 turns it off: a copy that missed
+                                          writes in a failover or a restart from older
+                                          data is then served until its TTL runs out */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;

@@ -116,34 +116,92 @@ static int fail(fence_run *x, const char *what, redisReply *r)
     return fence_fail(x->f, x->c, what, r);
 }
 
-/* INFO server and GET fence, one round trip: learn the run_id, compare. */
+/* The 40 hex digits after "<field>:" in an INFO reply into out; 0 if absent. */
+static int info_field(const redisReply *info, const char *field, char out[41])
+{
+    const char *p;
+    size_t len = strlen(field);
+
+    if (info->type != REDIS_REPLY_STRING || !(p = strstr(info->str, field)) ||
+        p[len] != ':' || strspn(p + len + 1, "0123456789abcdef") != 40)
+        return 0;
+    memcpy(out, p + len + 1, 40);
+    out[40] = '\0';
+    return 1;
+}
+
+/* A -MOVED or -ASK: on a cluster node, the key's slot is not (or no longer)
+ * served here. */
+static int redirected(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ERROR &&
+           (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
+}
+
+static void trust(feed_fence *fc)
+{
+    fc->state = FEED_FENCE_TRUSTED;
+    memcpy(fc->trusted_run_id, fc->run_id, sizeof fc->run_id);
+    memcpy(fc->trusted_replid, fc->replid, sizeof fc->replid);
+}
+
+static int record_run_id(fence_run *x);
+
+/* INFO server, INFO replication and GET fence, one round trip: learn the
+ * run_id and the replication id, compare.
+ *
+ * The same run_id and master_replid as when this handle last trusted the
+ * node mean the same data set: run_id is new at every start, and
+ * master_replid changes whenever the node is promoted and whenever it
+ * follows another primary (it takes that primary's id), so no other data
+ * set can have replaced it since. Then the fence key proves nothing more,
+ * and a key that is missing or names another node (on a cluster it lives
+ * in the node's lowest slot, and a reshard moves slots with their keys) is
+ * written again instead of costing the node a flush. Otherwise the key
+ * decides; on a cluster a key whose slot the node no longer serves (a
+ * stale slot map: -MOVED, -ASK) decides nothing: the call fails, the
+ * connection stays, and the next one looks again with a fresh map. */
 static int first_look(fence_run *x)
 {
     redisContext *c = *x->c;
-    redisReply *info = NULL, *got = NULL;
-    const char *p;
+    redisReply *info = NULL, *repl = NULL, *got = NULL;
+    int same;
 
     x->f->stats.redis_calls++;
     if (redisAppendCommand(c, "INFO server") != REDIS_OK ||
+        redisAppendCommand(c, "INFO replication") != REDIS_OK ||
         redisAppendCommand(c, "GET %s", x->key) != REDIS_OK ||
         redisGetReply(c, (void **)&info) != REDIS_OK)
         return fail(x, "INFO", NULL);
-    if (redisGetReply(c, (void **)&got) != REDIS_OK) {
+    if (redisGetReply(c, (void **)&repl) != REDIS_OK || redisGetReply(c, (void **)&got) != REDIS_OK) {
         freeReplyObject(info);
+        freeReplyObject(repl);
         return fail(x, "GET", NULL);
     }
-    if (info->type != REDIS_REPLY_STRING || !(p = strstr(info->str, "run_id:")) ||
-        strspn(p + 7, "0123456789abcdef") != 40) {
+    if (!info_field(info, "run_id", x->fc->run_id) || !info_field(repl, "master_replid", x->fc->replid)) {
         freeReplyObject(got);
+        freeReplyObject(repl);
         return fail(x, "INFO", info);
     }
-    memcpy(x->fc->run_id, p + 7, 40);
-    x->fc->run_id[40] = '\0';
     freeReplyObject(info);
-    if (got->type != REDIS_REPLY_STRING && got->type != REDIS_REPLY_NIL)
+    freeReplyObject(repl);
+    same = x->fc->trusted_run_id[0] && strcmp(x->fc->trusted_run_id, x->fc->run_id) == 0 &&
+           strcmp(x->fc->trusted_replid, x->fc->replid) == 0;
+    if (got->type == REDIS_REPLY_STRING && fence_matches(x->fc, got)) {
+        trust(x->fc);
+    } else if (redirected(got)) {
+        freeReplyObject(got);
+        if (same) {
+            trust(x->fc);
+            return FEED_OK;
+        }
+        return feed__error(x->f, FEED_EREDIS, "Redis restart fence: the fence key's slot moved;"
+                           " the slot map is asked again");
+    } else if (got->type != REDIS_REPLY_STRING && got->type != REDIS_REPLY_NIL) {
         return fail(x, "GET", got);
-    if (fence_matches(x->fc, got)) {
-        x->fc->state = FEED_FENCE_TRUSTED;
+    } else if (same) {
+        freeReplyObject(got);
+        return record_run_id(x);
     } else {
         x->fc->state = FEED_FENCE_FLUSHING;
         strcpy(x->fc->cursor, "0");
@@ -170,11 +228,15 @@ static size_t batch_keys(const fence_run *x, const redisReply *keys, const char 
 }
 
 /* UNLINK the keys of one SCAN batch, the fence key left alone: one UNLINK
- * on a single Redis, one per key pipelined on a cluster node. */
+ * on a single Redis; on a cluster node one per key, each after ASKING, since
+ * SCAN also returns the keys of a slot the node is importing, which it
+ * serves only to a client that said ASKING (without it every pass would
+ * fail on them until the migration ends). A key that left meanwhile (its
+ * slot migrated away: -ASK, -MOVED) is no longer the node's to drop. */
 static int unlink_batch(fence_run *x, const redisReply *keys)
 {
     const char **argv;
-    size_t *lens, n, cmds;
+    size_t *lens, n, cmds, per = x->cluster ? 2 : 1;
     redisReply *r = NULL;
     int rc = FEED_OK;
 
@@ -194,7 +256,8 @@ static int unlink_batch(fence_run *x, const redisReply *keys)
     for (size_t i = 0; i < cmds && rc == FEED_OK; i++) {
         const char *one[2] = { "UNLINK", argv[1 + i] };
         size_t one_len[2] = { 6, lens[1 + i] };
-        if (x->cluster ? redisAppendCommandArgv(*x->c, 2, one, one_len) != REDIS_OK
+        if (x->cluster ? redisAppendCommand(*x->c, "ASKING") != REDIS_OK ||
+                         redisAppendCommandArgv(*x->c, 2, one, one_len) != REDIS_OK
                        : redisAppendCommandArgv(*x->c, (int)n + 1, argv, lens) != REDIS_OK)
             rc = fail(x, "UNLINK", NULL);
     }
@@ -202,9 +265,12 @@ static int unlink_batch(fence_run *x, const redisReply *keys)
     free(lens);
     if (cmds > 0 && rc == FEED_OK)
         x->f->stats.redis_calls++;
-    for (size_t i = 0; i < cmds && rc == FEED_OK; i++) {
-        if (redisGetReply(*x->c, (void **)&r) != REDIS_OK || r->type != REDIS_REPLY_INTEGER)
-            rc = fail(x, "UNLINK", r);
+    for (size_t i = 0; i < cmds * per && rc == FEED_OK; i++) {
+        int asking = x->cluster && i % 2 == 0;
+        if (redisGetReply(*x->c, (void **)&r) != REDIS_OK ||
+            !(asking ? r->type == REDIS_REPLY_STATUS
+                     : r->type == REDIS_REPLY_INTEGER || (x->cluster && redirected(r))))
+            rc = fail(x, asking ? "ASKING" : "UNLINK", r);
         else
             freeReplyObject(r);
         r = NULL;
@@ -232,7 +298,7 @@ static int flush_step(fence_run *x)
     if (fence_matches(x->fc, got)) {      /* another handle finished the pass */
         freeReplyObject(got);
         freeReplyObject(scan);
-        x->fc->state = FEED_FENCE_TRUSTED;
+        trust(x->fc);
         return FEED_OK;
     }
     freeReplyObject(got);
@@ -258,7 +324,7 @@ static int record_run_id(fence_run *x)
     if (!r || r->type == REDIS_REPLY_ERROR)
         return fail(x, "SET", r);
     freeReplyObject(r);
-    x->fc->state = FEED_FENCE_TRUSTED;
+    trust(x->fc);
     return FEED_OK;
 }
 

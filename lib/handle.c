@@ -43,7 +43,7 @@ void feed_config_init(feed_config *cfg)
     cfg->pg_replica_max_lag_ms = 0;
     cfg->redis_wait_replicas = 0;
     cfg->redis_wait_timeout_ms = 100;
-    cfg->redis_restart_fence = 0;
+    cfg->redis_restart_fence = 1;
 }
 
 const char *feed_strerror(int code)

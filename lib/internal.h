@@ -68,6 +68,9 @@ typedef struct feed_fence {
     int  state;                 /* FEED_FENCE_*; 0 = UNKNOWN */
     char cursor[24];            /* SCAN cursor of a flush in progress */
     char run_id[41];            /* of the server connected to */
+    char replid[41];            /* its master_replid (INFO replication) */
+    char trusted_run_id[41];    /* the data set last trusted here: "" = none yet */
+    char trusted_replid[41];
 } feed_fence;
 
 /* A batch of rows from SQL, in (score DESC, id DESC) order. */

@@ -158,7 +158,7 @@ static void key_prefixes(void)
 
 static void wrong_types(void)
 {
-    feed *f = tu_open(NULL);
+    feed *f = tu_open_settled(NULL);   /* the fence must not drop what we plant */
     feed_result res;
     tu_walk_info info;
     redisReply *rep;

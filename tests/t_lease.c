@@ -143,7 +143,7 @@ static void busy_lease(void)
     tu_insert_rows(pg, 12, 30, score_of, id_of);
     tu_config(&cfg);
     cfg.lease_wait_ms = 50;
-    f = tu_open(&cfg);
+    f = tu_open_settled(&cfg);   /* the fence must not drop a planted lease */
     /* Someone else's lease, and no rebuild coming. */
     freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(12, ":lease")));
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -160,7 +160,7 @@ static void busy_lease(void)
 
     /* With lease_wait_ms 0 the reader does not wait at all. */
     cfg.lease_wait_ms = 0;
-    f = tu_open(&cfg);
+    f = tu_open_settled(&cfg);   /* the fence must not drop a planted lease */
     is_int(feed_page(f, 12, FEED_FIRST, 0, 10, &res), FEED_OK, "lease_wait_ms 0");
     is_int(res.source, FEED_SOURCE_DB, "  straight to SQL");
     feed_result_free(&res);
@@ -190,7 +190,7 @@ static void waiter_served_by_cache(void)
     tu_insert_rows(pg, 13, 30, score_of, id_of);
     tu_config(&cfg);
     cfg.lease_wait_ms = 3000;
-    f = tu_open(&cfg);
+    f = tu_open_settled(&cfg);   /* the fence must not drop a planted lease */
     other = tu_open(NULL);
     freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(13, ":lease")));
     lr.f = other;

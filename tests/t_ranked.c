@@ -40,7 +40,7 @@ static feed *open_handle(void)
     feed_config cfg;
 
     tu_config(&cfg);
-    return tu_open(&cfg);
+    return tu_open_settled(&cfg);   /* round trips counted from a running handle */
 }
 
 /* ------------------------------------------------------------ tokens */

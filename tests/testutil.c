@@ -65,6 +65,25 @@ feed *tu_open(const feed_config *cfg)
     return f;
 }
 
+#define SETTLE_UID0 INT64_C(8000000000000000000)   /* no test's feed */
+
+void tu_settle(feed *f)
+{
+    int n = tu_cluster() ? 64 : 1;
+
+    for (int i = 0; i < n; i++)
+        if (feed_invalidate(f, SETTLE_UID0 + i) != FEED_OK)
+            bail("tu_settle: %s", feed_errmsg(f));
+}
+
+feed *tu_open_settled(const feed_config *cfg)
+{
+    feed *f = tu_open(cfg);
+
+    tu_settle(f);
+    return f;
+}
+
 PGconn *tu_pg(void)
 {
     PGconn *pg = PQconnectdb(env_or("FEED_PG_CONNINFO", ""));

@@ -19,6 +19,17 @@ int tu_cluster(void);
 void tu_config(feed_config *cfg);
 feed *tu_open(const feed_config *cfg);          /* bails on failure */
 
+/* Make f's first Redis calls now, so that what a test measures or plants
+ * afterwards starts from a running handle. On a new connection the restart
+ * fence (on by default) drops every key under the prefix unless the fence
+ * key names the live server, and after tu_reset's FLUSHALL there is no such
+ * key: a key a test plants before the handle's first call would be dropped,
+ * and the handle's first call costs a round trip more. One feed_invalidate
+ * of an unused uid per node reached (64 uids on a cluster: their slots fall
+ * on every node); bails if Redis does not answer. */
+void tu_settle(feed *f);
+feed *tu_open_settled(const feed_config *cfg);
+
 PGconn *tu_pg(void);
 void tu_sql(PGconn *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 long long tu_sql_int(PGconn *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
