@@ -38,7 +38,8 @@ static size_t     expected_n[FEEDS];
 
 /* What all workers counted. */
 static atomic_ulong pages, db_pages, walks, wrong_pages, read_errors;
-static atomic_ulong hooks, hooks_retried, hooks_failed, hook_errors;
+static atomic_ulong hooks, hooks_retried, hooks_failed, hook_errors, fanouts;
+#define FAN 8                   /* feeds per fan-out of the writers */
 static atomic_llong max_call_ms;
 static atomic_ulong redirects, retry_waits;
 
@@ -116,6 +117,30 @@ static void *writer_main(void *arg)
                    (long long)uid, id);
             t0 = fault_now_ms();
             rc = feed_on_delete(f, uid, id);
+        } else if (tu_rand(&w->rng) % 3 == 0) {
+            /* A fan-out: the row to FAN written feeds, by node (hooks.c). */
+            int64_t fan[FAN];
+            for (int j = 0; j < FAN; j++) {
+                fan[j] = FIRST_UID + 1 + 2 * (int)(tu_rand(&w->rng) % (FEEDS / 2));
+                for (int i = 0; i < j; i++)
+                    if (fan[i] == fan[j])
+                        fan[j] = -1;    /* a feed once */
+            }
+            tu_sql(pg, "INSERT INTO feed_entry (uid, score, id) SELECT u, %lld, %lld FROM"
+                       " unnest(ARRAY[%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld]::int8[]) u"
+                       " WHERE u >= 0", (long long)score, (long long)next_id,
+                   (long long)fan[0], (long long)fan[1], (long long)fan[2], (long long)fan[3],
+                   (long long)fan[4], (long long)fan[5], (long long)fan[6], (long long)fan[7]);
+            {
+                int64_t live[FAN];
+                size_t nlive = 0;
+                for (int j = 0; j < FAN; j++)
+                    if (fan[j] >= 0)
+                        live[nlive++] = fan[j];
+                t0 = fault_now_ms();
+                rc = feed_fanout(f, live, nlive, score, next_id++);
+            }
+            atomic_fetch_add(&fanouts, 1);
         } else {
             tu_insert(pg, uid, score, next_id);
             t0 = fault_now_ms();
@@ -572,12 +597,14 @@ int main(void)
         pthread_join(wr[i].thread, NULL);
     for (int i = 0; i < READERS; i++)
         pthread_join(rd[i].thread, NULL);
-    tap_diag("totals: %lu walks, %lu pages checked, %lu fell back to SQL, %lu hooks,"
+    tap_diag("totals: %lu walks, %lu pages checked, %lu fell back to SQL, %lu hooks"
+             " (%lu of them fan-outs to up to %d feeds),"
              " %lu hooks retried (MOVED/ASK/TRYAGAIN), %lu hooks failed (repaired later),"
              " %lu redirects and %lu retry waits in all, %lu read errors,"
              " longest call %lld ms, %lu mismatches",
              (unsigned long)walks, (unsigned long)pages, (unsigned long)db_pages,
-             (unsigned long)hooks, (unsigned long)hooks_retried, (unsigned long)hooks_failed,
+             (unsigned long)hooks, (unsigned long)fanouts, FAN, (unsigned long)hooks_retried,
+             (unsigned long)hooks_failed,
              (unsigned long)redirects, (unsigned long)retry_waits,
              (unsigned long)read_errors, (long long)max_call_ms, mismatches);
     ok(redirects > 0, "the routing followed the moves (%lu MOVED/ASK)", (unsigned long)redirects);
