@@ -53,6 +53,104 @@ static int ha_page(void *arg)
 }
 
 /* Through the Sentinels, or on the cluster. */
+static feed *ha_open(uint32_t wait, const char *prefix, int cluster);
+static void latency_table(FILE *md, variant *v, int n);
+
+/* ---- The restart fence's steady-state cost (section "fence") ----
+ * The fence runs once per connection (and, on a cluster, once per node and
+ * slot-map change); per call it is one test of the connection's state. So
+ * hooks and cached pages with the fence on (the default) and turned off,
+ * each on its own handle and prefix, interleaved rounds, on the single
+ * Redis and on the cluster. */
+static feed *fence_open(int fence, const char *prefix, int cluster)
+{
+    feed_config cfg;
+    feed *f = NULL;
+
+    feed_config_init(&cfg);
+    cfg.pg_conninfo = env_or("FEED_PG_CONNINFO", "");
+    if (cluster) {
+        cfg.redis_cluster = env_or("FEED_REDIS_CLUSTER", "");
+    } else {
+        cfg.redis_host = env_or("FEED_REDIS_HOST", "127.0.0.1");
+        cfg.redis_port = atoi(env_or("FEED_REDIS_PORT", "6379"));
+    }
+    cfg.key_prefix = prefix;
+    cfg.redis_restart_fence = fence;
+    if (feed_open(&f, &cfg) != FEED_OK)
+        die("feed_open (%s): %s", cluster ? "cluster" : "Redis", feed_errmsg(NULL));
+    return f;
+}
+
+static void fence_table(FILE *md, const char *where, int cluster, int rounds)
+{
+    static const char *const names[4] = {
+        "feed_on_insert, fence off", "feed_on_insert, fence on (default)",
+        "cached feed_page, fence off", "cached feed_page, fence on (default)",
+    };
+    static const char *const prefixes[2][4] = { { "ff0", "ff1", "ff0", "ff1" },
+                                                { "cf0", "cf1", "cf0", "cf1" } };
+    ha_ctx x[4];
+    variant v[4];
+    double hook50, hook99, page50, page99;
+
+    memset(v, 0, sizeof v);
+    for (int i = 0; i < 4; i++) {
+        x[i].f = fence_open(i % 2, prefixes[cluster][i], cluster);
+        x[i].next_id = 0;
+        x[i].uids = NULL;
+        v[i].name = names[i];
+        v[i].op = i < 2 ? ha_insert : ha_page;
+        v[i].ctx = &x[i];
+    }
+    for (int i = 0; i < 4; i++) {      /* warm: the feed cached under both prefixes */
+        feed_result res;
+        if (feed_page(x[i].f, HA_UID, FEED_FIRST, 0, PAGE_LIMIT, &res) != FEED_OK)
+            die("warming the feed (%s): %s", where, feed_errmsg(x[i].f));
+        feed_result_free(&res);
+    }
+    note("fence: %d rounds of the four calls (%s)", rounds, where);
+    run_rounds(v, 4, rounds, q_secs(0.5), 50, NULL, 0);
+    hook50 = sm_pct(&v[1].lat_us, 50) / sm_pct(&v[0].lat_us, 50);
+    hook99 = sm_pct(&v[1].lat_us, 99) / sm_pct(&v[0].lat_us, 99);
+    page50 = sm_pct(&v[3].lat_us, 50) / sm_pct(&v[2].lat_us, 50);
+    page99 = sm_pct(&v[3].lat_us, 99) / sm_pct(&v[2].lat_us, 99);
+    fprintf(md, "### %s\n\n", where);
+    latency_table(md, v, 4);
+    fprintf(md, "\nFence on / off: hook p50 %.2fx, p99 %.2fx; cached page p50 %.2fx, p99 %.2fx."
+                " Calls/s off / on, median of per-round ratios: hook %.2fx, page %.2fx.\n\n",
+            hook50, hook99, page50, page99, paired_ratio(&v[0], &v[1]),
+            paired_ratio(&v[2], &v[3]));
+    out_summary(cluster ? "fence_cluster" : "fence_single",
+                cluster ? "cluster: fence on vs off, hook and page p50 (steady state)"
+                        : "fence on vs off, hook and page p50 (steady state)",
+                "report", "report", "hook %.2fx, page %.2fx (p99 %.2fx, %.2fx)", hook50, page50,
+                hook99, page99);
+    for (int i = 0; i < 4; i++) {
+        variant_free(&v[i]);
+        feed_close(x[i].f);
+    }
+}
+
+void section_fence(void)
+{
+    FILE *md = out_section("fence");
+    int rounds = q_rounds(11);
+
+    fprintf(md, "## The restart fence in steady state\n\n"
+                "`redis_restart_fence` is on by default. It costs one round trip (INFO, GET)\n"
+                "per new connection, and a cold cache after a restart or failover; per call it\n"
+                "tests the connection's state. Each call kind on its own handle and prefix,\n"
+                "fence on and off, %d interleaved rounds of %.1f s; latency per call, µs.\n\n",
+            rounds, q_secs(0.5));
+    fence_table(md, "One Redis", 0, rounds);
+    if (*env_or("FEED_REDIS_CLUSTER", ""))
+        fence_table(md, "Redis Cluster (3 primaries + 3 replicas)", 1, rounds);
+    else
+        fprintf(md, "### Redis Cluster\n\nSkipped: FEED_REDIS_CLUSTER is not set.\n\n");
+    fclose(md);
+}
+
 static feed *ha_open(uint32_t wait, const char *prefix, int cluster)
 {
     feed_config cfg;

@@ -57,6 +57,10 @@ echo "bench: loading 1,000,000 rows (bench/load.sql)" >&2
 t0=$SECONDS
 PGOPTIONS='-c client_min_messages=warning' psql -X -q -v ON_ERROR_STOP=1 -f bench/load.sql
 LOAD_S=$((SECONDS - t0))
+# section "replica": a streaming replica of the loaded primary
+tools/servers.sh replica-start "$DIR"
+# shellcheck source=/dev/null
+. "$DIR/env"
 
 NPROC=$(nproc)
 BENCH_NPROC=$NPROC "$BUILD/bench/feedbench" "$WORK"
@@ -197,7 +201,7 @@ TOTAL_S=$((SECONDS - START))
     echo "![installing a rebuild: server time by size](rebuild.png)"
     echo "![cached page vs PostgreSQL: pages/s and server CPU per page](pg.png)"
     echo
-    for s in cpu pages client writes stampede fanout pg memory wait sync cluster; do
+    for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     cat bench/notes.md

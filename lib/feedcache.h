@@ -99,13 +99,15 @@ typedef struct feed_config {
                                         do not exist cannot fill Redis; 0 = ttl_seconds.
                                         Never longer than ttl_seconds (when that is not 0) */
     /* --- PostgreSQL read replica (pg) --- */
-    uint32_t    pg_replica_max_lag_ms; /* default 0: a page from the replica may lag the
-                                        primary by its replication delay, unbounded. N > 0:
-                                        the replica answers a page only while it is proven to
-                                        have replayed everything the primary had written N ms
-                                        before; so a page from it shows every write committed
-                                        at least N ms earlier. Otherwise the primary answers.
-                                        Costs a probe (one statement on each) now and then */
+    uint32_t    pg_replica_max_lag_ms; /* default 1000. N > 0: the replica answers a page
+                                        only while it is proven to have replayed everything
+                                        the primary had written N ms before; so a page from
+                                        it shows every write committed at least N ms earlier.
+                                        Otherwise the primary answers. Costs a probe (one
+                                        statement on each) at most every N/4 ms while the
+                                        replica is used. 0: no bound, a page from the replica
+                                        may lag the primary by its replication delay, however
+                                        long (a paused or stuck replay included) */
     /* --- ha: the failover and restart guarantee (README, "Sentinel") --- */
     uint32_t    redis_wait_replicas;   /* default 0: off. n > 0: every write hook (insert,
                                           delete, fanout, reload, invalidate) and every repair

@@ -40,7 +40,7 @@ void feed_config_init(feed_config *cfg)
     cfg->pg_replica_conninfo = NULL;
     cfg->pg_timeout_ms = 2000;
     cfg->empty_ttl_seconds = 60;
-    cfg->pg_replica_max_lag_ms = 0;
+    cfg->pg_replica_max_lag_ms = 1000;
     cfg->redis_wait_replicas = 0;
     cfg->redis_wait_timeout_ms = 100;
     cfg->redis_restart_fence = 1;

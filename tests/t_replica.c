@@ -98,8 +98,9 @@ static int caught_up(void)
     return ok;
 }
 
-/* with_replica: 0 the primary only, 1 with the replica, > 1 with the
- * replica and pg_replica_max_lag_ms = with_replica. */
+/* with_replica: 0 the primary only, 1 with the replica and no bound on its
+ * lag (pg_replica_max_lag_ms = 0), > 1 with the replica and
+ * pg_replica_max_lag_ms = with_replica. */
 static feed *open_handle(int with_replica)
 {
     feed_config cfg;
@@ -111,8 +112,8 @@ static feed *open_handle(int with_replica)
     cfg.redis_timeout_ms = REDIS_TIMEOUT;
     if (with_replica)
         cfg.pg_replica_conninfo = replica_conninfo;
-    if (with_replica > 1)
-        cfg.pg_replica_max_lag_ms = (uint32_t)with_replica;
+    /* 1: the replica unbounded (0, turned off); > 1: that bound */
+    cfg.pg_replica_max_lag_ms = with_replica > 1 ? (uint32_t)with_replica : 0;
     return tu_open(&cfg);
 }
 
@@ -367,6 +368,12 @@ int main(void)
 
     fault_setup();
     atexit(stop_replica);
+    {
+        feed_config dflt;
+        feed_config_init(&dflt);
+        is_int(dflt.pg_replica_max_lag_ms, 1000, "feed_config_init bounds the replica's lag "
+               "at 1000 ms");
+    }
     pg = tu_begin(NULL);
     tu_sql(pg, "SET synchronous_commit = on");   /* flushed at once: streamed at once */
     start_replica();
