@@ -257,7 +257,8 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
     for s in cpu pages client writes stampede fanout pg memory wait sync cluster; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
-    cat bench/notes.md
+    echo "How these figures are made and how to read them, the misses included:"
+    echo "[docs/performance.md](../../../docs/performance.md)."
 } >"$OUT/latest.md"
 
 # The newest full run: bench/results/latest, swapped in one rename.
