@@ -1,7 +1,8 @@
 /* t_hooks.c -- the write path: each hook keeps the cache an exact prefix of
- * the feed (walks equal SQL) and the Redis contents are what README.md says:
- * nothing cached below a partial window, trimming drops the end marker, a
- * hook on an absent feed caches nothing, every hook cancels the lease. */
+ * the feed (walks equal SQL) and the Redis contents are what
+ * docs/internals.md says: nothing cached below a partial window, trimming
+ * drops the end marker, a hook on an absent feed caches nothing, every hook
+ * cancels the lease. */
 #include <stdlib.h>
 #include <string.h>
 

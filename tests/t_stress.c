@@ -13,9 +13,10 @@
  *
  * Phase 1 runs with both servers healthy; phase 2 adds Redis faults (freezes
  * and kills) while everything runs. After each phase, with the writers
- * stopped: the Redis contents obey the invariant of README.md (the cached set
- * is an exact prefix of the feed, the whole feed when the end marker is
- * there), and every feed walked through the library equals SQL exactly.
+ * stopped: the Redis contents obey the invariant (docs/internals.md: the
+ * cached set is an exact prefix of the feed, the whole feed when the end
+ * marker is there), and every feed walked through the library equals SQL
+ * exactly.
  *
  * Then the stampede: many handles miss the same cold feed at once, wave
  * after wave; leases must keep it to one rebuild, and one SQL query, a wave.
