@@ -8,8 +8,8 @@
 # complete program that names itself in its first line ("/* minimal.c --")
 # must also be that file of examples/, word for word.
 set -u
-n=0; failed=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+# shellcheck source=tests/tap.bash
+. "$(dirname "${BASH_SOURCE[0]}")/tap.bash"
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -33,7 +33,7 @@ for md in README.md docs/*.md; do
     ' "$md")
 done
 count=$(ls "$tmp"/sample-*.c 2>/dev/null | wc -l)
-[ "$count" -ge 10 ]; ok $? "README.md and docs/*.md have $count C samples"
+[ "$count" -ge 10 ]; verdict $? "README.md and docs/*.md have $count C samples"
 
 cat > "$tmp/prelude.h" <<'C'
 #include <inttypes.h>
@@ -63,7 +63,7 @@ for src in $(ls "$tmp"/sample-*.c | sort -t- -k2 -n); do
         name=$(sed -n '1s|^/\* \([a-z_]*\.c\) --.*|\1|p' "$src")
         if [ -n "$name" ]; then
             [ -f "examples/$name" ] && cmp -s "$src" <(sed -e '$a\' "examples/$name")
-            ok $? "$md:$line: the program is examples/$name, word for word"
+            verdict $? "$md:$line: the program is examples/$name, word for word"
             shown=$((shown + 1))
         fi
     else
@@ -73,10 +73,10 @@ for src in $(ls "$tmp"/sample-*.c | sort -t- -k2 -n); do
         rc=$?
         what="$md:$line: fragment compiles"
     fi
-    ok $rc "$what"
+    verdict $rc "$what"
     [ $rc = 0 ] || sed 's/^/# /' "$tmp/$k.log" | head -20
 done
-[ "$shown" -ge 1 ]; ok $? "a complete example program is shown ($shown)"
+[ "$shown" -ge 1 ]; verdict $? "a complete example program is shown ($shown)"
 
 echo "1..$n"
 [ $failed = 0 ]

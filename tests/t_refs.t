@@ -11,8 +11,8 @@
 # #include lines are not comments. Names that stand for the reader's own
 # files are listed in ALLOWED, with where they appear.
 set -u
-n=0; failed=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+# shellcheck source=tests/tap.bash
+. "$(dirname "${BASH_SOURCE[0]}")/tap.bash"
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -55,8 +55,8 @@ for f in $(grep -E "^(lib|lua|tests|examples|tools|bench|sql|sync)/.*\.($ext)\$|
         esac
     done < <(refs "$f")
 done
-[ "$checked" -gt 100 ]; ok $? "found $checked file references in comments and Markdown"
-[ ! -s "$tmp/bad" ]; ok $? "every one resolves$( [ -s "$tmp/bad" ] && printf ' (not: %s)' "$(tr '\n' ' ' < "$tmp/bad")")"
+[ "$checked" -gt 100 ]; verdict $? "found $checked file references in comments and Markdown"
+[ ! -s "$tmp/bad" ]; verdict $? "every one resolves$( [ -s "$tmp/bad" ] && printf ' (not: %s)' "$(tr '\n' ' ' < "$tmp/bad")")"
 
 # Every link of the README and the guides in docs/: [text](target) and
 # ![alt](target), outside code. A relative target must exist (from the
@@ -110,8 +110,8 @@ perl -CSD -Mutf8 -e '
     print STDERR "links: $n\n";
 ' "${links[@]}" > "$tmp/badlinks" 2> "$tmp/nlinks"
 nlinks=$(sed -n 's/^links: //p' "$tmp/nlinks")
-[ "${nlinks:-0}" -gt 20 ]; ok $? "found ${nlinks:-0} links in README.md and docs/"
-[ ! -s "$tmp/badlinks" ]; ok $? "every one leads somewhere$( [ -s "$tmp/badlinks" ] && printf ' (not: %s)' "$(tr '\n' ' ' < "$tmp/badlinks")")"
+[ "${nlinks:-0}" -gt 20 ]; verdict $? "found ${nlinks:-0} links in README.md and docs/"
+[ ! -s "$tmp/badlinks" ]; verdict $? "every one leads somewhere$( [ -s "$tmp/badlinks" ] && printf ' (not: %s)' "$(tr '\n' ' ' < "$tmp/badlinks")")"
 
 echo "1..$n"
 [ $failed = 0 ]
