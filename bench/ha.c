@@ -24,6 +24,8 @@
 #include "reads.h"
 
 #define HA_UID   7    /* a bench user with rows (bench/load.sql) */
+#define CL_FAN   1000         /* the cluster's fan-out: feeds per call */
+#define CL_UID0  60000000     /* its feeds: no rows in SQL, each caches empty */
 
 typedef struct ha_ctx {
     feed    *f;
@@ -185,10 +187,57 @@ static void latency_table(FILE *md, variant *v, int n)
                 NUM(sm_median(&v[i].rate)));
 }
 
-/* ---- The same guarantee on the Redis Cluster ---- */
+/* What one comparison measures: feed_on_insert and a second call (a cached
+ * page, or a fan-out), each without and with redis_wait_replicas = 1. */
+typedef struct wait_plan {
+    const char *names[4];       /* hook without, hook with, second without, with */
+    int       (*second)(void *);
+    const char *prefix[2];      /* key prefixes without and with the guarantee */
+    int         cluster;        /* through the cluster, else the Sentinels */
+    int64_t    *uids;           /* the fan-out's feeds (NULL: none) */
+    int         min_calls;
+} wait_plan;
 
-#define CL_FAN   1000
-#define CL_UID0  60000000       /* no rows in SQL: each feed caches empty */
+/* Opens the four handles, caches the feeds their calls touch under both
+ * prefixes (so every hook writes and every page is a hit), runs the
+ * interleaved rounds and closes the handles; v keeps the figures. The
+ * ratio with / without at the p50 of hooks goes to *hook, of the second
+ * call to *second. */
+static void wait_measure(const wait_plan *p, int rounds, variant v[4], double *hook,
+                         double *second)
+{
+    ha_ctx x[4];
+
+    memset(v, 0, 4 * sizeof *v);
+    for (int i = 0; i < 4; i++) {
+        x[i].f = ha_open(i % 2 ? 1 : 0, p->prefix[i % 2], p->cluster);
+        x[i].uids = p->uids;
+        x[i].next_id = 0;
+        v[i].name = p->names[i];
+        v[i].op = i < 2 ? ha_insert : p->second;
+        v[i].ctx = &x[i];
+    }
+    for (int i = 0; i < 4; i++) {
+        feed_result res;
+        if (feed_page(x[i].f, HA_UID, FEED_FIRST, 0, PAGE_LIMIT, &res) != FEED_OK)
+            die("warming the feed (%s): %s", p->cluster ? "cluster" : "Sentinels",
+                feed_errmsg(x[i].f));
+        feed_result_free(&res);
+        for (int k = 0; p->uids && i < 2 && k < CL_FAN; k++) {
+            if (feed_page(x[i].f, p->uids[k], FEED_FIRST, 0, 1, &res) != FEED_OK)
+                die("warming feed %d on the cluster: %s", k, feed_errmsg(x[i].f));
+            feed_result_free(&res);
+        }
+    }
+    note("wait: %d rounds of the four calls%s", rounds, p->cluster ? " on the cluster" : "");
+    run_rounds(v, 4, rounds, q_secs(0.5), p->min_calls, NULL, 0);
+    *hook = sm_pct(&v[1].lat_us, 50) / sm_pct(&v[0].lat_us, 50);
+    *second = sm_pct(&v[3].lat_us, 50) / sm_pct(&v[2].lat_us, 50);
+    for (int i = 0; i < 4; i++)
+        feed_close(x[i].f);
+}
+
+/* ---- The same guarantee on the Redis Cluster ---- */
 
 static int cl_fan(void *arg)
 {
@@ -200,46 +249,22 @@ static int cl_fan(void *arg)
 
 static void wait_cluster(FILE *md, int rounds)
 {
-    static const char *const names[4] = {
-        "feed_on_insert, no guarantee", "feed_on_insert, redis_wait_replicas = 1",
-        "feed_fanout to 1,000 feeds, no guarantee",
-        "feed_fanout to 1,000 feeds, redis_wait_replicas = 1",
-    };
     int64_t *uids = malloc(CL_FAN * sizeof *uids);
-    ha_ctx x[4];
+    wait_plan plan = {
+        .names = { "feed_on_insert, no guarantee", "feed_on_insert, redis_wait_replicas = 1",
+                   "feed_fanout to 1,000 feeds, no guarantee",
+                   "feed_fanout to 1,000 feeds, redis_wait_replicas = 1" },
+        .second = cl_fan, .prefix = { "cw0", "cw1" }, .cluster = 1, .min_calls = 20,
+    };
     variant v[4];
     double ins, fan;
 
     if (!uids)
         die("out of memory");
-    memset(v, 0, sizeof v);
-    for (int i = 0; i < 4; i++) {
-        x[i].f = ha_open(i % 2 ? 1 : 0, i % 2 ? "cw1" : "cw0", 1);
-        x[i].uids = uids;
-        x[i].next_id = 0;
-        v[i].name = names[i];
-        v[i].op = i < 2 ? ha_insert : cl_fan;
-        v[i].ctx = &x[i];
-    }
-    /* Warm: the hooks' feed and the fan-out's feeds cached under both
-     * prefixes, so every hook writes. */
     for (int i = 0; i < CL_FAN; i++)
         uids[i] = CL_UID0 + i;
-    for (int k = 0; k < 2; k++) {
-        feed_result res;
-        if (feed_page(x[k].f, HA_UID, FEED_FIRST, 0, PAGE_LIMIT, &res) != FEED_OK)
-            die("warming the feed on the cluster: %s", feed_errmsg(x[k].f));
-        feed_result_free(&res);
-        for (int i = 0; i < CL_FAN; i++) {
-            if (feed_page(x[k].f, uids[i], FEED_FIRST, 0, 1, &res) != FEED_OK)
-                die("warming feed %d on the cluster: %s", i, feed_errmsg(x[k].f));
-            feed_result_free(&res);
-        }
-    }
-    note("wait: %d rounds of the four calls on the cluster", rounds);
-    run_rounds(v, 4, rounds, q_secs(0.5), 20, NULL, 0);
-    ins = sm_pct(&v[1].lat_us, 50) / sm_pct(&v[0].lat_us, 50);
-    fan = sm_pct(&v[3].lat_us, 50) / sm_pct(&v[2].lat_us, 50);
+    plan.uids = uids;
+    wait_measure(&plan, rounds, v, &ins, &fan);
 
     fprintf(md, "### On the Redis Cluster\n\n");
     fprintf(md, "3 primaries + 3 replicas (`tools/servers.sh cluster-start`), same machine;\n"
@@ -257,47 +282,26 @@ static void wait_cluster(FILE *md, int rounds)
     out_summary("wait_cluster_fanout", "cluster: fan-out to 1,000 feeds p50 with WAIT 1 vs without",
                 "report", "report", "%s vs %s µs (%.2fx)", NUM(sm_pct(&v[3].lat_us, 50)),
                 NUM(sm_pct(&v[2].lat_us, 50)), fan);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++)
         variant_free(&v[i]);
-        feed_close(x[i].f);
-    }
     free(uids);
 }
 
 void section_wait(void)
 {
-    ha_ctx x[4];
-    variant v[4];
-    static const char *const names[4] = {
-        "feed_on_insert, no guarantee", "feed_on_insert, redis_wait_replicas = 1",
-        "cached feed_page, no guarantee", "cached feed_page, redis_wait_replicas = 1",
+    static const wait_plan plan = {
+        .names = { "feed_on_insert, no guarantee", "feed_on_insert, redis_wait_replicas = 1",
+                   "cached feed_page, no guarantee", "cached feed_page, redis_wait_replicas = 1" },
+        .second = ha_page, .prefix = { "hw0", "hw1" }, .cluster = 0, .min_calls = 50,
     };
+    variant v[4];
     FILE *md = out_section("wait");
     int rounds = q_rounds(11);
     double ins, pg;
 
     if (!*env_or("FEED_SENTINELS", ""))
         die("section wait: FEED_SENTINELS is not set (bench/run.sh starts the Sentinel set)");
-    memset(v, 0, sizeof v);
-    for (int i = 0; i < 4; i++) {
-        x[i].f = ha_open(i % 2 ? 1 : 0, i % 2 ? "hw1" : "hw0", 0);
-        x[i].next_id = 0;
-        x[i].uids = NULL;
-        v[i].name = names[i];
-        v[i].op = i < 2 ? ha_insert : ha_page;
-        v[i].ctx = &x[i];
-    }
-    /* Warm: the feed cached under both prefixes. */
-    for (int i = 2; i < 4; i++) {
-        feed_result res;
-        if (feed_page(x[i].f, HA_UID, FEED_FIRST, 0, PAGE_LIMIT, &res) != FEED_OK)
-            die("warming the feed: %s", feed_errmsg(x[i].f));
-        feed_result_free(&res);
-    }
-    note("wait: %d rounds of the four calls", rounds);
-    run_rounds(v, 4, rounds, q_secs(0.5), 50, NULL, 0);
-    ins = sm_pct(&v[1].lat_us, 50) / sm_pct(&v[0].lat_us, 50);
-    pg = sm_pct(&v[3].lat_us, 50) / sm_pct(&v[2].lat_us, 50);
+    wait_measure(&plan, rounds, v, &ins, &pg);
 
     fprintf(md, "## The failover guarantee: WAIT after hooks, ROLE with reads\n\n");
     fprintf(md, "One primary and one replica under Sentinel (`tools/servers.sh sentinel-start`),\n"
@@ -316,10 +320,8 @@ void section_wait(void)
     out_summary("wait_page", "cached page p50 with the replica check vs without", "report",
                 "report", "%s vs %s µs (%.2fx)", NUM(sm_pct(&v[3].lat_us, 50)),
                 NUM(sm_pct(&v[2].lat_us, 50)), pg);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++)
         variant_free(&v[i]);
-        feed_close(x[i].f);
-    }
     if (*env_or("FEED_REDIS_CLUSTER", ""))
         wait_cluster(md, rounds);
     else

@@ -10,7 +10,7 @@
  * cached entry is cached, so a page cut from the cache is the page SQL would
  * give. An end marker says the whole feed is cached; a page past a cache that
  * is not complete comes from a keyset query. Write paths call the hooks below
- * after their SQL transaction commits. See README.md, "How it works".
+ * after their SQL transaction commits. See docs/internals.md.
  *
  * Threads: a handle is one Redis connection and one PostgreSQL connection.
  * Use each handle from one thread at a time; open one handle per thread.
@@ -217,7 +217,7 @@ FEED_API const char *feed_errmsg(const feed *f);
  * Where the page comes from: the cache (one Redis round trip: a plain read
  * whose reply proves the page; two when it cannot and page.lua seeks the
  * cursor, feed_stats.plain_fallbacks; a first page may add a TTL refresh,
- * see README "TTL"); on a miss the
+ * see docs/operations.md, "TTLs"); on a miss the
  * feed is rebuilt from SQL under a lease and the page cut from those rows;
  * when the cache does not reach the page, or another handle holds the lease
  * longer than lease_wait_ms, or Redis fails, from a keyset query. A Redis
@@ -318,8 +318,8 @@ FEED_API int feed_health(feed *f, feed_health_info *out);
  * feeds; past that the message says so and feed_invalidate() is the
  * caller's to call later. A copy another process reads meanwhile, or one
  * whose process exits first, is not covered: those need feed_invalidate(),
- * or feedcache-sync (README): this list is the in-process repair, and where
- * feedcache-sync runs it is the cross-process one, dropping the copy of
+ * or feedcache-sync (docs/sync.md): this list is the in-process repair, and
+ * where feedcache-sync runs it is the cross-process one, dropping the copy of
  * every feed a committed transaction touched, whoever wrote it.
  * ------------------------------------------------------------------------ */
 

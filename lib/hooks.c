@@ -125,8 +125,8 @@ int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
 /* A fan-out sends insert.lua once per batch of feeds, all the calls in one
  * pipeline. Batches because a script call has a fixed cost in Redis before
  * its first line, comparable to the insert itself, which one call per feed
- * would pay per feed (figures: bench/results/latest.md, "Fan-out"). 100
- * keeps one call short in Redis time.
+ * would pay per feed (figures: bench/results/latest/latest.md, "Fan-out").
+ * 100 keeps one call short in Redis time.
  *
  * On a Redis Cluster the keys a call declares must share a hash slot, and
  * 10,000 feeds fall in ~7,400 slots. So a batch is the feeds one node

@@ -9,12 +9,11 @@
  * Between the phases the workers pause and every feed walked must equal SQL.
  * No call may block much past its timeouts.
  *
- * Known gap (issue 10, the "ha" part): replication is asynchronous, so a
- * primary that dies may take hook writes it acknowledged with it. A SIGKILL
- * on loopback does not show it (what the primary wrote to its replica's
- * socket is still delivered), so the walks after the kill must equal SQL
- * here; a replica that lags (paused) is what loses writes, and the failover
- * guarantee and its test belong to the ha work.
+ * Replication is asynchronous, so a primary that dies may take hook writes
+ * it acknowledged with it. A SIGKILL on loopback does not show it (what the
+ * primary wrote to its replica's socket is still delivered), so the walks
+ * after the kill must equal SQL here; a replica that lags (paused) is what
+ * loses writes: the failover guarantee and its test are t_ha_cluster's.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -63,13 +62,10 @@ static void note_call(double t0)
         ;
 }
 
-static feed *open_handle(void)
+/* The settings of every handle this test opens. */
+static void settings(feed_config *cfg)
 {
-    feed_config cfg;
-
-    tu_config(&cfg);
-    cfg.max_page = 100;
-    return tu_open(&cfg);
+    cfg->max_page = 100;
 }
 
 /* Between phases: the workers stop at their next step until released. */
@@ -92,7 +88,7 @@ typedef struct worker {
 static void *writer_main(void *arg)
 {
     worker *w = arg;
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     PGconn *pg = tu_pg();
     int64_t next_id = 1000000 * (w->n + 1);
 
@@ -168,7 +164,7 @@ static void *writer_main(void *arg)
 static void *reader_main(void *arg)
 {
     worker *w = arg;
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
 
     while (!atomic_load(&stop)) {
         int k = (int)(tu_rand(&w->rng) % FEEDS);
@@ -263,7 +259,7 @@ static unsigned long mismatches;
 /* Workers paused: every feed walked through a fresh handle equals SQL. */
 static void check_all(PGconn *pg, const char *phase)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     unsigned long bad = 0, n = 0, cached = 0;
     static const size_t sizes[] = { 7, 100 };
     tu_walk_info info;
@@ -365,7 +361,7 @@ static void migration_by_hand(PGconn *pg)
     redisContext *c[6];
     redisReply *r;
     char src_id[64] = "", dst_id[64] = "";
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     feed_result res;
     feed_stats before, d;
     tu_walk_info info;

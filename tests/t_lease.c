@@ -99,7 +99,6 @@ static void cancelled_rebuild(void)
 {
     feed *f = tu_open(NULL), *writer = tu_open(NULL);
     feed_result res;
-    redisReply *rep;
     tu_walk_info info;
     int rc;
 
@@ -114,9 +113,7 @@ static void cancelled_rebuild(void)
        "  its page is the feed as read before the write");
     feed_result_free(&res);
     is_int(f->stats.rebuilds, 0, "  the rebuild did not install");
-    rep = tu_redis_cmd(r, "EXISTS %s", tu_key(11, ""));
-    is_int(rep->integer, 0, "  so no stale copy is in Redis");
-    freeReplyObject(rep);
+    is_int(tu_redis_int(r, "EXISTS %s", tu_key(11, "")), 0, "  so no stale copy is in Redis");
     ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "the next walk equals SQL, new row included");
 
     /* The same race around feed_reload: the copy is dropped, never stale. */
@@ -124,9 +121,8 @@ static void cancelled_rebuild(void)
     tu_sql(pg, "DELETE FROM feed_entry WHERE id = 424242");
     is_int(feed_reload(f, 11), FEED_OK, "a reload cancelled by a write");
     f->test_before_install = NULL;
-    rep = tu_redis_cmd(r, "EXISTS %s", tu_key(11, ""));
-    is_int(rep->integer, 0, "  drops the cached copy instead of installing");
-    freeReplyObject(rep);
+    is_int(tu_redis_int(r, "EXISTS %s", tu_key(11, "")), 0,
+           "  drops the cached copy instead of installing");
     ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "  walk equals SQL");
     feed_close(f);
     feed_close(writer);

@@ -43,8 +43,6 @@
 static PGconn *pg, *rep;
 static char replica_conninfo[256];
 
-static int64_t score_of(size_t i) { return (int64_t)(i / 2) * 3; }
-static int64_t id_of(size_t i) { return (int64_t)i + 1; }
 static int64_t id_b(size_t i) { return (int64_t)i + 1000; }
 
 static void stop_replica(void)
@@ -120,7 +118,7 @@ static feed *open_handle(int with_replica)
 /* A page at a cursor below the cache: (score, id) of A's 50th row. */
 static int deep_page(feed *f, feed_result *res)
 {
-    return feed_page(f, A, score_of(49), id_of(49), LIMIT, res);
+    return feed_page(f, A, tu_score_pairs(49), tu_id_seq(49), LIMIT, res);
 }
 
 /* After a failed check on a page: what the call returned and why, and what
@@ -135,6 +133,21 @@ static void why(feed *f, int rc, const feed_result *res, const feed_stats *d)
                  (unsigned long long)d->replica_queries, (unsigned long long)d->replica_fallbacks,
                  (unsigned long long)d->pg_timeouts, (unsigned long long)d->pg_errors,
                  (unsigned long long)d->redis_errors);
+}
+
+/* A deep page on f is answered by the replica, with no fallback. */
+static void replica_answers(feed *f, const char *what)
+{
+    feed_stats s0, d;
+    feed_result res;
+    int rc;
+
+    feed_stats_get(f, &s0);
+    rc = deep_page(f, &res);
+    d = tu_stats_since(f, &s0);
+    if (!ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0, "%s", what))
+        why(f, rc, &res, &d);
+    feed_result_free(&res);
 }
 
 static void reads(feed *f)
@@ -206,7 +219,7 @@ static void paused(feed *f)
     ok(same, "  the cache plus the primary equals SQL");
 
     /* A feed that exists on the primary only: its miss rebuilds from there. */
-    tu_insert_rows(pg, B, 50, score_of, id_b);
+    tu_insert_rows(pg, B, 50, tu_score_pairs, id_b);
     n = tu_sql_feed(rep, B, &items);
     free(items);
     is_int((long long)n, 0, "feed %d: 50 rows on the primary, none yet on the replica", B);
@@ -309,13 +322,7 @@ static void frozen(feed *f)
 
     fault_inject("replica-thaw");
     fault_sleep_ms(RETRY);
-    feed_stats_get(f, &s0);
-    rc = deep_page(f, &res);
-    d = tu_stats_since(f, &s0);
-    if (!ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
-       "thawed: after retry_ms the replica answers again"))
-        why(f, rc, &res, &d);
-    feed_result_free(&res);
+    replica_answers(f, "thawed: after retry_ms the replica answers again");
 }
 
 static void stopped(feed *f)
@@ -353,13 +360,7 @@ static void stopped(feed *f)
     rep = connect_replica();
     ok(caught_up(), "replica started again and caught up");
     fault_sleep_ms(RETRY);
-    feed_stats_get(f, &s0);
-    rc = deep_page(f, &res);
-    d = tu_stats_since(f, &s0);
-    if (!ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
-       "  after retry_ms it answers deep pages again"))
-        why(f, rc, &res, &d);
-    feed_result_free(&res);
+    replica_answers(f, "  after retry_ms it answers deep pages again");
 }
 
 int main(void)
@@ -379,7 +380,7 @@ int main(void)
     start_replica();
     rep = connect_replica();
     is_int(tu_sql_int(rep, "SELECT pg_is_in_recovery()::int"), 1, "a streaming replica is up");
-    tu_insert_rows(pg, A, 100, score_of, id_of);
+    tu_insert_rows(pg, A, 100, tu_score_pairs, tu_id_seq);
     ok(caught_up(), "  and has replayed the test rows");
 
     f = open_handle(1);
