@@ -314,7 +314,7 @@ static redisReply *on(redisContext *c, const char *fmt, ...)
  * settles. */
 static void fence_mid_import(PGconn *pg, redisContext *dst, int64_t uid)
 {
-    feed *g = open_handle();
+    feed *g = tu_open_with(settings);
     feed_result res;
     feed_stats st;
     redisReply *r;
