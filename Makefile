@@ -10,7 +10,8 @@
 #
 # Conventions: every lib/*.c is part of the library; every tests/t_*.c is a
 # TAP program linked with tests/testutil.c; lua/*.lua are embedded into the
-# library by tools/embed.c at build time.
+# library by tools/embed.c at build time (with lua/prelude/*.lua where they
+# include it).
 
 PREFIX  ?= /usr/local
 LIBDIR  ?= $(PREFIX)/lib
@@ -46,6 +47,7 @@ LIB_SRC   := $(wildcard lib/*/*.c)
 LIB_HDR   := $(wildcard lib/*.h lib/*/*.h)
 LIB_OBJ   := $(patsubst lib/%.c,$(BUILD)/lib/%.o,$(LIB_SRC)) $(BUILD)/lib/scripts.o
 LUA_SRC   := $(sort $(wildcard lua/*.lua))
+LUA_INC   := $(wildcard lua/prelude/*.lua)
 TEST_SRC  := $(wildcard tests/t_*.c)
 TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 STATIC    := $(BUILD)/libfeedcache.a
@@ -62,8 +64,9 @@ $(BUILD)/lib $(BUILD)/tests $(BUILD)/tools $(BUILD)/examples:
 $(BUILD)/tools/embed: tools/embed.c | $(BUILD)/tools
 	$(CC) -std=c11 -O1 -Wall -Wextra -Werror -o $@ $<
 
-# The scripts become C strings (feed_lua_<name>) in one generated file.
-$(BUILD)/lib/scripts.c: $(LUA_SRC) $(BUILD)/tools/embed | $(BUILD)/lib
+# The scripts become C strings (feed_lua_<name>) in one generated file;
+# lua/prelude/*.lua is what scripts share, placed by their include lines.
+$(BUILD)/lib/scripts.c: $(LUA_SRC) $(LUA_INC) $(BUILD)/tools/embed | $(BUILD)/lib
 	$(BUILD)/tools/embed $(LUA_SRC) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/lib/scripts.o: $(BUILD)/lib/scripts.c

@@ -3,8 +3,9 @@
 #   make bench        install what is missing, build the library and the
 #                     benchmark programs, start throwaway Redis + PostgreSQL,
 #                     load 1,000,000 rows, measure everything against its
-#                     peers, write bench/results/latest.md and the charts
-#                     (bench/results/*.png), stop the servers (bench/run.sh)
+#                     peers, write the run's latest.md and charts into
+#                     bench/results/<UTC date and time>/ (bench/results/latest
+#                     points to the newest), stop the servers (bench/run.sh)
 #   make bench-build  only build $(BUILD)/bench/feedbench and client_cpu
 #
 # BENCH_QUICK=1 make bench   a short run (fewer, shorter rounds) for trying

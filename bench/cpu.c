@@ -1,4 +1,4 @@
-/* cpu.c -- section "cpu" (issue 15): what a cached page costs Redis now that
+/* cpu.c -- section "cpu": what a cached page costs Redis now that
  * most pages are plain reads (lib/core/page.c, "Plain reads"), against a plain
  * ZREVRANGE of the same items.
  *
@@ -506,7 +506,7 @@ static void part_clients(FILE *md, pid_t rpid)
             "%d processes, each with its own connection (and, for feed_page, its own"
             " handle, which walked to the depth first), read the same page of the"
             " cached 1,000-item feed as fast as they can for %.1f s; Redis is"
-            " saturated (the machine has 2 cores, shared with the clients). %d rounds,"
+            " saturated (it shares the machine's cores with the clients). %d rounds,"
             " plain and feed_page alternating; medians, ratio = median of per-round"
             " ratios. CPU per page: Redis's (the process's CPU over the phase / pages)"
             " and the clients' (each process's own CPU over the phase, summed, /"
@@ -558,12 +558,11 @@ void section_cpu(void)
     pid_t rpid = redis_pid(stats);
     FILE *md = out_section("cpu");
 
-    fprintf(md, "## Redis CPU per cached page: plain reads (issue 15)\n\n"
+    fprintf(md, "## Redis CPU per cached page: plain reads\n\n"
             "Cached pages are plain Redis reads whenever the reply proves the page"
             " (lib/core/page.c, \"Plain reads\"); page.lua answers only a miss, the lease,"
-            " or a cursor that moved too far. The machine is shared with other"
-            " work while this runs (2 cores): figures are interleaved and paired by"
-            " round.\n\n");
+            " or a cursor that moved too far. Figures are interleaved and paired by"
+            " round, so other work on the machine hits every variant alike.\n\n");
     part_idle(md, c, stats, rpid);
     part_writes(md, c, stats, rpid);
     part_clients(md, rpid);

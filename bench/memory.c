@@ -11,7 +11,8 @@
  *      lua/page.lua on the same items, one copy per encoding, interleaved.
  *   3. Capacity planning: per cached feed, bytes and the server time of a
  *      page and of an insert hook, for max_len 100 / 800 / 1,000 with the
- *      default and a raised zset-max-listpack-entries; the README's table.
+ *      default and a raised zset-max-listpack-entries; the table of
+ *      docs/operations.md, "Memory and capacity planning".
  */
 #include <stdlib.h>
 #include <string.h>
@@ -424,7 +425,7 @@ static int op_insert(void *arg)
     return rc != FEED_OK;
 }
 
-/* Part 3: the README's capacity table. */
+/* Part 3: the capacity table (docs/operations.md). */
 static void capacity(FILE *md, redisContext *c, PGconn *pg,
                      long long dflt, double *lp_vs_sl)
 {

@@ -1,6 +1,6 @@
-# plot.gp -- the charts of bench/results/latest.md, from the data that
-# feedbench writes. Run by bench/run.sh:
-#   gnuplot -e "datadir='DIR'; outdir='bench/results'" bench/plot.gp
+# plot.gp -- the charts of a run's latest.md (bench/results/<run>/), from
+# the data that feedbench writes. Run by bench/run.sh:
+#   gnuplot -e "datadir='DIR'; outdir='bench/results/<run>'" bench/plot.gp
 if (!exists("datadir")) datadir = "."
 if (!exists("outdir")) outdir = "."
 
@@ -36,7 +36,7 @@ set terminal pngcairo size 700,480 font "sans,10"
 set output outdir."/rebuild.png"
 set title "Installing a rebuild: Redis server time, ms (log scale; lower is better)"
 set yrange [0.1:*]
-plot datadir."/rebuild.dat" using 2:xtic(sprintf("%d items", $1)) title "feedcache (WATCH + MULTI/EXEC)" lc rgb "#d6452f", \
+plot datadir."/rebuild.dat" using 2:xtic(sprintf("%d items", $1)) title "feedcache (staging ZADD + rebuild.lua)" lc rgb "#d6452f", \
      '' using 3 title "common reload script" lc rgb "#e0b040"
 
 # ---- cached page vs PostgreSQL

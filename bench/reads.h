@@ -55,6 +55,8 @@ void section_stampede(void);
 void section_fanout(void);
 void section_pg(void);
 void section_wait(void);      /* bench/ha.c: the failover guarantee's cost */
+void section_fence(void);     /* bench/ha.c: the restart fence in steady state */
+void section_replica(void);   /* bench/replica.c: the PostgreSQL replica's delay */
 void section_cpu(void);        /* bench/cpu.c: plain-read pages, Redis CPU, 8 clients */
 
 #endif

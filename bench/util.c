@@ -11,15 +11,20 @@
 #include "bench.h"
 #include "internal.h"   /* the member codec and key format, for the peers */
 
+static void say(const char *prefix, const char *fmt, va_list ap)
+{
+    fprintf(stderr, "%s", prefix);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+}
+
 void die(const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "feedbench: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    say("feedbench: ", fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
     exit(1);
 }
 
@@ -27,11 +32,9 @@ void note(const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "  .. ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    say("  .. ", fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
 }
 
 const char *env_or(const char *name, const char *dflt)

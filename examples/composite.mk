@@ -1,5 +1,5 @@
-# examples/composite.mk -- the composite-score examples (README, "Composite
-# scores"), included by the main Makefile:
+# examples/composite.mk -- the composite-score examples (docs/schema.md),
+# included by the main Makefile:
 #
 #   $(BUILD)/examples/hot_replies    replies by likes, replies, latest reply day
 #   $(BUILD)/examples/leaderboard    players by points, paid first, earliest first

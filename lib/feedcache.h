@@ -10,7 +10,7 @@
  * cached entry is cached, so a page cut from the cache is the page SQL would
  * give. An end marker says the whole feed is cached; a page past a cache that
  * is not complete comes from a keyset query. Write paths call the hooks below
- * after their SQL transaction commits. See README.md, "How it works".
+ * after their SQL transaction commits. See docs/internals.md.
  *
  * Threads: a handle is one Redis connection and one PostgreSQL connection.
  * Use each handle from one thread at a time; open one handle per thread.
@@ -99,13 +99,15 @@ typedef struct feed_config {
                                         do not exist cannot fill Redis; 0 = ttl_seconds.
                                         Never longer than ttl_seconds (when that is not 0) */
     /* --- PostgreSQL read replica (pg) --- */
-    uint32_t    pg_replica_max_lag_ms; /* default 0: a page from the replica may lag the
-                                        primary by its replication delay, unbounded. N > 0:
-                                        the replica answers a page only while it is proven to
-                                        have replayed everything the primary had written N ms
-                                        before; so a page from it shows every write committed
-                                        at least N ms earlier. Otherwise the primary answers.
-                                        Costs a probe (one statement on each) now and then */
+    uint32_t    pg_replica_max_lag_ms; /* default 1000. N > 0: the replica answers a page
+                                        only while it is proven to have replayed everything
+                                        the primary had written N ms before; so a page from
+                                        it shows every write committed at least N ms earlier.
+                                        Otherwise the primary answers. Costs a probe (one
+                                        statement on each) at most every N/4 ms while the
+                                        replica is used. 0: no bound, a page from the replica
+                                        may lag the primary by its replication delay, however
+                                        long (a paused or stuck replay included) */
     /* --- ha: the failover and restart guarantee (README, "Sentinel") --- */
     uint32_t    redis_wait_replicas;   /* default 0: off. n > 0: every write hook (insert,
                                           delete, fanout, reload, invalidate) and every repair
@@ -117,14 +119,21 @@ typedef struct feed_config {
                                           one per node and call (a fan-out too) */
     uint32_t    redis_wait_timeout_ms; /* default 100; with redis_wait_replicas, 1 ..
                                           redis_timeout_ms - 1 */
-    int         redis_restart_fence;   /* default 0: off. 1: on each new connection compare
+    int         redis_restart_fence;   /* default 1: on. On each new connection compare
                                           the server's run_id with the one recorded in
                                           "<prefix>:fence"; if they differ (a restart from
-                                          disk, a promoted replica) no cached page is served
-                                          until every "<prefix>:*" key has been dropped.
-                                          On a Redis Cluster: per node (its own run_id and
-                                          key "<prefix>:fence{n}" on a slot it owns); only
-                                          that node's keys are dropped */
+                                          disk, a promoted replica) or the key is missing,
+                                          no cached page is served until every "<prefix>:*"
+                                          key has been dropped (pages come from PostgreSQL
+                                          meanwhile; hooks still run). On a Redis Cluster:
+                                          per node (its own run_id and key
+                                          "<prefix>:fence{n}" on a slot it owns); only that
+                                          node's keys are dropped. Costs one round trip per
+                                          new connection (and per slot-map change on a
+                                          cluster) and a cold cache after a restart or
+                                          failover. 0 turns it off: a copy that missed
+                                          writes in a failover or a restart from older
+                                          data is then served until its TTL runs out */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -209,7 +218,7 @@ FEED_API const char *feed_errmsg(const feed *f);
  * Where the page comes from: the cache (one Redis round trip: a plain read
  * whose reply proves the page; two when it cannot and page.lua seeks the
  * cursor, feed_stats.plain_fallbacks; a first page may add a TTL refresh,
- * see README "TTL"); on a miss the
+ * see docs/operations.md, "TTLs"); on a miss the
  * feed is rebuilt from SQL under a lease and the page cut from those rows;
  * when the cache does not reach the page, or another handle holds the lease
  * longer than lease_wait_ms, or Redis fails, from a keyset query. A Redis
@@ -310,8 +319,8 @@ FEED_API int feed_health(feed *f, feed_health_info *out);
  * feeds; past that the message says so and feed_invalidate() is the
  * caller's to call later. A copy another process reads meanwhile, or one
  * whose process exits first, is not covered: those need feed_invalidate(),
- * or feedcache-sync (README): this list is the in-process repair, and where
- * feedcache-sync runs it is the cross-process one, dropping the copy of
+ * or feedcache-sync (docs/sync.md): this list is the in-process repair, and
+ * where feedcache-sync runs it is the cross-process one, dropping the copy of
  * every feed a committed transaction touched, whoever wrote it.
  * ------------------------------------------------------------------------ */
 

@@ -16,11 +16,11 @@
 -- the call, 0 when the feed is not cached, 2 when the item falls below a
 -- partial window; for several, how many of them cache the item.
 --
--- Cost (figures: bench/results/latest.md, "Fan-out"): a script call has a
--- fixed cost in Redis before its first line, and each redis.call adds to it.
--- A fan-out pays that per feed, so it sends its feeds in batches (hooks.c), all
--- of a batch's leases go in one DEL, and ZCARD alone says whether a feed is
--- cached and how big it is.
+-- Cost (figures: bench/results/latest/latest.md, "Fan-out"): a script call
+-- has a fixed cost in Redis before its first line, and each redis.call adds
+-- to it. A fan-out pays that per feed, so it sends its feeds in batches
+-- (hooks.c), all of a batch's leases go in one DEL, and ZCARD alone says
+-- whether a feed is cached and how big it is.
 
 local pairs_end = #KEYS == 0 and #ARGV - 3 or 0     -- undeclared feeds: ARGV[1 .. pairs_end]
 local score = ARGV[pairs_end + 1]

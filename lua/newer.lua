@@ -36,18 +36,9 @@ end
 
 -- Otherwise: entries below the cursor's score come first (the end marker
 -- among them), then the tie group at its score, ascending by member; binary-
--- search the first member above the cursor's. Members sort by their bytes
--- (lib/base/codec.c), as Redis orders them, so compare bytes, never with Lua's
--- locale-dependent string order: the same comparison as page.lua's (scripts
--- cannot share code; a change to the member encoding changes both).
-local function id_greater(a, b)
-    if a == b then return false end
-    for i = 1, math.min(#a, #b) do
-        local x, y = string.byte(a, i), string.byte(b, i)
-        if x ~= y then return x > y end
-    end
-    return #a > #b
-end
+-- search the first member above the cursor's, comparing members by their
+-- bytes, as page.lua does (one definition, embedded into both at build time).
+--#include "prelude/id_greater.lua"
 local start = redis.call('ZCOUNT', feed, '-inf', '(' .. score)
 local hi = start + redis.call('ZCOUNT', feed, score, score)
 while start < hi do

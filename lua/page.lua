@@ -58,19 +58,10 @@ else
     -- The cursor item was deleted or moved. Items above its score come
     -- first; then, among those sharing its score (ordered by id
     -- descending), binary-search the first id below the cursor's. That is
-    -- O(log T * log N) for T ties instead of a walk through them. Members
-    -- sort by their bytes (lib/base/codec.c), as Redis orders them; Lua's own
-    -- string comparison uses strcoll, which depends on the server's locale,
-    -- so compare bytes here. (Defined here, not at the top: a closure per
-    -- call costs.)
-    local function id_greater(a, b)
-        if a == b then return false end
-        for i = 1, math.min(#a, #b) do
-            local x, y = string.byte(a, i), string.byte(b, i)
-            if x ~= y then return x > y end
-        end
-        return #a > #b
-    end
+    -- O(log T * log N) for T ties instead of a walk through them, comparing
+    -- members by their bytes. (Defined here, not at the top: a closure per
+    -- call costs, and the common paths above never need it.)
+    --#include "prelude/id_greater.lua"
     local start = redis.call('ZCOUNT', feed, '(' .. score, '+inf')
     local hi = start + redis.call('ZCOUNT', feed, score, score)
     while start < hi do

@@ -16,8 +16,8 @@
 --
 -- Why stage instead of passing the rows to the script: a script receives its
 -- arguments as a Lua table, which costs Redis more than the ZADD itself
--- (figures: bench/results/latest.md, "Installing a rebuild"); a plain ZADD
--- parses them once, and RENAME swaps the staged set in in O(1).
+-- (figures: bench/results/latest/latest.md, "Installing a rebuild"); a plain
+-- ZADD parses them once, and RENAME swaps the staged set in in O(1).
 
 local feed, lease, staged = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('GET', lease) ~= ARGV[1] then

@@ -1,4 +1,4 @@
-# tests/reliability.mk -- fuzzing, the soak and valgrind (issue 5). The main
+# tests/reliability.mk -- fuzzing, the soak and valgrind. The main
 # Makefile includes it; it uses that file's BUILD, CC, CPPFLAGS, LIB_SRC,
 # LIBS and TEST_BIN.
 #

@@ -156,9 +156,6 @@ static int opens_with(const char *user, const char *password, int want, const ch
     return rc;
 }
 
-static int64_t score_of(size_t i) { return (int64_t)i * 3; }
-static int64_t id_of(size_t i) { return (int64_t)i + 1; }
-
 static void works(const char *user, const char *password, const char *what)
 {
     feed_config cfg;
@@ -185,7 +182,7 @@ int main(void)
     atexit(cleanup);
     pg = tu_begin(&r);
     redisFree(r);
-    tu_insert_rows(pg, 42, 30, score_of, id_of);
+    tu_insert_rows(pg, 42, 30, tu_score_by10, tu_id_seq);
     start_server();
     tap_diag("redis-server with AUTH on port %d", port);
 

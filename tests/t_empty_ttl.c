@@ -14,14 +14,7 @@
 static PGconn *pg;
 static redisContext *rds;
 
-static long long pttl(int64_t uid)
-{
-    redisReply *r = tu_redis_cmd(rds, "PTTL %s", tu_key(uid, ""));
-    long long v = r->integer;
-
-    freeReplyObject(r);
-    return v;
-}
+static long long pttl(int64_t uid) { return tu_redis_int(rds, "PTTL %s", tu_key(uid, "")); }
 
 static feed *open_with(uint32_t ttl, uint32_t empty_ttl)
 {

@@ -30,39 +30,19 @@
 
 static PGconn *pg;
 
-static int64_t score_of(size_t i) { return (int64_t)(i + 1) * 10; }
-static int64_t id_of(size_t i) { return (int64_t)i + 1; }
-
-static feed *open_handle(void)
+/* The settings of every handle this test opens. */
+static void settings(feed_config *cfg)
 {
-    feed_config cfg;
-
-    tu_config(&cfg);
-    cfg.max_len = MAX_LEN;
-    cfg.redis_timeout_ms = TIMEOUT;
-    cfg.retry_ms = RETRY;
-    return tu_open(&cfg);
-}
-
-/* Walks with several page sizes: a gap shows only on pages that span it. */
-static int walks_equal(feed *f, int64_t uid)
-{
-    static const size_t sizes[] = { 1, 3, 7, 20 };
-    tu_walk_info info;
-    int same = 1;
-
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        same &= tu_walk_equals_sql(f, pg, uid, sizes[i], &info);
-    return same;
+    cfg->max_len = MAX_LEN;
+    cfg->redis_timeout_ms = TIMEOUT;
+    cfg->retry_ms = RETRY;
 }
 
 static int cached_in_redis(int64_t uid)
 {
     redisContext *r = tu_redis();
-    redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_key(uid, ""));
-    int e = (int)rep->integer;
+    int e = (int)tu_redis_int(r, "EXISTS %s", tu_key(uid, ""));
 
-    freeReplyObject(rep);
     redisFree(r);
     return e;
 }
@@ -84,13 +64,13 @@ static int rc_;
 
 static void killed(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     int64_t uids[2] = { 700, 701 };
     double ms;
     int rc, all = 1;
 
     for (int i = 0; i < 2; i++)
-        ok(walks_equal(f, uids[i]) && cached_in_redis(uids[i]),
+        ok(tu_walks_equal_sql(f, pg, uids[i]) && cached_in_redis(uids[i]),
            "feed %lld cached and equal to SQL", (long long)uids[i]);
 
     fault_inject("redis-stop");
@@ -112,12 +92,12 @@ static void killed(void)
     ok(hook_failed(f, rc, ms, "reload"), "  feed_reload: FEED_EREDIS (%.1f ms)", ms);
     rc = TIMED(ms, feed_invalidate(f, 701));
     ok(hook_failed(f, rc, ms, "invalidate"), "  feed_invalidate: FEED_EREDIS (%.1f ms)", ms);
-    ok(walks_equal(f, 700) && walks_equal(f, 701),
+    ok(tu_walks_equal_sql(f, pg, 700) && tu_walks_equal_sql(f, pg, 701),
        "  meanwhile walks come from SQL and already show every write");
 
     fault_inject("redis-start");
     fault_sleep_ms(RETRY);
-    ok(walks_equal(f, 700) && walks_equal(f, 701),
+    ok(tu_walks_equal_sql(f, pg, 700) && tu_walks_equal_sql(f, pg, 701),
        "Redis back (empty): walks equal SQL, the cache rebuilt by itself");
     ok(cached_in_redis(700) && cached_in_redis(701), "  and both feeds are cached again");
     feed_close(f);
@@ -148,12 +128,12 @@ static void outage_and_write(feed *rebuilder, int64_t uid, void *arg)
  * check. */
 static void stale_rebuild(const char *down, const char *up, int64_t uid, int strict)
 {
-    feed *f = open_handle(), *writer = open_handle();
+    feed *f = tu_open_with(settings), *writer = tu_open_with(settings);
     race rc = { writer, down, up, 0 };
     feed_result res;
     int page_rc;
 
-    tu_insert_rows(pg, uid, 30, score_of, id_of);
+    tu_insert_rows(pg, uid, 30, tu_score_by10, tu_id_seq);
     f->core.test_before_install = outage_and_write;
     f->core.test_arg = &rc;
     page_rc = feed_page(f, uid, FEED_FIRST, 0, 10, &res);
@@ -170,7 +150,7 @@ static void stale_rebuild(const char *down, const char *up, int64_t uid, int str
     }
     feed_result_free(&res);
     fault_sleep_ms(RETRY);
-    ok(walks_equal(f, uid) && walks_equal(writer, uid),
+    ok(tu_walks_equal_sql(f, pg, uid) && tu_walks_equal_sql(writer, pg, uid),
        "  walks equal SQL, the new row included, through either handle");
     feed_close(f);
     feed_close(writer);
@@ -179,14 +159,14 @@ static void stale_rebuild(const char *down, const char *up, int64_t uid, int str
 /* Redis frozen: its data (the cached copy) survives the outage. */
 static void frozen(void)
 {
-    feed *w = open_handle(), *reader = open_handle();
+    feed *w = tu_open_with(settings), *reader = tu_open_with(settings);
     int64_t uid = 710, uids[2] = { 710, 711 };
     double ms;
     int rc;
 
-    tu_insert_rows(pg, 710, 40, score_of, id_of);
-    tu_insert_rows(pg, 711, 10, score_of, id_of);
-    ok(walks_equal(reader, 710) && walks_equal(reader, 711) && cached_in_redis(710),
+    tu_insert_rows(pg, 710, 40, tu_score_by10, tu_id_seq);
+    tu_insert_rows(pg, 711, 10, tu_score_by10, tu_id_seq);
+    ok(tu_walks_equal_sql(reader, pg, 710) && tu_walks_equal_sql(reader, pg, 711) && cached_in_redis(710),
        "feeds 710 (partly) and 711 (wholly) cached, equal to SQL");
 
     fault_inject("redis-freeze");
@@ -211,7 +191,7 @@ static void frozen(void)
 
     /* The writing handle reaches Redis on its next call after retry_ms. */
     fault_sleep_ms(RETRY);
-    ok(walks_equal(w, 710) && walks_equal(w, 711),
+    ok(tu_walks_equal_sql(w, pg, 710) && tu_walks_equal_sql(w, pg, 711),
        "Redis thawed: walks through the writing handle equal SQL");
     {
         feed_stats a, b;
@@ -220,7 +200,7 @@ static void frozen(void)
         is_int(a.repairs + b.repairs, 2, "  the 2 cached copies the hooks missed were dropped,"
                " once each");
     }
-    ok(walks_equal(reader, 710) && walks_equal(reader, 711),
+    ok(tu_walks_equal_sql(reader, pg, 710) && tu_walks_equal_sql(reader, pg, 711),
        "  and through another handle too");
     feed_close(w);
     feed_close(reader);
@@ -237,13 +217,13 @@ static void acl(const char *script_rule, const char *del_rule)
 /* Redis answers but refuses: the write's feed is remembered all the same. */
 static void refused(void)
 {
-    feed *w = open_handle(), *reader = open_handle();
+    feed *w = tu_open_with(settings), *reader = tu_open_with(settings);
     feed_stats before, after;
     int64_t uid = 730;
     int rc;
 
-    tu_insert_rows(pg, uid, 40, score_of, id_of);
-    ok(walks_equal(reader, uid) && cached_in_redis(uid), "feed 730 cached, equal to SQL");
+    tu_insert_rows(pg, uid, 40, tu_score_by10, tu_id_seq);
+    ok(tu_walks_equal_sql(reader, pg, uid) && cached_in_redis(uid), "feed 730 cached, equal to SQL");
     acl("-evalsha", "-del");
     tu_insert(pg, uid, 100000, 1000);
     rc = feed_on_insert(w, uid, 100000, 1000);
@@ -253,7 +233,7 @@ static void refused(void)
        "  feed_invalidate is refused too: the stale copy stays in Redis");
     acl("+evalsha", "+del");
     feed_stats_get(reader, &before);
-    ok(walks_equal(reader, uid), "Redis accepts again: walks through another handle equal SQL");
+    ok(tu_walks_equal_sql(reader, pg, uid), "Redis accepts again: walks through another handle equal SQL");
     feed_stats_get(reader, &after);
     is_int((long long)(after.repairs - before.repairs), 1,
            "  that handle dropped the copy first, once");
@@ -265,8 +245,8 @@ int main(void)
 {
     fault_setup();
     pg = tu_begin(NULL);
-    tu_insert_rows(pg, 700, 40, score_of, id_of);
-    tu_insert_rows(pg, 701, 10, score_of, id_of);
+    tu_insert_rows(pg, 700, 40, tu_score_by10, tu_id_seq);
+    tu_insert_rows(pg, 701, 10, tu_score_by10, tu_id_seq);
 
     killed();
     stale_rebuild("redis-stop", "redis-start", 720, 1);

@@ -38,9 +38,6 @@
 
 static PGconn *pg;
 
-static int64_t score_of(size_t i) { return (int64_t)(i / 2) * 3; }
-static int64_t id_of(size_t i) { return (int64_t)i + 1; }
-
 typedef struct snapshot {
     feed_item *items;
     size_t     n;
@@ -58,17 +55,14 @@ static void take_snapshots(void)
     }
 }
 
-static feed *open_handle(void)
+/* The settings of every handle this test opens. */
+static void settings(feed_config *cfg)
 {
-    feed_config cfg;
-
-    tu_config(&cfg);
-    cfg.max_len = MAX_LEN;
-    cfg.retry_ms = RETRY;
-    cfg.lease_ms = 600;          /* a rebuild that failed holds its lease this long */
-    cfg.lease_wait_ms = 50;
-    cfg.pg_timeout_ms = PG_TIMEOUT;
-    return tu_open(&cfg);
+    cfg->max_len = MAX_LEN;
+    cfg->retry_ms = RETRY;
+    cfg->lease_ms = 600;          /* a rebuild that failed holds its lease this long */
+    cfg->lease_wait_ms = 50;
+    cfg->pg_timeout_ms = PG_TIMEOUT;
 }
 
 /* Is res the page of uid's snapshot starting at index at? */
@@ -181,7 +175,7 @@ static void reconnect_test_pg(void)
 
 static void outage(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     feed_stats s0, s1;
     feed_result res;
     walk w;
@@ -266,7 +260,7 @@ static void outage(void)
 
 static void restart_between_calls(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     feed_stats s0, s1;
     walk w = walk_start();
 
@@ -324,7 +318,7 @@ static void *reader_main(void *arg)
 
 static void frozen(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     feed_stats s0, s1;
     feed_result res;
     reader rd;
@@ -340,7 +334,7 @@ static void frozen(void)
     }
     is_int(feed_invalidate(f, COLD), FEED_OK, "feed %d dropped from the cache: cold", COLD);
     memset(&rd, 0, sizeof rd);
-    rd.f = open_handle();
+    rd.f = tu_open_with(settings);
     if (pthread_create(&rd.thread, NULL, reader_main, &rd) != 0)
         tap_bail("pthread_create");
 
@@ -430,7 +424,7 @@ static long long lock_waiters(PGconn *c)
 
 static void stuck_statement(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     PGconn *locker = tu_pg();
     feed_result res;
     walk w = walk_start();
@@ -472,9 +466,9 @@ int main(void)
     /* The test cluster runs with synchronous_commit = off: an immediate
      * shutdown would lose the last commits. These rows must survive it. */
     tu_sql(pg, "SET synchronous_commit = on");
-    tu_insert_rows(pg, SMALL, 30, score_of, id_of);
-    tu_insert_rows(pg, BIG, 200, score_of, id_of);
-    tu_insert_rows(pg, COLD, 20, score_of, id_of);
+    tu_insert_rows(pg, SMALL, 30, tu_score_pairs, tu_id_seq);
+    tu_insert_rows(pg, BIG, 200, tu_score_pairs, tu_id_seq);
+    tu_insert_rows(pg, COLD, 20, tu_score_pairs, tu_id_seq);
     take_snapshots();
 
     outage();

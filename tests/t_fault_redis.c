@@ -34,14 +34,11 @@ static size_t nwant;
 static int64_t score_of(size_t i) { return (int64_t)(i / 3) * 7; }   /* ties of 3 */
 static int64_t id_of(size_t i) { return (int64_t)i * 11 + 5; }
 
-static feed *open_handle(void)
+/* The settings of every handle this test opens. */
+static void settings(feed_config *cfg)
 {
-    feed_config cfg;
-
-    tu_config(&cfg);
-    cfg.redis_timeout_ms = TIMEOUT;
-    cfg.retry_ms = RETRY;
-    return tu_open(&cfg);
+    cfg->redis_timeout_ms = TIMEOUT;
+    cfg->retry_ms = RETRY;
 }
 
 typedef struct timed {
@@ -156,7 +153,7 @@ static void outage_calls(feed *f, double dur_ms, const char *what)
 
 static void stopped_mid_walk(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     int64_t score = FEED_FIRST, id = 0;
     size_t at = 0;
     int pages = 0, bad = 0, cached_before = 0, db_after = 0, msg_ok = 1;
@@ -220,7 +217,7 @@ static void stopped_mid_walk(void)
 
 static void frozen(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     feed_source src;
     double took;
     timed t;
@@ -281,7 +278,7 @@ static void flush_scripts(redisContext *r)
 static void noscript(void)
 {
     redisContext *r = tu_redis();
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     int64_t uids[3] = { UID, UID + 1, UID + 2 };
     feed_stats s0, d;
     long long loads;
@@ -371,7 +368,7 @@ static void noscript(void)
 
 static void restarted_empty(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_with(settings);
     feed_stats s0, d;
     timed t;
 

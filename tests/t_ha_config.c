@@ -128,14 +128,17 @@ static void fence(redisContext *r)
     freeReplyObject(tu_redis_cmd(r, "SET hz:fence 0000000000000000000000000000000000000000"));
 
     tu_config(&cfg);
+    is_int(cfg.redis_restart_fence, 1, "feed_config_init turns the restart fence on");
+    is_int(cfg.redis_wait_replicas, 0, "  and leaves WAIT off");
     cfg.key_prefix = "hz";
     cfg.redis_restart_fence = 0;
     f = tu_open(&cfg);
     ok(!tu_walk_equals_sql(f, pg, UID, 10, &info),
-       "without the fence the stale copy is served (%s)", info.why);
+       "with the fence turned off the stale copy is served (%s)", info.why);
     feed_close(f);
 
-    cfg.redis_restart_fence = 1;
+    tu_config(&cfg);                /* the default: the fence on */
+    cfg.key_prefix = "hz";
     f = tu_open(&cfg);
     ok(tu_walk_equals_sql(f, pg, UID, 10, &info), "with it the walk equals SQL (%s)", info.why);
     feed_stats_get(f, &st);

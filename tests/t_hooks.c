@@ -1,7 +1,8 @@
 /* t_hooks.c -- the write path: each hook keeps the cache an exact prefix of
- * the feed (walks equal SQL) and the Redis contents are what README.md says:
- * nothing cached below a partial window, trimming drops the end marker, a
- * hook on an absent feed caches nothing, every hook cancels the lease. */
+ * the feed (walks equal SQL) and the Redis contents are what
+ * docs/internals.md says: nothing cached below a partial window, trimming
+ * drops the end marker, a hook on an absent feed caches nothing, every hook
+ * cancels the lease. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,27 +16,8 @@ static PGconn *pg;
 static redisContext *r;
 static feed *f;
 
-static int64_t score_by10(size_t i) { return (int64_t)(i + 1) * 10; }
-static int64_t id_plus1(size_t i) { return (int64_t)i + 1; }
-
-static long long zcard(int64_t uid)
-{
-    redisReply *rep = tu_redis_cmd(r, "ZCARD %s", tu_key(uid, ""));
-    long long n = rep->integer;
-    freeReplyObject(rep);
-    return n;
-}
-
-static int exists(const char *key)
-{
-    redisReply *rep;
-    int e;
-
-    rep = tu_redis_cmd(r, "EXISTS %s", key);
-    e = (int)rep->integer;
-    freeReplyObject(rep);
-    return e;
-}
+static long long zcard(int64_t uid) { return tu_redis_int(r, "ZCARD %s", tu_key(uid, "")); }
+static int exists(const char *key) { return (int)tu_redis_int(r, "EXISTS %s", key); }
 
 static int cached(int64_t uid, int64_t id)
 {
@@ -65,17 +47,7 @@ static void warm(int64_t uid)
     feed_result_free(&res);
 }
 
-/* Several page sizes: a gap in the cache shows only on pages that span it. */
-static int walk_ok(int64_t uid)
-{
-    const size_t sizes[] = { 1, 2, 3, 4, 7 };
-    tu_walk_info info;
-    int same = 1;
-
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        same &= tu_walk_equals_sql(f, pg, uid, sizes[i], &info);
-    return same;
-}
+static int walk_ok(int64_t uid) { return tu_walks_equal_sql(f, pg, uid); }
 
 /* SQL first, then the hook: the order an application must follow. */
 static int insert(int64_t uid, int64_t score, int64_t id)
@@ -95,7 +67,7 @@ static void complete_feed(void)
 {
     feed_stats before, d;
 
-    tu_insert_rows(pg, 1, 5, score_by10, id_plus1);
+    tu_insert_rows(pg, 1, 5, tu_score_by10, tu_id_seq);
     warm(1);
     ok(complete(1) && zcard(1) == 6, "5 rows, max_len 10: cached with the end marker");
     is_int(insert(1, 25, 100), FEED_OK, "insert into a complete feed");
@@ -134,7 +106,7 @@ static void complete_feed(void)
 static void partial_window(void)
 {
     /* 15 rows, scores 10..150; the cache holds the top 10 (60..150). */
-    tu_insert_rows(pg, 3, 15, score_by10, id_plus1);
+    tu_insert_rows(pg, 3, 15, tu_score_by10, tu_id_seq);
     warm(3);
     ok(!complete(3) && zcard(3) == MAX_LEN, "15 rows: top 10 cached, no end marker");
 
@@ -210,7 +182,7 @@ static void fanout(void)
 
     for (int i = 0; i < 50; i++) {
         uids[i] = 1000 + i;
-        tu_insert_rows(pg, uids[i], (size_t)i % 15, score_by10, id_plus1);
+        tu_insert_rows(pg, uids[i], (size_t)i % 15, tu_score_by10, tu_id_seq);
         if (i % 2 == 0)
             warm(uids[i]);          /* half the feeds cached */
     }
@@ -239,7 +211,7 @@ static void reload_and_invalidate(void)
 {
     feed_stats before;
 
-    tu_insert_rows(pg, 6, 8, score_by10, id_plus1);
+    tu_insert_rows(pg, 6, 8, tu_score_by10, tu_id_seq);
     warm(6);
     /* Drift: SQL changed without hooks (as after a Redis outage). */
     tu_sql(pg, "UPDATE feed_entry SET score = score + 1000 WHERE uid = 6 AND id IN (2, 3)");
@@ -260,6 +232,7 @@ static void reload_and_invalidate(void)
 static void member_encoding(void)
 {
     redisReply *rep;
+    long long pttl;
     char m[FEED_MEMBER_MAX];
     size_t mlen = tu_member(42, m);
 
@@ -273,9 +246,8 @@ static void member_encoding(void)
        strcmp(rep->element[3]->str, "1") == 0,
        "Redis holds {end: -inf, <member of 42>: 1} (%s)", m);
     freeReplyObject(rep);
-    rep = tu_redis_cmd(r, "PTTL %s", tu_key(8, ""));
-    ok(rep->integer > 604000000, "  with the default 7-day TTL (%lld ms)", rep->integer);
-    freeReplyObject(rep);
+    pttl = tu_redis_int(r, "PTTL %s", tu_key(8, ""));
+    ok(pttl > 604000000, "  with the default 7-day TTL (%lld ms)", pttl);
 }
 
 int main(void)

@@ -4,27 +4,27 @@
 # an outside program builds (shared and static) and reads a page from the test
 # servers.
 set -u
-n=0; failed=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+# shellcheck source=tests/tap.bash
+. "$(dirname "${BASH_SOURCE[0]}")/tap.bash"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 prefix=/opt/feedcache-test
 make -s install PREFIX=$prefix DESTDIR="$stage" BUILD="${BUILD:-build}" >/dev/null 2>&1
-ok $? "make install PREFIX=$prefix DESTDIR=..."
+verdict $? "make install PREFIX=$prefix DESTDIR=..."
 root=$stage$prefix
 for f in include/feedcache.h lib/libfeedcache.a lib/libfeedcache.so lib/libfeedcache.so.0 \
          lib/pkgconfig/feedcache.pc; do
-    test -e "$root/$f"; ok $? "installed $f"
+    test -e "$root/$f"; verdict $? "installed $f"
 done
 grep -q "^prefix=$prefix\$" "$root/lib/pkgconfig/feedcache.pc"
-ok $? "feedcache.pc names the real prefix, not the staging folder"
+verdict $? "feedcache.pc names the real prefix, not the staging folder"
 grep -q "^License: BSD-3-Clause\$" "$root/lib/pkgconfig/feedcache.pc"
-ok $? "feedcache.pc names the licence"
+verdict $? "feedcache.pc names the licence"
 for f in schema.sql score.sql; do
-    cmp -s "sql/$f" "$root/share/feedcache/$f"; ok $? "installed share/feedcache/$f, same as sql/$f"
+    cmp -s "sql/$f" "$root/share/feedcache/$f"; verdict $? "installed share/feedcache/$f, same as sql/$f"
 done
-test ! -e "$prefix/share/feedcache"; ok $? "  under DESTDIR only, not in $prefix itself"
+test ! -e "$prefix/share/feedcache"; verdict $? "  under DESTDIR only, not in $prefix itself"
 
 cat > "$stage/app.c" <<'C'
 #include <feedcache.h>
@@ -54,19 +54,19 @@ psql "$FEED_PG_CONNINFO" -qc "DELETE FROM feed_entry WHERE uid = 424242;
     INSERT INTO feed_entry VALUES (424242, 1, 1), (424242, 2, 2)" >/dev/null
 redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" DEL 'feed:2:{424242}' >/dev/null
 cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app" $(pkg-config --cflags --libs feedcache) 2>&1
-ok $? "an outside program builds with pkg-config (shared)"
+verdict $? "an outside program builds with pkg-config (shared)"
 out=$(LD_LIBRARY_PATH=$root/lib "$stage/app" 2>&1)
-[ "$out" = "2 2" ]; ok $? "  and reads a page of 2 items, rebuilt (got: $out)"
+[ "$out" = "2 2" ]; verdict $? "  and reads a page of 2 items, rebuilt (got: $out)"
 # The command examples/minimal.c gives; libpq's flags without the staging
 # sysroot, which only the staged feedcache.pc needs.
 cc -std=c11 -Wall -Werror $san examples/minimal.c -o "$stage/minimal" $(pkg-config --cflags --libs feedcache) \
     $(PKG_CONFIG_SYSROOT_DIR= pkg-config --cflags --libs libpq) 2>&1
-ok $? "examples/minimal.c builds with pkg-config feedcache libpq, as its comment says"
+verdict $? "examples/minimal.c builds with pkg-config feedcache libpq, as its comment says"
 cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app-static" \
     $(pkg-config --cflags feedcache) "$root/lib/libfeedcache.a" $(pkg-config --libs-only-l --static feedcache | sed "s/-lfeedcache //") 2>&1
-ok $? "builds against the static library with pkg-config --static"
+verdict $? "builds against the static library with pkg-config --static"
 out=$("$stage/app-static" 2>&1)
-[ "$out" = "2 1" ]; ok $? "  and reads the same page from the cache (got: $out)"
+[ "$out" = "2 1" ]; verdict $? "  and reads the same page from the cache (got: $out)"
 psql "$FEED_PG_CONNINFO" -qc "DELETE FROM feed_entry WHERE uid = 424242" >/dev/null
 
 echo "1..$n"

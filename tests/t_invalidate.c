@@ -16,11 +16,7 @@
 
 static long long exists(redisContext *r, const char *key)
 {
-    redisReply *rep = tu_redis_cmd(r, "EXISTS %s", key);
-    long long n = rep->integer;
-
-    freeReplyObject(rep);
-    return n;
+    return tu_redis_int(r, "EXISTS %s", key);
 }
 
 static void set(redisContext *r, const char *key)
@@ -206,9 +202,6 @@ static void cluster_moves(feed_config *cfg, redisContext *r)
     feed_close(h);
 }
 
-static int64_t score_of(size_t i) { return 100 + (int64_t)i; }
-static int64_t id_of(size_t i) { return (int64_t)i + 1; }
-
 int main(void)
 {
     redisContext *r;
@@ -222,7 +215,7 @@ int main(void)
     f = tu_open(&cfg);
     for (int64_t uid = 1; uid <= 4; uid++) {
         feed_result res;
-        tu_insert_rows(pg, uid, 5, score_of, id_of);
+        tu_insert_rows(pg, uid, 5, tu_score_by10, tu_id_seq);
         is_int(feed_page(f, uid, FEED_FIRST, 0, 2, &res), FEED_OK, "feed %lld cached", (long long)uid);
         feed_result_free(&res);
     }
@@ -275,7 +268,7 @@ int main(void)
         feed_result res;
         cfg.retry_ms = 500;
         feed *h = tu_open(&cfg);
-        tu_insert_rows(pg, 7, 5, score_of, id_of);
+        tu_insert_rows(pg, 7, 5, tu_score_by10, tu_id_seq);
         is_int(feed_page(h, 7, FEED_FIRST, 0, 2, &res), FEED_OK, "feed 7 cached");
         feed_result_free(&res);
         servers("redis-freeze");

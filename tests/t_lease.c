@@ -99,7 +99,6 @@ static void cancelled_rebuild(void)
 {
     feed *f = tu_open(NULL), *writer = tu_open(NULL);
     feed_result res;
-    redisReply *rep;
     tu_walk_info info;
     int rc;
 
@@ -114,9 +113,7 @@ static void cancelled_rebuild(void)
        "  its page is the feed as read before the write");
     feed_result_free(&res);
     is_int(f->core.stats.rebuilds, 0, "  the rebuild did not install");
-    rep = tu_redis_cmd(r, "EXISTS %s", tu_key(11, ""));
-    is_int(rep->integer, 0, "  so no stale copy is in Redis");
-    freeReplyObject(rep);
+    is_int(tu_redis_int(r, "EXISTS %s", tu_key(11, "")), 0, "  so no stale copy is in Redis");
     ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "the next walk equals SQL, new row included");
 
     /* The same race around feed_reload: the copy is dropped, never stale. */
@@ -124,9 +121,8 @@ static void cancelled_rebuild(void)
     tu_sql(pg, "DELETE FROM feed_entry WHERE id = 424242");
     is_int(feed_reload(f, 11), FEED_OK, "a reload cancelled by a write");
     f->core.test_before_install = NULL;
-    rep = tu_redis_cmd(r, "EXISTS %s", tu_key(11, ""));
-    is_int(rep->integer, 0, "  drops the cached copy instead of installing");
-    freeReplyObject(rep);
+    is_int(tu_redis_int(r, "EXISTS %s", tu_key(11, "")), 0,
+           "  drops the cached copy instead of installing");
     ok(tu_walk_equals_sql(f, pg, 11, 7, &info), "  walk equals SQL");
     feed_close(f);
     feed_close(writer);
@@ -143,7 +139,7 @@ static void busy_lease(void)
     tu_insert_rows(pg, 12, 30, score_of, id_of);
     tu_config(&cfg);
     cfg.lease_wait_ms = 50;
-    f = tu_open(&cfg);
+    f = tu_open_settled(&cfg);   /* the fence must not drop a planted lease */
     /* Someone else's lease, and no rebuild coming. */
     freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(12, ":lease")));
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -160,7 +156,7 @@ static void busy_lease(void)
 
     /* With lease_wait_ms 0 the reader does not wait at all. */
     cfg.lease_wait_ms = 0;
-    f = tu_open(&cfg);
+    f = tu_open_settled(&cfg);   /* the fence must not drop a planted lease */
     is_int(feed_page(f, 12, FEED_FIRST, 0, 10, &res), FEED_OK, "lease_wait_ms 0");
     is_int(res.source, FEED_SOURCE_DB, "  straight to SQL");
     feed_result_free(&res);
@@ -190,7 +186,7 @@ static void waiter_served_by_cache(void)
     tu_insert_rows(pg, 13, 30, score_of, id_of);
     tu_config(&cfg);
     cfg.lease_wait_ms = 3000;
-    f = tu_open(&cfg);
+    f = tu_open_settled(&cfg);   /* the fence must not drop a planted lease */
     other = tu_open(NULL);
     freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(13, ":lease")));
     lr.f = other;

@@ -19,26 +19,7 @@ static PGconn *pg;
 static redisContext *r;
 static uint64_t rng;
 
-static uint64_t next_rand(void)          /* xorshift64* */
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 2685821657736338717ULL;
-}
-
-static int64_t pick(int64_t n) { return (int64_t)(next_rand() % (uint64_t)n); }
-
-/* Scores from a small range, so ties are common, and now and then the
- * extremes of the score range. */
-static int64_t random_score(void)
-{
-    switch (pick(20)) {
-    case 0:  return FEED_SCORE_MAX - pick(3);
-    case 1:  return -FEED_SCORE_MAX + pick(3);
-    default: return pick(15) * 1000;
-    }
-}
+static int64_t pick(int64_t n) { return tu_rand_below(&rng, n); }
 
 /* Ids from a small space (so rows come back), and some near INT64_MAX. */
 static int64_t random_id(void)
@@ -63,14 +44,14 @@ static const char *step(feed *f, int64_t uid)
     switch (pick(12)) {
     case 0: case 1: case 2: case 3:            /* insert (or re-score if present) */
         id = random_id();
-        score = random_score();
+        score = tu_random_score(&rng);
         tu_insert(pg, uid, score, id);
         feed_on_insert(f, uid, score, id);
         return "insert";
     case 4: case 5:                            /* score change of an existing row */
         if ((id = existing_id(uid)) < 0)
             return "noop";
-        score = random_score();
+        score = tu_random_score(&rng);
         tu_sql(pg, "UPDATE feed_entry SET score = %lld WHERE uid = %lld AND id = %lld",
                (long long)score, (long long)uid, (long long)id);
         feed_on_insert(f, uid, score, id);

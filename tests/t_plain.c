@@ -30,18 +30,6 @@
 static PGconn *pg;
 static redisContext *rc_;
 
-static int64_t score_desc(size_t i) { return 100000 - (int64_t)i * 10; }  /* distinct */
-static int64_t id_plus1(size_t i) { return (int64_t)i + 1; }
-static int64_t score_one(size_t i) { (void)i; return 777; }
-
-static feed *open_handle(void)
-{
-    feed_config cfg;
-
-    tu_config(&cfg);
-    return tu_open(&cfg);
-}
-
 /* Does r equal SQL's page of uid after (score, id)? */
 static int equals_sql(int64_t uid, int64_t score, int64_t id, const feed_result *r)
 {
@@ -63,12 +51,12 @@ static int page_ok(feed *f, int64_t uid, int64_t score, int64_t id, feed_result 
 
 static void warm_walks(void)
 {
-    feed *f = open_handle(), *g = open_handle();
+    feed *f = tu_open_settled(NULL), *g = tu_open_settled(NULL);
     tu_walk_info info;
     feed_stats s0, d;
     feed_result r;
 
-    tu_insert_rows(pg, 1, 95, score_desc, id_plus1);
+    tu_insert_rows(pg, 1, 95, tu_score_desc, tu_id_seq);
     ok(tu_walk_equals_sql(f, pg, 1, LIMIT, &info), "a first walk equals SQL (rebuilds)");
     feed_stats_get(f, &s0);
     ok(tu_walk_equals_sql(f, pg, 1, LIMIT, &info), "the second walk equals SQL");
@@ -100,7 +88,7 @@ static void past_the_cache(void)
     tu_config(&cfg);
     cfg.max_len = 30;
     f = tu_open(&cfg);
-    tu_insert_rows(pg, 6, 100, score_desc, id_plus1);
+    tu_insert_rows(pg, 6, 100, tu_score_desc, tu_id_seq);
     ok(tu_walk_equals_sql(f, pg, 6, LIMIT, &info), "a 100-item feed, max_len 30: walk equals SQL");
     feed_stats_get(f, &s0);
     ok(tu_walk_equals_sql(f, pg, 6, LIMIT, &info), "  again");
@@ -114,12 +102,12 @@ static void past_the_cache(void)
 
 static void moved_cursor(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_settled(NULL);
     feed_result r, r2;
     feed_stats d;
     int64_t cs, ci;
 
-    tu_insert_rows(pg, 2, 95, score_desc, id_plus1);
+    tu_insert_rows(pg, 2, 95, tu_score_desc, tu_id_seq);
     feed_page(f, 2, FEED_FIRST, 0, LIMIT, &r);   /* the miss: rebuilds */
     feed_result_free(&r);
     ok(page_ok(f, 2, FEED_FIRST, 0, &r, &d), "first page");
@@ -189,20 +177,20 @@ static void moved_cursor(void)
 
 static void tie_run(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_settled(NULL);
     tu_walk_info info;
     feed_result r;
     feed_stats d, s0;
 
-    tu_insert_rows(pg, 3, 200, score_one, id_plus1);    /* ids 200..1, one score */
+    tu_insert_rows(pg, 3, 200, tu_score_same, tu_id_seq);    /* ids 200..1, one score */
     ok(tu_walk_equals_sql(f, pg, 3, LIMIT, &info), "a 200-item tie group walks equal to SQL");
     feed_close(f);
-    f = open_handle();
-    ok(page_ok(f, 3, 777, 101, &r, &d), "a fresh handle, a cursor inside the tie group: equals SQL");
+    f = tu_open_settled(NULL);
+    ok(page_ok(f, 3, TU_SCORE_SAME, 101, &r, &d), "a fresh handle, a cursor inside the tie group: equals SQL");
     ok(d.plain_fallbacks == 1 && d.script_pages == 1 && d.redis_calls == 2,
        "  the read by score meets 100 ties first: page.lua answers");
     feed_result_free(&r);
-    ok(page_ok(f, 3, 777, 101, &r, &d), "  the same cursor again: equals SQL");
+    ok(page_ok(f, 3, TU_SCORE_SAME, 101, &r, &d), "  the same cursor again: equals SQL");
     ok(d.plain_pages == 1 && d.redis_calls == 1, "  a plain read now (page.lua gave the rank)");
     feed_result_free(&r);
     feed_stats_get(f, &s0);
@@ -212,14 +200,7 @@ static void tie_run(void)
     feed_close(f);
 }
 
-static long long pttl(int64_t uid)
-{
-    redisReply *rep = tu_redis_cmd(rc_, "PTTL %s", tu_key(uid, ""));
-    long long v = rep->integer;
-
-    freeReplyObject(rep);
-    return v;
-}
+static long long pttl(int64_t uid) { return tu_redis_int(rc_, "PTTL %s", tu_key(uid, "")); }
 
 /* Calls of one command Redis has served (INFO commandstats). */
 static long long served(const char *cmd)
@@ -238,13 +219,13 @@ static long long served(const char *cmd)
 
 static void ttl_refresh(void)
 {
-    feed *g = open_handle(), *f = open_handle(), *h = open_handle();  /* default 7-day TTL */
+    feed *g = tu_open_settled(NULL), *f = tu_open_settled(NULL), *h = tu_open_settled(NULL);  /* default 7-day TTL */
     const long long ttl = 604800LL * 1000;
     feed_result r, r2;
     feed_stats d;
     long long pttls;
 
-    tu_insert_rows(pg, 4, 30, score_desc, id_plus1);
+    tu_insert_rows(pg, 4, 30, tu_score_desc, tu_id_seq);
     feed_page(g, 4, FEED_FIRST, 0, LIMIT, &r);   /* the miss: rebuilds */
     feed_result_free(&r);
 
@@ -289,7 +270,7 @@ static atomic_int writer_stop;
 
 static void *writer(void *arg)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_settled(NULL);
     PGconn *wpg = tu_pg();
     uint64_t seed = 15;
     long *writes = arg;
@@ -316,14 +297,14 @@ static int64_t score_stable(size_t i) { return (int64_t)(STABLE - i) * 10; }
 
 static void concurrent_hooks(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_settled(NULL);
     pthread_t th;
     long writes = 0;
     int walks = 0, bad = 0;
     feed_stats s0, d;
     unsigned char *seen = malloc(STABLE + 2);
 
-    tu_insert_rows(pg, UID_C, STABLE, score_stable, id_plus1);
+    tu_insert_rows(pg, UID_C, STABLE, score_stable, tu_id_seq);
     feed_stats_get(f, &s0);
     writer_stop = 0;
     if (pthread_create(&th, NULL, writer, &writes) != 0)

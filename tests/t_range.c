@@ -99,11 +99,8 @@ static void out_of_range_row_in_sql(void)
            "a row with score 2^53 in SQL: FEED_ERANGE");
     ok(strstr(feed_errmsg(f), "owner 2") && strstr(feed_errmsg(f), "id 2"),
        "  the message names the owner and the id: %s", feed_errmsg(f));
-    {
-        redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_key(2, ":lease"));
-        is_int(rep->integer, 0, "  the failed rebuild released its lease");
-        freeReplyObject(rep);
-    }
+    is_int(tu_redis_int(r, "EXISTS %s", tu_key(2, ":lease")), 0,
+           "  the failed rebuild released its lease");
     is_int(feed_reload(f, 2), FEED_ERANGE, "  feed_reload refuses it too");
     tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 2 AND id = 2");
     is_int(feed_page(f, 2, FEED_FIRST, 0, 10, &res), FEED_OK, "  fixed in SQL: pages work again");

@@ -1,4 +1,4 @@
-/* t_ranked.c -- rank-carrying cursors (issue 15): feed_page_ranked and the
+/* t_ranked.c -- rank-carrying cursors: feed_page_ranked and the
  * ranked cursor tokens.
  *
  *   - tokens: a ranked token round trips (score, id, rank) in the same 24
@@ -30,18 +30,6 @@ static redisContext *rc_;
 
 /* Round trips are counted on a single Redis only: a fresh handle on a
  * Redis Cluster first asks for the slot map. */
-
-static int64_t score_desc(size_t i) { return 100000 - (int64_t)i * 10; }  /* distinct */
-static int64_t id_plus1(size_t i) { return (int64_t)i + 1; }
-static int64_t score_one(size_t i) { (void)i; return 777; }
-
-static feed *open_handle(void)
-{
-    feed_config cfg;
-
-    tu_config(&cfg);
-    return tu_open(&cfg);
-}
 
 /* ------------------------------------------------------------ tokens */
 
@@ -137,7 +125,7 @@ static int equals_sql(int64_t uid, int64_t score, int64_t id, const feed_result 
 static int fresh_page(int64_t uid, int64_t score, int64_t id, int64_t rank, feed_result *r,
                       int64_t *next_rank, feed_stats *d)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_settled(NULL);
     feed_stats s0;
     int rc;
 
@@ -192,14 +180,14 @@ static int token_walk(int64_t uid, feed_stats *sum, size_t *pages, int *ranks_tr
 
 static void walks(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_settled(NULL);
     feed_result r;
     feed_stats sum;
     size_t pages;
     int ranks_true;
     int64_t next_rank = 99;
 
-    tu_insert_rows(pg, 1, 95, score_desc, id_plus1);
+    tu_insert_rows(pg, 1, 95, tu_score_desc, tu_id_seq);
     is_int(feed_page_ranked(f, 1, FEED_FIRST, 0, -1, LIMIT, &r, &next_rank), FEED_OK,
            "a first page on a cold feed (rebuild)");
     ok(r.source == FEED_SOURCE_REBUILD && next_rank == LIMIT,
@@ -217,8 +205,8 @@ static void walks(void)
 
     /* A run of 200 ties: the read by score meets them and falls back; the
      * rank reads plainly. */
-    tu_insert_rows(pg, 3, 200, score_one, id_plus1);
-    f = open_handle();
+    tu_insert_rows(pg, 3, 200, tu_score_same, tu_id_seq);
+    f = tu_open_settled(NULL);
     ok(tu_walk_equals_sql(f, pg, 3, LIMIT, &(tu_walk_info){ 0 }), "a 200-item tie group (cached)");
     feed_close(f);
     ok(token_walk(3, &sum, &pages, &ranks_true), "  a walk with the rank in the token: equals SQL");
@@ -291,12 +279,12 @@ static void wrong_ranks(void)
 /* Ranks handed out, then the feed moves above the cursor. */
 static void stale_ranks(void)
 {
-    feed *f = open_handle();
+    feed *f = tu_open_settled(NULL);
     feed_result r, r2;
     feed_stats d;
     int64_t rank, cs, ci;
 
-    tu_insert_rows(pg, 2, 95, score_desc, id_plus1);
+    tu_insert_rows(pg, 2, 95, tu_score_desc, tu_id_seq);
     feed_page(f, 2, FEED_FIRST, 0, LIMIT, &r);   /* the miss: rebuilds */
     feed_result_free(&r);
     for (int step = 0; step < 3; step++) {       /* a cursor three pages down */
@@ -359,7 +347,7 @@ static void stale_ranks(void)
 static void edges(void)
 {
     feed_config cfg;
-    feed *f = open_handle(), *g;
+    feed *f = tu_open_settled(NULL), *g;
     feed_result r;
     feed_stats d;
     int64_t next_rank = 7;

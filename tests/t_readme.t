@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# t_readme.t -- every ```c sample of README.md compiles against lib/feedcache.h,
-# so a sample that drifts from the API fails `make check`. A sample with a
-# main() is a complete program: compiled as it is and linked with the
-# library. Any other is a fragment: compiled inside a function body, after a
-# prelude that declares what fragments take from the application around
-# them (uid, show(), ...). The complete program must also be the file it
-# says it is (examples/minimal.c), word for word.
+# t_readme.t -- every ```c sample of README.md and of the guides in docs/
+# compiles against lib/feedcache.h, so a sample that drifts from the API
+# fails `make check`. A sample with a main() is a complete program:
+# compiled as it is and linked with the library. Any other is a fragment:
+# compiled inside a function body, after a prelude that declares what
+# fragments take from the application around them (uid, show(), ...). A
+# complete program that names itself in its first line ("/* minimal.c --")
+# must also be that file of examples/, word for word.
 set -u
-n=0; failed=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+# shellcheck source=tests/tap.bash
+. "$(dirname "${BASH_SOURCE[0]}")/tap.bash"
 BUILD=${BUILD:-build}
-README=${README:-README.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 CC=${CC:-cc}
@@ -20,15 +20,20 @@ flags="-std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wpedantic -Werror -Wno-
 # Under `make check SANITIZE=1` the library is the sanitized one.
 case "$BUILD" in *asan*) flags="$flags -fsanitize=address,undefined" ;; esac
 
-# Split the README: sample K goes to $tmp/sample-K.c, its first line number
-# to $tmp/sample-K.line.
-awk -v dir="$tmp" '
-    /^```c[ \t]*$/ { k++; inside = 1; print NR + 1 > (dir "/sample-" k ".line"); next }
-    /^```/ && inside { inside = 0; next }
-    inside { print > (dir "/sample-" k ".c") }
-' "$README"
+# Split each Markdown file: sample K goes to $tmp/sample-K.c, its file and
+# first line number to $tmp/sample-K.where ("README.md 42").
+k=0
+for md in README.md docs/*.md; do
+    [ -f "$md" ] || continue
+    k=$(awk -v dir="$tmp" -v md="$md" -v k="$k" '
+        /^```c[ \t]*$/ { k++; inside = 1; print md, NR + 1 > (dir "/sample-" k ".where"); next }
+        /^```/ && inside { inside = 0; next }
+        inside { print > (dir "/sample-" k ".c") }
+        END { print k }
+    ' "$md")
+done
 count=$(ls "$tmp"/sample-*.c 2>/dev/null | wc -l)
-[ "$count" -ge 3 ]; ok $? "$README has $count C samples"
+[ "$count" -ge 10 ]; verdict $? "README.md and docs/*.md have $count C samples"
 
 cat > "$tmp/prelude.h" <<'C'
 #include <inttypes.h>
@@ -46,28 +51,32 @@ static uint64_t likes, replies, day;
 static void show(int64_t id, int64_t s) { printf("%" PRId64 " %" PRId64 "\n", id, s); }
 C
 
+shown=0
 for src in $(ls "$tmp"/sample-*.c | sort -t- -k2 -n); do
-    k=$(basename "$src" .c); line=$(cat "$tmp/$k.line")
+    k=$(basename "$src" .c); read -r md line < "$tmp/$k.where"
     if grep -q '^int main(' "$src"; then
         $CC $flags "$src" -o "$tmp/$k" "$BUILD/libfeedcache.a" -lhiredis -lpq -lpthread -lm \
             > "$tmp/$k.log" 2>&1
         rc=$?
-        what="complete program at line $line compiles and links"
+        what="$md:$line: complete program compiles and links"
+        # A program that names itself must be that example, word for word.
+        name=$(sed -n '1s|^/\* \([a-z_]*\.c\) --.*|\1|p' "$src")
+        if [ -n "$name" ]; then
+            [ -f "examples/$name" ] && cmp -s "$src" <(sed -e '$a\' "examples/$name")
+            verdict $? "$md:$line: the program is examples/$name, word for word"
+            shown=$((shown + 1))
+        fi
     else
         { echo "#include \"$tmp/prelude.h\""; echo "int sample(void);"; echo "int sample(void) {";
-          echo "#line $line \"$README\""; cat "$src"; echo "return 0; }"; } > "$tmp/$k.wrapped.c"
+          echo "#line $line \"$md\""; cat "$src"; echo "return 0; }"; } > "$tmp/$k.wrapped.c"
         $CC $flags -c "$tmp/$k.wrapped.c" -o "$tmp/$k.o" > "$tmp/$k.log" 2>&1
         rc=$?
-        what="fragment at line $line compiles"
+        what="$md:$line: fragment compiles"
     fi
-    ok $rc "$what"
+    verdict $rc "$what"
     [ $rc = 0 ] || sed 's/^/# /' "$tmp/$k.log" | head -20
 done
-
-# The complete program in the README is examples/minimal.c.
-prog=$(grep -l '^int main(' "$tmp"/sample-*.c | head -1)
-[ -n "$prog" ] && cmp -s "$prog" <(sed -e '$a\' examples/minimal.c)
-ok $? "the README's complete program is examples/minimal.c, word for word"
+[ "$shown" -ge 1 ]; verdict $? "a complete example program is shown ($shown)"
 
 echo "1..$n"
 [ $failed = 0 ]

@@ -43,8 +43,6 @@
 static PGconn *pg, *rep;
 static char replica_conninfo[256];
 
-static int64_t score_of(size_t i) { return (int64_t)(i / 2) * 3; }
-static int64_t id_of(size_t i) { return (int64_t)i + 1; }
 static int64_t id_b(size_t i) { return (int64_t)i + 1000; }
 
 static void stop_replica(void)
@@ -98,8 +96,9 @@ static int caught_up(void)
     return ok;
 }
 
-/* with_replica: 0 the primary only, 1 with the replica, > 1 with the
- * replica and pg_replica_max_lag_ms = with_replica. */
+/* with_replica: 0 the primary only, 1 with the replica and no bound on its
+ * lag (pg_replica_max_lag_ms = 0), > 1 with the replica and
+ * pg_replica_max_lag_ms = with_replica. */
 static feed *open_handle(int with_replica)
 {
     feed_config cfg;
@@ -111,15 +110,15 @@ static feed *open_handle(int with_replica)
     cfg.redis_timeout_ms = REDIS_TIMEOUT;
     if (with_replica)
         cfg.pg_replica_conninfo = replica_conninfo;
-    if (with_replica > 1)
-        cfg.pg_replica_max_lag_ms = (uint32_t)with_replica;
+    /* 1: the replica unbounded (0, turned off); > 1: that bound */
+    cfg.pg_replica_max_lag_ms = with_replica > 1 ? (uint32_t)with_replica : 0;
     return tu_open(&cfg);
 }
 
 /* A page at a cursor below the cache: (score, id) of A's 50th row. */
 static int deep_page(feed *f, feed_result *res)
 {
-    return feed_page(f, A, score_of(49), id_of(49), LIMIT, res);
+    return feed_page(f, A, tu_score_pairs(49), tu_id_seq(49), LIMIT, res);
 }
 
 /* After a failed check on a page: what the call returned and why, and what
@@ -134,6 +133,21 @@ static void why(feed *f, int rc, const feed_result *res, const feed_stats *d)
                  (unsigned long long)d->replica_queries, (unsigned long long)d->replica_fallbacks,
                  (unsigned long long)d->pg_timeouts, (unsigned long long)d->pg_errors,
                  (unsigned long long)d->redis_errors);
+}
+
+/* A deep page on f is answered by the replica, with no fallback. */
+static void replica_answers(feed *f, const char *what)
+{
+    feed_stats s0, d;
+    feed_result res;
+    int rc;
+
+    feed_stats_get(f, &s0);
+    rc = deep_page(f, &res);
+    d = tu_stats_since(f, &s0);
+    if (!ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0, "%s", what))
+        why(f, rc, &res, &d);
+    feed_result_free(&res);
 }
 
 static void reads(feed *f)
@@ -205,7 +219,7 @@ static void paused(feed *f)
     ok(same, "  the cache plus the primary equals SQL");
 
     /* A feed that exists on the primary only: its miss rebuilds from there. */
-    tu_insert_rows(pg, B, 50, score_of, id_b);
+    tu_insert_rows(pg, B, 50, tu_score_pairs, id_b);
     n = tu_sql_feed(rep, B, &items);
     free(items);
     is_int((long long)n, 0, "feed %d: 50 rows on the primary, none yet on the replica", B);
@@ -308,13 +322,7 @@ static void frozen(feed *f)
 
     fault_inject("replica-thaw");
     fault_sleep_ms(RETRY);
-    feed_stats_get(f, &s0);
-    rc = deep_page(f, &res);
-    d = tu_stats_since(f, &s0);
-    if (!ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
-       "thawed: after retry_ms the replica answers again"))
-        why(f, rc, &res, &d);
-    feed_result_free(&res);
+    replica_answers(f, "thawed: after retry_ms the replica answers again");
 }
 
 static void stopped(feed *f)
@@ -352,13 +360,7 @@ static void stopped(feed *f)
     rep = connect_replica();
     ok(caught_up(), "replica started again and caught up");
     fault_sleep_ms(RETRY);
-    feed_stats_get(f, &s0);
-    rc = deep_page(f, &res);
-    d = tu_stats_since(f, &s0);
-    if (!ok(rc == FEED_OK && d.replica_queries == 1 && d.replica_fallbacks == 0,
-       "  after retry_ms it answers deep pages again"))
-        why(f, rc, &res, &d);
-    feed_result_free(&res);
+    replica_answers(f, "  after retry_ms it answers deep pages again");
 }
 
 int main(void)
@@ -367,12 +369,18 @@ int main(void)
 
     fault_setup();
     atexit(stop_replica);
+    {
+        feed_config dflt;
+        feed_config_init(&dflt);
+        is_int(dflt.pg_replica_max_lag_ms, 1000, "feed_config_init bounds the replica's lag "
+               "at 1000 ms");
+    }
     pg = tu_begin(NULL);
     tu_sql(pg, "SET synchronous_commit = on");   /* flushed at once: streamed at once */
     start_replica();
     rep = connect_replica();
     is_int(tu_sql_int(rep, "SELECT pg_is_in_recovery()::int"), 1, "a streaming replica is up");
-    tu_insert_rows(pg, A, 100, score_of, id_of);
+    tu_insert_rows(pg, A, 100, tu_score_pairs, tu_id_seq);
     ok(caught_up(), "  and has replayed the test rows");
 
     f = open_handle(1);

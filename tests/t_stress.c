@@ -13,9 +13,10 @@
  *
  * Phase 1 runs with both servers healthy; phase 2 adds Redis faults (freezes
  * and kills) while everything runs. After each phase, with the writers
- * stopped: the Redis contents obey the invariant of README.md (the cached set
- * is an exact prefix of the feed, the whole feed when the end marker is
- * there), and every feed walked through the library equals SQL exactly.
+ * stopped: the Redis contents obey the invariant (docs/internals.md: the
+ * cached set is an exact prefix of the feed, the whole feed when the end
+ * marker is there), and every feed walked through the library equals SQL
+ * exactly.
  *
  * Then the stampede: many handles miss the same cold feed at once, wave
  * after wave; leases must keep it to one rebuild, and one SQL query, a wave.
@@ -48,25 +49,6 @@ static atomic_int stop, stop_faults;
 static atomic_int faulting;       /* phase 2: Redis may be down */
 
 /* ---------------------------------------------------------------- helpers */
-
-static uint64_t next_rand(uint64_t *s)     /* xorshift64* */
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ULL;
-}
-
-static int64_t pick(uint64_t *s, int64_t n) { return (int64_t)(next_rand(s) % (uint64_t)n); }
-
-static int64_t random_score(uint64_t *s)
-{
-    switch (pick(s, 25)) {
-    case 0:  return FEED_SCORE_MAX - pick(s, 2);
-    case 1:  return -FEED_SCORE_MAX + pick(s, 2);
-    default: return pick(s, 20) * 100;        /* ties galore */
-    }
-}
 
 static int env_int(const char *name, int dflt)
 {
@@ -108,11 +90,11 @@ static void *writer_main(void *arg)
     feed *f = open_handle(100);
 
     while (!atomic_load(&stop)) {
-        int k = (int)pick(&wr->rng, FEEDS), j = (int)pick(&wr->rng, pool_size[k]);
-        int64_t uid = FIRST_UID + k, id = id_of(wr, j), score = random_score(&wr->rng);
+        int k = (int)tu_rand_below(&wr->rng, FEEDS), j = (int)tu_rand_below(&wr->rng, pool_size[k]);
+        int64_t uid = FIRST_UID + k, id = id_of(wr, j), score = tu_random_score(&wr->rng);
         int rc;
 
-        if (!wr->live[k][j] || pick(&wr->rng, 2) == 0) {
+        if (!wr->live[k][j] || tu_rand_below(&wr->rng, 2) == 0) {
             tu_insert(pg, uid, score, id);          /* insert, or a new score */
             rc = feed_on_insert(f, uid, score, id);
             if (wr->live[k][j])
@@ -181,8 +163,8 @@ static void *reader_main(void *arg)
     feed *f = open_handle(100);
 
     while (!atomic_load(&stop)) {
-        int64_t uid = FIRST_UID + pick(&rd->rng, FEEDS), score = FEED_FIRST, id = 0;
-        size_t limit = (size_t)(1 + pick(&rd->rng, MAX_PAGE));
+        int64_t uid = FIRST_UID + tu_rand_below(&rd->rng, FEEDS), score = FEED_FIRST, id = 0;
+        size_t limit = (size_t)(1 + tu_rand_below(&rd->rng, MAX_PAGE));
 
         for (int p = 0; p < 10000 && !atomic_load(&stop); p++) {
             feed_result res;
@@ -265,10 +247,10 @@ static void *maint_main(void *arg)
     struct timespec pause = { 0, 15 * 1000000L };
 
     while (!atomic_load(&stop)) {
-        int64_t uid = FIRST_UID + pick(&m->rng, FEEDS);
+        int64_t uid = FIRST_UID + tu_rand_below(&m->rng, FEEDS);
         int rc = FEED_OK;
 
-        switch (pick(&m->rng, 40)) {
+        switch (tu_rand_below(&m->rng, 40)) {
         case 0:
             raw_cmd(&r, "SCRIPT FLUSH", "");
             m->flushes++;
@@ -308,16 +290,16 @@ static void *fault_main(void *arg)
     uint64_t rng = seed ^ 0xfa17;
 
     while (!atomic_load(&stop_faults)) {
-        fault_sleep_ms(300 + (double)pick(&rng, 400));
+        fault_sleep_ms(300 + (double)tu_rand_below(&rng, 400));
         if (atomic_load(&stop_faults))
             break;
-        if (pick(&rng, 2) == 0) {
+        if (tu_rand_below(&rng, 2) == 0) {
             fault_inject("redis-freeze");
-            fault_sleep_ms(150 + (double)pick(&rng, 300));
+            fault_sleep_ms(150 + (double)tu_rand_below(&rng, 300));
             fault_inject("redis-thaw");
         } else {
             fault_inject("redis-stop");
-            fault_sleep_ms(100 + (double)pick(&rng, 300));
+            fault_sleep_ms(100 + (double)tu_rand_below(&rng, 300));
             fault_inject("redis-start");
         }
         (*injected)++;

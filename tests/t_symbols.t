@@ -4,8 +4,8 @@
 # feed__ internals, no embedded scripts). The list comes from the header, so
 # a new public function is covered as soon as it is declared there.
 set -u
-n=0; failed=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+# shellcheck source=tests/tap.bash
+. "$(dirname "${BASH_SOURCE[0]}")/tap.bash"
 BUILD=${BUILD:-build}
 so=$BUILD/libfeedcache.so
 tmp=$(mktemp -d)
@@ -16,20 +16,20 @@ trap 'rm -rf "$tmp"' EXIT
 sed -n 's/^FEED_API[^(]*[^A-Za-z0-9_(]\(feed_[A-Za-z0-9_]*\)(.*/\1/p' lib/feedcache.h | sort -u > "$tmp/declared"
 # Every top-level function declaration of the header must carry FEED_API.
 bare=$(grep -nE '^[a-z][a-z_ ]*[ *]feed_[a-z0-9_]*\(' lib/feedcache.h || true)
-[ -z "$bare" ]; ok $? "every function declared in feedcache.h carries FEED_API${bare:+ (not: $bare)}"
-[ "$(wc -l < "$tmp/declared")" -ge 20 ]; ok $? "the header declares $(wc -l < "$tmp/declared") public functions"
+[ -z "$bare" ]; verdict $? "every function declared in feedcache.h carries FEED_API${bare:+ (not: $bare)}"
+[ "$(wc -l < "$tmp/declared")" -ge 20 ]; verdict $? "the header declares $(wc -l < "$tmp/declared") public functions"
 
-test -f "$so"; ok $? "$so is built"
+test -f "$so"; verdict $? "$so is built"
 nm -D --defined-only "$so" | awk '$2 ~ /^[A-Za-z]$/ && $2 != "A" { print $3 }' |
     grep -v '^_' | sed 's/@.*//' | sort -u > "$tmp/exported"
-[ -s "$tmp/exported" ]; ok $? "nm -D lists the exported symbols"
+[ -s "$tmp/exported" ]; verdict $? "nm -D lists the exported symbols"
 
 extra=$(comm -13 "$tmp/declared" "$tmp/exported" | tr '\n' ' ')
-[ -z "$extra" ]; ok $? "nothing exported beyond the header${extra:+: $extra}"
+[ -z "$extra" ]; verdict $? "nothing exported beyond the header${extra:+: $extra}"
 missing=$(comm -23 "$tmp/declared" "$tmp/exported" | tr '\n' ' ')
-[ -z "$missing" ]; ok $? "every public function is exported${missing:+; missing: $missing}"
+[ -z "$missing" ]; verdict $? "every public function is exported${missing:+; missing: $missing}"
 internal=$(grep -c '^feed__' "$tmp/exported")
-[ "$internal" = 0 ]; ok $? "no feed__ internal is exported ($internal found)"
+[ "$internal" = 0 ]; verdict $? "no feed__ internal is exported ($internal found)"
 
 echo "1..$n"
 [ $failed = 0 ]

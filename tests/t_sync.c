@@ -8,9 +8,6 @@
 
 static feed_config cfg;
 
-static int64_t score_of(size_t i) { return 1000 + (int64_t)i * 10; }
-static int64_t id_of(size_t i) { return (int64_t)i + 1; }
-
 /* Run the program to its end (flags that make it exit); its status. */
 static int run_to_end(const char *slot, const char *const *extra)
 {
@@ -117,17 +114,13 @@ static void warm(feed *f, int64_t from, int64_t to)
 
 static int cached(redisContext *r, int64_t uid)
 {
-    redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_key(uid, ""));
-    int yes = rep->integer == 1;
-
-    freeReplyObject(rep);
-    return yes;
+    return tu_redis_int(r, "EXISTS %s", tu_key(uid, "")) == 1;
 }
 
 static void sql_only_writes(feed *f, PGconn *pg, redisContext *r)
 {
     for (int64_t uid = 1; uid <= 6; uid++)
-        tu_insert_rows(pg, uid, 30, score_of, id_of);
+        tu_insert_rows(pg, uid, 30, tu_score_from1000, tu_id_seq);
     tu_sql(pg, "INSERT INTO feed_entry VALUES (4, 1200, 4000)");
     ok(st_caught_up(pg, SLOT, 30), "sync confirms the initial load");
     warm(f, 1, 6);
@@ -161,7 +154,7 @@ static void restart(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
     char before[32];
 
     for (int64_t uid = 10; uid <= 14; uid++)
-        tu_insert_rows(pg, uid, 20, score_of, id_of);
+        tu_insert_rows(pg, uid, 20, tu_score_from1000, tu_id_seq);
     ok(st_caught_up(pg, SLOT, 30), "caught up before the stop");
     st_wal_now(pg, before, sizeof before);
     is_int(st_sync_stop(*pid, SIGTERM), 0, "SIGTERM: exit 0");
@@ -218,7 +211,7 @@ static void killed_writer(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
     const char *lease[] = { "--lease-ms", "500", NULL };
     double took;
 
-    tu_insert_rows(pg, 20, 40, score_of, id_of);
+    tu_insert_rows(pg, 20, 40, tu_score_from1000, tu_id_seq);
     ok(st_caught_up(pg, SLOT, 30), "caught up");
 
     /* Without sync: stale. */
@@ -251,7 +244,6 @@ static void partitioned(PGconn *pg, redisContext *r)
 {
     const char *flags[] = { "--table", "t_sync_part", "--publication", "t_sync_part",
                             "--key-prefix", "tsp", "--lease-ms", "300", NULL };
-    redisReply *rep;
     long long left = 0;
     pid_t pid;
 
@@ -268,11 +260,8 @@ static void partitioned(PGconn *pg, redisContext *r)
         freeReplyObject(tu_redis_cmd(r, "ZADD %s 1 x", tu_key_of("tsp", uid, "")));
     tu_sql(pg, "INSERT INTO t_sync_part VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)");
     ok(st_caught_up(pg, "t_sync_part", 30), "... and confirms the inserts");
-    for (int uid = 1; uid <= 4; uid++) {   /* one key a command: a cluster's slots differ */
-        rep = tu_redis_cmd(r, "EXISTS %s", tu_key_of("tsp", uid, ""));
-        left += rep->integer;
-        freeReplyObject(rep);
-    }
+    for (int uid = 1; uid <= 4; uid++)     /* one key a command: a cluster's slots differ */
+        left += tu_redis_int(r, "EXISTS %s", tu_key_of("tsp", uid, ""));
     is_int(left, 1, "the copies of feeds 1, 2, 3 (rows in both partitions) are dropped, "
            "feed 4's is not");
     is_int(st_sync_stop(pid, SIGTERM), 0, "stopped");

@@ -23,7 +23,6 @@ static feed_config cfg;
 static volatile int running = 1;
 static const char *const sync_flags[] = { "--lease-ms", "500", "--max-len", "20", NULL };
 
-static int64_t score_of(size_t i) { return 1000 + (int64_t)i * 10; }
 static int64_t id_of(size_t i) { return 1000000 + (int64_t)i; }
 
 static void servers(const char *what)
@@ -64,11 +63,8 @@ static int cached_feeds(redisContext *r)
 {
     int n = 0;
 
-    for (int64_t uid = 1; uid <= FEEDS; uid++) {
-        redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_key(uid, ""));
-        n += rep->integer == 1;
-        freeReplyObject(rep);
-    }
+    for (int64_t uid = 1; uid <= FEEDS; uid++)
+        n += tu_redis_int(r, "EXISTS %s", tu_key(uid, "")) == 1;
     return n;
 }
 
@@ -99,7 +95,7 @@ static pid_t cluster_primary_pid(void)
 /* Freeze Redis (one primary of a cluster) while every feed is written:
  * nothing is confirmed until it answers again. A cluster node stays frozen
  * well below cluster-node-timeout (2 s in tools/servers.sh): a failover
- * would be another test (issue 10's). */
+ * would be another test (t_ha_cluster's). */
 static void redis_frozen(feed *f, PGconn *pg, redisContext *r)
 {
     int cluster = tu_cluster(), writes = cluster ? FEEDS : 40;
@@ -296,7 +292,7 @@ int main(void)
     f = tu_open(&cfg);
     st_drop_slot(pg, SLOT);
     for (int64_t uid = 1; uid <= FEEDS; uid++)
-        tu_insert_rows(pg, uid, 30, score_of, id_of);
+        tu_insert_rows(pg, uid, 30, tu_score_from1000, id_of);
 
     setenv("FEEDCACHE_SYNC_TEST_DELAY_MS", "20", 1);
     pid = st_sync_start(SLOT, sync_flags);

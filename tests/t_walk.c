@@ -17,8 +17,6 @@ static redisContext *rc_;
  * bijection mod 2^32, so they are unique). */
 static int64_t score_tied3(size_t i) { return (int64_t)(i / 3) * 10; }
 static int64_t id_scattered(size_t i) { return (int64_t)((i * 2654435761u) & 0xffffffffu); }
-static int64_t score_same(size_t i) { (void)i; return 5000; }
-static int64_t id_seq(size_t i) { return (int64_t)i + 1; }
 
 /* The expected page after (score, id) from SQL's whole feed. */
 static size_t expect_after(const feed_item *all, size_t n, int64_t score, int64_t id)
@@ -132,7 +130,7 @@ static void tie_groups(void)
     feed *f = tu_open(NULL);          /* default max_len 1000, max_page 100 */
     tu_walk_info info;
 
-    tu_insert_rows(pg, 400, 3000, score_same, id_seq);
+    tu_insert_rows(pg, 400, 3000, tu_score_same, tu_id_seq);
     tu_insert(pg, 400, 9000, 77777);  /* one above the group */
     tu_insert(pg, 400, 10, 88888);    /* one below it */
     ok(tu_walk_equals_sql(f, pg, 400, 7, &info), "3002 items, 3000 tied: walk by 7 equals SQL");
@@ -145,14 +143,14 @@ static void tie_groups(void)
         feed_result r;
         feed_on_delete(f, 400, 2500);
         tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 400 AND id = 2500");
-        ok(page_equals_sql(f, 400, 5000, 2500, 10, &r),
+        ok(page_equals_sql(f, 400, TU_SCORE_SAME, 2500, 10, &r),
            "cursor deleted inside the tie group: next page equals SQL");
         is_int(r.source, FEED_SOURCE_CACHE, "  answered by the cache");
         feed_result_free(&r);
-        ok(page_equals_sql(f, 400, 5000, 2001, 10, &r),
+        ok(page_equals_sql(f, 400, TU_SCORE_SAME, 2001, 10, &r),
            "cursor at the lowest cached tie: rest comes from SQL, equal");
         feed_result_free(&r);
-        ok(page_equals_sql(f, 400, 5000, 123456, 10, &r),
+        ok(page_equals_sql(f, 400, TU_SCORE_SAME, 123456, 10, &r),
            "cursor id never existed, above the group's ids: equals SQL");
         feed_result_free(&r);
     }

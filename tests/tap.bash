@@ -1,5 +1,6 @@
 # tap.bash -- TAP for the bash tests (tests/*.t), sourced by them:
-# pass, fail, is, like, ok, bail; n counts the tests, failed the failures.
+# pass, fail, is, like, ok, verdict, bail; n counts the tests, failed the
+# failures.
 # A test ends with: echo "1..$n"; ((failed == 0))
 n=0
 failed=0
@@ -21,5 +22,8 @@ ok() {   # name command...: passes when the command succeeds
     local name=$1
     shift
     if "$@"; then pass "$name"; else fail "$name" "failed: $*"; fi
+}
+verdict() {   # status name: passes when the status is 0 (after a command: verdict $? name)
+    if [[ $1 == 0 ]]; then pass "$2"; else fail "$2"; fi
 }
 bail() { echo "Bail out! $*"; exit 1; }

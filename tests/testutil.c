@@ -65,6 +65,34 @@ feed *tu_open(const feed_config *cfg)
     return f;
 }
 
+#define SETTLE_UID0 INT64_C(8000000000000000000)   /* no test's feed */
+
+void tu_settle(feed *f)
+{
+    int n = tu_cluster() ? 64 : 1;
+
+    for (int i = 0; i < n; i++)
+        if (feed_invalidate(f, SETTLE_UID0 + i) != FEED_OK)
+            bail("tu_settle: %s", feed_errmsg(f));
+}
+
+feed *tu_open_settled(const feed_config *cfg)
+{
+    feed *f = tu_open(cfg);
+
+    tu_settle(f);
+    return f;
+}
+
+feed *tu_open_with(void (*set)(feed_config *cfg))
+{
+    feed_config cfg;
+
+    tu_config(&cfg);
+    set(&cfg);
+    return tu_open(&cfg);
+}
+
 PGconn *tu_pg(void)
 {
     PGconn *pg = PQconnectdb(env_or("FEED_PG_CONNINFO", ""));
@@ -205,16 +233,12 @@ static redisReply *on_every_primary(redisContext *r, const char *cmd, size_t len
     return last;
 }
 
-redisReply *tu_redis_cmd(redisContext *r, const char *fmt, ...)
+static redisReply *vcmd(redisContext *r, const char *fmt, va_list ap)
 {
-    va_list ap;
     redisReply *reply;
     char *cmd;
-    int len;
+    int len = redisvFormatCommand(&cmd, fmt, ap);
 
-    va_start(ap, fmt);
-    len = redisvFormatCommand(&cmd, fmt, ap);
-    va_end(ap);
     if (len < 0)
         bail("tu_redis_cmd: cannot format %s", fmt);
     if (tu_cluster() && (strncmp(fmt, "FLUSHDB", 7) == 0 || strncmp(fmt, "FLUSHALL", 8) == 0)) {
@@ -238,6 +262,35 @@ redisReply *tu_redis_cmd(redisContext *r, const char *fmt, ...)
     }
     free(cmd);
     return reply;
+}
+
+redisReply *tu_redis_cmd(redisContext *r, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *reply;
+
+    va_start(ap, fmt);
+    reply = vcmd(r, fmt, ap);
+    va_end(ap);
+    return reply;
+}
+
+long long tu_redis_int(redisContext *r, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *reply;
+    long long v;
+
+    va_start(ap, fmt);
+    reply = vcmd(r, fmt, ap);
+    va_end(ap);
+    if (reply->type != REDIS_REPLY_INTEGER)
+        bail("tu_redis_int: %s: not an integer reply (type %d%s%s)", fmt, reply->type,
+             reply->type == REDIS_REPLY_ERROR ? ": " : "",
+             reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+    v = reply->integer;
+    freeReplyObject(reply);
+    return v;
 }
 
 void tu_reset(PGconn *pg, redisContext *r)
@@ -412,6 +465,17 @@ int tu_walk_equals_sql(feed *f, PGconn *pg, int64_t uid, size_t limit,
     return same;
 }
 
+int tu_walks_equal_sql(feed *f, PGconn *pg, int64_t uid)
+{
+    static const size_t sizes[] = { 1, 2, 3, 4, 7, 20 };
+    tu_walk_info info;
+    int same = 1;
+
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        same &= tu_walk_equals_sql(f, pg, uid, sizes[i], &info);
+    return same;
+}
+
 void tu_insert_rows(PGconn *pg, int64_t uid, size_t n,
                     int64_t (*score_of)(size_t), int64_t (*id_of)(size_t))
 {
@@ -439,6 +503,13 @@ void tu_insert(PGconn *pg, int64_t uid, int64_t score, int64_t id)
            (long long)uid, (long long)score, (long long)id);
 }
 
+int64_t tu_id_seq(size_t i) { return (int64_t)i + 1; }
+int64_t tu_score_by10(size_t i) { return ((int64_t)i + 1) * 10; }
+int64_t tu_score_desc(size_t i) { return 100000 - (int64_t)i * 10; }
+int64_t tu_score_from1000(size_t i) { return 1000 + (int64_t)i * 10; }
+int64_t tu_score_pairs(size_t i) { return (int64_t)(i / 2) * 3; }
+int64_t tu_score_same(size_t i) { (void)i; return TU_SCORE_SAME; }
+
 feed_stats tu_stats_since(feed *f, const feed_stats *before_stats)
 {
     /* Every counter, those added later included: feed_stats is uint64_t
@@ -462,6 +533,20 @@ uint64_t tu_rand(uint64_t *state)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
+}
+
+int64_t tu_rand_below(uint64_t *state, int64_t n)
+{
+    return (int64_t)(tu_rand(state) % (uint64_t)n);
+}
+
+int64_t tu_random_score(uint64_t *state)
+{
+    switch (tu_rand_below(state, 20)) {
+    case 0:  return FEED_SCORE_MAX - tu_rand_below(state, 3);
+    case 1:  return -FEED_SCORE_MAX + tu_rand_below(state, 3);
+    default: return tu_rand_below(state, 15) * 1000;
+    }
 }
 
 const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix)

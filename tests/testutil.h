@@ -17,13 +17,31 @@ int tu_cluster(void);
 
 /* Defaults plus the test servers from the environment. */
 void tu_config(feed_config *cfg);
-feed *tu_open(const feed_config *cfg);          /* bails on failure */
+feed *tu_open(const feed_config *cfg);          /* bails on failure; NULL: tu_config's */
+
+/* tu_open with tu_config's settings changed by set: a test's own max_len,
+ * timeouts, ... in one function, for every handle the test opens. */
+feed *tu_open_with(void (*set)(feed_config *cfg));
+
+/* Make f's first Redis calls now, so that what a test measures or plants
+ * afterwards starts from a running handle. On a new connection the restart
+ * fence (on by default) drops every key under the prefix unless the fence
+ * key names the live server, and after tu_reset's FLUSHALL there is no such
+ * key: a key a test plants before the handle's first call would be dropped,
+ * and the handle's first call costs a round trip more. One feed_invalidate
+ * of an unused uid per node reached (64 uids on a cluster: their slots fall
+ * on every node); bails if Redis does not answer. */
+void tu_settle(feed *f);
+feed *tu_open_settled(const feed_config *cfg);
 
 PGconn *tu_pg(void);
 void tu_sql(PGconn *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 long long tu_sql_int(PGconn *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 redisContext *tu_redis(void);
 redisReply *tu_redis_cmd(redisContext *r, const char *fmt, ...);
+/* A command whose reply is an integer (EXISTS, ZCARD, PTTL, ...): the
+ * integer; bails on any other reply. */
+long long tu_redis_int(redisContext *r, const char *fmt, ...);
 
 /* Empty the table and the Redis database. */
 void tu_reset(PGconn *pg, redisContext *r);
@@ -58,15 +76,38 @@ int tu_walk(feed *f, int64_t uid, size_t limit, feed_item **out, size_t *n,
 int tu_walk_equals_sql(feed *f, PGconn *pg, int64_t uid, size_t limit,
                        tu_walk_info *info);
 
+/* Walks with page sizes 1, 2, 3, 4, 7 and 20, each equal to SQL: a gap in
+ * the cache shows only on pages that span it. */
+int tu_walks_equal_sql(feed *f, PGconn *pg, int64_t uid);
+
 /* Insert n rows for uid with score = score_of(i), id = id_of(i), in one
  * statement per 1000 rows. */
 void tu_insert_rows(PGconn *pg, int64_t uid, size_t n,
                     int64_t (*score_of)(size_t), int64_t (*id_of)(size_t));
 void tu_insert(PGconn *pg, int64_t uid, int64_t score, int64_t id);
 
+/* Row i of a feed, for tu_insert_rows. Ids: tu_id_seq, 1, 2, 3, ...
+ * Scores: tu_score_by10, 10, 20, 30, ... (distinct, rising with the id);
+ * tu_score_desc, 100000, 99990, ... (distinct, falling as the id rises);
+ * tu_score_from1000, 1000, 1010, 1020, ...; tu_score_pairs, 0, 0, 3, 3,
+ * 6, ... (two rows per score); tu_score_same, TU_SCORE_SAME for every row
+ * (one tie group, ordered by id alone). */
+#define TU_SCORE_SAME 777
+int64_t tu_id_seq(size_t i);
+int64_t tu_score_by10(size_t i);
+int64_t tu_score_desc(size_t i);
+int64_t tu_score_from1000(size_t i);
+int64_t tu_score_pairs(size_t i);
+int64_t tu_score_same(size_t i);
+
 /* splitmix64: reproducible pseudo-random numbers for tests; the state is the
  * caller's (print the seed, so a failure can be replayed). */
 uint64_t tu_rand(uint64_t *state);
+/* A number in [0, n), n > 0, from tu_rand. */
+int64_t tu_rand_below(uint64_t *state, int64_t n);
+/* A random score for randomized tests: mostly one of a few values (ties are
+ * common), now and then within 2 of either end of the score range. */
+int64_t tu_random_score(uint64_t *state);
 
 /* How the library names and stores things in Redis, for tests that look
  * inside it. tu_key: uid's sorted set under the default prefix ("feed"),

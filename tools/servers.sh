@@ -222,8 +222,7 @@ max_connections = 200
 fsync = off
 synchronous_commit = off
 full_page_writes = off
-# feedcache-sync follows a logical replication slot (sync/, README
-# "feedcache-sync"). A slot keeps WAL until its consumer confirms it: a
+# feedcache-sync follows a logical replication slot (sync/, docs/sync.md). A slot keeps WAL until its consumer confirms it: a
 # stopped consumer would keep WAL until the disk fills, so cap it (the slot
 # is then invalidated and feedcache-sync must be restarted with a new one).
 wal_level = logical

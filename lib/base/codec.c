@@ -50,7 +50,7 @@ size_t feed__i64_to_str(int64_t v, char *buf)
  * Within a form the length is fixed by the prefix (k, 8 bytes, 19 digits),
  * so memcmp compares prefixes first, then numbers of equal width.
  *
- * Why these forms (bench/results/latest.md, "Memory: members, zset
+ * Why these forms (bench/results/latest/latest.md, "Memory: members, zset
  * encodings, capacity"): a listpack stores a member that parses as an int64
  * as a compact integer (with its entry's header and back-length, a 6-digit
  * id in 5 bytes, a 19-digit one in 10). The first and last forms

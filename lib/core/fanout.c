@@ -3,7 +3,7 @@
  * A fan-out sends insert.lua once per batch of feeds, all the calls in one
  * pipeline. Batches because a script call has a fixed cost in Redis before
  * its first line, comparable to the insert itself, which one call per feed
- * would pay per feed (figures: bench/results, "Fan-out"). 100 keeps one
+ * would pay per feed (figures: bench/results/latest/latest.md, "Fan-out"). 100 keeps one
  * call short in Redis time.
  *
  * On a Redis Cluster the keys a call declares must share a hash slot, and
