@@ -76,6 +76,7 @@ typedef struct feed_node {
     unsigned   reload;          /* scripts (1 << feed_script) a NOSCRIPT said are lost */
     int        busy;            /* a set-up run is under way (async) */
     int64_t    attempt_ms;      /* last connect attempt */
+    uint64_t   fenced_by;       /* the batch that last took a step of its fence */
     feed_fence fence;
     void      *io;              /* the driver's connection; NULL while DOWN */
 } feed_node;
@@ -121,6 +122,7 @@ typedef struct feed_core {
 
     feed_topo  topo;
     feed_stats stats;
+    uint64_t   xchg_seq;        /* exchanges begun: each has its own number */
 
     /* sql.c: the replica's lag proof (pg_replica_max_lag_ms). */
     int64_t replica_fresh_until;
@@ -313,7 +315,8 @@ typedef struct feed_xchg {
     feed_xcmd        *cmds;
     feed_xtrip       *trips;
     size_t            ntrips, trips_cap;
-    int               setup_node, setup_kind, setup_tried;
+    uint64_t          id;
+    int               setup_node, setup_kind;
     unsigned          setup_slot;
     int64_t           wake_at;
     int               map_rc, map_fail_rc;

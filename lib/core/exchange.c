@@ -90,6 +90,7 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
     /* Every field but the buffers (why, map_why, what: written before
      * read), set one by one: this runs on every page. */
     memset(x, 0, offsetof(feed_xchg, why));
+    x->id = ++c->xchg_seq;
     x->why[0] = x->map_why[0] = x->what[0] = '\0';
     x->c = c;
     x->b = b;
@@ -430,12 +431,26 @@ static int target(feed_xchg *x, size_t i, int64_t now)
     return topo->owner[slot] - 1;
 }
 
-/* May node n serve this batch now? */
+/* Must node i be set up before this batch? When it is not connected and
+ * set up, or lost scripts, or (with the restart fence) its data set is not
+ * yet known to be ours: then every batch, hooks too, first takes a step of
+ * the fence (setup.c), once per batch. Walks over the nodes (SCAN, PING)
+ * only need the connection. */
+static int needs_setup(const feed_xchg *x, const feed_node *n, int i)
+{
+    if (n->state != FEED_NODE_READY || n->reload)
+        return 1;
+    (void)i;
+    return x->c->cfg.redis_restart_fence && n->fence.state != FEED_FENCE_TRUSTED &&
+           !(x->b->flags & FEED_B_NODE) && n->fenced_by != x->id;
+}
+
+/* May node n serve this batch now? Its fence cleared, or being cleared and
+ * the batch a hook. */
 static int usable(const feed_xchg *x, const feed_node *n)
 {
-    return n->state == FEED_NODE_READY && !n->reload &&
-           (!x->c->cfg.redis_restart_fence || n->fence.state == FEED_FENCE_TRUSTED ||
-            (x->b->flags & (FEED_B_HOOK | FEED_B_NODE)));
+    return !x->c->cfg.redis_restart_fence || n->fence.state == FEED_FENCE_TRUSTED ||
+           (x->b->flags & (FEED_B_HOOK | FEED_B_NODE));
 }
 
 /* Route every command still owed an answer; each node it names must be
@@ -459,20 +474,18 @@ static enum feed_xwant route(feed_xchg *x, int64_t now)
             return give_up(x, "no node serves slot %u", x->cmds[i].slot);
         }
         x->cmds[i].node = node;
-        if (!usable(x, node_at(x, node))) {
-            if (x->setup_tried == node + 1) {       /* set up, yet still fenced */
-                return done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
-                                         "restart or failover: its cached copies are being "
-                                         "dropped", node_at(x, node)->addr.host,
-                                         node_at(x, node)->addr.port));
-            }
+        if (!needs_setup(x, node_at(x, node), node) && !usable(x, node_at(x, node)))
+            return done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
+                                     "restart or failover: its cached copies are being "
+                                     "dropped", node_at(x, node)->addr.host,
+                                     node_at(x, node)->addr.port));
+        if (needs_setup(x, node_at(x, node), node)) {
             x->setup_node = node;
             x->setup_kind = b->flags & FEED_B_NODE ? FEED_SETUP_HELLO : FEED_SETUP_FULL;
             x->setup_slot = x->cmds[i].slot;
             return FEED_X_SETUP;
         }
     }
-    x->setup_tried = 0;
     /* One trip per node, its commands in batch order: ASKING before each
      * one redirected by ASK, and the check at the end. */
     for (size_t i = 0; i < b->n; i++) {
@@ -592,7 +605,7 @@ void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
         return;
     }
     if (rc == FEED_OK) {
-        x->setup_tried = x->setup_node + 1;
+        node_at(x, x->setup_node)->fenced_by = x->id;   /* a fence step per batch */
         return;
     }
     if (x->b->flags & FEED_B_NODE) {    /* that node's commands are lost, not the rest */
