@@ -30,7 +30,7 @@ CFLAGS  ?=
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPT) $(WARN) -fPIC
 PG_INC  := $(shell pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)
 CPPFLAGS += -Ilib -I$(PG_INC)
-LIBS    := -lhiredis -lpq -lpthread -lm
+LIBS    := -lhiredis -lpq -levent_core -luv -lpthread -lm
 # Library objects export only what lib/feedcache.h marks FEED_API.
 LIB_CFLAGS := -fvisibility=hidden
 

@@ -620,6 +620,79 @@ FEED_API size_t      feed_stats_count(void);
 FEED_API const char *feed_stats_name(size_t i);
 FEED_API uint64_t    feed_stats_value(const feed_stats *s, size_t i);
 
+/* ------------------------------------------------------------------------
+ * Asynchronous API: for servers that run an event loop
+ *
+ * A feed_async handle lives on one loop (libevent: feedcache_libevent.h,
+ * libuv: feedcache_libuv.h) and is used from that loop's thread. Any number
+ * of requests may be in flight on it at once; nothing in it blocks:
+ * connections, Redis commands, SQL statements, lease waits and timeouts all
+ * run on the loop. Requests started in the same turn of the loop share one
+ * write per Redis node (pipelining). Every request makes the decisions the
+ * blocking call of the same name makes (the same code runs both): cluster
+ * routing, Sentinel, the restart fence, WAIT, repairs, leases.
+ *
+ * Each call checks its arguments at once: an argument error is returned
+ * (FEED_EINVAL, FEED_ERANGE; feed_async_errmsg says why) and no callback
+ * comes. Otherwise it returns FEED_OK and the callback comes exactly once,
+ * on the loop's thread, never from inside the call that started the
+ * request, with the request's result code: what the blocking call would
+ * have returned, or FEED_ECANCELED when the handle closed first (FEED_ENOMEM
+ * when the request could not even be made: then no callback either).
+ *
+ * PostgreSQL statements of one handle run one after another on its
+ * connection (the primary's; the replica's for pages past the cache), each
+ * bounded by pg_timeout_ms; a statement that times out is cancelled on a
+ * thread of its own, never on the loop's.
+ * ------------------------------------------------------------------------ */
+
+typedef struct feed_async feed_async;
+
+/* A page's callback. On FEED_OK *page holds the page and the callback owns
+ * it: free it with feed_result_free(). On an error page is NULL and
+ * feed_async_errmsg(a) says why, valid until the callback returns. */
+typedef void feed_async_page_cb(feed_async *a, int rc, feed_result *page, void *arg);
+/* feed_async_page_ranked's: next_rank as feed_page_ranked gives it. */
+typedef void feed_async_ranked_cb(feed_async *a, int rc, feed_result *page, int64_t next_rank,
+                                  void *arg);
+/* A write's callback (cb may be NULL: the result is then dropped). */
+typedef void feed_async_done_cb(feed_async *a, int rc, void *arg);
+
+/* feed_page, feed_page_ranked and feed_page_newer on the loop: same
+ * arguments, checks, sources and result codes. */
+FEED_API int feed_async_page(feed_async *a, int64_t uid, int64_t last_score, int64_t last_id,
+                             size_t limit, feed_async_page_cb *cb, void *arg);
+FEED_API int feed_async_page_ranked(feed_async *a, int64_t uid, int64_t last_score,
+                                    int64_t last_id, int64_t rank, size_t limit,
+                                    feed_async_ranked_cb *cb, void *arg);
+FEED_API int feed_async_page_newer(feed_async *a, int64_t uid, int64_t score, int64_t id,
+                                   size_t limit, feed_async_page_cb *cb, void *arg);
+
+/* The write hooks on the loop: call after the SQL change commits. uids is
+ * copied: the caller's array may go once the call returns. */
+FEED_API int feed_async_on_insert(feed_async *a, int64_t uid, int64_t score, int64_t id,
+                                  feed_async_done_cb *cb, void *arg);
+FEED_API int feed_async_on_delete(feed_async *a, int64_t uid, int64_t id,
+                                  feed_async_done_cb *cb, void *arg);
+FEED_API int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t score,
+                               int64_t id, feed_async_done_cb *cb, void *arg);
+FEED_API int feed_async_invalidate(feed_async *a, int64_t uid, feed_async_done_cb *cb,
+                                   void *arg);
+
+/* Close the handle: every request still pending gets its callback with
+ * FEED_ECANCELED before close returns, and no callback comes after it; the
+ * connections are closed and the memory freed (with libuv, on the loop's
+ * next turn). May be called from a callback. NULL is fine. */
+FEED_API void feed_async_close(feed_async *a);
+
+/* Detail of the last error on a ("" if none): inside a callback, that
+ * request's; after a call that refused its arguments, why. NULL: the last
+ * failed feed_async_open_* in this thread. */
+FEED_API const char *feed_async_errmsg(const feed_async *a);
+
+/* The handle's counters (feed_stats), over every request since it opened. */
+FEED_API void feed_async_stats_get(const feed_async *a, feed_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -466,7 +466,8 @@ feed_op *feed__invalidate_all_op(feed_core *c, char *err, uint64_t *dropped, int
 feed_op *feed__health_op(feed_core *c, char *err, feed_health_info *out, int *rc);
 
 /* hooks.c: insert, delete, invalidate and reload of one feed. */
-enum { FEED_HOOK_INSERT, FEED_HOOK_DELETE, FEED_HOOK_INVALIDATE, FEED_HOOK_RELOAD };
+enum { FEED_HOOK_INSERT, FEED_HOOK_DELETE, FEED_HOOK_INVALIDATE, FEED_HOOK_RELOAD,
+       FEED_HOOK_NONE /* nothing to do: done at once (a fan-out to no feed) */ };
 typedef struct feed_hook_op feed_hook_op;
 size_t feed__hook_op_size(void);
 int    feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int64_t uid,

@@ -161,6 +161,8 @@ static enum feed_want hook_step(feed_op *op, int64_t now)
     (void)now;
     switch (op->state) {
     case S_START:
+        if (h->kind == FEED_HOOK_NONE)
+            return noted(h, FEED_OK);
         return hook_start(h);
     case S_SENT:
         return noted(h, op->redis_rc != FEED_OK || h->bad ? FEED_EREDIS : FEED_OK);

@@ -1,0 +1,154 @@
+/* async.c -- the asynchronous API: each call checks its arguments, makes
+ * its request (core/) and starts it on the handle's loop (lib/drive/async.c).
+ * An argument error is returned at once, and no callback comes. */
+#include <string.h>
+
+#include "drive/async.h"
+
+/* A page request: feed_async_page, _ranked. */
+static int page(feed_async *a, int api, feed_async_page_cb *page_cb,
+                feed_async_ranked_cb *ranked_cb, void *arg, int64_t uid, int64_t last_score,
+                int64_t last_id, int64_t rank, size_t limit, const char *fn)
+{
+    feed_result probe = { 0 };
+    feed_areq *r;
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if ((rc = feed__page_check(&a->core, a->errmsg, fn, last_score, last_id, rank, limit,
+                               &probe)) != FEED_OK)
+        return rc;
+    if (!(r = feed__async_request(a, feed__page_op_size(), api, arg)))
+        return feed__msg(a->errmsg, FEED_ENOMEM, "%s: out of memory", fn);
+    r->cb.page = page_cb;
+    r->cb.ranked = ranked_cb;
+    if ((rc = feed__page_init((feed_page_op *)r->op, &a->core, r->err, uid, last_score, last_id,
+                              rank, limit, &r->result)) != FEED_OK) {
+        memcpy(a->errmsg, r->err, sizeof r->err);
+        feed__async_discard(r);
+        return rc;
+    }
+    feed__async_start(r);
+    return FEED_OK;
+}
+
+int feed_async_page(feed_async *a, int64_t uid, int64_t last_score, int64_t last_id,
+                    size_t limit, feed_async_page_cb *cb, void *arg)
+{
+    return page(a, FEED_API_PAGE, cb, NULL, arg, uid, last_score, last_id, -1, limit,
+                "feed_async_page");
+}
+
+int feed_async_page_ranked(feed_async *a, int64_t uid, int64_t last_score, int64_t last_id,
+                           int64_t rank, size_t limit, feed_async_ranked_cb *cb, void *arg)
+{
+    return page(a, FEED_API_RANKED, NULL, cb, arg, uid, last_score, last_id, rank, limit,
+                "feed_async_page_ranked");
+}
+
+int feed_async_page_newer(feed_async *a, int64_t uid, int64_t score, int64_t id, size_t limit,
+                          feed_async_page_cb *cb, void *arg)
+{
+    feed_result probe = { 0 };
+    feed_areq *r;
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if ((rc = feed__newer_check(&a->core, a->errmsg, score, id, limit, &probe)) != FEED_OK)
+        return rc;
+    if (!(r = feed__async_request(a, feed__newer_op_size(), FEED_API_PAGE, arg)))
+        return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_page_newer: out of memory");
+    r->cb.page = cb;
+    if ((rc = feed__newer_init((feed_newer_op *)r->op, &a->core, r->err, uid, score, id, limit,
+                               &r->result)) != FEED_OK) {
+        memcpy(a->errmsg, r->err, sizeof r->err);
+        feed__async_discard(r);
+        return rc;
+    }
+    feed__async_start(r);
+    return FEED_OK;
+}
+
+/* A hook of one feed. */
+static int hook(feed_async *a, int kind, int64_t uid, int64_t score, int64_t id,
+                feed_async_done_cb *cb, void *arg)
+{
+    feed_areq *r = feed__async_request(a, feed__hook_op_size(), FEED_API_DONE, arg);
+    int rc;
+
+    if (!r)
+        return feed__msg(a->errmsg, FEED_ENOMEM, "out of memory for a hook");
+    r->cb.done = cb;
+    if ((rc = feed__hook_init((feed_hook_op *)r->op, &a->core, r->err, kind, uid, score, id)) !=
+        FEED_OK) {
+        memcpy(a->errmsg, r->err, sizeof r->err);
+        feed__async_discard(r);
+        return rc;
+    }
+    feed__async_start(r);
+    return FEED_OK;
+}
+
+int feed_async_on_insert(feed_async *a, int64_t uid, int64_t score, int64_t id,
+                         feed_async_done_cb *cb, void *arg)
+{
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if ((rc = feed__check_item(a->errmsg, "feed_async_on_insert", score, id)) != FEED_OK)
+        return rc;
+    return hook(a, FEED_HOOK_INSERT, uid, score, id, cb, arg);
+}
+
+int feed_async_on_delete(feed_async *a, int64_t uid, int64_t id, feed_async_done_cb *cb,
+                         void *arg)
+{
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if (id < 0)
+        return feed__msg(a->errmsg, FEED_EINVAL, "feed_async_on_delete: id %lld is negative",
+                         (long long)id);
+    return hook(a, FEED_HOOK_DELETE, uid, 0, id, cb, arg);
+}
+
+int feed_async_invalidate(feed_async *a, int64_t uid, feed_async_done_cb *cb, void *arg)
+{
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    return hook(a, FEED_HOOK_INVALIDATE, uid, 0, 0, cb, arg);
+}
+
+int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t score, int64_t id,
+                      feed_async_done_cb *cb, void *arg)
+{
+    feed_areq *r;
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if (!uids && n > 0)
+        return feed__msg(a->errmsg, FEED_EINVAL, "feed_async_fanout: uids is NULL");
+    if ((rc = feed__check_item(a->errmsg, "feed_async_fanout", score, id)) != FEED_OK)
+        return rc;
+    if (n == 0)     /* nothing to do, but the callback still comes, from the loop */
+        return hook(a, FEED_HOOK_NONE, 0, 0, 0, cb, arg);
+    if (!(r = feed__async_request(a, 0, FEED_API_DONE, arg)))
+        return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_fanout: out of memory");
+    r->cb.done = cb;
+    if (!(r->op = feed__fanout_op(&a->core, r->err, uids, n, score, id, &rc))) {
+        memcpy(a->errmsg, r->err, sizeof r->err);
+        feed__async_discard(r);
+        return rc;
+    }
+    feed__async_start(r);
+    return FEED_OK;
+}

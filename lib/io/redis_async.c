@@ -1,0 +1,327 @@
+/* redis_async.c -- a Redis node's connection on an event loop: hiredis's
+ * async context with the loop's adapter, and what hiredis 0.14 lacks: a
+ * bound on connecting and on every round trip.
+ *
+ * Trips (core.h, feed_trip) are appended as they come, any number from
+ * any request, and answered in order: the connection keeps them in a FIFO,
+ * and each reply hiredis hands over goes to the trip at its head. hiredis
+ * writes what was appended in one turn of the loop in one write, so the
+ * requests of one turn share it (pipelining).
+ *
+ * A timer watches the oldest trip: past its deadline (redis_timeout_ms
+ * after it was sent) the connection is given up, and every trip on it ends
+ * failed, as a blocking read would time out. The connection is freed,
+ * never reused half-read.
+ *
+ * hiredis calls back from inside its own loop callbacks; this file never
+ * frees a context from inside its connect callback (hiredis would touch it
+ * after), and hands every result on through ended() only: what happens
+ * next is the driver's.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/redis_async.h"
+
+typedef struct pending {
+    feed_trip *t;               /* NULL: its request went away */
+    size_t     left;            /* replies not yet in */
+    int64_t    deadline;
+    void     (*ended)(void *arg, feed_trip *t);
+    void      *arg;
+} pending;
+
+struct feed_anode {
+    redisAsyncContext *ac;      /* NULL once hiredis freed it */
+    const feed_loop   *loop;
+    void              *loop_data;
+    void             **owner;   /* the pointer to clear when this goes */
+    void              *timer;
+    uint32_t           timeout_ms;
+    int64_t            connect_deadline;
+    int                connected, closing;
+    int                io;      /* what a trip ends with when the connection goes */
+    char               why[128];
+    void             (*on_connect)(void *arg, int ok, const char *why);
+    void              *connect_arg;
+    pending           *q;       /* ring of trips awaiting replies */
+    size_t             head, count, cap;
+};
+
+static pending *at(feed_anode *n, size_t i)
+{
+    return &n->q[(n->head + i) % n->cap];
+}
+
+/* The oldest trip's deadline drives the timer. */
+static void arm(feed_anode *n, int64_t now)
+{
+    int64_t when = n->count > 0 ? at(n, 0)->deadline : !n->connected ? n->connect_deadline : 0;
+
+    if (!n->timer)
+        return;
+    n->loop->timer_stop(n->timer);
+    if (when)
+        n->loop->timer_start(n->timer, when > now ? when - now : 0);
+}
+
+/* End every trip still queued: the connection is gone. */
+static void fail_all(feed_anode *n)
+{
+    while (n->count > 0) {
+        pending p = *at(n, 0);
+        n->head = (n->head + 1) % n->cap;
+        n->count--;
+        if (p.t) {
+            p.t->io = n->io;
+            snprintf(p.t->why, sizeof p.t->why, "%s", n->why);
+            p.ended(p.arg, p.t);
+        }
+    }
+}
+
+static void release(feed_anode *n)
+{
+    if (n->owner && *n->owner == n)
+        *n->owner = NULL;
+    if (n->timer)
+        n->loop->timer_free(n->timer);
+    free(n->q);
+    free(n);
+}
+
+/* Why the connection went, as the blocking reader says it: a peer that
+ * closed it (a restart: worth one retry) or anything else. */
+static void note_failure(feed_anode *n, const redisAsyncContext *ac)
+{
+    if (n->closing)
+        return;
+    n->io = ac->err == REDIS_ERR_EOF ||
+            (ac->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE))
+            ? FEED_IO_CLOSED : FEED_IO_FAILED;
+    snprintf(n->why, sizeof n->why, "%s", ac->errstr && ac->errstr[0] ? ac->errstr
+                                                                       : "connection lost");
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    feed_anode *n = privdata;
+    pending *p;
+
+    if (n->count == 0)
+        return;     /* a reply no trip waits for: cannot happen */
+    p = at(n, 0);
+    if (!reply) {   /* hiredis is freeing the context: every trip ends */
+        note_failure(n, ac);
+        if (p->t && !p->t->io) {
+            p->t->io = n->io ? n->io : FEED_IO_FAILED;
+            snprintf(p->t->why, sizeof p->t->why, "%s", n->why[0] ? n->why : "connection lost");
+        }
+    } else if (p->t && !p->t->io) {
+        p->t->reply(p->t->arg, p->t->got++, reply);
+    }
+    if (--p->left > 0)
+        return;
+    {
+        pending done = *p;
+        n->head = (n->head + 1) % n->cap;
+        n->count--;
+        if (reply && n->count > 0)
+            arm(n, feed__now_ms());
+        if (done.t)
+            done.ended(done.arg, done.t);
+    }
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    feed_anode *n = ac->data;
+
+    if (status == REDIS_OK) {
+        n->connected = 1;
+        arm(n, feed__now_ms());
+        n->on_connect(n->connect_arg, 1, "");
+        return;
+    }
+    /* hiredis frees the context after this callback. */
+    note_failure(n, ac);
+    n->ac = NULL;
+    n->on_connect(n->connect_arg, 0, n->why);
+    fail_all(n);
+    release(n);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    feed_anode *n = ac->data;
+
+    (void)status;
+    note_failure(n, ac);
+    n->ac = NULL;
+    fail_all(n);
+    release(n);
+}
+
+/* The oldest trip (or the connect) ran out of time: give the connection
+ * up, its trips end failed. */
+static void on_timer(void *arg)
+{
+    feed_anode *n = arg;
+    int64_t now = feed__now_ms();
+
+    if (n->count > 0 ? at(n, 0)->deadline > now : n->connected || n->connect_deadline > now) {
+        arm(n, now);
+        return;
+    }
+    if (!n->connected) {
+        n->io = FEED_IO_FAILED;
+        snprintf(n->why, sizeof n->why, "Connection timed out");
+        if (n->on_connect)
+            n->on_connect(n->connect_arg, 0, n->why);
+        n->on_connect = NULL;
+    }
+    feed__ra_close(n, FEED_IO_FAILED, "Resource temporarily unavailable (timed out)");
+}
+
+feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *loop_data,
+                             uint32_t timeout_ms, int64_t now,
+                             void (*done)(void *arg, int ok, const char *why), void *arg,
+                             void **owner, char *why, size_t cap)
+{
+    feed_anode *n = calloc(1, sizeof *n);
+
+    if (!n || !(n->timer = loop->timer_new(loop_data, on_timer, n))) {
+        free(n);
+        snprintf(why, cap, "out of memory");
+        return NULL;
+    }
+    n->loop = loop;
+    n->loop_data = loop_data;
+    n->timeout_ms = timeout_ms;
+    n->on_connect = done;
+    n->connect_arg = arg;
+    n->owner = owner;
+    n->ac = redisAsyncConnect(a->host, a->port);
+    if (!n->ac || n->ac->err) {
+        snprintf(why, cap, "%s", n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
+        if (n->ac)
+            redisAsyncFree(n->ac);
+        n->ac = NULL;
+        release(n);
+        return NULL;
+    }
+    n->ac->data = n;
+    if (loop->attach(n->ac, loop_data) != REDIS_OK ||
+        redisAsyncSetConnectCallback(n->ac, on_connect) != REDIS_OK ||
+        redisAsyncSetDisconnectCallback(n->ac, on_disconnect) != REDIS_OK) {
+        snprintf(why, cap, "cannot watch the connection");
+        redisAsyncFree(n->ac);
+        n->ac = NULL;
+        release(n);
+        return NULL;
+    }
+    n->connect_deadline = now + timeout_ms;
+    arm(n, now);
+    if (owner)
+        *owner = n;
+    return n;
+}
+
+int feed__ra_send(feed_anode *n, feed_trip *t, int64_t now,
+                  void (*ended)(void *arg, feed_trip *t), void *arg)
+{
+    pending *p;
+
+    t->io = FEED_IO_OK;
+    t->got = 0;
+    t->why[0] = '\0';
+    if (!n->ac || n->closing) {
+        t->io = FEED_IO_FAILED;
+        snprintf(t->why, sizeof t->why, "connection lost");
+        return -1;
+    }
+    if (n->count == n->cap) {
+        size_t cap = n->cap ? 2 * n->cap : 16;
+        pending *q = malloc(cap * sizeof *q);
+        if (!q) {
+            t->io = FEED_IO_FAILED;
+            snprintf(t->why, sizeof t->why, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < n->count; i++)
+            q[i] = *at(n, i);
+        free(n->q);
+        n->q = q;
+        n->head = 0;
+        n->cap = cap;
+    }
+    for (size_t k = 0; k < t->n; k++) {
+        const char **argv;
+        const size_t *lens;
+        int argc = t->cmd(t->arg, k, &argv, &lens);
+        if (redisAsyncCommandArgv(n->ac, on_reply, n, argc, argv, lens) != REDIS_OK) {
+            /* Part of the trip may be queued: the connection is out of
+             * step, and goes. */
+            t->io = FEED_IO_FAILED;
+            snprintf(t->why, sizeof t->why, "out of memory");
+            if (k > 0) {
+                p = at(n, n->count++);
+                *p = (pending){ NULL, k, now + n->timeout_ms, ended, arg };
+            }
+            feed__ra_close(n, FEED_IO_FAILED, "out of memory");
+            return -1;
+        }
+    }
+    p = at(n, n->count++);
+    *p = (pending){ t, t->n, now + n->timeout_ms, ended, arg };
+    if (n->count == 1)
+        arm(n, now);
+    return 0;
+}
+
+void feed__ra_forget(feed_anode *n, const feed_trip *t)
+{
+    for (size_t i = 0; i < n->count; i++)
+        if (at(n, i)->t == t)
+            at(n, i)->t = NULL;
+}
+
+void feed__ra_close(feed_anode *n, int io, const char *why)
+{
+    redisAsyncContext *ac = n->ac;
+
+    if (n->closing)
+        return;
+    n->closing = 1;
+    n->io = io;
+    snprintf(n->why, sizeof n->why, "%s", why);
+    if (n->owner && *n->owner == n)
+        *n->owner = NULL;
+    n->owner = NULL;
+    if (!ac) {
+        fail_all(n);
+        release(n);
+        return;
+    }
+    if (!n->connected) {
+        /* No disconnect callback comes for a context that never connected:
+         * free it here (never from its connect callback: on_connect does
+         * not call this). */
+        redisAsyncFree(ac);
+        n->ac = NULL;
+        fail_all(n);
+        release(n);
+        return;
+    }
+    /* Connected: hiredis runs every pending reply callback with NULL (each
+     * trip ends failed), then on_disconnect frees n; from inside one of the
+     * context's own reply callbacks it does so once that callback returns. */
+    redisAsyncFree(ac);
+}
+
+int feed__ra_connected(const feed_anode *n)
+{
+    return n->connected && !n->closing;
+}
