@@ -89,8 +89,11 @@ tests: $(TEST_BIN)
 $(BUILD)/tests/testutil.o: tests/testutil.c tests/*.h lib/feedcache.h | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/t_%: tests/t_%.c $(BUILD)/tests/testutil.o $(STATIC) tests/*.h
-	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(STATIC) $(LIBS)
+$(BUILD)/tests/shim.o: tests/shim.c tests/*.h $(LIB_HDR) | $(BUILD)/tests
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/t_%: tests/t_%.c $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(STATIC) tests/*.h
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(STATIC) $(LIBS)
 
 # Everything a test run needs: packages, then the build, then servers + prove.
 check:

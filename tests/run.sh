@@ -19,10 +19,17 @@ SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}
 # files go to bash, binaries through the optional wrapper.
 if [[ ${1:-} == --exec-one ]]; then
     [[ $2 == *.t ]] && exec bash "$2"
-    if [[ $2 == *:cluster ]]; then
-        export FEED_TEST_CLUSTER=1
-        set -- "$1" "${2%:cluster}"
-    fi
+    # Suffixes: ":cluster" against the Redis Cluster, ":async" through the
+    # async API on libevent, ":async-uv" on libuv (tests/shim.h).
+    while [[ $2 == *:* ]]; do
+        case ${2##*:} in
+        cluster) export FEED_TEST_CLUSTER=1 ;;
+        async) export FEED_TEST_ASYNC=libevent ;;
+        async-uv) export FEED_TEST_ASYNC=libuv ;;
+        *) echo "run.sh: unknown suffix in $2" >&2; exit 2 ;;
+        esac
+        set -- "$1" "${2%:*}"
+    done
     # shellcheck disable=SC2086  # the wrapper is a command line: split it
     exec ${FEED_TEST_WRAPPER:-} "$2"
 fi
@@ -49,6 +56,17 @@ if ((!$#)); then
     # t_ha_cluster (the failover loss) only make sense there.
     for t in t_walk t_hooks t_model t_lease t_stress t_invalidate t_sync t_sync_chaos t_ranked t_cluster t_ha_cluster; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:cluster")
+    done
+    # The correctness tests once more through the async API (tests/shim.h):
+    # on libevent, some on libuv, and the cluster's through both.
+    for t in t_walk t_hooks t_model t_lease t_stress t_plain t_ranked t_newer t_fault_redis t_fault_pg t_fault_hooks t_defaults; do
+        [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async")
+    done
+    for t in t_walk t_hooks t_model; do
+        [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async-uv")
+    done
+    for t in t_walk t_hooks t_model t_lease t_stress t_cluster; do
+        [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async:cluster")
     done
 fi
 

@@ -129,4 +129,6 @@ feed_stats tu_stats_since(feed *f, const feed_stats *before);
 redisContext *tu_redis_at(int port);
 int tu_reach_redis(feed *f, int64_t uid, size_t limit, int ms);
 
+#include "shim.h"   /* last: the tests' calls, maybe through the async API */
+
 #endif

@@ -72,13 +72,23 @@ int feed_open(feed **out, const feed_config *cfg)
     f->core.handle = f;
     feed__pg_init(&f->pg);
 
-    redis_rc = feed__sync_connect_redis(f);
-    if (redis_rc != FEED_OK)
-        snprintf(redis_msg, sizeof redis_msg, "%s", f->errmsg);
-    f->errmsg[0] = '\0';
-    pg_rc = feed__sync_connect_pg(f);
-    if (pg_rc != FEED_OK)
-        snprintf(pg_msg, sizeof pg_msg, "%s", f->errmsg);
+    {
+        feed_connect_result cr;
+        feed_op *op = feed__connect_op(&f->core, &cr, &rc);
+        if (!op) {
+            feed_close(f);
+            snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out of memory");
+            return FEED_ENOMEM;
+        }
+        feed__sync_run(f, op);
+        op->free(op);
+        redis_rc = cr.redis_rc;
+        pg_rc = cr.pg_rc;
+        if (redis_rc != FEED_OK)
+            snprintf(redis_msg, sizeof redis_msg, "%s", cr.redis_msg);
+        if (pg_rc != FEED_OK)
+            snprintf(pg_msg, sizeof pg_msg, "%s", cr.pg_msg);
+    }
 
     rc = open_outcome(redis_rc, pg_rc);
     feed__msg(f->errmsg, rc, "%s%s%s", redis_msg, *redis_msg && *pg_msg ? "; " : "", pg_msg);

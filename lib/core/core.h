@@ -255,7 +255,8 @@ enum {
     FEED_B_REPAIR = 4,  /* the repairs themselves: no repairs before them */
     FEED_B_NODE   = 8,  /* to the nodes named by node_of, as they are: no
                            routing, no redirects, replies raw (SCAN, PING) */
-    FEED_B_MAP    = 16  /* no commands: ask a node for the slot map now */
+    FEED_B_MAP    = 16  /* no commands: ask a node for the slot map now (a single
+                           Redis: connect and set node 0 up, no fence) */
 };
 typedef struct feed_batch {
     size_t   n;
@@ -458,6 +459,14 @@ int    feed__newer_init(feed_newer_op *n, feed_core *c, char *err, int64_t uid, 
 
 /* repair.c */
 feed_op *feed__repair_op(feed_core *c);
+
+/* connect.c: a handle's first connects (feed_open): Redis (node 0, or the
+ * cluster's map), then PostgreSQL's primary, then its replica. */
+typedef struct feed_connect_result {
+    int  redis_rc, pg_rc;
+    char redis_msg[FEED_ERRMSG], pg_msg[FEED_ERRMSG];
+} feed_connect_result;
+feed_op *feed__connect_op(feed_core *c, feed_connect_result *out, int *rc);
 
 /* bulk.c, health.c: requests made on the heap (NULL with *rc on failure). */
 feed_op *feed__invalidate_many_op(feed_core *c, char *err, const int64_t *uids, size_t n,

@@ -47,7 +47,8 @@
 /* MOVED or ASK followed per batch (between two waits) before giving up. */
 #define MAX_REDIRECTS 5
 
-enum { XS_START, XS_ROUTE, XS_MAP, XS_MAP_SETUP, XS_MAP_ASK, XS_PASS, XS_WAKE, XS_DONE };
+enum { XS_START, XS_ROUTE, XS_MAP, XS_MAP_SETUP, XS_MAP_ASK, XS_PASS, XS_WAKE, XS_CONNECT,
+       XS_DONE };
 
 static int is_cluster(const feed_xchg *x)
 {
@@ -561,6 +562,15 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
 {
     switch (x->state) {
     case XS_START:
+        if ((x->b->flags & FEED_B_MAP) && !is_cluster(x)) {    /* node 0 connected */
+            if (node_at(x, 0)->state == FEED_NODE_READY)
+                return done(x, FEED_OK);
+            x->setup_node = 0;
+            x->setup_kind = FEED_SETUP_HELLO;
+            x->setup_slot = 0;
+            x->state = XS_CONNECT;
+            return FEED_X_SETUP;
+        }
         if (x->b->flags & FEED_B_MAP) {     /* the slot map, asked afresh */
             x->c->topo.map_ms = now;
             x->state = XS_MAP;
@@ -591,6 +601,12 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
 void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
 {
     (void)now;
+    if (x->state == XS_CONNECT) {       /* feed_open's connect: the set-up's word */
+        if (rc != FEED_OK)
+            feed__msg(x->err, rc, "%s", why);
+        done(x, rc);
+        return;
+    }
     if (rc == FEED_ENOMEM) {
         done(x, feed__msg(x->err, FEED_ENOMEM, "%s", why));
         return;

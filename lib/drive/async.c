@@ -154,6 +154,10 @@ static void finished(feed_areq *r)
 {
     feed_async *a = r->a;
 
+    if (r->api == FEED_API_QUIET) {        /* the first connects: nobody waits */
+        req_free(r);
+        return;
+    }
     if (r->api == FEED_API_INTERNAL) {     /* the repairs */
         feed_areq *w = a->repair_waiters;
         a->repair = NULL;
@@ -688,6 +692,25 @@ void feed__async_start(feed_areq *r)
 
 /* ---- The handle ---------------------------------------------------------- */
 
+/* Connect to both stores at once, on the loop, as feed_open does: the
+ * first requests then find the connections made. Its outcome is nobody's:
+ * a store that failed is tried again by the requests that need it. */
+static void start_connects(feed_async *a)
+{
+    feed_areq *r = calloc(1, sizeof *r);
+    int rc;
+
+    if (!r)
+        return;
+    r->a = a;
+    r->api = FEED_API_QUIET;
+    if (!(r->op = feed__connect_op(&a->core, &a->opened, &rc))) {
+        free(r);
+        return;
+    }
+    feed__async_start(r);
+}
+
 int feed__async_refuse(const char *why)
 {
     snprintf(open_errmsg, sizeof open_errmsg, "%s", why);
@@ -724,8 +747,14 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
     a->loop_data = loop_data;
     a->sql_fd = -1;
     feed__pg_init(&a->pg);
+    start_connects(a);
     *out = a;
     return FEED_OK;
+}
+
+int feed__async_busy(const feed_async *a)
+{
+    return a->all || a->done_head || a->ready_head;
 }
 
 const char *feed_async_errmsg(const feed_async *a)

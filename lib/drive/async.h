@@ -17,7 +17,7 @@ typedef struct feed_task {
     int               is_setup;
 } feed_task;
 
-enum { FEED_API_PAGE, FEED_API_RANKED, FEED_API_DONE, FEED_API_INTERNAL };
+enum { FEED_API_PAGE, FEED_API_RANKED, FEED_API_DONE, FEED_API_INTERNAL, FEED_API_QUIET };
 
 /* One request on the loop. */
 typedef struct feed_areq {
@@ -74,7 +74,11 @@ struct feed_async {
     feed_pgtask       pgtask;
     void             *sql_watch, *sql_timer;
     int               sql_fd;
+    feed_connect_result opened;     /* the first connects' outcome (nobody waits for it) */
 };
+
+/* Requests under way (tests: a loop run until the first connects are made). */
+int feed__async_busy(const feed_async *a);
 
 /* The loops' doors (libevent.c, libuv.c). */
 int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *loop,

@@ -23,10 +23,6 @@ struct feed {
 
 /* Run op to its end; returns op->rc. The op's free is the caller's. */
 int  feed__sync_run(feed *f, feed_op *op);
-/* feed_open's connects: Redis (node 0, or the cluster's map) and the
- * PostgreSQL servers. */
-int  feed__sync_connect_redis(feed *f);
-int  feed__sync_connect_pg(feed *f);
 void feed__sync_close(feed *f);
 
 #endif /* FEED_DRIVE_H */

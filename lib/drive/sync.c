@@ -204,50 +204,6 @@ int feed__sync_run(feed *f, feed_op *op)
     }
 }
 
-int feed__sync_connect_redis(feed *f)
-{
-    char why[FEED_ERRMSG];
-    int rc;
-
-    if (f->core.topo.cluster) {
-        feed_batch b = { .n = 0, .flags = FEED_B_MAP };
-        int64_t now = feed__now_ms();
-        rc = sync_batch(f, &b, f->errmsg, &now);
-        return rc;
-    }
-    rc = sync_setup(f, 0, FEED_SETUP_HELLO, 0, why);
-    if (rc != FEED_OK)
-        memcpy(f->errmsg, why, sizeof why);
-    return rc;
-}
-
-/* The primary, then the replica if there is one. A replica that does not
- * answer is tried again later (pages use the primary meanwhile); one that
- * answers and refuses is a configuration error, reported like the
- * primary's. */
-int feed__sync_connect_pg(feed *f)
-{
-    feed_op op;
-    int rc, rrc;
-    char msg[FEED_ERRMSG];
-
-    memset(&op, 0, sizeof op);
-    op.c = &f->core;
-    op.err = f->errmsg;
-    op.sql.stmt = -1;
-    op.sql.server = FEED_PG_PRIMARY;
-    rc = sync_sql(f, &op);
-    if (!f->core.cfg.pg_replica_conninfo || rc == FEED_ENOMEM)
-        return rc;
-    memcpy(msg, f->errmsg, sizeof msg);
-    op.sql.server = FEED_PG_REPLICA;
-    rrc = sync_sql(f, &op);
-    if (rrc == FEED_EPG || rrc == FEED_ENOMEM || rrc == FEED_ERANGE)
-        return rrc;
-    memcpy(f->errmsg, msg, sizeof msg);
-    return rc;
-}
-
 void feed__sync_close(feed *f)
 {
     for (size_t i = 0; i < f->core.topo.nnodes; i++) {
