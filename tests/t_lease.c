@@ -189,6 +189,7 @@ static void waiter_served_by_cache(void)
     feed_config cfg;
     feed *f, *other;
     feed_result res;
+    feed_stats before;
     pthread_t t;
     late_reload lr;
 
@@ -196,6 +197,7 @@ static void waiter_served_by_cache(void)
     tu_config(&cfg);
     cfg.lease_wait_ms = 3000;
     f = tu_open_settled(&cfg);   /* the fence must not drop a planted lease */
+    feed_stats_get(f, &before);
     other = tu_open(NULL);
     freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(13, ":lease")));
     lr.f = other;
@@ -204,7 +206,7 @@ static void waiter_served_by_cache(void)
     is_int(feed_page(f, 13, FEED_FIRST, 0, 10, &res), FEED_OK, "a reader waits on a rebuild");
     pthread_join(t, NULL);
     is_int(res.source, FEED_SOURCE_CACHE, "  and is served by the cache it installed");
-    is_int(stats_of(f).sql_queries - 3, 0, "  without any SQL of its own (beyond 3 prepares)");
+    is_int(stats_of(f).sql_queries - before.sql_queries, 0, "  without any SQL of its own");
     feed_result_free(&res);
     feed_close(f);
     feed_close(other);
