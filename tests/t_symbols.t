@@ -13,10 +13,12 @@ trap 'rm -rf "$tmp"' EXIT
 
 # Declared: the name before the first '(' of each declaration that starts
 # with FEED_API (declarations may span lines: only the first one matters).
-sed -n 's/^FEED_API[^(]*[^A-Za-z0-9_(]\(feed_[A-Za-z0-9_]*\)(.*/\1/p' lib/feedcache.h | sort -u > "$tmp/declared"
-# Every top-level function declaration of the header must carry FEED_API.
-bare=$(grep -nE '^[a-z][a-z_ ]*[ *]feed_[a-z0-9_]*\(' lib/feedcache.h || true)
-[ -z "$bare" ]; verdict $? "every function declared in feedcache.h carries FEED_API${bare:+ (not: $bare)}"
+headers=(lib/feedcache.h lib/feedcache_libevent.h lib/feedcache_libuv.h)
+sed -n 's/^FEED_API[^(]*[^A-Za-z0-9_(]\(feed_[A-Za-z0-9_]*\)(.*/\1/p' "${headers[@]}" | sort -u > "$tmp/declared"
+# Every top-level function declaration of the headers must carry FEED_API
+# (a typedef of a callback's type is not a function).
+bare=$(grep -nE '^[a-z][a-z_ ]*[ *]feed_[a-z0-9_]*\(' "${headers[@]}" | grep -v ':typedef ' || true)
+[ -z "$bare" ]; verdict $? "every function declared in the public headers carries FEED_API${bare:+ (not: $bare)}"
 [ "$(wc -l < "$tmp/declared")" -ge 20 ]; verdict $? "the header declares $(wc -l < "$tmp/declared") public functions"
 
 test -f "$so"; verdict $? "$so is built"

@@ -2,10 +2,10 @@
  *
  * It does what each request's machine asks (core/), like the blocking
  * driver (sync.c), but never waits: a Redis pass is appended to the nodes'
- * connections (io/redis_async.c) and the request continues when the last
+ * connections (lib/io/redis_async.c) and the request continues when the last
  * reply is in; a node's set-up runs once however many requests need it,
  * and they continue when it is done; a SQL statement waits its turn on the
- * handle's PostgreSQL connection (io/pg.c, its socket watched by the loop);
+ * handle's PostgreSQL connection (lib/io/pg.c, its socket watched by the loop);
  * a wake-up is a timer. The decisions are the machines': a request makes
  * the same round trips here as in a blocking call.
  *
@@ -359,7 +359,11 @@ static void setup_done(feed_asetup *su)
 
     a->setups[su->node] = NULL;
     for (; w; w = w->next_wait) {
-        feed__xchg_setup_done(&w->x, su->s.rc, su->s.err, now);
+        /* A request that needs the fence, and found a connection-only
+         * set-up under way, asks again: it starts its own. */
+        if (!(w->x.setup_kind == FEED_SETUP_FULL && su->s.kind == FEED_SETUP_HELLO &&
+              su->s.rc == FEED_OK))
+            feed__xchg_setup_done(&w->x, su->s.rc, su->s.err, now);
         schedule(a, &w->task);
     }
     feed__setup_end(&su->s);
