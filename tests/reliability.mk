@@ -9,8 +9,9 @@
 #   make soak              tests/t_stress for SOAK_SECONDS per phase (default
 #                          300), more threads and waves than in make check
 #   make valgrind          every C test under valgrind, and t_walk, t_hooks,
-#                          t_lease through the Redis Cluster: any memory error
-#                          or a definite/indirect leak fails it
+#                          t_lease through the Redis Cluster, some through the
+#                          async API (:async, :async-uv): any memory error or a
+#                          definite/indirect leak fails it
 #
 # None of these is part of make check; tests/t_fuzz_replay (the fuzz targets
 # over their corpus plus seeded mutations) and tests/t_stress (short) are.
@@ -87,4 +88,6 @@ valgrind: all
 	tools/deps.sh
 	FEED_TEST_WRAPPER="$(VALGRIND)" FEED_TEST_SLOW=1 FEED_STRESS_SECONDS=2 \
 	FEED_STRESS_WAVES=4 BUILD=$(BUILD) tests/run.sh $(TEST_BIN) \
-	    $(foreach t,walk hooks lease,$(BUILD)/tests/t_$(t):cluster)
+	    $(foreach t,walk hooks lease,$(BUILD)/tests/t_$(t):cluster) \
+	    $(foreach t,walk hooks lease model,$(BUILD)/tests/t_$(t):async) \
+	    $(BUILD)/tests/t_walk:async-uv $(BUILD)/tests/t_hooks:async:cluster
