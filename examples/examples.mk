@@ -20,7 +20,7 @@ EX_CFLAGS := $(shell pkg-config --cflags $(EX_PKGS) 2>/dev/null)
 EX_LIBS   := $(shell pkg-config --libs $(EX_PKGS) 2>/dev/null || echo -lmicrohttpd -ljansson)
 JSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 EV_LIBS   := $(shell pkg-config --libs libevent libevent_pthreads 2>/dev/null || echo -levent_pthreads -levent)
-EX_BIN    := $(BUILD)/examples/feed_server $(BUILD)/examples/jget
+EX_BIN    := $(BUILD)/examples/feed_server $(BUILD)/examples/feed_server_evhttp $(BUILD)/examples/jget
 
 .PHONY: examples demo demo-stop
 examples: $(EX_BIN)
