@@ -44,6 +44,7 @@ rcli() { redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" "$@"; }
 cleanup() {
     [[ -n $SPID ]] && kill -KILL "$SPID" 2>/dev/null
     "$FEED_SERVERS" redis-thaw "$FEED_SERVERS_DIR" >/dev/null 2>&1
+    "$FEED_SERVERS" pg-thaw "$FEED_SERVERS_DIR" >/dev/null 2>&1
     rcli acl setuser default on nopass '~*' '&*' +@all >/dev/null 2>&1
     rcli acl deluser feedtest >/dev/null 2>&1
     "$FEED_SERVERS" pg-start "$FEED_SERVERS_DIR" >/dev/null 2>&1
@@ -714,6 +715,30 @@ rcli acl setuser feedtest on '>secret' '~*' '&*' +@all >/dev/null
 is "$?" 1 "a wrong Redis password: refuses to start (exit status 1)"
 like "$(cat "$TMP/bad.log")" 'AUTH' "  and says why"
 rcli acl deluser feedtest >/dev/null
+
+# ------------------------------------------------------------------ event loop
+# The event-loop server runs its write transactions on the loop (libpq's
+# asynchronous calls): with one loop and PostgreSQL frozen, a write waits
+# for its bound while the same loop goes on answering.
+if ((EVHTTP)); then
+    start_server --quiet --threads 1 --pg-timeout 3000 || bail "one-loop server did not start"
+    req GET "/users/$U_TIES/feed?limit=3"   # the loop's handle is open, the page cached
+    "$FEED_SERVERS" pg-freeze "$FEED_SERVERS_DIR" || bail "cannot freeze PostgreSQL"
+    curl -sS --max-time 30 -o /dev/null -w '%{http_code}' -X POST --data-binary '{"id":5000030,"score":1}' \
+        "$BASE/users/$U_OUT/items" >"$TMP/frozen" 2>&1 &
+    wpid=$!
+    sleep 0.5
+    req GET /metrics
+    kill -0 "$wpid" 2>/dev/null
+    is "$STATUS $?" "200 0" "one loop, PostgreSQL frozen: /metrics answers while a POST waits on it"
+    req GET "/users/$U_TIES/feed?limit=3"
+    is "$STATUS $(j source)" "200 cache" "  and so does a cached page"
+    wait "$wpid"
+    is "$(cat "$TMP/frozen")" 503 "  the POST ends with 503 once its bound has passed"
+    "$FEED_SERVERS" pg-thaw "$FEED_SERVERS_DIR" || bail "cannot thaw PostgreSQL"
+    stop_server
+    is "$?" 0 "  the server stops cleanly"
+fi
 
 sql "DELETE FROM feed_entry WHERE uid BETWEEN $ALL_UIDS" >/dev/null
 echo "1..$n"
