@@ -16,12 +16,10 @@
  * the body is read; request.c's JSON 414 and 431 come first, below MAX_HEAD.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/queue.h>   /* TAILQ_FOREACH over evhttp's headers */
 #include <sys/socket.h>
@@ -137,32 +135,14 @@ static void on_request(struct evhttp_request *req, void *arg)
 /* The listening socket of --bind and --port, non-blocking; -1 (errno). */
 static int listen_socket(void)
 {
-    struct sockaddr_in sin;
-    struct sockaddr_in6 sin6;
-    struct sockaddr *sa;
-    socklen_t salen;
+    struct sockaddr_storage ss;
+    socklen_t len = server_address(&ss);
     int fd, one = 1;
 
-    memset(&sin, 0, sizeof sin);
-    memset(&sin6, 0, sizeof sin6);
-    if (inet_pton(AF_INET, opt.bind, &sin.sin_addr) == 1) {
-        sin.sin_family = AF_INET;
-        sin.sin_port = htons((uint16_t)opt.port);
-        sa = (struct sockaddr *)&sin;
-        salen = sizeof sin;
-    } else if (inet_pton(AF_INET6, opt.bind, &sin6.sin6_addr) == 1) {
-        sin6.sin6_family = AF_INET6;
-        sin6.sin6_port = htons((uint16_t)opt.port);
-        sa = (struct sockaddr *)&sin6;
-        salen = sizeof sin6;
-    } else {
-        fprintf(stderr, "%s: --bind %s is not an IPv4 or IPv6 address\n", progname, opt.bind);
-        exit(2);
-    }
-    if ((fd = socket(sa->sa_family, SOCK_STREAM, 0)) < 0)
+    if ((fd = socket(ss.ss_family, SOCK_STREAM, 0)) < 0)
         return -1;
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(fd, sa, salen) != 0 || listen(fd, 1024) != 0 ||
+        bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 1024) != 0 ||
         evutil_make_socket_nonblocking(fd) != 0 || evutil_make_socket_closeonexec(fd) != 0) {
         int err = errno;
         close(fd);
@@ -220,25 +200,17 @@ int main(int argc, char **argv)
 {
     loop *loops;
     sigset_t sigs;
-    unsigned port, started = 0;
-    int rc, sig, fd;
+    unsigned started = 0;
+    int rc, fd;
 
-    parse_options(argc, argv, "event loops, one thread, feedcache handle and write "
-                  "connection each (default 4)");
-    if ((rc = policy_probe(&opt.cfg, progname)) != 0)
+    if ((rc = server_start(argc, argv, "event loops, one thread, feedcache handle and write "
+                           "connection each (default 4)", &sigs)) != 0)
         return rc;
-    if (writes_init() != 0 || !(loops = calloc(opt.threads, sizeof *loops)) ||
+    if (!(loops = calloc(opt.threads, sizeof *loops)) ||
         evthread_use_pthreads() != 0) {   /* loopexit from the main thread */
         fprintf(stderr, "%s: out of memory\n", progname);
         return 1;
     }
-    /* Signals go to the main thread only (as in mhd.c). */
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     if ((fd = listen_socket()) < 0) {
         fprintf(stderr, "%s: cannot listen on %s port %u: %s\n", progname, opt.bind, opt.port,
                 strerror(errno));
@@ -248,23 +220,11 @@ int main(int argc, char **argv)
         if (loop_init(&loops[started], fd) != 0 ||
             pthread_create(&loops[started].thread, NULL, loop_main, &loops[started]) != 0) {
             fprintf(stderr, "%s: cannot start event loop %u\n", progname, started + 1);
-            sig = SIGTERM;
-            goto stop;
+            break;
         }
-    port = bound_port(fd);
-    printf("listening on %u\n", port);
-    fflush(stdout);
-    fprintf(stderr, "%s: http://%s:%u/ (%u event loops, Redis %s:%d, max_len %u, "
-            "max_page %u, CORS %s)\n", progname, opt.bind, port, opt.threads,
-            opt.cfg.redis_host, opt.cfg.redis_port, opt.cfg.max_len, opt.cfg.max_page,
-            opt.cors_origin ? opt.cors_origin : "off");
-    do {
-        if (sigwait(&sigs, &sig) != 0)
-            sig = SIGTERM;
-    } while (sig != SIGINT && sig != SIGTERM);
-    fprintf(stderr, "%s: %s: stopping\n", progname, sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (started == opt.threads)
+        server_wait(&sigs, bound_port(fd), "event loops");
 
-stop:
     for (unsigned i = 0; i < started; i++)
         event_base_loopexit(loops[i].base, NULL);
     for (unsigned i = 0; i < started; i++)

@@ -19,13 +19,9 @@
  * worker thread owns one feedcache handle and one libpq connection.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <microhttpd.h>
 
@@ -173,28 +169,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 static struct MHD_Daemon *start_daemon(void)
 {
-    struct sockaddr_in sin;
-    struct sockaddr_in6 sin6;
-    struct sockaddr *sa;
+    struct sockaddr_storage ss;
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
 
-    memset(&sin, 0, sizeof sin);
-    memset(&sin6, 0, sizeof sin6);
-    if (inet_pton(AF_INET, opt.bind, &sin.sin_addr) == 1) {
-        sin.sin_family = AF_INET;
-        sin.sin_port = htons((uint16_t)opt.port);
-        sa = (struct sockaddr *)&sin;
-    } else if (inet_pton(AF_INET6, opt.bind, &sin6.sin6_addr) == 1) {
-        sin6.sin6_family = AF_INET6;
-        sin6.sin6_port = htons((uint16_t)opt.port);
-        sa = (struct sockaddr *)&sin6;
+    server_address(&ss);
+    if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    } else {
-        fprintf(stderr, "%s: --bind %s is not an IPv4 or IPv6 address\n", progname, opt.bind);
-        exit(2);
-    }
     return MHD_start_daemon(flags, (uint16_t)opt.port, NULL, NULL, on_request, NULL,
-                            MHD_OPTION_SOCK_ADDR, sa,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opt.threads,
                             MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
@@ -209,45 +191,18 @@ int main(int argc, char **argv)
     const union MHD_DaemonInfo *info;
     struct MHD_Daemon *d;
     sigset_t sigs;
-    unsigned port;
-    int rc, sig;
+    int rc;
 
-    parse_options(argc, argv, "worker threads, one feedcache handle each (default 4)");
-    if ((rc = policy_probe(&opt.cfg, progname)) != 0)
+    if ((rc = server_start(argc, argv, "worker threads, one feedcache handle each (default 4)",
+                           &sigs)) != 0)
         return rc;
-    if (writes_init() != 0) {
-        fprintf(stderr, "%s: out of memory\n", progname);
-        return 1;
-    }
-
-    /* Signals go to the main thread only: block them before any thread starts
-     * (threads inherit the mask), then wait for them. */
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     if (!(d = start_daemon())) {
         fprintf(stderr, "%s: cannot listen on %s port %u: %s\n", progname, opt.bind, opt.port,
                 strerror(errno));
         return 1;
     }
     info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    port = info ? (unsigned)info->port : opt.port;
-    printf("listening on %u\n", port);
-    fflush(stdout);
-    fprintf(stderr, "%s: http://%s:%u/ (%u threads, Redis %s:%d, max_len %u, "
-            "max_page %u, CORS %s)\n", progname, opt.bind, port, opt.threads,
-            opt.cfg.redis_host, opt.cfg.redis_port, opt.cfg.max_len, opt.cfg.max_page,
-            opt.cors_origin ? opt.cors_origin : "off");
-
-    do {
-        if (sigwait(&sigs, &sig) != 0)
-            sig = SIGTERM;
-    } while (sig != SIGINT && sig != SIGTERM);
-
-    fprintf(stderr, "%s: %s: stopping\n", progname, sig == SIGINT ? "SIGINT" : "SIGTERM");
+    server_wait(&sigs, info ? (unsigned)info->port : opt.port, "threads");
     MHD_stop_daemon(d);   /* joins the workers: their backends are ours now */
     workers_close();
     writes_free();

@@ -1,10 +1,13 @@
-/* options.c -- the flags and environment both servers take. The flags that
- * set feed_config fields are policy_config_set's (policy.c). */
+/* options.c -- the flags and environment both servers take (the flags that
+ * set feed_config fields are policy_config_set's, policy.c), and the start
+ * and stop both mains share. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "server.h"
 
@@ -75,7 +78,7 @@ static void defaults(void)
         opt.cfg.pg_conninfo = e;
 }
 
-void parse_options(int argc, char **argv, const char *threads_help)
+static void parse_options(int argc, char **argv, const char *threads_help)
 {
     /* The feed_config flags have val 'c': policy_config_set knows them. */
     static const struct option longopts[] = {
@@ -126,4 +129,64 @@ void parse_options(int argc, char **argv, const char *threads_help)
         usage(stderr, threads_help);
         exit(2);
     }
+}
+
+/* ---- start and stop ---- */
+
+int server_start(int argc, char **argv, const char *threads_help, sigset_t *sigs)
+{
+    int rc;
+
+    parse_options(argc, argv, threads_help);
+    if ((rc = policy_probe(&opt.cfg, progname)) != 0)
+        return rc;
+    if (writes_init() != 0) {
+        fprintf(stderr, "%s: out of memory\n", progname);
+        return 1;
+    }
+    /* Signals go to the main thread only: block them before any thread
+     * starts (threads inherit the mask); server_wait waits for them. */
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+socklen_t server_address(struct sockaddr_storage *ss)
+{
+    struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+
+    memset(ss, 0, sizeof *ss);
+    if (inet_pton(AF_INET, opt.bind, &sin->sin_addr) == 1) {
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons((uint16_t)opt.port);
+        return sizeof *sin;
+    }
+    if (inet_pton(AF_INET6, opt.bind, &sin6->sin6_addr) == 1) {
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons((uint16_t)opt.port);
+        return sizeof *sin6;
+    }
+    fprintf(stderr, "%s: --bind %s is not an IPv4 or IPv6 address\n", progname, opt.bind);
+    exit(2);
+}
+
+void server_wait(sigset_t *sigs, unsigned port, const char *workers)
+{
+    int sig;
+
+    printf("listening on %u\n", port);
+    fflush(stdout);
+    fprintf(stderr, "%s: http://%s:%u/ (%u %s, Redis %s:%d, max_len %u, max_page %u, "
+            "CORS %s)\n", progname, opt.bind, port, opt.threads, workers, opt.cfg.redis_host,
+            opt.cfg.redis_port, opt.cfg.max_len, opt.cfg.max_page,
+            opt.cors_origin ? opt.cors_origin : "off");
+    do {
+        if (sigwait(sigs, &sig) != 0)
+            sig = SIGTERM;
+    } while (sig != SIGINT && sig != SIGTERM);
+    fprintf(stderr, "%s: %s: stopping\n", progname, sig == SIGINT ? "SIGINT" : "SIGTERM");
 }

@@ -32,8 +32,10 @@
 #define FEED_SERVER_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 
@@ -53,7 +55,19 @@ typedef struct options {
 extern options     opt;
 extern const char *progname;     /* "feed_server", "feed_server_evhttp": log prefix */
 
-void parse_options(int argc, char **argv, const char *threads_help);   /* options.c; exits on error */
+/* ---- start and stop, both mains (options.c) ---- */
+
+/* Read the flags and environment into opt (exit status 2 on a bad one;
+ * threads_help says what --threads counts), check the stores
+ * (policy_probe), prepare the write statements, block SIGINT and SIGTERM
+ * for every thread to come and ignore SIGPIPE. 0, or the exit status. */
+int server_start(int argc, char **argv, const char *threads_help, sigset_t *sigs);
+/* --bind and --port as a socket address; its length. Exit status 2 when
+ * --bind is no IPv4 or IPv6 address. */
+socklen_t server_address(struct sockaddr_storage *ss);
+/* Print "listening on PORT" on stdout and the banner on stderr (workers:
+ * what --threads counts), then wait for SIGINT or SIGTERM and log it. */
+void server_wait(sigset_t *sigs, unsigned port, const char *workers);
 
 /* ---- routes (routes.c) ---- */
 enum route {
