@@ -11,7 +11,9 @@
 #                            killed with SIGKILL)
 #
 # `make demo` installs the packages and builds first; run this directly only
-# after `make`. Env: BUILD (default build), DEMO_PORT (HTTP port; default
+# after `make`. Env: BUILD (default build), SERVER (threads, the default:
+# feed_server on libmicrohttpd; evhttp: feed_server_evhttp on libevent's
+# event loops; the same HTTP API and page), DEMO_PORT (HTTP port; default
 # 8080, or any free port when 8080 is taken), DEMO_KEEP=1 (leave everything
 # running in the background at the end, for make demo-stop).
 # Everything lives in .demo/: the servers' data and logs (tools/servers.sh),
@@ -23,27 +25,34 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 BUILD=${BUILD:-build}
 DIR=.demo
-SERVER=$BUILD/examples/feed_server
+case ${SERVER:-threads} in
+threads | mhd | feed_server) SERVER=$BUILD/examples/feed_server ;;
+evhttp | feed_server_evhttp) SERVER=$BUILD/examples/feed_server_evhttp ;;
+*) echo "demo: SERVER=$SERVER: say threads (the default) or evhttp" >&2; exit 2 ;;
+esac
+NAME=$(basename "$SERVER")
 PIDFILE=$DIR/feed_server.pid
 
 die() { echo "demo: $*" >&2; exit 1; }
 
-server_pid() {   # the pid of our feed_server, if it runs
-    local p
+server_pid() {   # the pid of our server (either one), if it runs
+    local p comm
     p=$(cat "$PIDFILE" 2>/dev/null) || return 1
-    [[ -n $p && $(cat "/proc/$p/comm" 2>/dev/null) == feed_server ]] && echo "$p"
+    comm=$(cat "/proc/$p/comm" 2>/dev/null)   # the kernel keeps 15 characters
+    [[ -n $p && ( $comm == feed_server || $comm == feed_server_evh ) ]] && echo "$p"
 }
 
 stop_server() {
-    local p i
+    local p i comm
     if p=$(server_pid); then
+        comm=$(cat "/proc/$p/comm" 2>/dev/null)
         kill -TERM "$p" 2>/dev/null || true
         for ((i = 0; i < 100; i++)); do
             [[ -d /proc/$p && $(ps -o stat= -p "$p" 2>/dev/null) != Z* ]] || break
             sleep 0.1
         done
         kill -KILL "$p" 2>/dev/null || true
-        echo "demo: stopped feed_server (pid $p)"
+        echo "demo: stopped ${comm:-the server} (pid $p)"
     fi
     rm -f "$PIDFILE"
 }
@@ -158,10 +167,10 @@ echo $! >"$PIDFILE"
 for ((i = 0; i < 300; i++)); do
     port=$(sed -n 's/^listening on \([0-9][0-9]*\)$/\1/p' "$DIR/feed_server.out")
     [[ -n $port ]] && break
-    server_pid >/dev/null || { tail -n 5 "$DIR/feed_server.log" >&2; die "feed_server did not start"; }
+    server_pid >/dev/null || { tail -n 5 "$DIR/feed_server.log" >&2; die "$NAME did not start"; }
     sleep 0.1
 done
-[[ -n $port ]] || die "feed_server did not say which port it listens on"
+[[ -n $port ]] || die "$NAME did not say which port it listens on"
 echo "$port" >"$DIR/http.port"
 [[ -x $SYNC ]] && start_sync
 URL=http://127.0.0.1:$port
@@ -189,7 +198,7 @@ cursor_of='sed -n '\''s/.*"next_cursor":"\([^"]*\)".*/\1/p'\'''
 cat <<EOF
 
 ================================================================================
- feedcache demo: feed_server at $URL   (pid $(server_pid), log $DIR/feed_server.log)
+ feedcache demo: $NAME at $URL   (pid $(server_pid), log $DIR/feed_server.log)
  In a browser: $URL/?uid=1   (user 1's feed, infinite scroll, live counters)
  Data: 1,000 users. User 1 has 100,000 items (ids are snowflakes above 2^53,
  8 items a minute share a score); users 900..999 have none. Each feed keeps its
@@ -231,7 +240,7 @@ show "curl -s '$URL/users/950/feed'"
 step "8. Bad input gets a 4xx with a JSON message."
 show "curl -s -w ' HTTP %{http_code}\\n' '$URL/users/1/feed?limit=0'"
 
-step "9. What the library did, summed over the worker threads (Prometheus text)."
+step "9. What the library did, summed over the workers' handles (Prometheus text)."
 show "curl -s '$URL/metrics' | grep -E '^feedcache_(pages|cache_pages|db_pages|rebuilds|sql_queries|redis_calls)_total'"
 
 step "10. Health: whether Redis and PostgreSQL answer."

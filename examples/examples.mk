@@ -1,34 +1,55 @@
 # examples/examples.mk -- included by the main Makefile.
 #
-#   make                  also builds $(BUILD)/examples/feed_server (the HTTP
-#                         service, examples/server/; its HTML page is embedded
-#                         by tools/embed.c) and $(BUILD)/examples/jget (a tiny
+#   make                  also builds the example HTTP service twice over the
+#                         same core (examples/server/, server.h): on threads,
+#                         $(BUILD)/examples/feed_server (libmicrohttpd), and on
+#                         event loops, $(BUILD)/examples/feed_server_evhttp
+#                         (libevent's evhttp); its HTML page is embedded by
+#                         tools/embed.c. And $(BUILD)/examples/jget (a tiny
 #                         JSON picker used by tests/t_http.t and the demo)
 #   make demo             install what is missing, build, start Redis and
 #                         PostgreSQL in .demo/, load the sample data, start the
 #                         service and feedcache-sync, walk through it, keep it
 #                         all up until Enter or Ctrl-C, then stop it all
-#                         (examples/demo.sh; DEMO_KEEP=1 leaves it running)
+#                         (examples/demo.sh; DEMO_KEEP=1 leaves it running;
+#                         SERVER=evhttp runs the event-loop server instead)
 #   make demo-stop        stop what DEMO_KEEP=1 left running in .demo/
 
 EX_PKGS   := libmicrohttpd jansson
 EX_CFLAGS := $(shell pkg-config --cflags $(EX_PKGS) 2>/dev/null)
 EX_LIBS   := $(shell pkg-config --libs $(EX_PKGS) 2>/dev/null || echo -lmicrohttpd -ljansson)
 JSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
-EX_BIN    := $(BUILD)/examples/feed_server $(BUILD)/examples/jget
+EV_LIBS   := $(shell pkg-config --libs libevent libevent_pthreads 2>/dev/null || echo -levent_pthreads -levent)
+EX_BIN    := $(BUILD)/examples/feed_server $(BUILD)/examples/feed_server_evhttp $(BUILD)/examples/jget
 
 .PHONY: examples demo demo-stop
 examples: $(EX_BIN)
 all: examples
 tests: examples      # tests/t_http.t drives both binaries
 
-SRV_SRC   := $(wildcard examples/server/*.c)
+# The core both servers share (server.h), then each one's adapter and backend.
+SRV_CORE  := request routes writes metrics options policy pgtx backend_sync
+SRV_MHD   := mhd
+SRV_EV    := evhttp backend_loop pg_async
+SRV_OBJ    = $(patsubst %,$(BUILD)/examples/server/%.o,$(1))
+SRV_HDR   := $(wildcard examples/server/*.h) lib/feedcache.h
+
+$(BUILD)/examples/server:
+	mkdir -p $@
+
 $(BUILD)/examples/page_html.c: examples/server/page.html $(BUILD)/tools/embed | $(BUILD)/examples
 	$(BUILD)/tools/embed -p feed_server_ $< > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/examples/feed_server: $(SRV_SRC) examples/server/server.h $(BUILD)/examples/page_html.c $(STATIC) lib/feedcache.h | $(BUILD)/examples
-	$(CC) $(CPPFLAGS) -Iexamples/server $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
-	    $(SRV_SRC) $(BUILD)/examples/page_html.c $(STATIC) $(EX_LIBS) $(LIBS)
+$(BUILD)/examples/server/%.o: examples/server/%.c $(SRV_HDR) | $(BUILD)/examples/server
+	$(CC) $(CPPFLAGS) -Iexamples/server $(EX_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/examples/feed_server: $(call SRV_OBJ,$(SRV_CORE) $(SRV_MHD)) $(BUILD)/examples/page_html.c $(STATIC)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(call SRV_OBJ,$(SRV_CORE) $(SRV_MHD)) \
+	    $(BUILD)/examples/page_html.c $(STATIC) $(EX_LIBS) $(LIBS)
+
+$(BUILD)/examples/feed_server_evhttp: $(call SRV_OBJ,$(SRV_CORE) $(SRV_EV)) $(BUILD)/examples/page_html.c $(STATIC)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(call SRV_OBJ,$(SRV_CORE) $(SRV_EV)) \
+	    $(BUILD)/examples/page_html.c $(STATIC) $(EV_LIBS) $(JSON_LIBS) $(LIBS)
 
 $(BUILD)/examples/jget: examples/jget.c | $(BUILD)/examples
 	$(CC) $(CPPFLAGS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(JSON_LIBS)
@@ -38,7 +59,7 @@ $(BUILD)/examples/jget: examples/jget.c | $(BUILD)/examples
 demo:
 	tools/deps.sh
 	$(MAKE) $(EX_BIN)
-	BUILD=$(BUILD) examples/demo.sh start
+	BUILD=$(BUILD) SERVER=$(SERVER) examples/demo.sh start
 
 demo-stop:
 	BUILD=$(BUILD) examples/demo.sh stop

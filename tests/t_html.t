@@ -7,12 +7,15 @@
 # $BUILD/artifacts/feed.png.
 #
 # Needs: chromium (tools/deps.sh), curl, psql, redis-cli, $BUILD/examples/feed_server.
+# FEED_HTTP_SERVER names another server of the same page and API to check
+# instead, and FEED_HTML_SHOT the screenshot's file name (t_html_evhttp.t).
 # Data: uids 7100000..7199999 only.
 set -uo pipefail
 
 BUILD=${BUILD:-build}
-SERVER=$BUILD/examples/feed_server
+SERVER=${FEED_HTTP_SERVER:-$BUILD/examples/feed_server}
 ART=$BUILD/artifacts
+SHOT=$ART/${FEED_HTML_SHOT:-feed.png}
 
 # shellcheck source=tests/tap.bash
 . "$(dirname "${BASH_SOURCE[0]}")/tap.bash"
@@ -122,13 +125,13 @@ is "$(grep -c 'id="status" class="error">could not load: 400' "$TMP/err.html")" 
 
 # ---------------------------------------------------------------- screenshot
 mkdir -p "$ART"
-rm -f "$ART/feed.png"
+rm -f "$SHOT"
 rcli del "feed:2:{$U_LONG}" >/dev/null
-chrome "$BASE/?uid=$U_LONG&limit=10" --window-size=1100,1500 --screenshot="$ART/feed.png" >/dev/null
-if [[ -s $ART/feed.png && $(head -c 8 "$ART/feed.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; then
-    pass "a screenshot: $ART/feed.png ($(stat -c %s "$ART/feed.png") bytes)"
+chrome "$BASE/?uid=$U_LONG&limit=10" --window-size=1100,1500 --screenshot="$SHOT" >/dev/null
+if [[ -s $SHOT && $(head -c 8 "$SHOT" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; then
+    pass "a screenshot: $SHOT ($(stat -c %s "$SHOT") bytes)"
 else
-    fail "a screenshot in $ART/feed.png" "$(tail -n 3 "$TMP/chromium.log")"
+    fail "a screenshot in $SHOT" "$(tail -n 3 "$TMP/chromium.log")"
 fi
 
 kill -TERM "$SPID" && wait "$SPID"

@@ -10,6 +10,7 @@ PKGS=(
     redis-server redis-tools                       # throwaway Redis + redis-cli
     postgresql postgresql-client postgresql-15-pgtap
     libhiredis-dev libpq-dev libmicrohttpd-dev libjansson-dev
+    libevent-dev libuv1-dev                        # the event-loop example (evhttp), the async API
     gnuplot-nox                                    # bench plots
     chromium                                       # tests/t_html.t: the example's page in a browser
 )

@@ -1,6 +1,6 @@
 /* metrics.c -- GET /metrics: Prometheus text.
  *
- * Every counter of feed_stats, summed over the worker handles, as
+ * Every counter of feed_stats, summed over the workers' handles, as
  * feedcache_<name>_total, by feed_stats_count()/feed_stats_name(): a counter
  * the library adds appears here with no change (tests/t_http.t compares the
  * names with the fields of struct feed_stats in lib/feedcache.h). Then the
@@ -17,8 +17,46 @@ static void metric(sbuf *b, const char *name, const char *type, const char *help
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Sum every worker's counters into *sum (sum->stats: nstats values). */
-static size_t sum_workers(counters *sum, size_t nstats)
+/* ---- the workers ---- */
+
+static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
+static worker *workers;
+
+worker *worker_new(const backend_ops *ops, void *be)
+{
+    worker *w = calloc(1, sizeof *w);
+
+    if (!w || !be || !(w->c.stats = calloc(feed_stats_count() + 1, sizeof *w->c.stats))) {
+        free(w);
+        if (be)
+            ops->close(be);
+        return NULL;
+    }
+    w->ops = ops;
+    w->be = be;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_mutex_lock(&workers_lock);
+    w->next = workers;
+    workers = w;
+    pthread_mutex_unlock(&workers_lock);
+    return w;
+}
+
+void workers_close(void)
+{
+    pthread_mutex_lock(&workers_lock);
+    while (workers) {
+        worker *w = workers;
+        workers = w->next;
+        w->ops->close(w->be);
+        pthread_mutex_destroy(&w->lock);
+        free(w->c.stats);
+        free(w);
+    }
+    pthread_mutex_unlock(&workers_lock);
+}
+
+size_t workers_sum(counters *sum, size_t nstats)
 {
     size_t nworkers = 0;
 
@@ -72,20 +110,22 @@ static void requests(sbuf *b, const counters *sum)
     sb_printf(b, "feed_server_request_duration_seconds_count %" PRIu64 "\n", sum->latency_count);
 }
 
-enum MHD_Result get_metrics(ARGS)
+void get_metrics(request *rq)
 {
     size_t nstats = feed_stats_count(), nworkers;
     counters sum;
     sbuf b = { 0 };
 
     memset(&sum, 0, sizeof sum);
-    if (!(sum.stats = calloc(nstats ? nstats : 1, sizeof *sum.stats)))
-        return respond_error(PASS, 500, "out of memory");
-    nworkers = sum_workers(&sum, nstats);
+    if (!(sum.stats = calloc(nstats ? nstats : 1, sizeof *sum.stats))) {
+        respond_error(rq, 500, "out of memory");
+        return;
+    }
+    nworkers = workers_sum(&sum, nstats);
     for (size_t i = 0; i < nstats; i++) {
         char name[96], help[160];
         snprintf(name, sizeof name, "feedcache_%s_total", feed_stats_name(i));
-        snprintf(help, sizeof help, "feed_stats.%s, summed over the worker threads' handles.",
+        snprintf(help, sizeof help, "feed_stats.%s, summed over the workers' handles.",
                  feed_stats_name(i));
         metric(&b, name, "counter", help);
         sb_printf(&b, "%s %" PRIu64 "\n", name, sum.stats[i]);
@@ -97,12 +137,13 @@ enum MHD_Result get_metrics(ARGS)
     metric(&b, "feed_server_invalidations_total", "counter",
            "Cached copies this server dropped after a failed hook.");
     sb_printf(&b, "feed_server_invalidations_total %" PRIu64 "\n", sum.invalidations);
-    metric(&b, "feed_server_workers", "gauge", "Worker threads that have served a request.");
+    metric(&b, "feed_server_workers", "gauge", "Workers (threads, or event loops) that have served a request.");
     sb_printf(&b, "feed_server_workers %zu\n", nworkers);
     requests(&b, &sum);
     if (b.failed) {
         free(b.data);
-        return respond_error(PASS, 500, "out of memory");
+        respond_error(rq, 500, "out of memory");
+        return;
     }
-    return respond(PASS, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
+    respond(rq, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
 }

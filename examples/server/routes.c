@@ -1,6 +1,7 @@
 /* routes.c -- which route a request names, and the read routes: a page of a
  * feed, the items newer than a cursor, /healthz, and the HTML page. Each is
- * one library call turned into JSON.
+ * one backend operation (one library call) whose completion turns its
+ * result into JSON.
  *
  * Ids are JSON strings of decimal digits on output, because ids may exceed
  * 2^53 and JavaScript-style clients would round JSON numbers that large;
@@ -79,12 +80,12 @@ static enum route classify(const char *url, char *buf, size_t buflen, char **seg
     return R_UNKNOWN;
 }
 
-enum route route_of(const char *url)
+enum route route_of(const char *path)
 {
     char buf[512];
     char *seg[MAX_SEGS];
 
-    return classify(url, buf, sizeof buf, seg);
+    return classify(path, buf, sizeof buf, seg);
 }
 
 static int method_allowed(const char *allow, const char *method)
@@ -101,49 +102,47 @@ static int method_allowed(const char *allow, const char *method)
 /* ---- the read routes ---- */
 
 /* ?limit=N&cursor=TOKEN, both optional unless cursor_required. A token
- * may carry the rank where its page ended (*rank; -1 when it does not). */
-static enum MHD_Result page_args(ARGS, int cursor_required, size_t *limit, int64_t *score,
-                                 int64_t *id, int64_t *rank, int *answered)
+ * may carry the rank where its page ended (*rank; -1 when it does not).
+ * Returns 1 when a 400 was queued. */
+static int page_args(request *rq, int cursor_required, size_t *limit, int64_t *rank)
 {
     static const char *const allowed[] = { "limit", "cursor", NULL };
     const char *limit_s = NULL, *cursor = NULL;
     uint64_t lim = DEFAULT_LIMIT < opt.cfg.max_page ? DEFAULT_LIMIT : opt.cfg.max_page;
-    enum MHD_Result ret = check_query(PASS, allowed, answered);
 
-    if (*answered)
-        return ret;
-    *answered = 1;
-    *score = FEED_FIRST;
-    *id = 0;
+    if (check_query(rq, allowed))
+        return 1;
+    rq->cur_score = FEED_FIRST;
+    rq->cur_id = 0;
     *rank = -1;
-    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "limit", 5, &limit_s, NULL) == MHD_YES &&
+    if (query_get(rq, "limit", &limit_s) &&
         (parse_u64(limit_s, UINT32_MAX, &lim) != 0 || lim < 1 || lim > opt.cfg.max_page))
-        return respond_error(PASS, 400, "limit must be an integer in 1..%u", opt.cfg.max_page);
-    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "cursor", 6, &cursor, NULL) == MHD_YES) {
-        if (feed_cursor_decode_ranked(cursor ? cursor : "", score, id, rank) != FEED_OK)
-            return respond_error(PASS, 400, "malformed cursor: pass a cursor of an earlier "
+        return respond_error(rq, 400, "limit must be an integer in 1..%u", opt.cfg.max_page), 1;
+    if (query_get(rq, "cursor", &cursor)) {
+        if (feed_cursor_decode_ranked(cursor ? cursor : "", &rq->cur_score, &rq->cur_id,
+                                      rank) != FEED_OK)
+            return respond_error(rq, 400, "malformed cursor: pass a cursor of an earlier "
                                  "answer as it came%s", cursor_required ? "" :
-                                 ", or omit cursor for the first page");
+                                 ", or omit cursor for the first page"), 1;
     } else if (cursor_required) {
-        return respond_error(PASS, 400, "cursor is required: the cursor of the newest item "
-                             "the client holds");
+        return respond_error(rq, 400, "cursor is required: the cursor of the newest item "
+                             "the client holds"), 1;
     }
     *limit = (size_t)lim;
-    *answered = 0;
-    return MHD_YES;
+    return 0;
 }
 
 /* {"items":[...], "next_cursor": TOKEN or null, "source": ...} plus, when
  * has_more_key, "has_more". The token carries next_rank (-1: none). Frees
  * res. */
-static enum MHD_Result page_json(ARGS, feed_result *res, int64_t next_rank,
-                                 const char *has_more_key)
+static void page_json(request *rq, feed_result *res, int64_t next_rank,
+                      const char *has_more_key)
 {
     json_t *items = json_array(), *obj = json_object();
-    char token[32];
+    char token[FEED_CURSOR_SIZE];
     int ok;
 
-    rq->source = source_name(res->source);
+    rq->source = policy_source_name(res->source);
     /* jansson functions given NULL return NULL or -1: one check at the end
      * catches any allocation failure. */
     for (size_t i = 0; items && i < res->count; i++)
@@ -165,17 +164,30 @@ static enum MHD_Result page_json(ARGS, feed_result *res, int64_t next_rank,
     feed_result_free(res);
     if (!ok) {
         json_decref(obj);
-        return respond_error(PASS, 500, "out of memory");
+        respond_error(rq, 500, "out of memory");
+        return;
     }
-    return respond_json(PASS, 200, obj, NULL);
+    respond_json(rq, 200, obj, NULL);
 }
 
-static enum MHD_Result library_error(ARGS, feed *f, int rc)
+static void library_error(request *rq, int rc, const char *errmsg)
 {
-    unsigned st = status_of(rc);
+    unsigned st = policy_status(rc);
 
-    snprintf(rq->err, sizeof rq->err, "%s", f ? feed_errmsg(f) : feed_errmsg(NULL));
-    return respond_error(PASS, st, "%s", st >= 500 ? feed_strerror(rc) : rq->err);
+    snprintf(rq->err, sizeof rq->err, "%s", errmsg);
+    respond_error(rq, st, "%s", st >= 500 ? feed_strerror(rc) : rq->err);
+}
+
+static void feed_done(request *rq, int rc, feed_result *res, int64_t next_rank,
+                      const char *errmsg)
+{
+    if (rc != FEED_OK) {
+        library_error(rq, rc, errmsg);
+        return;
+    }
+    if (rq->newer)
+        policy_newer_cursor(res, rq->cur_score, rq->cur_id);
+    page_json(rq, res, next_rank, rq->newer ? "has_more" : NULL);
 }
 
 /* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page_ranked. The
@@ -186,31 +198,23 @@ static enum MHD_Result library_error(ARGS, feed *f, int rc)
  * one feed_page_newer. Items newest first; next_cursor is the cursor to pass
  * next time (the newest item returned, or the given one when none is
  * newer); has_more says that still newer items exist: call again at once. */
-static enum MHD_Result get_feed(ARGS, worker *w, int64_t uid, int newer)
+static void get_feed(request *rq, int64_t uid, int newer)
 {
+    const backend_ops *be = rq->w->ops;
     size_t limit = 0;
-    int64_t score = FEED_FIRST, id = 0, rank = -1, next_rank = -1;
-    feed_result res;
-    feed *f;
-    int answered, rc = FEED_EUNAVAILABLE;
-    enum MHD_Result ret = page_args(PASS, newer, &limit, &score, &id, &rank, &answered);
+    int64_t rank = -1;
 
-    if (answered)
-        return ret;
-    if ((f = worker_feed(w)) != NULL)
-        rc = newer ? feed_page_newer(f, uid, score, id, limit, &res)
-                   : feed_page_ranked(f, uid, score, id, rank, limit, &res, &next_rank);
-    if (rc != FEED_OK)
-        return library_error(PASS, f, rc);
-    if (newer && !res.has_more) {   /* the cursor to keep: the newest item, else the old one */
-        res.next_score = res.count ? res.items[0].score : score;
-        res.next_id = res.count ? res.items[0].id : id;
-    }
-    return page_json(PASS, &res, next_rank, newer ? "has_more" : NULL);
+    if (page_args(rq, newer, &limit, &rank))
+        return;
+    rq->newer = newer;
+    if (newer)
+        be->newer(rq->w->be, rq, uid, rq->cur_score, rq->cur_id, limit, feed_done);
+    else
+        be->page(rq->w->be, rq, uid, rq->cur_score, rq->cur_id, rank, limit, feed_done);
 }
 
 /* GET / (?uid=N&limit=N&autoscroll=1 are read by the page's script). */
-static enum MHD_Result get_page(ARGS)
+static void get_page(request *rq)
 {
     static const char *const allowed[] = { "uid", "limit", "autoscroll", NULL };
     static const char *const csp[] = {
@@ -218,43 +222,41 @@ static enum MHD_Result get_page(ARGS)
         "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'", NULL
     };
     size_t len = strlen(feed_server_page);
-    int answered;
-    enum MHD_Result ret = check_query(PASS, allowed, &answered);
     char *body;
 
-    if (answered)
-        return ret;
-    if (!(body = malloc(len)))
-        return respond_error(PASS, 500, "out of memory");
+    if (check_query(rq, allowed))
+        return;
+    if (!(body = malloc(len))) {
+        respond_error(rq, 500, "out of memory");
+        return;
+    }
     memcpy(body, feed_server_page, len);
-    return respond(PASS, 200, "text/html; charset=utf-8", body, len, csp);
+    respond(rq, 200, "text/html; charset=utf-8", body, len, csp);
+}
+
+static void health_done_cb(request *rq, const feed_health_info *h, const char *errmsg)
+{
+    int redis_ok = h && h->redis_up, pg_ok = h && h->pg_up;
+
+    if (h)
+        snprintf(rq->err, sizeof rq->err, "%.250s%s%.250s", h->redis_msg,
+                 h->redis_msg[0] && h->pg_msg[0] ? "; " : "", h->pg_msg);
+    else
+        snprintf(rq->err, sizeof rq->err, "no handle: %s", errmsg);
+    respond_json(rq, redis_ok || pg_ok ? 200 : 503,
+                 json_pack("{s:s,s:s,s:s}",
+                           "status", redis_ok && pg_ok ? "ok" : redis_ok || pg_ok ? "degraded" : "down",
+                           "redis", redis_ok ? "up" : "down",
+                           "postgres", pg_ok ? "up" : "down"),
+                 NULL);
 }
 
 /* GET /healthz: whether each store answers now (feed_health: a PING, one
  * read of the feed table). 200 while one does. */
-static enum MHD_Result get_healthz(ARGS, worker *w)
+static void get_healthz(request *rq)
 {
-    feed *f = worker_feed(w);
-    feed_health_info h;
-    int answered, redis_ok = 0, pg_ok = 0;
-    enum MHD_Result ret = check_query(PASS, NULL, &answered);
-
-    if (answered)
-        return ret;
-    if (f && feed_health(f, &h) != FEED_EINVAL) {
-        redis_ok = h.redis_up;
-        pg_ok = h.pg_up;
-        snprintf(rq->err, sizeof rq->err, "%.250s%s%.250s", h.redis_msg,
-                 h.redis_msg[0] && h.pg_msg[0] ? "; " : "", h.pg_msg);
-    } else {
-        snprintf(rq->err, sizeof rq->err, "no handle: %s", feed_errmsg(NULL));
-    }
-    return respond_json(PASS, redis_ok || pg_ok ? 200 : 503,
-                        json_pack("{s:s,s:s,s:s}",
-                                  "status", redis_ok && pg_ok ? "ok" : redis_ok || pg_ok ? "degraded" : "down",
-                                  "redis", redis_ok ? "up" : "down",
-                                  "postgres", pg_ok ? "up" : "down"),
-                        NULL);
+    if (!check_query(rq, NULL))
+        rq->w->ops->health(rq->w->be, rq, health_done_cb);
 }
 
 /* ---- dispatch ---- */
@@ -262,7 +264,7 @@ static enum MHD_Result get_healthz(ARGS, worker *w)
 #define ID_TEXT "must be a non-negative integer (decimal digits, at most 9223372036854775807)"
 
 /* OPTIONS: what the route takes, and the CORS preflight answer. */
-static enum MHD_Result preflight(ARGS, const char *allow)
+static void preflight(request *rq, const char *allow)
 {
     const char *const hdrs[] = {
         "Allow", allow,
@@ -272,62 +274,68 @@ static enum MHD_Result preflight(ARGS, const char *allow)
     };
     const char *const plain[] = { "Allow", allow, NULL };
 
-    return respond(PASS, 204, NULL, NULL, 0, opt.cors_origin ? hdrs : plain);
+    respond(rq, 204, NULL, NULL, 0, opt.cors_origin ? hdrs : plain);
 }
 
-enum MHD_Result dispatch(ARGS)
+void dispatch(request *rq)
 {
     char buf[512];
     char *seg[MAX_SEGS];
     int64_t uid = 0, id = -1;
-    worker *w = this_worker();
-    const char *allow;
+    const char *allow, *method = rq->method;
 
-    if (!w)
-        return respond_error(PASS, 500, "out of memory");
-    rq->route = classify(url, buf, sizeof buf, seg);
-    if (rq->route == R_UNKNOWN)
-        return respond_error(PASS, 404, "no such endpoint; see GET /, GET /users/{uid}/feed, "
-                             "GET /users/{uid}/feed/newer, POST|PUT /users/{uid}/items, "
-                             "PUT|DELETE /users/{uid}/items/{id}, POST /items/{id}/fanout, "
-                             "GET /metrics, GET /healthz");
+    if (!rq->w) {
+        respond_error(rq, 500, "out of memory");
+        return;
+    }
+    rq->route = classify(rq->path, buf, sizeof buf, seg);
+    if (rq->route == R_UNKNOWN) {
+        respond_error(rq, 404, "no such endpoint; see GET /, GET /users/{uid}/feed, "
+                      "GET /users/{uid}/feed/newer, POST|PUT /users/{uid}/items, "
+                      "PUT|DELETE /users/{uid}/items/{id}, POST /items/{id}/fanout, "
+                      "GET /metrics, GET /healthz");
+        return;
+    }
     allow = route_allow[rq->route];
     if (!method_allowed(allow, method)) {
         const char *const hdr[] = { "Allow", allow, NULL };
         char msg[120];
         snprintf(msg, sizeof msg, "method not allowed here; allowed: %s", allow);
-        return respond_json(PASS, 405, json_pack("{s:s}", "error", msg), hdr);
+        respond_json(rq, 405, json_pack("{s:s}", "error", msg), hdr);
+        return;
     }
-    if (strcmp(method, "OPTIONS") == 0)
-        return preflight(PASS, allow);
-    if (rq->route >= R_FEED && rq->route <= R_ITEM && parse_i64_nonneg(seg[1], &uid) != 0)
-        return respond_error(PASS, 400, "uid " ID_TEXT);
+    if (strcmp(method, "OPTIONS") == 0) {
+        preflight(rq, allow);
+        return;
+    }
+    if (rq->route >= R_FEED && rq->route <= R_ITEM && parse_i64_nonneg(seg[1], &uid) != 0) {
+        respond_error(rq, 400, "uid " ID_TEXT);
+        return;
+    }
     if ((rq->route == R_ITEM && parse_i64_nonneg(seg[3], &id) != 0) ||
-        (rq->route == R_FANOUT && parse_i64_nonneg(seg[1], &id) != 0))
-        return respond_error(PASS, 400, "item id " ID_TEXT);
-    if (rq->route >= R_ITEMS && rq->route <= R_FANOUT) {   /* writes take no query */
-        int answered;
-        enum MHD_Result ret = check_query(PASS, NULL, &answered);
-        if (answered)
-            return ret;
+        (rq->route == R_FANOUT && parse_i64_nonneg(seg[1], &id) != 0)) {
+        respond_error(rq, 400, "item id " ID_TEXT);
+        return;
     }
+    /* Writes and /metrics take no query. */
+    if (((rq->route >= R_ITEMS && rq->route <= R_FANOUT) || rq->route == R_METRICS) &&
+        check_query(rq, NULL))
+        return;
 
     switch (rq->route) {
-    case R_PAGE:    return get_page(PASS);
-    case R_METRICS: {
-        int answered;
-        enum MHD_Result ret = check_query(PASS, NULL, &answered);
-        return answered ? ret : get_metrics(PASS);
-    }
-    case R_HEALTHZ: return get_healthz(PASS, w);
-    case R_FEED:    return get_feed(PASS, w, uid, 0);
-    case R_NEWER:   return get_feed(PASS, w, uid, 1);
-    case R_ITEMS:   return put_item(PASS, w, uid, -1, strcmp(method, "POST") == 0);
+    case R_PAGE:    get_page(rq); break;
+    case R_METRICS: get_metrics(rq); break;
+    case R_HEALTHZ: get_healthz(rq); break;
+    case R_FEED:    get_feed(rq, uid, 0); break;
+    case R_NEWER:   get_feed(rq, uid, 1); break;
+    case R_ITEMS:   put_item(rq, uid, -1, strcmp(method, "POST") == 0); break;
     case R_ITEM:
         if (strcmp(method, "DELETE") == 0)
-            return delete_item(PASS, w, uid, id);
-        return put_item(PASS, w, uid, id, 0);
-    case R_FANOUT:  return fanout(PASS, w, id);
-    default:        return respond_error(PASS, 500, "unreachable");
+            delete_item(rq, uid, id);
+        else
+            put_item(rq, uid, id, 0);
+        break;
+    case R_FANOUT:  fanout(rq, id); break;
+    default:        respond_error(rq, 500, "unreachable");
     }
 }

@@ -1,14 +1,17 @@
 /* writes.c -- the write routes: the row changes in a PostgreSQL transaction
  * (the application's own work), then the library's hook runs after COMMIT.
+ * Each route is a chain of backend operations: the transaction, whose
+ * completion starts the hook, whose completion answers (or, when the hook
+ * failed, first drops the cached copies).
  *
  * When a hook fails, PostgreSQL has the row but the cached copy may lack
  * it. If Redis could not be reached, the library remembers the feed and the
  * first handle to reach Redis again drops that copy (feedcache.h, "Write
  * hooks"). If Redis answered and refused, this server drops the copy itself
- * with feed_invalidate(), the caller's part by the header; when that is
- * refused too, the answer says "repair-pending" and the library keeps the
- * feed on its repair list. Either way the answer's "cache" field says
- * which: "ok", "invalidated" or "repair-pending".
+ * (policy_drop, feed_invalidate), at once; when that is refused too, the
+ * answer says "repair-pending" and the library keeps the feed on its repair
+ * list. Either way the answer's "cache" field says which: "ok",
+ * "invalidated" or "repair-pending".
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -88,7 +91,7 @@ static json_t *body_object(const request *rq, const char *const *allowed,
     return j;
 }
 
-/* ---- PostgreSQL: BEGIN; one statement; COMMIT ---- */
+/* ---- the SQL: BEGIN; one statement; COMMIT (backend_sync.c, pg_async.c) ---- */
 
 /* The statements, on the configured table and columns (feed_config). */
 static struct {
@@ -144,171 +147,138 @@ void writes_free(void)
     free(stmt.fanout);
 }
 
-enum tx_result {
-    TX_OK,
-    TX_CONFLICT,     /* unique violation: the row exists */
-    TX_DOWN,         /* PostgreSQL unreachable; nothing committed */
-    TX_UNKNOWN,      /* the connection broke during COMMIT: it may have committed */
-    TX_FAILED        /* any other error; nothing committed */
-};
-
-static void pg_message(PGconn *pg, const PGresult *r, char *err, size_t errlen)
-{
-    const char *m = r ? PQresultErrorMessage(r) : "";
-    size_t len;
-
-    if (!m || !*m)
-        m = pg ? PQerrorMessage(pg) : "no connection";
-    len = strlen(m);
-    while (len > 0 && (m[len - 1] == '\n' || m[len - 1] == ' '))
-        len--;
-    snprintf(err, errlen, "PostgreSQL: %.*s", (int)len, m);
-}
-
-static int conn_lost(PGconn *pg, const PGresult *r)
-{
-    const char *s = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-
-    return PQstatus(pg) != CONNECTION_OK || (s && (strncmp(s, "08", 2) == 0 ||
-                                                   strcmp(s, "57P01") == 0 ||
-                                                   strcmp(s, "57P03") == 0));
-}
-
-static int command_ok(const PGresult *r)
-{
-    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-
-    return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
-}
-
-/* BEGIN, and if the connection turns out to be dead (a PostgreSQL restart
- * since the last request), once more on a fresh one: nothing was done yet. */
-static enum tx_result begin(worker *w, char *err, size_t errlen)
-{
-    for (int attempt = 0; attempt < 2; attempt++) {
-        PGconn *pg = worker_pg(w, attempt > 0);
-        PGresult *r;
-        int lost;
-        if (!pg) {
-            pg_message(w->pg, NULL, err, errlen);
-            return TX_DOWN;
-        }
-        r = PQexec(pg, "BEGIN");
-        if (command_ok(r)) {
-            PQclear(r);
-            return TX_OK;
-        }
-        pg_message(pg, r, err, errlen);
-        lost = conn_lost(pg, r);
-        PQclear(r);
-        if (!lost)
-            return TX_FAILED;
-    }
-    return TX_DOWN;
-}
-
-static enum tx_result pg_write(worker *w, const char *sql, int nparams,
-                               const char *const *params, PGresult **out,
-                               char *err, size_t errlen)
-{
-    enum tx_result res = begin(w, err, errlen);
-    PGresult *r;
-    PGconn *pg = w->pg;
-    const char *state;
-
-    *out = NULL;
-    if (res != TX_OK)
-        return res;
-    /* ... the application's own work of the transaction would go here ... */
-    r = PQexecParams(pg, sql, nparams, NULL, params, NULL, NULL, 0);
-    if (!command_ok(r)) {
-        pg_message(pg, r, err, errlen);
-        state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        res = state && strcmp(state, "23505") == 0 ? TX_CONFLICT
-              : conn_lost(pg, r) ? TX_DOWN : TX_FAILED;
-        PQclear(r);
-        if (PQstatus(pg) == CONNECTION_OK)
-            PQclear(PQexec(pg, "ROLLBACK"));
-        return res;
-    }
-    *out = r;
-    r = PQexec(pg, "COMMIT");
-    if (!command_ok(r)) {
-        pg_message(pg, r, err, errlen);
-        res = conn_lost(pg, r) ? TX_UNKNOWN : TX_FAILED;
-        PQclear(r);
-        PQclear(*out);
-        *out = NULL;
-        return res;
-    }
-    PQclear(r);
-    return TX_OK;
-}
 
 /* ---- after the commit: the cache ---- */
 
-/* A hook for uids failed (rc) after its row committed, or the commit's
- * outcome is unknown. Returns the "cache" word of the answer. */
-static const char *hook_failed(worker *w, feed *f, const int64_t *uids, size_t n,
-                               const char *what, const char *msg)
+/* The answer to a write, after its commit. */
+static void reply(request *rq)
 {
-    size_t done = 0;
+    json_t *obj = json_pack("{s:o,s:I,s:s}", "id", id_json(rq->id), "score",
+                            (json_int_t)rq->score, "cache", rq->cache ? rq->cache : "ok");
+    char loc[80];
+    const char *const hdr[] = { "Location", loc, NULL };
 
-    if (n == 1)
-        fprintf(stderr, "feed_server: %s for uid %" PRId64 " failed after commit: %s\n",
-                what, uids[0], msg);
-    else
-        fprintf(stderr, "feed_server: %s for %zu feeds failed after commit: %s\n", what, n, msg);
-    /* Dropping a copy is always safe. Stop at the first failure: Redis is
-     * away or refusing, and the library keeps what it could not reach. */
-    while (f && done < n && feed_invalidate(f, uids[done]) == FEED_OK)
-        done++;
+    if (obj && rq->route == R_FANOUT)
+        json_object_set_new(obj, "users", json_integer((json_int_t)rq->n));
+    if (rq->create) {
+        snprintf(loc, sizeof loc, "/users/%" PRId64 "/items/%" PRId64, rq->uid, rq->id);
+        respond_json(rq, 201, obj, hdr);
+    } else {
+        respond_json(rq, 200, obj, NULL);
+    }
+}
+
+static void tx_error(request *rq, enum tx_result tx, const char *conflict)
+{
+    switch (tx) {
+    case TX_CONFLICT:
+        respond_error(rq, 409, "%s", conflict);
+        break;
+    case TX_DOWN:
+        respond_error(rq, 503, "PostgreSQL is unavailable; nothing was written");
+        break;
+    case TX_UNKNOWN:
+        respond_error(rq, 503, "PostgreSQL went away during COMMIT; the write may "
+                      "or may not have happened");
+        break;
+    default:
+        respond_error(rq, 500, "PostgreSQL refused the write");
+    }
+}
+
+/* The copies of the hook that failed are dropped (or not): count, answer. */
+static void dropped(request *rq, size_t done)
+{
+    worker *w = rq->w;
+
     pthread_mutex_lock(&w->lock);
     w->c.hook_failures++;
     w->c.invalidations += done;
     pthread_mutex_unlock(&w->lock);
-    return done == n ? "invalidated" : "repair-pending";
-}
-
-/* The answer to a write, after its commit. */
-static json_t *write_reply(int64_t id, int64_t score, const char *cache)
-{
-    return json_pack("{s:o,s:I,s:s}", "id", id_json(id), "score", (json_int_t)score,
-                     "cache", cache);
-}
-
-static enum MHD_Result tx_error(ARGS, enum tx_result tx, const char *what)
-{
-    switch (tx) {
-    case TX_CONFLICT:
-        return respond_error(PASS, 409, "%s", what);
-    case TX_DOWN:
-        return respond_error(PASS, 503, "PostgreSQL is unavailable; nothing was written");
-    case TX_UNKNOWN:
-        return respond_error(PASS, 503, "PostgreSQL went away during COMMIT; the write may "
-                             "or may not have happened");
-    default:
-        return respond_error(PASS, 500, "PostgreSQL refused the write");
+    if (rq->tx == TX_UNKNOWN) {
+        tx_error(rq, TX_UNKNOWN, "");
+        return;
     }
+    rq->cache = done == rq->n ? "invalidated" : "repair-pending";
+    reply(rq);
+}
+
+/* A hook for rq's feeds failed (what, msg) after its row committed, or the
+ * commit's outcome is unknown: drop the copies, then answer. */
+static void hook_failed(request *rq, const char *what, const char *msg)
+{
+    if (rq->n == 1)
+        fprintf(stderr, "%s: %s for uid %" PRId64 " failed after commit: %s\n",
+                progname, what, rq->uids[0], msg);
+    else
+        fprintf(stderr, "%s: %s for %zu feeds failed after commit: %s\n",
+                progname, what, rq->n, msg);
+    rq->w->ops->drop(rq->w->be, rq, rq->uids, rq->n, dropped);
+}
+
+static void hooked(request *rq, int rc, const char *errmsg)
+{
+    if (rc != FEED_OK)
+        hook_failed(rq, rq->what, errmsg);
+    else
+        reply(rq);
+}
+
+/* The transaction's outcome: on TX_OK the caller goes on; otherwise the
+ * answer is under way and 1 is returned. */
+static int tx_failed(request *rq, const tx_outcome *tx, const char *conflict)
+{
+    if (tx->res == TX_OK)
+        return 0;
+    snprintf(rq->err, sizeof rq->err, "%s", tx->err ? tx->err : "");
+    rq->tx = tx->res;
+    if (tx->res == TX_UNKNOWN)   /* it may have committed: drop the copies */
+        hook_failed(rq, rq->what, "commit outcome unknown");
+    else
+        tx_error(rq, tx->res, conflict);
+    return 1;
+}
+
+/* ---- the routes ---- */
+
+/* One uid: rq->uids points at it (freed with the request). */
+static int one_uid(request *rq, int64_t uid)
+{
+    if (!(rq->uids = malloc(sizeof *rq->uids)))
+        return -1;
+    rq->uids[0] = rq->uid = uid;
+    rq->n = 1;
+    return 0;
+}
+
+static void put_committed(request *rq, const tx_outcome *tx)
+{
+    if (tx_failed(rq, tx, "an item with this id is already in the feed; "
+                  "PUT changes its score"))
+        return;
+    if (tx->rows == 0) {   /* UPDATE of no row: committed a no-op, nothing to tell the cache */
+        respond_error(rq, 404, "no item %" PRId64 " in the feed of user %" PRId64,
+                      rq->id, rq->uid);
+        return;
+    }
+    rq->what = "feed_on_insert";
+    rq->w->ops->on_insert(rq->w->be, rq, rq->uid, rq->score, rq->id, hooked);
 }
 
 /* POST /users/{uid}/items, PUT /users/{uid}/items, PUT /users/{uid}/items/{id}:
  * path_id < 0 when the id is not in the path. */
-enum MHD_Result put_item(ARGS, worker *w, int64_t uid, int64_t path_id, int create)
+void put_item(request *rq, int64_t uid, int64_t path_id, int create)
 {
     static const char *const allowed[] = { "id", "score", NULL };
-    char err[300], p_uid[24], p_score[24], p_id[24], loc[80];
-    const char *params[3] = { p_uid, p_score, p_id };
-    const char *cache = "ok";
+    char err[300];
     int64_t id = path_id, score = 0;
     json_t *body, *v;
-    PGresult *r;
-    enum tx_result tx;
     int rc;
-    feed *f;
 
-    if (!(body = body_object(rq, allowed, err, sizeof err)))
-        return respond_error(PASS, 400, "%s", err);
+    if (!(body = body_object(rq, allowed, err, sizeof err))) {
+        respond_error(rq, 400, "%s", err);
+        return;
+    }
     if ((v = json_object_get(body, "id")) != NULL) {
         int64_t body_id;
         rc = json_id(v, &body_id);
@@ -316,82 +286,70 @@ enum MHD_Result put_item(ARGS, worker *w, int64_t uid, int64_t path_id, int crea
             rc = 1;
         if (rc != 0) {
             json_decref(body);
-            return respond_error(PASS, 400, rc < 0 ? "id must be " ID_RULE
-                                 : "the id in the body differs from the id in the path");
+            respond_error(rq, 400, rc < 0 ? "id must be " ID_RULE
+                          : "the id in the body differs from the id in the path");
+            return;
         }
         id = body_id;
     } else if (path_id < 0) {
         json_decref(body);
-        return respond_error(PASS, 400, "missing field \"id\"");
+        respond_error(rq, 400, "missing field \"id\"");
+        return;
     }
     v = json_object_get(body, "score");
     rc = v ? json_score(v, &score) : -1;
     json_decref(body);
-    if (!v)
-        return respond_error(PASS, 400, "missing field \"score\"");
-    if (rc != 0)
-        return respond_error(PASS, 400, SCORE_RULE);
-
-    f = worker_feed(w);
-    snprintf(p_uid, sizeof p_uid, "%" PRId64, uid);
-    snprintf(p_score, sizeof p_score, "%" PRId64, score);
-    snprintf(p_id, sizeof p_id, "%" PRId64, id);
-    tx = pg_write(w, create ? stmt.insert : stmt.update, 3, params, &r, err, sizeof err);
-    if (tx == TX_UNKNOWN)
-        hook_failed(w, f, &uid, 1, create ? "insert" : "update", "commit outcome unknown");
-    if (tx != TX_OK) {
-        snprintf(rq->err, sizeof rq->err, "%s", err);
-        return tx_error(PASS, tx, "an item with this id is already in the feed; "
-                        "PUT changes its score");
+    if (!v || rc != 0) {
+        respond_error(rq, 400, "%s", v ? SCORE_RULE : "missing field \"score\"");
+        return;
     }
-    rc = strcmp(PQcmdTuples(r), "0") == 0;
-    PQclear(r);
-    if (rc)   /* UPDATE of no row: committed a no-op, nothing to tell the cache */
-        return respond_error(PASS, 404, "no item %" PRId64 " in the feed of user %" PRId64, id, uid);
-
-    /* The row committed: now the cache. */
-    rc = f ? feed_on_insert(f, uid, score, id) : FEED_EUNAVAILABLE;
-    if (rc != FEED_OK)
-        cache = hook_failed(w, f, &uid, 1, "feed_on_insert", f ? feed_errmsg(f) : "no handle");
-    if (create) {
-        const char *const hdr[] = { "Location", loc, NULL };
-        snprintf(loc, sizeof loc, "/users/%" PRId64 "/items/%" PRId64, uid, id);
-        return respond_json(PASS, 201, write_reply(id, score, cache), hdr);
+    if (one_uid(rq, uid) != 0) {
+        respond_error(rq, 500, "out of memory");
+        return;
     }
-    return respond_json(PASS, 200, write_reply(id, score, cache), NULL);
+    rq->id = id;
+    rq->score = score;
+    rq->create = create;
+    rq->what = create ? "insert" : "update";
+    snprintf(rq->param[0], sizeof rq->param[0], "%" PRId64, uid);
+    snprintf(rq->param[1], sizeof rq->param[1], "%" PRId64, score);
+    snprintf(rq->param[2], sizeof rq->param[2], "%" PRId64, id);
+    for (int i = 0; i < 3; i++)
+        rq->params[i] = rq->param[i];
+    rq->w->ops->tx(rq->w->be, rq, create ? stmt.insert : stmt.update, 3, rq->params,
+                   put_committed);
 }
 
-enum MHD_Result delete_item(ARGS, worker *w, int64_t uid, int64_t id)
+static void delete_committed(request *rq, const tx_outcome *tx)
 {
-    char err[300], p_uid[24], p_id[24];
-    const char *params[2] = { p_uid, p_id };
-    const char *cache = "ok";
-    int64_t score = 0;
-    enum tx_result tx;
-    PGresult *r;
-    feed *f;
-    int rc;
-
-    if (rq->len > 0)
-        return respond_error(PASS, 400, "DELETE takes no request body");
-    f = worker_feed(w);
-    snprintf(p_uid, sizeof p_uid, "%" PRId64, uid);
-    snprintf(p_id, sizeof p_id, "%" PRId64, id);
-    tx = pg_write(w, stmt.delete, 2, params, &r, err, sizeof err);
-    if (tx == TX_UNKNOWN)
-        hook_failed(w, f, &uid, 1, "delete", "commit outcome unknown");
-    if (tx != TX_OK) {
-        snprintf(rq->err, sizeof rq->err, "%s", err);
-        return tx_error(PASS, tx, "conflict");
+    if (tx_failed(rq, tx, "conflict"))
+        return;
+    if (tx->rows != 1 || !tx->first || sscanf(tx->first, "%" SCNd64, &rq->score) != 1) {
+        respond_error(rq, 404, "no item %" PRId64 " in the feed of user %" PRId64,
+                      rq->id, rq->uid);
+        return;
     }
-    rc = PQntuples(r) == 1 && sscanf(PQgetvalue(r, 0, 0), "%" SCNd64, &score) == 1;
-    PQclear(r);
-    if (!rc)
-        return respond_error(PASS, 404, "no item %" PRId64 " in the feed of user %" PRId64, id, uid);
-    rc = f ? feed_on_delete(f, uid, id) : FEED_EUNAVAILABLE;
-    if (rc != FEED_OK)
-        cache = hook_failed(w, f, &uid, 1, "feed_on_delete", f ? feed_errmsg(f) : "no handle");
-    return respond_json(PASS, 200, write_reply(id, score, cache), NULL);
+    rq->what = "feed_on_delete";
+    rq->w->ops->on_delete(rq->w->be, rq, rq->uid, rq->id, hooked);
+}
+
+void delete_item(request *rq, int64_t uid, int64_t id)
+{
+    if (rq->len > 0) {
+        respond_error(rq, 400, "DELETE takes no request body");
+        return;
+    }
+    if (one_uid(rq, uid) != 0) {
+        respond_error(rq, 500, "out of memory");
+        return;
+    }
+    rq->id = id;
+    rq->what = "delete";
+    snprintf(rq->param[0], sizeof rq->param[0], "%" PRId64, uid);
+    snprintf(rq->param[1], sizeof rq->param[1], "%" PRId64, id);
+    rq->params[0] = rq->param[0];
+    rq->params[1] = rq->param[1];
+    rq->w->ops->tx(rq->w->be, rq, stmt.delete, 2, rq->params, delete_committed);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -401,98 +359,78 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The uids of a fan-out body, sorted, each once; NULL after a queued 400
- * or 500 (*ret then holds its result). */
-static int64_t *fanout_uids(ARGS, json_t *uids_j, size_t *n, enum MHD_Result *ret)
+/* The uids of a fan-out body into rq->uids, rq->n: sorted, each once.
+ * Returns 1 after a queued 400 or 500. */
+static int fanout_uids(request *rq, json_t *uids_j)
 {
-    int64_t *uids;
     json_t *v;
     size_t i, m = 0;
 
     if (!json_is_array(uids_j) || json_array_size(uids_j) == 0 ||
-        json_array_size(uids_j) > opt.max_fanout) {
-        *ret = respond_error(PASS, 400, "uids must be an array of 1..%zu user ids", opt.max_fanout);
-        return NULL;
-    }
-    if (!(uids = malloc(json_array_size(uids_j) * sizeof *uids))) {
-        *ret = respond_error(PASS, 500, "out of memory");
-        return NULL;
-    }
+        json_array_size(uids_j) > opt.max_fanout)
+        return respond_error(rq, 400, "uids must be an array of 1..%zu user ids",
+                             opt.max_fanout), 1;
+    if (!(rq->uids = malloc(json_array_size(uids_j) * sizeof *rq->uids)))
+        return respond_error(rq, 500, "out of memory"), 1;
     json_array_foreach(uids_j, i, v) {
-        if (json_id(v, &uids[i]) != 0) {
-            free(uids);
-            *ret = respond_error(PASS, 400, "uids[%zu] must be " ID_RULE, i);
-            return NULL;
-        }
+        if (json_id(v, &rq->uids[i]) != 0)
+            return respond_error(rq, 400, "uids[%zu] must be " ID_RULE, i), 1;
     }
     /* One row per user: a uid listed twice counts once. */
-    qsort(uids, i, sizeof *uids, cmp_i64);
+    qsort(rq->uids, i, sizeof *rq->uids, cmp_i64);
     for (size_t k = 0; k < i; k++)
-        if (m == 0 || uids[k] != uids[m - 1])
-            uids[m++] = uids[k];
-    *n = m;
-    return uids;
+        if (m == 0 || rq->uids[k] != rq->uids[m - 1])
+            rq->uids[m++] = rq->uids[k];
+    rq->n = m;
+    return 0;
 }
 
-enum MHD_Result fanout(ARGS, worker *w, int64_t id)
+static void fanout_committed(request *rq, const tx_outcome *tx)
+{
+    if (tx_failed(rq, tx, "conflict"))
+        return;
+    /* Some feeds may be updated, others not, when it fails: all are suspect. */
+    rq->what = "feed_fanout";
+    rq->w->ops->fanout(rq->w->be, rq, rq->uids, rq->n, rq->score, rq->id, hooked);
+}
+
+void fanout(request *rq, int64_t id)
 {
     static const char *const allowed[] = { "score", "uids", NULL };
-    char err[300], p_id[24], p_score[24];
-    const char *params[3] = { p_id, p_score, NULL };
-    const char *cache = "ok";
-    json_t *body, *v, *reply;
-    int64_t score, *uids;
-    size_t n = 0;
+    char err[300];
+    json_t *body, *v;
     sbuf arr = { 0 };
-    enum tx_result tx;
-    enum MHD_Result ret;
-    PGresult *r;
-    feed *f;
+    int bad;
 
-    if (!(body = body_object(rq, allowed, err, sizeof err)))
-        return respond_error(PASS, 400, "%s", err);
+    if (!(body = body_object(rq, allowed, err, sizeof err))) {
+        respond_error(rq, 400, "%s", err);
+        return;
+    }
     v = json_object_get(body, "score");
-    if (!v || json_score(v, &score) != 0) {
+    if (!v || json_score(v, &rq->score) != 0) {
         json_decref(body);
-        return respond_error(PASS, 400, "%s", v ? SCORE_RULE : "missing field \"score\"");
+        respond_error(rq, 400, "%s", v ? SCORE_RULE : "missing field \"score\"");
+        return;
     }
-    uids = fanout_uids(PASS, json_object_get(body, "uids"), &n, &ret);
+    bad = fanout_uids(rq, json_object_get(body, "uids"));
     json_decref(body);
-    if (!uids)
-        return ret;
+    if (bad)
+        return;
     sb_printf(&arr, "{");
-    for (size_t i = 0; i < n; i++)
-        sb_printf(&arr, "%s%" PRId64, i ? "," : "", uids[i]);
+    for (size_t i = 0; i < rq->n; i++)
+        sb_printf(&arr, "%s%" PRId64, i ? "," : "", rq->uids[i]);
     sb_printf(&arr, "}");
+    rq->arr = arr.data;
     if (arr.failed) {
-        free(arr.data);
-        free(uids);
-        return respond_error(PASS, 500, "out of memory");
+        respond_error(rq, 500, "out of memory");
+        return;
     }
-
-    f = worker_feed(w);
-    snprintf(p_id, sizeof p_id, "%" PRId64, id);
-    snprintf(p_score, sizeof p_score, "%" PRId64, score);
-    params[2] = arr.data;
-    tx = pg_write(w, stmt.fanout, 3, params, &r, err, sizeof err);
-    free(arr.data);
-    if (tx == TX_UNKNOWN)
-        hook_failed(w, f, uids, n, "fanout", "commit outcome unknown");
-    if (tx != TX_OK) {
-        free(uids);
-        snprintf(rq->err, sizeof rq->err, "%s", err);
-        return tx_error(PASS, tx, "conflict");
-    }
-    PQclear(r);
-    if (!f || feed_fanout(f, uids, n, score, id) != FEED_OK) {
-        /* Some feeds may have been updated, others not: all are suspect. */
-        char msg[sizeof err];
-        snprintf(msg, sizeof msg, "%s", f ? feed_errmsg(f) : "no handle");
-        cache = hook_failed(w, f, uids, n, "feed_fanout", msg);
-    }
-    free(uids);
-    reply = write_reply(id, score, cache);
-    if (reply)
-        json_object_set_new(reply, "users", json_integer((json_int_t)n));
-    return respond_json(PASS, 200, reply, NULL);
+    rq->id = id;
+    rq->what = "fanout";
+    snprintf(rq->param[0], sizeof rq->param[0], "%" PRId64, id);
+    snprintf(rq->param[1], sizeof rq->param[1], "%" PRId64, rq->score);
+    rq->params[0] = rq->param[0];
+    rq->params[1] = rq->param[1];
+    rq->params[2] = rq->arr;
+    rq->w->ops->tx(rq->w->be, rq, stmt.fanout, 3, rq->params, fanout_committed);
 }

@@ -1,0 +1,192 @@
+/* options.c -- the flags and environment both servers take (the flags that
+ * set feed_config fields are policy_config_set's, policy.c), and the start
+ * and stop both mains share. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "server.h"
+
+options opt;
+
+static void usage(FILE *out, const char *threads_help)
+{
+    fprintf(out,
+"usage: %s [options]\n"
+"  --port N            HTTP port (default $FEED_HTTP_PORT or 8080; 0 = any free port)\n"
+"  --bind ADDR         listen address (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
+"  --cors-origin O     send Access-Control-Allow-Origin: O (\"*\" for any; default\n"
+"                      $FEED_CORS_ORIGIN, else no CORS headers)\n"
+"%s"
+"  --threads N         %s\n"
+"  --max-body BYTES    largest request body (default 1048576)\n"
+"  --max-fanout N      most uids in one fan-out (default 10000)\n"
+"  --quiet             no request log on stderr\n"
+"Prints \"listening on PORT\" on stdout once it accepts connections; stops on SIGINT or SIGTERM.\n",
+            progname, policy_config_usage, threads_help);
+}
+
+static uint64_t num_arg(const char *name, const char *s, uint64_t min, uint64_t max)
+{
+    uint64_t v;
+
+    if (parse_u64(s, max, &v) != 0 || v < min) {
+        fprintf(stderr, "%s: %s must be an integer in %" PRIu64 "..%" PRIu64 "\n",
+                progname, name, min, max);
+        exit(2);
+    }
+    return v;
+}
+
+/* A feed_config flag from the command line (--NAME) or the environment. */
+static void config_arg(const char *name, const char *shown, const char *value)
+{
+    char err[80];
+
+    if (policy_config_set(&opt.cfg, name, value, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s %s\n", progname, shown, err);
+        exit(2);
+    }
+}
+
+static void defaults(void)
+{
+    static const char *const env[][2] = {
+        { "FEED_REDIS_HOST", "redis-host" }, { "FEED_REDIS_PORT", "redis-port" },
+        { "FEED_REDIS_PASSWORD", "redis-password" },
+    };
+    const char *e;
+
+    feed_config_init(&opt.cfg);
+    opt.bind = "127.0.0.1";
+    opt.port = 8080;
+    opt.threads = 4;
+    opt.max_body = 1048576;
+    opt.max_fanout = 10000;
+    if ((e = getenv("FEED_HTTP_PORT")) && *e)
+        opt.port = (unsigned)num_arg("FEED_HTTP_PORT", e, 0, 65535);
+    if ((e = getenv("FEED_CORS_ORIGIN")) && *e)
+        opt.cors_origin = e;
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++)
+        if ((e = getenv(env[i][0])) && *e)
+            config_arg(env[i][1], env[i][0], e);
+    if ((e = getenv("FEED_PG_CONNINFO")))
+        opt.cfg.pg_conninfo = e;
+}
+
+static void parse_options(int argc, char **argv, const char *threads_help)
+{
+    /* The feed_config flags have val 'c': policy_config_set knows them. */
+    static const struct option longopts[] = {
+        { "port", required_argument, NULL, 'p' },
+        { "bind", required_argument, NULL, 'b' },
+        { "cors-origin", required_argument, NULL, 'C' },
+        { "redis-host", required_argument, NULL, 'c' },
+        { "redis-port", required_argument, NULL, 'c' },
+        { "redis-user", required_argument, NULL, 'c' },
+        { "redis-password", required_argument, NULL, 'c' },
+        { "pg", required_argument, NULL, 'c' },
+        { "table", required_argument, NULL, 'c' },
+        { "max-len", required_argument, NULL, 'c' },
+        { "max-page", required_argument, NULL, 'c' },
+        { "ttl", required_argument, NULL, 'c' },
+        { "redis-timeout", required_argument, NULL, 'c' },
+        { "pg-timeout", required_argument, NULL, 'c' },
+        { "threads", required_argument, NULL, 'T' },
+        { "max-body", required_argument, NULL, 'B' },
+        { "max-fanout", required_argument, NULL, 'F' },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    char shown[40];
+    int ch, idx;
+
+    defaults();
+    while ((ch = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
+        switch (ch) {
+        case 'p': opt.port = (unsigned)num_arg("--port", optarg, 0, 65535); break;
+        case 'b': opt.bind = optarg; break;
+        case 'C': opt.cors_origin = *optarg ? optarg : NULL; break;
+        case 'c':
+            snprintf(shown, sizeof shown, "--%s", longopts[idx].name);
+            config_arg(longopts[idx].name, shown, optarg);
+            break;
+        case 'T': opt.threads = (unsigned)num_arg("--threads", optarg, 1, 1024); break;
+        case 'B': opt.max_body = (size_t)num_arg("--max-body", optarg, 64, 1u << 30); break;
+        case 'F': opt.max_fanout = (size_t)num_arg("--max-fanout", optarg, 1, 1000000); break;
+        case 'q': opt.quiet = 1; break;
+        case 'h': usage(stdout, threads_help); exit(0);
+        default: usage(stderr, threads_help); exit(2);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument \"%s\"\n", progname, argv[optind]);
+        usage(stderr, threads_help);
+        exit(2);
+    }
+}
+
+/* ---- start and stop ---- */
+
+int server_start(int argc, char **argv, const char *threads_help, sigset_t *sigs)
+{
+    int rc;
+
+    parse_options(argc, argv, threads_help);
+    if ((rc = policy_probe(&opt.cfg, progname)) != 0)
+        return rc;
+    if (writes_init() != 0) {
+        fprintf(stderr, "%s: out of memory\n", progname);
+        return 1;
+    }
+    /* Signals go to the main thread only: block them before any thread
+     * starts (threads inherit the mask); server_wait waits for them. */
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+socklen_t server_address(struct sockaddr_storage *ss)
+{
+    struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+
+    memset(ss, 0, sizeof *ss);
+    if (inet_pton(AF_INET, opt.bind, &sin->sin_addr) == 1) {
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons((uint16_t)opt.port);
+        return sizeof *sin;
+    }
+    if (inet_pton(AF_INET6, opt.bind, &sin6->sin6_addr) == 1) {
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons((uint16_t)opt.port);
+        return sizeof *sin6;
+    }
+    fprintf(stderr, "%s: --bind %s is not an IPv4 or IPv6 address\n", progname, opt.bind);
+    exit(2);
+}
+
+void server_wait(sigset_t *sigs, unsigned port, const char *workers)
+{
+    int sig;
+
+    printf("listening on %u\n", port);
+    fflush(stdout);
+    fprintf(stderr, "%s: http://%s:%u/ (%u %s, Redis %s:%d, max_len %u, max_page %u, "
+            "CORS %s)\n", progname, opt.bind, port, opt.threads, workers, opt.cfg.redis_host,
+            opt.cfg.redis_port, opt.cfg.max_len, opt.cfg.max_page,
+            opt.cors_origin ? opt.cors_origin : "off");
+    do {
+        if (sigwait(sigs, &sig) != 0)
+            sig = SIGTERM;
+    } while (sig != SIGINT && sig != SIGTERM);
+    fprintf(stderr, "%s: %s: stopping\n", progname, sig == SIGINT ? "SIGINT" : "SIGTERM");
+}

@@ -1,0 +1,68 @@
+/* policy.h -- what the example does that is really the library's to do:
+ * code any application of feedcache would have to write again. Each
+ * function names the library call proposed to replace it (examples/README.md,
+ * "Library policy"); it is kept here, apart from the transport and the
+ * routes, so that replacing it changes this file and one line per caller.
+ */
+#ifndef FEED_SERVER_POLICY_H
+#define FEED_SERVER_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "feedcache.h"
+
+/* A handle that is there whenever a store answers: *slot is opened on first
+ * use and, after an open that failed (both stores down), tried again at most
+ * once per retry_ms (*attempt_us: the last try). NULL while no store answers.
+ * Proposed: feed_config.open_unavailable = 1, with which feed_open returns a
+ * handle even when neither store answers, reconnecting under retry_ms like
+ * any lost connection. */
+feed *policy_handle(feed **slot, int64_t *attempt_us);
+
+/* At start: fail on what retrying cannot fix (a bad config, a wrong password,
+ * a missing table: 1 with the reason on stderr), warn and go on when a store
+ * is merely down (0). Proposed: feed_open with open_unavailable, whose
+ * refusals are the fatal cases, then feed_health for the warnings. */
+int policy_probe(const feed_config *cfg, const char *prog);
+
+/* A FEED_E* code as an HTTP status: 400 for the caller's mistakes, 503 when
+ * a store that was needed is down (retry later), 500 otherwise. Proposed:
+ * feed_error_kind(rc) -> FEED_KIND_ARGUMENT, FEED_KIND_UNAVAILABLE,
+ * FEED_KIND_INTERNAL, so that no application keeps a table of codes. */
+unsigned policy_status(int rc);
+
+/* Seconds a client should wait before asking again after a 503: the time
+ * until a handle tries a lost store again (retry_ms). Proposed:
+ * feed_retry_after_ms(f), the time to the handle's next connection attempt. */
+unsigned policy_retry_after(const feed_config *cfg);
+
+/* "cache", "rebuild", "db". Proposed: feed_source_name(s). */
+const char *policy_source_name(feed_source s);
+
+/* The cursor to keep after a pull-to-refresh: feed_page_newer sets
+ * next_score/next_id only when has_more; otherwise the newest item returned,
+ * or the cursor given (score, id) when nothing is newer. Proposed:
+ * feed_page_newer sets next_score/next_id in every FEED_OK case so. */
+void policy_newer_cursor(feed_result *res, int64_t score, int64_t id);
+
+/* After a hook failed, or a commit whose outcome is unknown: drop each
+ * feed's cached copy with feed_invalidate (a plain DEL, which an ACL that
+ * refuses the hooks' scripts may still allow), stopping at the first
+ * failure (Redis away or refusing: the library keeps the rest on its repair
+ * list). Returns how many were dropped. Proposed: the hooks do it
+ * themselves when Redis refuses the script, and say which happened
+ * (feed_hook_outcome: applied, dropped, repair pending). */
+size_t policy_drop(feed *f, const int64_t *uids, size_t n);
+
+/* Set the feed_config field that a flag (without its dashes: "redis-port")
+ * names from text. 1 when name is no config flag, 0 when set, -1 when the
+ * value is refused (err says why). Proposed: feed_config_set(cfg, field,
+ * value), one table of fields, ranges and defaults in the library for
+ * every program (feedcache-sync has its own copy of this table too). */
+int policy_config_set(feed_config *cfg, const char *name, const char *value,
+                      char *err, size_t errlen);
+/* The usage lines of those flags. */
+extern const char policy_config_usage[];
+
+#endif /* FEED_SERVER_POLICY_H */
