@@ -103,7 +103,8 @@ check:
 
 install: lib
 	install -d $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(DATADIR)
-	install -m 644 lib/feedcache.h $(DESTDIR)$(INCDIR)/feedcache.h
+	install -m 644 lib/feedcache.h lib/feedcache_libevent.h lib/feedcache_libuv.h \
+	    $(DESTDIR)$(INCDIR)/
 	install -m 644 sql/schema.sql sql/score.sql $(DESTDIR)$(DATADIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/libfeedcache.a
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/libfeedcache.so.$(VERSION)
@@ -114,7 +115,8 @@ install: lib
 	    feedcache.pc.in > $(DESTDIR)$(PCDIR)/feedcache.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(INCDIR)/feedcache.h $(DESTDIR)$(LIBDIR)/libfeedcache.* \
+	rm -f $(DESTDIR)$(INCDIR)/feedcache.h $(DESTDIR)$(INCDIR)/feedcache_libevent.h \
+	      $(DESTDIR)$(INCDIR)/feedcache_libuv.h $(DESTDIR)$(LIBDIR)/libfeedcache.* \
 	      $(DESTDIR)$(PCDIR)/feedcache.pc
 	rm -rf $(DESTDIR)$(DATADIR)
 

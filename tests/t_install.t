@@ -67,6 +67,42 @@ cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app-static" \
 verdict $? "builds against the static library with pkg-config --static"
 out=$("$stage/app-static" 2>&1)
 [ "$out" = "2 1" ]; verdict $? "  and reads the same page from the cache (got: $out)"
+# The asynchronous API from the installed headers, on libevent.
+cat > "$stage/async.c" <<'C'
+#include <feedcache.h>
+#include <feedcache_libevent.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+static void got(feed_async *a, int rc, feed_result *page, void *arg)
+{
+    if (rc == FEED_OK)
+        printf("%zu %d\n", page->count, (int)page->source);
+    else
+        printf("error %s\n", feed_async_errmsg(a));
+    feed_result_free(page);
+    event_base_loopbreak(arg);
+}
+int main(void)
+{
+    struct event_base *base = event_base_new();
+    feed_config cfg;
+    feed_async *a;
+    feed_config_init(&cfg);
+    cfg.redis_port = atoi(getenv("FEED_REDIS_PORT"));
+    cfg.pg_conninfo = getenv("FEED_PG_CONNINFO");
+    if (feed_async_open_libevent(&a, &cfg, base) != FEED_OK) return 1;
+    if (feed_async_page(a, 424242, FEED_FIRST, 0, 10, got, base) != FEED_OK) return 1;
+    event_base_dispatch(base);
+    feed_async_close(a);
+    event_base_free(base);
+    return 0;
+}
+C
+cc -std=c11 -Wall -Werror $san "$stage/async.c" -o "$stage/async" $(pkg-config --cflags --libs feedcache) -levent_core 2>&1
+verdict $? "an event-loop program builds with the installed feedcache_libevent.h"
+out=$(LD_LIBRARY_PATH=$root/lib "$stage/async" 2>&1)
+[ "$out" = "2 1" ]; verdict $? "  and reads the page on its loop (got: $out)"
 psql "$FEED_PG_CONNINFO" -qc "DELETE FROM feed_entry WHERE uid = 424242" >/dev/null
 
 echo "1..$n"
