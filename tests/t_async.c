@@ -115,7 +115,8 @@ static void on_walk_page(feed_async *a, int rc, feed_result *page, void *arg)
         w->cap = 2 * (w->n + page->count) + 16;
         w->items = realloc(w->items, w->cap * sizeof *w->items);
     }
-    memcpy(w->items + w->n, page->items, page->count * sizeof *page->items);
+    if (page->count > 0)
+        memcpy(w->items + w->n, page->items, page->count * sizeof *page->items);
     w->n += page->count;
     if (page->has_more) {
         w->score = page->next_score;
