@@ -63,6 +63,10 @@ WORK=$DIR/work
 # shellcheck disable=SC2317  # invoked by the trap
 cleanup() {
     local rc=$?
+    # Section async freezes servers (SIGSTOP) for a while: one left frozen by
+    # a bench that was killed would not stop.
+    tools/servers.sh pg-thaw "$DIR" >/dev/null 2>&1 || true
+    tools/servers.sh redis-thaw "$DIR" >/dev/null 2>&1 || true
     tools/servers.sh stop "$DIR" || true
     # A run that did not finish leaves no results folder behind.
     [[ -n ${OUT:-} && -d $OUT && ! -f $OUT/latest.md ]] && rm -rf "$OUT"
