@@ -99,6 +99,11 @@ void feed__keys_of(const char *prefix, size_t cap, int64_t uid, char *key, char 
 uint64_t feed__random_seed(const void *salt);
 void     feed__lease_token(uint64_t seed, uint64_t *seq, char buf[33]);
 
+/* A command in the Redis protocol (RESP): feed__resp_size bytes are enough
+ * (an upper bound), feed__resp_format writes it and returns its length. */
+size_t feed__resp_size(int argc, const size_t *lens);
+size_t feed__resp_format(char *buf, int argc, const char **argv, const size_t *lens);
+
 /* Monotonic milliseconds. Only drivers read the clock: the core is handed
  * the time. */
 int64_t feed__now_ms(void);

@@ -107,6 +107,40 @@ static void req_unlink(feed_async *a, feed_areq *r)
     r->prev = r->next = NULL;
 }
 
+/* Requests are recycled: a page request is some 4 kB, a busy loop makes
+ * one per page, and malloc with the zeroing of calloc cost more than the
+ * rest of the page's own work. One size fits the requests made with
+ * op_space (pages, newer, hooks: the largest of them); a handle keeps up to
+ * SPARE_MAX of them. Only the header is set here; each request's init sets
+ * its machine, and feed__xchg_begin its exchange. */
+#define SPARE_MAX 512
+
+static feed_areq *req_alloc(feed_async *a, size_t op_size)
+{
+    int pooled = op_size <= a->spare_op_size && a->spare;
+    feed_areq *r;
+
+    if (pooled && a->nspare > 0)
+        r = a->spare[--a->nspare];
+    else if (!(r = malloc(sizeof *r + (pooled ? a->spare_op_size : op_size))))
+        return NULL;
+    memset(r, 0, offsetof(feed_areq, x));
+    r->pooled = pooled;
+    r->timer = NULL;
+    memset(&r->cb, 0, sizeof r->cb);
+    r->err[0] = '\0';
+    memset(&r->result, 0, sizeof r->result);
+    return r;
+}
+
+static void req_release(feed_async *a, feed_areq *r)
+{
+    if (r->pooled && a->spare && a->nspare < SPARE_MAX && !a->dead)
+        a->spare[a->nspare++] = r;
+    else
+        free(r);
+}
+
 static void req_free(feed_areq *r)
 {
     feed_async *a = r->a;
@@ -120,12 +154,12 @@ static void req_free(feed_areq *r)
     if (r->op)
         r->op->free(r->op);
     feed_result_free(&r->result);
-    free(r);
+    req_release(a, r);
 }
 
 feed_areq *feed__async_request(feed_async *a, size_t op_size, int api, void *arg)
 {
-    feed_areq *r = calloc(1, sizeof *r + op_size);
+    feed_areq *r = req_alloc(a, op_size);
 
     if (!r)
         return NULL;
@@ -139,7 +173,7 @@ feed_areq *feed__async_request(feed_async *a, size_t op_size, int api, void *arg
 void feed__async_discard(feed_areq *r)
 {
     r->op = NULL;
-    free(r);
+    req_release(r->a, r);
 }
 
 static void add_wait(feed_areq **list, feed_areq *r)
@@ -655,7 +689,7 @@ static void deliver_done(feed_async *a)
         r->timer = NULL;
         r->op->free(r->op);
         r->op = NULL;
-        free(r);
+        req_release(a, r);
     }
 }
 
@@ -750,6 +784,12 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
     a->loop = loop;
     a->loop_data = loop_data;
     a->sql_fd = -1;
+    a->spare_op_size = feed__page_op_size();
+    if (feed__newer_op_size() > a->spare_op_size)
+        a->spare_op_size = feed__newer_op_size();
+    if (feed__hook_op_size() > a->spare_op_size)
+        a->spare_op_size = feed__hook_op_size();
+    a->spare = malloc(SPARE_MAX * sizeof *a->spare);    /* none: no recycling */
     feed__pg_init(&a->pg);
     start_connects(a);
     *out = a;
@@ -810,6 +850,8 @@ void feed_async_close(feed_async *a)
             free(r);
         }
         a->done_tail = NULL;
+        while (a->nspare > 0)
+            free(a->spare[--a->nspare]);
         if (a->sql_running)
             feed__pg_task_abandon(&a->pgtask);
         a->sql_running = NULL;
@@ -844,6 +886,8 @@ void feed_async_close(feed_async *a)
             a->loop->timer_free(a->sql_timer);
         a->sql_watch = a->sql_timer = NULL;
         feed__pg_free(&a->pg);
+        free(a->spare);
+        a->spare = NULL;
         if (a->kick)
             a->loop->timer_free(a->kick);
         a->kick = NULL;

@@ -25,10 +25,11 @@ typedef struct feed_areq {
     struct feed_async *a;
     struct feed_areq  *prev, *next; /* every live request of the handle */
     struct feed_areq  *next_wait;   /* in a set-up's, the repairs', the SQL or the done list */
+    int                pooled;      /* its size is the handle's spare size: recycled */
     int                in_x;        /* an exchange of op->batch is under way */
     int                pass_over;   /* its trips all ended: the exchange reads them */
     size_t             trips_left;
-    feed_xchg          x;
+    feed_xchg          x;           /* first after the fields a new request clears */
     void              *timer;       /* wake-ups; made when first needed */
     feed_op           *op;
     int                api;         /* FEED_API_* */
@@ -75,6 +76,8 @@ struct feed_async {
     void             *sql_watch, *sql_timer;
     int               sql_fd;
     feed_connect_result opened;     /* the first connects' outcome (nobody waits for it) */
+    struct feed_areq **spare;       /* requests to recycle (async.c, req_alloc) */
+    size_t            nspare, spare_op_size;
 };
 
 /* Requests under way (tests: a loop run until the first connects are made). */

@@ -229,6 +229,23 @@ feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *lo
     return n;
 }
 
+/* One command, formatted here (base/text.c: cheaper than hiredis's own),
+ * on a small stack buffer when it fits. */
+static int append(feed_anode *n, int argc, const char **argv, const size_t *lens)
+{
+    char small[512], *buf = small;
+    size_t need = feed__resp_size(argc, lens), len;
+    int rc;
+
+    if (need > sizeof small && !(buf = malloc(need)))
+        return REDIS_ERR;
+    len = feed__resp_format(buf, argc, argv, lens);
+    rc = redisAsyncFormattedCommand(n->ac, on_reply, n, buf, len);
+    if (buf != small)
+        free(buf);
+    return rc;
+}
+
 int feed__ra_send(feed_anode *n, feed_trip *t, int64_t now,
                   void (*ended)(void *arg, feed_trip *t), void *arg)
 {
@@ -261,7 +278,7 @@ int feed__ra_send(feed_anode *n, feed_trip *t, int64_t now,
         const char **argv;
         const size_t *lens;
         int argc = t->cmd(t->arg, k, &argv, &lens);
-        if (redisAsyncCommandArgv(n->ac, on_reply, n, argc, argv, lens) != REDIS_OK) {
+        if (append(n, argc, argv, lens) != REDIS_OK) {
             /* Part of the trip may be queued: the connection is out of
              * step, and goes. */
             t->io = FEED_IO_FAILED;

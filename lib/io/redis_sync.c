@@ -71,40 +71,16 @@ static void failed(redisContext *c, feed_trip *t, int err)
  * argument) costs a further 1-2k per call. */
 #define DIRECT_MAX 1024
 
-/* Append "$<len>\r\n" or "*<n>\r\n" to buf at *at. */
-static void put_header(char *buf, size_t *at, char kind, size_t n)
-{
-    char digits[24];
-    size_t k = 0;
-
-    buf[(*at)++] = kind;
-    do
-        digits[k++] = (char)('0' + n % 10);
-    while ((n /= 10) > 0);
-    while (k > 0)
-        buf[(*at)++] = digits[--k];
-    buf[(*at)++] = '\r';
-    buf[(*at)++] = '\n';
-}
-
-/* Command argv in the protocol at buf + *at, if it fits in cap. */
+/* Command argv in the protocol at buf + *at, if it fits in cap
+ * (base/text.c formats it). */
 static int format_into(char *buf, size_t *at, size_t cap, int argc, const char **argv,
                        const size_t *lens)
 {
-    size_t need = 24;
+    size_t need = feed__resp_size(argc, lens);
 
-    for (int a = 0; a < argc; a++)
-        need += 24 + lens[a] + 2;
     if (*at + need > cap)
         return 0;
-    put_header(buf, at, '*', (size_t)argc);
-    for (int a = 0; a < argc; a++) {
-        put_header(buf, at, '$', lens[a]);
-        memcpy(buf + *at, argv[a], lens[a]);
-        *at += lens[a];
-        buf[(*at)++] = '\r';
-        buf[(*at)++] = '\n';
-    }
+    *at += feed__resp_format(buf + *at, argc, argv, lens);
     return 1;
 }
 
