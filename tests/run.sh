@@ -65,7 +65,7 @@ if ((!$#)); then
     for t in t_walk t_hooks t_model; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async-uv")
     done
-    for t in t_walk t_hooks t_model t_lease t_stress t_cluster t_ha_cluster; do
+    for t in t_walk t_hooks t_model t_lease t_stress t_cluster; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async:cluster")
     done
 fi
