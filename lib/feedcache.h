@@ -98,7 +98,7 @@ typedef struct feed_config {
                                         holds only the end marker), so probes for uids that
                                         do not exist cannot fill Redis; 0 = ttl_seconds.
                                         Never longer than ttl_seconds (when that is not 0) */
-    /* --- PostgreSQL read replica (pg) --- */
+    /* --- PostgreSQL read replica --- */
     uint32_t    pg_replica_max_lag_ms; /* default 1000. N > 0: the replica answers a page
                                         only while it is proven to have replayed everything
                                         the primary had written N ms before; so a page from
@@ -108,7 +108,7 @@ typedef struct feed_config {
                                         replica is used. 0: no bound, a page from the replica
                                         may lag the primary by its replication delay, however
                                         long (a paused or stuck replay included) */
-    /* --- ha: the failover and restart guarantee (README, "Sentinel") --- */
+    /* --- the failover and restart guarantee (docs/ha.md) --- */
     uint32_t    redis_wait_replicas;   /* default 0: off. n > 0: every write hook (insert,
                                           delete, fanout, reload, invalidate) and every repair
                                           sends WAIT n in the same round trip; fewer than n
@@ -234,7 +234,7 @@ FEED_API int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id
 /* Free the items of a result and zero it. NULL and a zeroed result are fine. */
 FEED_API void feed_result_free(feed_result *r);
 
-/* ---- pull-to-refresh and store health (issue 12) ---- */
+/* ---- pull-to-refresh and store health ---- */
 
 /* Pull-to-refresh: up to limit items strictly above (score, id) in (score
  * DESC, id DESC) order -- what is new since the top item a client holds. They
@@ -345,7 +345,7 @@ FEED_API int feed_reload(feed *f, int64_t uid);
 /* Drop uid's cached copy (and any lease). Errors: FEED_EINVAL, FEED_EREDIS. */
 FEED_API int feed_invalidate(feed *f, int64_t uid);
 
-/* ---- invalidation in bulk (feedcache-sync, issue 11) ---- */
+/* ---- invalidation in bulk (what feedcache-sync needs) ---- */
 /* Drop the cached copy and the lease of each of n feeds, pipelined (one round
  * trip per pipeline). Idempotent and order-free: dropping a copy is always
  * correct, and without its lease a rebuild that read SQL earlier cannot
@@ -395,7 +395,7 @@ FEED_API int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buf
  * check byte, out-of-range fields); *score and *id are then untouched. */
 FEED_API int feed_cursor_decode(const char *token, int64_t *score, int64_t *id);
 
-/* ---- rank-carrying cursors (issue 15) ---- */
+/* ---- rank-carrying cursors ---- */
 
 /* A next page costs Redis least when the caller says where its cursor sat:
  * the rank (0-based position in the cached copy, newest first) of the first
@@ -579,7 +579,7 @@ typedef struct feed_stats {
                                 replica), likewise */
     uint64_t repairs;        /* cached copies this handle dropped because some write
                                 hook (or reload, invalidate) could not reach Redis */
-    /* --- PostgreSQL timeouts and read replica (pg) --- */
+    /* --- PostgreSQL timeouts and read replica --- */
     uint64_t pg_timeouts;      /* PostgreSQL connects or statements (primary or replica)
                                   given up after pg_timeout_ms; each also counts in
                                   pg_errors */
@@ -588,19 +588,19 @@ typedef struct feed_stats {
                                   read from the primary instead */
     uint64_t replica_lagging;  /* pages past the cache read from the primary because the
                                   replica was not proven within pg_replica_max_lag_ms */
-    /* --- ha --- */
+    /* --- the failover and restart guarantee --- */
     uint64_t wait_failures;  /* WAITs answered by fewer than redis_wait_replicas replicas */
     uint64_t fence_flushes;  /* data sets this handle found with a foreign run_id
                                 (restart from disk, failover) and began to flush */
     uint64_t failovers;      /* -READONLY replies or non-primary ROLEs seen: the node
                                 was demoted, the Sentinels are asked again at once */
-    /* --- how cached pages were served (issue 15) --- */
+    /* --- how cached pages were served --- */
     uint64_t plain_pages;    /* cache pages answered by plain Redis reads, no script */
     uint64_t script_pages;   /* cache pages answered by page.lua */
     uint64_t plain_fallbacks; /* plain reads that could not prove their page exact
                                  (absent key, cursor moved, a long run of ties):
                                  page.lua then answered, one more round trip */
-    /* --- Redis Cluster (cluster) --- */
+    /* --- Redis Cluster --- */
     uint64_t redis_redirects; /* Redis Cluster: MOVED or ASK answers followed */
     uint64_t redis_retries;   /* Redis Cluster: waits after TRYAGAIN, CLUSTERDOWN or LOADING
                                  (a slot migrating, a failover) before sending again */

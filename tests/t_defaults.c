@@ -1,6 +1,6 @@
 /* t_defaults.c -- failovers and restarts under load with the DEFAULT
  * configuration: feed_config_init and the servers' addresses, nothing
- * else (the README's guarantee table, row "defaults").
+ * else (the guarantee table of docs/ha.md, row "defaults").
  *
  * Writer threads insert and delete rows (SQL, then the hook; each feed has
  * one writer, so a row's hooks come in commit order) and reader threads

@@ -1,4 +1,4 @@
-/* t_fault_pg.c -- the PostgreSQL half of the failure model (README.md),
+/* t_fault_pg.c -- the PostgreSQL half of the failure model (docs/ha.md),
  * against the real test server stopped (immediate shutdown) and started
  * again under running handles:
  *

@@ -1,4 +1,4 @@
-/* t_fault_redis.c -- the Redis half of the failure model (README.md), against
+/* t_fault_redis.c -- the Redis half of the failure model (docs/ha.md), against
  * the real test server, killed, frozen and flushed under a running handle:
  *
  *   - Redis killed in the middle of a walk, then started again: every page of

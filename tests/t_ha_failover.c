@@ -1,5 +1,5 @@
-/* t_ha_failover.c -- the failover and restart losses (README, "The failover
- * and restart guarantee"), reproduced on real servers, and closed:
+/* t_ha_failover.c -- the failover and restart losses (docs/ha.md, "The
+ * failover and restart guarantee"), reproduced on real servers, and closed:
  *
  *   - Failover: a cached feed is on the primary and its replica; the
  *     replica's link is cut (SIGSTOP, then CLIENT KILL TYPE replica on the

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # t_readme.t -- every ```c sample of README.md and of the guides in docs/
-# compiles against lib/feedcache.h, so a sample that drifts from the API
-# fails `make check`. A sample with a main() is a complete program:
-# compiled as it is and linked with the library. Any other is a fragment:
+# compiles against lib/feedcache.h (and the event-loop headers), so a
+# sample that drifts from the API fails `make check`. A sample with a
+# main() is a complete program: compiled as it is and linked with the
+# library and what it needs (hiredis, libpq, libevent, libuv). Any other is a fragment:
 # compiled inside a function body, after a prelude that declares what
 # fragments take from the application around them (uid, show(), ...). A
 # complete program that names itself in its first line ("/* minimal.c --")
@@ -40,9 +41,15 @@ cat > "$tmp/prelude.h" <<'C'
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <event2/event.h>
 #include "feedcache.h"
+#include "feedcache_libevent.h"
+#include "feedcache_libuv.h"
 /* What the samples take from the application around them. */
 static feed *f;
+static feed_async *a;
+static uv_loop_t *loop;
+static void on_done(feed_async *h, int rc, void *arg) { (void)h; (void)rc; (void)arg; }
 static int64_t uid, score, article_id, topic_id, reply_id, score_from_sql,
                top_score, top_id;
 static const int64_t *follower_uids;
@@ -55,7 +62,7 @@ shown=0
 for src in $(ls "$tmp"/sample-*.c | sort -t- -k2 -n); do
     k=$(basename "$src" .c); read -r md line < "$tmp/$k.where"
     if grep -q '^int main(' "$src"; then
-        $CC $flags "$src" -o "$tmp/$k" "$BUILD/libfeedcache.a" -lhiredis -lpq -lpthread -lm \
+        $CC $flags "$src" -o "$tmp/$k" "$BUILD/libfeedcache.a" -lhiredis -lpq -levent_core -luv -lpthread -lm \
             > "$tmp/$k.log" 2>&1
         rc=$?
         what="$md:$line: complete program compiles and links"

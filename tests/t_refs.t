@@ -26,6 +26,7 @@ sed 's|.*/||' "$tmp/files" | sort -u > "$tmp/names"
 ext='c|h|lua|sql|md|mk|sh|t|png|pc|gp|in'
 ALLOWED=(
     "README.md: app.c"            # cc app.c $(pkg-config ...): the reader's program
+    "docs/using.md: walk_async.c" # the async sample, saved as the reader's own file
     "tools/embed.c: lua/a.lua"    # its usage line: any scripts
     "tools/embed.c: lua/b.lua"
 )

@@ -7,7 +7,7 @@
  *   - replay paused (pg_wal_replay_pause), writes reach the primary only:
  *     a rebuild (a cold feed's miss, feed_reload) installs the primary's
  *     rows, so the cache holds every write whose hook ran; a page past the
- *     cache shows the replica's rows, exactly the staleness the README
+ *     cache shows the replica's rows, exactly the staleness docs/ha.md
  *     states; replay resumed, every walk equals SQL;
  *   - pg_replica_max_lag_ms: with replay paused, pages past the cache come
  *     from the primary (the replica cannot be proven caught up) and show

@@ -127,7 +127,7 @@ int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
     return FEED_OK;
 }
 
-/* ---- ranked tokens (issue 15) ------------------------------------------
+/* ---- ranked tokens -----------------------------------------------------
  *
  * The same 18 bytes, packed as bits, most significant first: 4 bits of
  * version (RANKED_VERSION; a plain token's first byte is 1, so its first 4

@@ -146,8 +146,8 @@ static int take_rows(feed_page_op *p, const redisReply *r, size_t from, size_t n
         }
         /* Never serve a page out of order or from before the cursor, even
          * if the server says so (a broken script, a foreign writer, a
-         * hostile server): an unexpected reply, and SQL answers instead.
-         * Found by tests/fuzz/fuzz_session.c. */
+         * hostile server): an unexpected reply, and SQL answers instead
+         * (tests/fuzz/fuzz_session.c sends such replies). */
         if (i > 0 ? !feed__item_after(*it, it[-1].score, it[-1].id)
                   : !p->first && !feed__item_after(*it, p->score, p->id)) {
             feed__rows_free(&a->rows);
@@ -161,8 +161,8 @@ static int take_rows(feed_page_op *p, const redisReply *r, size_t from, size_t n
 
 /* page.lua answers a hit with the ZREVRANGE reply itself, {member, score,
  * ...}, and a miss with an integer, 1 = we hold the lease (the script
- * returns at once, no status added in Lua). So the two facts the script
- * used to add are read here: after a cursor, a first pair that is the
+ * returns at once, no status added in Lua). So two facts the script
+ * could have added are read here instead: after a cursor, a first pair that is the
  * cursor item at the cursor's score is the seek's check, not part of the
  * page, and is dropped; a last pair that is the end marker means the page
  * is complete without SQL. After a cursor one integer follows the pairs:
