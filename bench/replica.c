@@ -2,8 +2,9 @@
  * trails the primary, idle and under write load.
  *
  * With pg_replica_conninfo set, a page past the cache may come from the
- * replica; by default (pg_replica_max_lag_ms = 0) it may miss the commits
- * of the last moments, by the replication delay. This measures that delay
+ * replica; without a bound (pg_replica_max_lag_ms = 0) it may miss the
+ * commits of the last moments, by the replication delay (the default bound,
+ * 1000 ms, sends pages to the primary while the replica is not proven). This measures that delay
  * the way pg_replica_max_lag_ms proves it: read the primary's WAL insert
  * position, then ask the replica until it has replayed past it; the time
  * between is one sample. Idle first, then while WRITERS connections commit
@@ -177,9 +178,9 @@ void section_replica(void)
                 NUM(ph[i].commits_per_s), ph[i].ms.n, NUM(sm_pct(&ph[i].ms, 50)),
                 NUM(sm_pct(&ph[i].ms, 99)), NUM(sm_pct(&ph[i].ms, 100)),
                 share_within(&ph[i].ms, 1000));
-    fprintf(md, "\nA deep page from the replica (default `pg_replica_max_lag_ms = 0`) can\n"
-                "miss the commits of the last delay; with `pg_replica_max_lag_ms = 1000` the\n"
-                "replica would answer while its proof is under 1 s old.\n\n");
+    fprintf(md, "\nA deep page from the replica without a bound (`pg_replica_max_lag_ms = 0`)\n"
+                "can miss the commits of the last delay; with the default bound of 1000 ms the\n"
+                "replica answers only while its proof is under 1 s old.\n\n");
     out_summary("replica_delay", "PostgreSQL replica delay p50/p99, 4 writers (sync commit)",
                 "report", "report", "%s / %s ms (idle %s / %s ms)", NUM(sm_pct(&ph[1].ms, 50)),
                 NUM(sm_pct(&ph[1].ms, 99)), NUM(sm_pct(&ph[0].ms, 50)),
