@@ -229,7 +229,7 @@ feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *lo
     return n;
 }
 
-/* One command, formatted here (base/text.c: cheaper than hiredis's own),
+/* One command, formatted here (lib/base/text.c: cheaper than hiredis's own),
  * on a small stack buffer when it fits. */
 static int append(feed_anode *n, int argc, const char **argv, const size_t *lens)
 {

@@ -72,7 +72,7 @@ static void failed(redisContext *c, feed_trip *t, int err)
 #define DIRECT_MAX 1024
 
 /* Command argv in the protocol at buf + *at, if it fits in cap
- * (base/text.c formats it). */
+ * (lib/base/text.c formats it). */
 static int format_into(char *buf, size_t *at, size_t cap, int argc, const char **argv,
                        const size_t *lens)
 {
