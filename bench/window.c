@@ -23,8 +23,11 @@
  * and answered with the old data; a read sent before and answered after
  * overlaps the write, and either answer is right. Readers, each on a thread
  * of its own, from before the cut until P redirects (MOVED):
- *   - a plain hiredis connection to P, GET in a tight loop, of a key of the
- *     feed's slot that is rewritten on R after the promotion (SET);
+ *   - plain hiredis connections to P, in a tight loop: GET of a key of the
+ *     feed's slot that is rewritten on R after the promotion (SET), and the
+ *     same GET followed by ROLE in one round trip (would a role check, the
+ *     one reads carry under Sentinel with redis_wait_replicas, have refused
+ *     the stale answers?);
  *   - feed_page of the feed, on a handle with the default redis_timeout_ms
  *     (250 ms) and on one with 30 s (its connection to P survives the
  *     freeze); the new item goes into SQL and through feed_on_insert on R.
@@ -35,7 +38,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
+#include <sched.h>              /* unshare */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -51,7 +54,6 @@
 
 #define W_UID0      90000000     /* the feed: uid W_UID0 + variant, a few rows of its own */
 #define W_NEW_ID    5000000      /* + round: the item written on R */
-#define W_FC        2            /* feedcache readers: default timeout, 30 s */
 #define W_ROUNDS    7
 #define W_LATE      5.0          /* s: the later thaw of a zombie */
 #define W_LONG_MS   30000        /* the second handle's redis_timeout_ms: longer than a freeze */
@@ -61,9 +63,18 @@
 
 typedef struct waddr { char host[64]; int port; } waddr;
 
+/* The readers, each on its own thread. */
+enum {
+    RD_GET,         /* GET on a connection to P */
+    RD_ROLE,        /* GET and ROLE, one round trip: what a role check would see */
+    RD_PAGE,        /* feed_page, redis_timeout_ms 250 (the default) */
+    RD_PAGE_LONG,   /* feed_page, redis_timeout_ms W_LONG_MS */
+    NREADERS
+};
+
 /* What a reader saw: one entry per call. */
 enum { K_OLD, K_NEW, K_SQL, K_MOVED, K_DOWN, K_ERR };
-typedef struct wev { double sent, got; int kind; } wev;
+typedef struct wev { double sent, got; int kind, attached; } wev;   /* attached: ROLE's replicas */
 typedef struct wlog { wev *v; size_t n, cap; } wlog;
 
 /* One round's figures, all times in ms. Copied whole through a pipe from
@@ -75,10 +86,11 @@ typedef struct wround {
     double moved;            /* heal -> P's first MOVED */
     double written;          /* cut -> the SET on R acknowledged */
     double thawed;           /* the SET on R -> the heal (the thaw) */
-    long   stale[1 + W_FC];  /* reads sent after the write, answered old */
-    double window[1 + W_FC]; /* the last of those answers, after the thaw (zombie) or
+    long   stale[NREADERS];  /* reads sent after the write, answered old */
+    double window[NREADERS]; /* the last of those answers, after the thaw (zombie) or
                                 the write (partition); 0: none */
-    long   overlap[1 + W_FC];/* sent before the write, answered old after it */
+    long   overlap[NREADERS];/* sent before the write, answered old after it */
+    long   role_passed;      /* RD_ROLE's stale reads whose ROLE showed a replica attached */
 } wround;
 
 typedef struct wsetup {
@@ -274,13 +286,14 @@ static void w_restore(const wsetup *s)
 
 typedef struct reader {
     const wsetup *s;
-    feed         *f;          /* NULL: the plain reader */
-    const char   *mark;       /* the plain reader's key */
+    feed         *f;          /* NULL: a plain reader */
+    const char   *mark;       /* the plain readers' key */
     const char   *new_value;
     int64_t       new_id;
     wlog          log;
     pthread_t     t;
     atomic_int   *stop;
+    int           which;      /* RD_* */
     /* What the main thread watches (the log itself is the reader's own
      * until it is joined): a CLUSTERDOWN seen, and a MOVED to a read sent
      * after moved_after (now_ns; 0: not yet asked). */
@@ -288,7 +301,7 @@ typedef struct reader {
     atomic_llong  moved_after;
 } reader;
 
-static void log_add(wlog *l, double sent, double got, int kind)
+static void log_add(wlog *l, double sent, double got, int kind, int attached)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 4096;
@@ -298,7 +311,7 @@ static void log_add(wlog *l, double sent, double got, int kind)
         l->v = v;
         l->cap = cap;
     }
-    l->v[l->n++] = (wev){ sent, got, kind };
+    l->v[l->n++] = (wev){ sent, got, kind, attached };
 }
 
 static int kind_of_error(const char *s)
@@ -310,18 +323,35 @@ static int kind_of_error(const char *s)
     return K_ERR;
 }
 
+/* How many replicas a ROLE reply lists as attached (the rule of lib/wait.c
+ * under Sentinel); -1 if it is not a primary's. */
+static int attached_of(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "master") != 0)
+        return -1;
+    return r->element[2]->type == REDIS_REPLY_ARRAY ? (int)r->element[2]->elements : 0;
+}
+
+/* GET of the key (and, for RD_ROLE, ROLE in the same round trip) on one
+ * connection to P, in a tight loop; a refusal pauses 1 ms. */
 static void *plain_reader(void *arg)
 {
     reader *x = arg;
     redisContext *c = w_connect(&x->s->p, 30);
+    int with_role = x->which == RD_ROLE;
 
     while (!atomic_load(x->stop)) {
         double t0 = now_s(), t1;
-        redisReply *r = redisCommand(c, "GET %s", x->mark);
-        int kind;
+        redisReply *r = NULL, *role = NULL;
+        int kind, ok;
 
+        ok = redisAppendCommand(c, "GET %s", x->mark) == REDIS_OK &&
+             (!with_role || redisAppendCommand(c, "ROLE") == REDIS_OK) &&
+             redisGetReply(c, (void **)&r) == REDIS_OK &&
+             (!with_role || redisGetReply(c, (void **)&role) == REDIS_OK);
         t1 = now_s();
-        if (!r)
+        if (!ok || !r)
             kind = K_ERR;
         else if (r->type == REDIS_REPLY_ERROR)
             kind = kind_of_error(r->str);
@@ -329,14 +359,15 @@ static void *plain_reader(void *arg)
             kind = strcmp(r->str, x->new_value) == 0 ? K_NEW : K_OLD;
         else
             kind = K_ERR;
-        log_add(&x->log, t0, t1, kind);
+        log_add(&x->log, t0, t1, kind, attached_of(role));
         if (kind == K_DOWN)
             atomic_store(&x->saw_down, 1);
         if (kind == K_MOVED && atomic_load(&x->moved_after) != 0 &&
             t0 * 1e9 > (double)atomic_load(&x->moved_after))
             atomic_store(&x->saw_moved, 1);
         freeReplyObject(r);
-        if (!r) {               /* the connection broke: a new one, as a client would */
+        freeReplyObject(role);
+        if (!ok) {              /* the connection broke: a new one, as a client would */
             redisFree(c);
             sleep_s(0.01);
             c = w_connect(&x->s->p, 30);
@@ -366,7 +397,7 @@ static void *page_reader(void *arg)
             kind = res.count > 0 && res.items[0].id == x->new_id ? K_NEW : K_OLD;
         if (rc == FEED_OK)
             feed_result_free(&res);
-        log_add(&x->log, t0, t1, kind);
+        log_add(&x->log, t0, t1, kind, -1);
         if (kind == K_ERR || kind == K_SQL)
             sleep_s(0.001);
     }
@@ -419,9 +450,13 @@ static void w_sql(PGconn *pg, const char *sql)
     PQclear(b_sql(pg, sql));
 }
 
-/* Figures of one reader's log against the round's instants. */
-static void w_tally(const wlog *l, double written, double ref, int i, wround *w)
+/* Figures of reader i's log: stale reads (sent after written, answered
+ * old) and the last one's time after ref, overlapping ones. Returns the
+ * stale reads whose ROLE showed a replica attached. */
+static long w_tally(const wlog *l, double written, double ref, int i, wround *w)
 {
+    long passed = 0;
+
     w->stale[i] = w->overlap[i] = 0;
     w->window[i] = 0;
     for (size_t k = 0; k < l->n; k++) {
@@ -432,10 +467,12 @@ static void w_tally(const wlog *l, double written, double ref, int i, wround *w)
             w->overlap[i]++;
         } else {
             w->stale[i]++;
+            passed += e->attached > 0;
             if ((e->got - ref) * 1e3 > w->window[i])
                 w->window[i] = (e->got - ref) * 1e3;
         }
     }
+    return passed;
 }
 
 /* One round's state: the readers and the instants (now_s) the figures are
@@ -445,7 +482,7 @@ typedef struct wstate {
     int         round, partition;
     char        mark[128], oldv[32], newv[32];
     atomic_int  stop;
-    reader      rd[1 + W_FC];
+    reader      rd[NREADERS];
     double      t_cut, t_prom, t_w, t_hook, t_heal;
 } wstate;
 
@@ -457,23 +494,24 @@ static void w_start(wstate *x)
     redisContext *cp = w_connect(&s->p, 5);
 
     b_cmd_ok(cp, "SET %s %s", x->mark, x->oldv);
-    for (int i = 0; i < 1 + W_FC; i++) {
+    for (int i = 0; i < NREADERS; i++) {
         reader *r = &x->rd[i];
         r->s = s;
         r->mark = x->mark;
         r->new_value = x->newv;
         r->new_id = W_NEW_ID + x->round;
         r->stop = &x->stop;
-        if (i > 0) {
-            r->f = w_open(s, s->seeds, i == 1 ? 0 : W_LONG_MS);
+        r->which = i;
+        if (i >= RD_PAGE) {
+            r->f = w_open(s, s->seeds, i == RD_PAGE ? 0 : W_LONG_MS);
             w_warm(s, r->f);
         }
     }
     if (b_cmd_int(cp, "WAIT 1 2000") < 1)
         die("window (%s): the replica did not acknowledge the old data", s->what);
     redisFree(cp);
-    for (int i = 0; i < 1 + W_FC; i++)
-        if (pthread_create(&x->rd[i].t, NULL, i == 0 ? plain_reader : page_reader, &x->rd[i]) != 0)
+    for (int i = 0; i < NREADERS; i++)
+        if (pthread_create(&x->rd[i].t, NULL, i < RD_PAGE ? plain_reader : page_reader, &x->rd[i]) != 0)
             die("window: pthread_create failed");
 }
 
@@ -519,7 +557,7 @@ static void w_write(wstate *x, PGconn *pg)
  * before the heal, its first MOVED after; then each reader's stale reads. */
 static void w_figures(const wstate *x, wround *w)
 {
-    const wlog *l = &x->rd[0].log;
+    const wlog *l = &x->rd[RD_GET].log;
 
     memset(w, 0, sizeof *w);
     w->promote = (x->t_prom - x->t_cut) * 1e3;
@@ -537,15 +575,17 @@ static void w_figures(const wstate *x, wround *w)
         if (e->kind == K_MOVED && e->got > x->t_heal && isnan(w->moved))
             w->moved = (e->got - x->t_heal) * 1e3;
     }
-    w_tally(l, x->t_w, x->partition ? x->t_w : x->t_heal, 0, w);
-    for (int i = 1; i < 1 + W_FC; i++)
-        w_tally(&x->rd[i].log, x->t_hook, x->partition ? x->t_hook : x->t_heal, i, w);
+    /* The plain readers' write is the SET, the pages' the hook. */
+    for (int i = 0; i < NREADERS; i++) {
+        double written = i < RD_PAGE ? x->t_w : x->t_hook;
+        w->role_passed += w_tally(&x->rd[i].log, written, x->partition ? written : x->t_heal, i, w);
+    }
 }
 
 static void w_round(const wsetup *s, cut_fn cut, int round, PGconn *pg, wround *w)
 {
     static wstate x;        /* big (the readers' logs' heads); one round at a time */
-    reader *plain = &x.rd[0];
+    reader *plain = &x.rd[RD_GET];
     redisContext *poll;
     double end;
 
@@ -591,10 +631,10 @@ static void w_round(const wsetup *s, cut_fn cut, int round, PGconn *pg, wround *
     }
     sleep_s(0.3);
     atomic_store(&x.stop, 1);
-    for (int i = 0; i < 1 + W_FC; i++)
+    for (int i = 0; i < NREADERS; i++)
         pthread_join(x.rd[i].t, NULL);
     w_figures(&x, w);
-    for (int i = 0; i < 1 + W_FC; i++) {
+    for (int i = 0; i < NREADERS; i++) {
         if (x.rd[i].f)
             feed_close(x.rd[i].f);
         free(x.rd[i].log.v);
@@ -919,12 +959,11 @@ static const char *ms(double v)
     return fmt_num(b, sizeof bufs[0], v);
 }
 
-/* "3 (12 ms)": stale reads and the window they span, or "0". */
+/* "3 (12 ms)": stale reads and when the last was answered, or "0". */
 static const char *stale_cell(const wround *w, int i)
 {
-    static _Thread_local char bufs[4][48];
-    static _Thread_local unsigned next;
-    char *b = bufs[next++ % 4];
+    static _Thread_local char bufs[NREADERS][48];
+    char *b = bufs[i];
 
     if (w->stale[i] == 0)
         return "0";
@@ -932,73 +971,92 @@ static const char *stale_cell(const wround *w, int i)
     return b;
 }
 
-/* Median and max over rounds of reader i's window; the total of its stale reads. */
-static void window_stats(const wround *w, int n, int i, double *med, double *max, long *total)
-{
-    samples s = { 0 };
-
-    *total = 0;
-    for (int k = 0; k < n; k++) {
-        sm_add(&s, w[k].window[i]);
-        *total += w[k].stale[i];
-    }
-    *med = sm_median(&s);
-    *max = sm_max(&s);
-    sm_free(&s);
-}
-
-static const char *const reader_names[1 + W_FC] = {
-    "plain GET on P", "feed_page, redis_timeout_ms 250 (default)", "feed_page, redis_timeout_ms 30 s",
+static const char *const reader_names[NREADERS] = {
+    "GET on P", "GET + ROLE on P", "feed_page, redis_timeout_ms 250 (default)",
+    "feed_page, redis_timeout_ms 30 s",
 };
 
-static void stale_summary(FILE *md, const wround *w, int n)
+/* Per reader: stale reads over all rounds, the median and max over rounds
+ * of the last one's time, and old answers to overlapping reads. Returns
+ * the total of reader i in totals[i]. */
+static void stale_summary(FILE *md, const wround *w, int n, const char *after, long totals[])
 {
-    fprintf(md, "| reader | stale reads, all rounds | window per round: median | max | "
-                "old answers to reads sent before the write |\n| --- | ---: | ---: | ---: | ---: |\n");
-    for (int i = 0; i < 1 + W_FC; i++) {
-        double med, max;
-        long total, overlap = 0;
-        window_stats(w, n, i, &med, &max, &total);
-        for (int k = 0; k < n; k++)
+    long passed = 0;
+
+    fprintf(md, "| reader | stale reads, all rounds | the last, ms after the %s: median of rounds "
+                "| max | old answers to reads sent before the write |\n"
+                "| --- | ---: | ---: | ---: | ---: |\n", after);
+    for (int i = 0; i < NREADERS; i++) {
+        samples last = { 0 };
+        long overlap = 0;
+        totals[i] = 0;
+        for (int k = 0; k < n; k++) {
+            sm_add(&last, w[k].window[i]);
+            totals[i] += w[k].stale[i];
             overlap += w[k].overlap[i];
-        fprintf(md, "| %s | %ld | %s ms | %s ms | %ld |\n", reader_names[i], total, ms(med),
-                ms(max), overlap);
+        }
+        fprintf(md, "| %s | %ld | %s | %s | %ld |\n", reader_names[i], totals[i],
+                ms(sm_median(&last)), ms(sm_max(&last)), overlap);
+        sm_free(&last);
     }
+    for (int k = 0; k < n; k++)
+        passed += w[k].role_passed;
+    fprintf(md, "\nGET + ROLE: %ld stale reads, %ld of them with ROLE listing a replica attached "
+                "(a check requiring one, as `redis_wait_replicas = 1` does under Sentinel, would "
+                "have let those through).\n\n", totals[RD_ROLE], passed);
+}
+
+static void round_cells(FILE *md, const wround *w)
+{
+    for (int i = 0; i < NREADERS; i++)
+        fprintf(md, " %s |", stale_cell(w, i));
+    fprintf(md, "\n");
+}
+
+static void round_header(FILE *md, const char *cols, int ncols)
+{
+    fprintf(md, "| round | %s |", cols);
+    for (int i = 0; i < NREADERS; i++)
+        fprintf(md, " %s |", reader_names[i]);
+    fprintf(md, "\n| ---: |");
+    for (int i = 0; i < ncols + NREADERS; i++)
+        fprintf(md, " ---: |");
     fprintf(md, "\n");
 }
 
 static void report_zombie(FILE *md, const wround *w, int n)
 {
-    double med[1 + W_FC], max[1 + W_FC];
-    long total[1 + W_FC];
+    samples moved = { 0 };
+    long total[NREADERS];
 
     fprintf(md, "### A frozen primary, thawed after its replica took over\n\n"
                 "P is stopped (SIGSTOP) until R says `master` and has acknowledged the write,\n"
                 "then continued (SIGCONT) at once or, every other round, %.0f s later. Times in\n"
                 "ms; a cell \"n (w ms)\" is n stale reads, the last one answered w ms after the\n"
                 "thaw.\n\n", W_LATE);
-    fprintf(md, "| round | R promoted, after the freeze | the thaw, after the write | "
-                "first MOVED, after the thaw | %s | %s | %s |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-            reader_names[0], reader_names[1], reader_names[2]);
-    for (int k = 0; k < n; k++)
-        fprintf(md, "| %d | %s | %s | %s | %s | %s | %s |\n", k + 1, ms(w[k].promote),
-                ms(w[k].thawed), ms(w[k].moved), stale_cell(&w[k], 0), stale_cell(&w[k], 1),
-                stale_cell(&w[k], 2));
-    fprintf(md, "\n");
-    stale_summary(md, w, n);
-    for (int i = 0; i < 1 + W_FC; i++)
-        window_stats(w, n, i, &med[i], &max[i], &total[i]);
+    round_header(md, "R promoted, after the freeze | the thaw, after the write | "
+                     "P's first MOVED, after the thaw", 3);
+    for (int k = 0; k < n; k++) {
+        fprintf(md, "| %d | %s | %s | %s |", k + 1, ms(w[k].promote), ms(w[k].thawed),
+                ms(w[k].moved));
+        round_cells(md, &w[k]);
+        sm_add(&moved, w[k].moved);
+    }
+    fprintf(md, "\nP's first MOVED came %s ms after the thaw (median; max %s ms).\n\n",
+            ms(sm_median(&moved)), ms(sm_max(&moved)));
+    stale_summary(md, w, n, "thaw", total);
     out_summary("window_zombie", "cluster: a frozen primary thawed after its replica's promotion: "
-                "stale reads (plain GET / feed_page 250 ms / 30 s), max window", "report", "report",
-                "%ld / %ld / %ld in %d rounds, max %s / %s / %s ms", total[0], total[1], total[2], n,
-                ms(max[0]), ms(max[1]), ms(max[2]));
+                "its first MOVED after the thaw (median, max); stale reads (GET / feed_page "
+                "250 ms / 30 s)", "report", "report", "%s ms, %s ms; %ld / %ld / %ld in %d rounds",
+                ms(sm_median(&moved)), ms(sm_max(&moved)), total[RD_GET], total[RD_PAGE],
+                total[RD_PAGE_LONG], n);
+    sm_free(&moved);
 }
 
 static void report_partition(FILE *md, const wround *w, int n)
 {
     samples margin = { 0 };
-    long total[1 + W_FC];
-    double med[1 + W_FC], max[1 + W_FC];
+    long total[NREADERS];
     int before = 0;
 
     fprintf(md, "### A primary cut off from the majority, clients still reaching it\n\n"
@@ -1007,29 +1065,27 @@ static void report_partition(FILE *md, const wround *w, int n)
                 "their packets into a bridge with no port (silently lost, as in a partition),\n"
                 "until it refuses reads and at least 2 s past the write; the readers reach\n"
                 "every node. Times in ms after the cut; \"margin\" = R's promotion minus P's\n"
-                "first refusal (positive: P stopped first).\n\n");
-    fprintf(md, "| round | P refuses (CLUSTERDOWN) | P's last answer with data | R promoted | margin | "
-                "first MOVED, after the heal | %s | %s | %s |\n"
-                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-            reader_names[0], reader_names[1], reader_names[2]);
+                "first refusal (positive: P stopped first); a cell \"n (w ms)\" is n stale\n"
+                "reads, the last one answered w ms after the write.\n\n");
+    round_header(md, "P refuses (CLUSTERDOWN) | P's last answer with data | R promoted | margin | "
+                     "P's first MOVED, after the heal", 5);
     for (int k = 0; k < n; k++) {
         double m = w[k].promote - w[k].down;
         sm_add(&margin, m);
         before += m > 0;
-        fprintf(md, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", k + 1, ms(w[k].down),
-                ms(w[k].last_ok), ms(w[k].promote), ms(m), ms(w[k].moved), stale_cell(&w[k], 0),
-                stale_cell(&w[k], 1), stale_cell(&w[k], 2));
+        fprintf(md, "| %d | %s | %s | %s | %s | %s |", k + 1, ms(w[k].down), ms(w[k].last_ok),
+                ms(w[k].promote), ms(m), ms(w[k].moved));
+        round_cells(md, &w[k]);
     }
     fprintf(md, "\nP refused before R was promoted in %d of %d rounds; margin median %s ms, "
                 "least %s ms.\n\n", before, n, ms(sm_median(&margin)), ms(sm_min(&margin)));
-    stale_summary(md, w, n);
-    for (int i = 0; i < 1 + W_FC; i++)
-        window_stats(w, n, i, &med[i], &max[i], &total[i]);
-    out_summary("window_partition", "cluster: a primary cut off from the majority: P refuses "
-                "before R's promotion by (median, least); stale reads (plain / 250 ms / 30 s)",
-                "report", "report", "%s ms, %s ms (%d of %d rounds first); %ld / %ld / %ld stale",
-                ms(sm_median(&margin)), ms(sm_min(&margin)), before, n, total[0], total[1],
-                total[2]);
+    stale_summary(md, w, n, "write", total);
+    out_summary("window_partition", "cluster: a primary cut off from the majority refuses reads "
+                "before its replica's promotion by (median, least); stale reads (GET / "
+                "feed_page 250 ms / 30 s)", "report", "report",
+                "%s ms, %s ms (first in %d of %d rounds); %ld / %ld / %ld",
+                ms(sm_median(&margin)), ms(sm_min(&margin)), before, n, total[RD_GET],
+                total[RD_PAGE], total[RD_PAGE_LONG]);
     sm_free(&margin);
 }
 
