@@ -3,8 +3,9 @@
  * bench/run.sh starts the servers, loads the data set (bench/load.sql) and
  * runs this; every section writes OUTDIR/sec_<name>.md, gnuplot data in
  * OUTDIR/<name>.dat, and appends its headline rows to OUTDIR/summary.tsv.
- * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster window (default: all,
- * in that order). BENCH_QUICK=1 shortens every section, for trying things out. */
+ * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster
+ * window (default: all, in that order). BENCH_QUICK=1 shortens every section,
+ * for trying things out. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -134,7 +134,8 @@ static redisReply *w_try(const waddr *a, const char *cmd)
 static int is_master_reply(redisReply *r)
 {
     int yes = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-              r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+              r->element[0]->type == REDIS_REPLY_STRING &&
+              strcmp(r->element[0]->str, "master") == 0;
 
     freeReplyObject(r);
     return yes;
@@ -267,7 +268,8 @@ static void w_restore(const wsetup *s)
         redisReply *r;
         while (!w_info_has(&s->p, "INFO replication", follows_r)) {
             if (now_s() > end)
-                die("window (%s): %s:%d did not rejoin as a replica", s->what, s->p.host, s->p.port);
+                die("window (%s): %s:%d did not rejoin as a replica", s->what, s->p.host,
+                    s->p.port);
             sleep_s(0.05);
         }
         r = w_try(&s->p, "CLUSTER FAILOVER");
@@ -511,7 +513,8 @@ static void w_start(wstate *x)
         die("window (%s): the replica did not acknowledge the old data", s->what);
     redisFree(cp);
     for (int i = 0; i < NREADERS; i++)
-        if (pthread_create(&x->rd[i].t, NULL, i < RD_PAGE ? plain_reader : page_reader, &x->rd[i]) != 0)
+        if (pthread_create(&x->rd[i].t, NULL, i < RD_PAGE ? plain_reader : page_reader,
+                           &x->rd[i]) != 0)
             die("window: pthread_create failed");
 }
 
@@ -606,7 +609,8 @@ static void w_round(const wsetup *s, cut_fn cut, int round, PGconn *pg, wround *
     end = x.t_cut + 30;
     while (!is_master_reply(redisCommand(poll, "ROLE"))) {
         if (now_s() > end || poll->err)
-            die("window (%s): %s:%d not promoted 30 s after the cut", s->what, s->r.host, s->r.port);
+            die("window (%s): %s:%d not promoted 30 s after the cut", s->what, s->r.host,
+                s->r.port);
         sleep_s(0.002);
     }
     x.t_prom = last_promotion = now_s();
