@@ -83,7 +83,7 @@ trap 'exit 143' TERM
 
 tools/servers.sh start "$DIR"
 tools/servers.sh sentinel-start "$DIR"     # section wait: a primary with a replica
-tools/servers.sh cluster-start "$DIR"   # section "cluster": 3 primaries + 3 replicas
+tools/servers.sh cluster-start "$DIR"   # sections "cluster", "window": 3 primaries + 3 replicas
 # shellcheck source=/dev/null
 . "$DIR/env"
 # shellcheck source=/dev/null
@@ -374,7 +374,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
                pg_rate pg_cpu stampede fanout memory mem_pages encoding client_cpu wait_hook \
                wait_page wait_cluster_hook wait_cluster_fanout sync_apply sync_lag cluster_rt \
                cluster_cpu cluster_fanout async_pages async_cpu async_limit async_frozen \
-               async_memory blocking_instr blocking_rt blocking_cpu; do
+               async_memory blocking_instr blocking_rt blocking_cpu window_zombie window_partition; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done
@@ -387,7 +387,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
         echo
     fi
     for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster \
-             async blocking; do
+             async blocking window; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     echo "How these figures are made and how to read them, the misses included:"
