@@ -325,7 +325,7 @@ static int kind_of_error(const char *s)
     return K_ERR;
 }
 
-/* How many replicas a ROLE reply lists as attached (the rule of lib/wait.c
+/* How many replicas a ROLE reply lists as attached (the rule of lib/core/exchange.c, judge_role
  * under Sentinel); -1 if it is not a primary's. */
 static int attached_of(const redisReply *r)
 {
