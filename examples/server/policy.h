@@ -32,14 +32,6 @@ int policy_probe(const feed_config *cfg, const char *prog);
  * FEED_KIND_INTERNAL, so that no application keeps a table of codes. */
 unsigned policy_status(int rc);
 
-/* Seconds a client should wait before asking again after a 503: the time
- * until a handle tries a lost store again (retry_ms). Proposed:
- * feed_retry_after_ms(f), the time to the handle's next connection attempt. */
-unsigned policy_retry_after(const feed_config *cfg);
-
-/* "cache", "rebuild", "db". Proposed: feed_source_name(s). */
-const char *policy_source_name(feed_source s);
-
 /* The cursor to keep after a pull-to-refresh: feed_page_newer sets
  * next_score/next_id only when has_more; otherwise the newest item returned,
  * or the cursor given (score, id) when nothing is newer. Proposed:

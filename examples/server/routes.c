@@ -142,7 +142,7 @@ static void page_json(request *rq, feed_result *res, int64_t next_rank,
     char token[FEED_CURSOR_SIZE];
     int ok;
 
-    rq->source = policy_source_name(res->source);
+    rq->source = feed_source_name(res->source);
     /* jansson functions given NULL return NULL or -1: one check at the end
      * catches any allocation failure. */
     for (size_t i = 0; items && i < res->count; i++)
@@ -242,7 +242,7 @@ static void health_done_cb(request *rq, const feed_health_info *h, const char *e
         snprintf(rq->err, sizeof rq->err, "%.250s%s%.250s", h->redis_msg,
                  h->redis_msg[0] && h->pg_msg[0] ? "; " : "", h->pg_msg);
     else
-        snprintf(rq->err, sizeof rq->err, "no handle: %s", errmsg);
+        snprintf(rq->err, sizeof rq->err, "no health check: %s", errmsg);
     respond_json(rq, redis_ok || pg_ok ? 200 : 503,
                  json_pack("{s:s,s:s,s:s}",
                            "status", redis_ok && pg_ok ? "ok" : redis_ok || pg_ok ? "degraded" : "down",

@@ -229,7 +229,7 @@ typedef struct tx_outcome {
 typedef void page_done(request *rq, int rc, feed_result *page, int64_t next_rank,
                        const char *errmsg);               /* owns *page on FEED_OK */
 typedef void health_done(request *rq, const feed_health_info *h, const char *errmsg);
-                                                          /* h NULL: no handle */
+                                                          /* h NULL: no check made */
 typedef void hook_done(request *rq, int rc, const char *errmsg);
 typedef void drop_done(request *rq, size_t dropped);
 typedef void tx_done(request *rq, const tx_outcome *tx);
@@ -260,6 +260,8 @@ struct backend_ops {
     /* The handle's counters; 0 when *out was filled. Under the worker's lock,
      * on the worker's thread. */
     int  (*stats)(void *be, feed_stats *out);
+    /* feed_retry_after_ms: ms until the handle tries a lost store again. */
+    uint32_t (*retry_after)(void *be);
     /* Free the state, once the transport has stopped. */
     void (*close)(void *be);
 };
