@@ -245,8 +245,10 @@ FEED_API const char *feed_source_name(feed_source s);
  * DESC, id DESC) order -- what is new since the top item a client holds. They
  * are the ones closest to the cursor, so that nothing between them and the
  * cursor is skipped, returned newest first. has_more = 1 when still newer
- * items exist; next_score/next_id then name the newest returned item (items[0]),
- * the cursor of the next call. The cursor item need not exist any more.
+ * items exist: call again at once. next_score/next_id is, on every FEED_OK,
+ * the cursor to keep and pass to the next call: the newest returned item
+ * (items[0]), or (score, id) itself when nothing is newer. The cursor item
+ * need not exist any more.
  *
  * limit is 1..max_page. On FEED_OK *out holds up to limit items, owned by it
  * (free with feed_result_free); on error *out is zeroed.

@@ -61,14 +61,6 @@ unsigned policy_status(int rc)
     }
 }
 
-void policy_newer_cursor(feed_result *res, int64_t score, int64_t id)
-{
-    if (res->has_more)
-        return;
-    res->next_score = res->count ? res->items[0].score : score;
-    res->next_id = res->count ? res->items[0].id : id;
-}
-
 size_t policy_drop(feed *f, const int64_t *uids, size_t n)
 {
     size_t done = 0;

@@ -32,12 +32,6 @@ int policy_probe(const feed_config *cfg, const char *prog);
  * FEED_KIND_INTERNAL, so that no application keeps a table of codes. */
 unsigned policy_status(int rc);
 
-/* The cursor to keep after a pull-to-refresh: feed_page_newer sets
- * next_score/next_id only when has_more; otherwise the newest item returned,
- * or the cursor given (score, id) when nothing is newer. Proposed:
- * feed_page_newer sets next_score/next_id in every FEED_OK case so. */
-void policy_newer_cursor(feed_result *res, int64_t score, int64_t id);
-
 /* After a hook failed, or a commit whose outcome is unknown: drop each
  * feed's cached copy with feed_invalidate (a plain DEL, which an ACL that
  * refuses the hooks' scripts may still allow), stopping at the first

@@ -152,7 +152,7 @@ struct request {
     const char      *source;        /* cache, rebuild, db or NULL */
     char             err[512];      /* for the log of a 5xx: the detail */
     /* A route's state between its operations. */
-    int64_t          uid, id, score, cur_score, cur_id;
+    int64_t          uid, id, score;
     int              newer, create, tx;
     const char      *what, *cache;
     int64_t         *uids;
