@@ -1,5 +1,5 @@
-/* policy.c -- library policy the example has to carry today (policy.h says
- * what each would become in lib/). Nothing here knows about HTTP transports
+/* policy.c -- what the example decides around the library (policy.h says
+ * what each could become in lib/). Nothing here knows about HTTP transports
  * or the routes. */
 #include <stddef.h>
 #include <stdio.h>

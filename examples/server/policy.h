@@ -1,8 +1,8 @@
-/* policy.h -- what the example does that is really the library's to do:
- * code any application of feedcache would have to write again. Each
- * function names the library call proposed to replace it (examples/README.md,
- * "Library policy"); it is kept here, apart from the transport and the
- * routes, so that replacing it changes this file and one line per caller.
+/* policy.h -- what the example decides around the library that the library
+ * could one day take over. Each function names the library call that could
+ * replace it (examples/README.md, "Library policy", says why each stays for
+ * now); it is kept here, apart from the transport and the routes, so that
+ * replacing it changes this file and one line per caller.
  */
 #ifndef FEED_SERVER_POLICY_H
 #define FEED_SERVER_POLICY_H
@@ -36,7 +36,8 @@ unsigned policy_status(int rc);
  * feed's cached copy with feed_invalidate (a plain DEL, which an ACL that
  * refuses the hooks' scripts may still allow), stopping at the first
  * failure (Redis away or refusing: the library keeps the rest on its repair
- * list). Returns how many were dropped. Proposed: the hooks do it
+ * list). Returns how many were dropped. The blocking backend's; the loops
+ * do the same with feed_async_invalidate. Proposed: the hooks do it
  * themselves when Redis refuses the script, and say which happened
  * (feed_hook_outcome: applied, dropped, repair pending). */
 size_t policy_drop(feed *f, const int64_t *uids, size_t n);

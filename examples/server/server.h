@@ -16,7 +16,7 @@
  *   writes.c    the write routes: JSON bodies, the SQL, commit then hook
  *   metrics.c   GET /metrics (Prometheus text)
  *   options.c   flags and environment, shared by both servers
- *   policy.c    what is really library policy, kept apart to be replaced
+ *   policy.c    what the library could take over one day, kept apart
  *   page.html   the page GET / serves, embedded at build time
  *
  * Continuation style. A handler checks its request, starts one backend
@@ -250,8 +250,8 @@ struct backend_ops {
     void (*on_delete)(void *be, request *rq, int64_t uid, int64_t id, hook_done *done);
     void (*fanout)(void *be, request *rq, const int64_t *uids, size_t n, int64_t score,
                    int64_t id, hook_done *done);
-    /* After a failed hook: drop the cached copies (policy_drop); dropped
-     * counts those that went. */
+    /* After a failed hook: drop the cached copies (feed_invalidate each,
+     * stopping once one is refused); dropped counts those that went. */
     void (*drop)(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done);
     /* BEGIN; sql with params; COMMIT, on the worker's write connection.
      * params stay valid until done is called. */
