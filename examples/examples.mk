@@ -32,7 +32,7 @@ SRV_CORE  := request routes writes metrics options policy pgtx
 SRV_MHD   := mhd backend_sync
 SRV_EV    := evhttp backend_loop pg_async
 SRV_OBJ    = $(patsubst %,$(BUILD)/examples/server/%.o,$(1))
-SRV_HDR   := $(wildcard examples/server/*.h) lib/feedcache.h
+SRV_HDR   := $(wildcard examples/server/*.h) lib/feedcache.h lib/feedcache_libevent.h
 
 $(BUILD)/examples/server:
 	mkdir -p $@
