@@ -9,7 +9,8 @@
  * used from the loop's thread only. Each library call carries a small
  * closure, the request and its completion, freed when its callback has
  * passed the result on. A call refused at once (an argument error, no
- * memory) completes before it returns, with the library's code.
+ * memory) completes before it returns, with the library's code and
+ * message.
  */
 #include <stdlib.h>
 
@@ -71,50 +72,41 @@ static void on_page(feed_async *a, int rc, feed_result *page, void *arg)
     on_ranked(a, rc, page, -1, arg);
 }
 
-/* Why a call was refused at once: the handle says, unless there was no
- * memory for its closure. */
-static const char *refusal(loop_be *l, call *c)
+/* The closure of a page call; without memory the call completes now. */
+static call *page_call(request *rq, page_done *done)
 {
-    return c ? feed_async_errmsg(l->fa) : "out of memory";
+    call *c = call_new(rq);
+
+    if (c)
+        c->done.page = done;
+    else
+        done(rq, FEED_ENOMEM, NULL, -1, "out of memory");
+    return c;
 }
 
-/* A page call that did not start: complete now. */
-static void page_refused(loop_be *l, request *rq, int rc, page_done *done, call *c)
-{
-    const char *why = refusal(l, c);
-
-    free(c);
-    done(rq, rc, NULL, -1, why);
-}
-
+/* A call refused at once (rc from the call that started it) completes now,
+ * through its own callback: feed_async_errmsg says why. */
 static void loop_page(void *be, request *rq, int64_t uid, int64_t score, int64_t id,
                       int64_t rank, size_t limit, page_done *done)
 {
     loop_be *l = be;
-    call *c = call_new(rq);
-    int rc = FEED_ENOMEM;
+    call *c = page_call(rq, done);
+    int rc;
 
-    if (c) {
-        c->done.page = done;
-        rc = feed_async_page_ranked(l->fa, uid, score, id, rank, limit, on_ranked, c);
-    }
-    if (rc != FEED_OK)
-        page_refused(l, rq, rc, done, c);
+    if (c && (rc = feed_async_page_ranked(l->fa, uid, score, id, rank, limit, on_ranked,
+                                          c)) != FEED_OK)
+        on_ranked(l->fa, rc, NULL, -1, c);
 }
 
 static void loop_newer(void *be, request *rq, int64_t uid, int64_t score, int64_t id,
                        size_t limit, page_done *done)
 {
     loop_be *l = be;
-    call *c = call_new(rq);
-    int rc = FEED_ENOMEM;
+    call *c = page_call(rq, done);
+    int rc;
 
-    if (c) {
-        c->done.page = done;
-        rc = feed_async_page_newer(l->fa, uid, score, id, limit, on_page, c);
-    }
-    if (rc != FEED_OK)
-        page_refused(l, rq, rc, done, c);
+    if (c && (rc = feed_async_page_newer(l->fa, uid, score, id, limit, on_page, c)) != FEED_OK)
+        on_page(l->fa, rc, NULL, c);
 }
 
 /* ---- health ---- */
@@ -133,16 +125,13 @@ static void loop_health(void *be, request *rq, health_done *done)
     loop_be *l = be;
     call *c = call_new(rq);
 
-    const char *why;
-
-    if (c) {
-        c->done.health = done;
-        if (feed_async_health(l->fa, on_health, c) == FEED_OK)
-            return;
+    if (!c) {
+        done(rq, NULL, "out of memory");
+        return;
     }
-    why = refusal(l, c);
-    free(c);
-    done(rq, NULL, why);
+    c->done.health = done;
+    if (feed_async_health(l->fa, on_health, c) != FEED_OK)
+        on_health(l->fa, FEED_EINVAL, NULL, c);
 }
 
 /* ---- hooks ---- */
@@ -155,26 +144,21 @@ static void on_hook(feed_async *a, int rc, void *arg)
     free(c);
 }
 
-/* A hook call made (rc from the call that started it): complete now when
- * it did not start. */
-static void hook_started(loop_be *l, request *rq, int rc, hook_done *done, call *c)
-{
-    const char *why;
-
-    if (rc == FEED_OK)
-        return;
-    why = refusal(l, c);
-    free(c);
-    done(rq, rc, why);
-}
-
 static call *hook_call(request *rq, hook_done *done)
 {
     call *c = call_new(rq);
 
     if (c)
         c->done.hook = done;
+    else
+        done(rq, FEED_ENOMEM, "out of memory");
     return c;
+}
+
+static void hook_started(loop_be *l, call *c, int rc)
+{
+    if (rc != FEED_OK)
+        on_hook(l->fa, rc, c);
 }
 
 static void loop_on_insert(void *be, request *rq, int64_t uid, int64_t score, int64_t id,
@@ -183,8 +167,8 @@ static void loop_on_insert(void *be, request *rq, int64_t uid, int64_t score, in
     loop_be *l = be;
     call *c = hook_call(rq, done);
 
-    hook_started(l, rq, c ? feed_async_on_insert(l->fa, uid, score, id, on_hook, c)
-                          : FEED_ENOMEM, done, c);
+    if (c)
+        hook_started(l, c, feed_async_on_insert(l->fa, uid, score, id, on_hook, c));
 }
 
 static void loop_on_delete(void *be, request *rq, int64_t uid, int64_t id, hook_done *done)
@@ -192,8 +176,8 @@ static void loop_on_delete(void *be, request *rq, int64_t uid, int64_t id, hook_
     loop_be *l = be;
     call *c = hook_call(rq, done);
 
-    hook_started(l, rq, c ? feed_async_on_delete(l->fa, uid, id, on_hook, c) : FEED_ENOMEM,
-                 done, c);
+    if (c)
+        hook_started(l, c, feed_async_on_delete(l->fa, uid, id, on_hook, c));
 }
 
 static void loop_fanout(void *be, request *rq, const int64_t *uids, size_t n, int64_t score,
@@ -202,8 +186,8 @@ static void loop_fanout(void *be, request *rq, const int64_t *uids, size_t n, in
     loop_be *l = be;
     call *c = hook_call(rq, done);
 
-    hook_started(l, rq, c ? feed_async_fanout(l->fa, uids, n, score, id, on_hook, c)
-                          : FEED_ENOMEM, done, c);
+    if (c)
+        hook_started(l, c, feed_async_fanout(l->fa, uids, n, score, id, on_hook, c));
 }
 
 /* ---- dropping copies after a failed hook ---- */
