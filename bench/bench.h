@@ -72,6 +72,9 @@ long long b_sql_int(PGconn *pg, const char *sql);
 pid_t pg_backend(PGconn *pg);
 
 /* ---- feedcache ---- */
+/* The bench's configuration (the servers of the environment), which
+ * b_open opens; bench/async.c opens event-loop handles with it. */
+void b_config(feed_config *cfg, const char *prefix, uint32_t max_len);
 feed *b_open(const char *prefix, uint32_t max_len);
 /* uid's whole feed from SQL in (score DESC, id DESC) order; malloc'd. */
 size_t sql_feed(PGconn *pg, int64_t uid, feed_item **out);

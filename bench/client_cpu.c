@@ -15,7 +15,13 @@
  * bench/run.sh runs each under `valgrind --tool=callgrind` for two values of
  * N and takes the difference per call, which removes start-up (connecting,
  * loading scripts). The cursor of depth d is the item at rank d-1, read once
- * from Redis before the timed part. Needs the feed cached (run.sh warms it). */
+ * from Redis before the timed part. Needs the feed cached (run.sh warms it).
+ *
+ * With FEED_BENCH_REPORT=1 (not under callgrind) it also prints, for the N
+ * calls alone, "calls N redis_calls R redis_cpu_ns C wall_ns W": the
+ * handle's round trips (feed_stats) and the Redis process's CPU (/proc).
+ * run.sh builds this same file against the library before the restructure
+ * too (section "blocking"): it uses the public API only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +35,10 @@ int main(int argc, char **argv)
     long n;
     int64_t score = 0, id = 0;
     char start[24], stop[24];
+    int report;
+    pid_t rpid = 0;
+    feed_stats s0;
+    uint64_t cpu0 = 0, t0 = 0;
 
     if (argc != 4 || (strcmp(argv[1], "page") && strcmp(argv[1], "cold") &&
                       strcmp(argv[1], "ranked") && strcmp(argv[1], "raw")))
@@ -68,6 +78,13 @@ int main(int argc, char **argv)
         if (depth > 0 && (cs != score || ci != id))
             die("the walk ended at another cursor");
     }
+    report = strcmp(env_or("FEED_BENCH_REPORT", "0"), "1") == 0;
+    if (report) {
+        rpid = redis_pid(c);
+        feed_stats_get(f, &s0);
+        cpu0 = proc_cpu_ns(rpid);
+        t0 = now_ns();
+    }
     if (strcmp(argv[1], "raw") != 0) {
         for (long i = 0; i < n; i++) {
             feed_result r;
@@ -103,6 +120,14 @@ int main(int argc, char **argv)
             if (k == 0 || items[0].id < 0)
                 die("ZREVRANGE: nothing parsed");
         }
+    }
+    if (report) {
+        uint64_t t1 = now_ns(), cpu1 = proc_cpu_ns(rpid);
+        feed_stats s1;
+        feed_stats_get(f, &s1);
+        printf("calls %ld redis_calls %llu redis_cpu_ns %llu wall_ns %llu\n", n,
+               (unsigned long long)(s1.redis_calls - s0.redis_calls),
+               (unsigned long long)(cpu1 - cpu0), (unsigned long long)(t1 - t0));
     }
     feed_close(f);
     redisFree(c);

@@ -3,7 +3,7 @@
  * bench/run.sh starts the servers, loads the data set (bench/load.sql) and
  * runs this; every section writes OUTDIR/sec_<name>.md, gnuplot data in
  * OUTDIR/<name>.dat, and appends its headline rows to OUTDIR/summary.tsv.
- * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster (default: all, in that
+ * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster async (default: all, in that
  * order). BENCH_QUICK=1 shortens every section, for trying things out. */
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +24,14 @@ static const struct { const char *name; void (*run)(void); } sections[] = {
     { "replica", section_replica },
     { "cpu", section_cpu },
     { "cluster", section_cluster },
+    { "async", section_async },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|cpu|cluster ...]");
+        die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|cpu|cluster|async ...]");
     out_init(argv[1]);
     for (size_t i = 0; i < NSECTIONS; i++) {
         int want = argc == 2;

@@ -58,5 +58,6 @@ void section_wait(void);      /* bench/ha.c: the failover guarantee's cost */
 void section_fence(void);     /* bench/ha.c: the restart fence in steady state */
 void section_replica(void);   /* bench/replica.c: the PostgreSQL replica's delay */
 void section_cpu(void);        /* bench/cpu.c: plain-read pages, Redis CPU, 8 clients */
+void section_async(void);      /* bench/async.c: the event-loop API against the blocking one */
 
 #endif

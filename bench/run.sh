@@ -18,7 +18,9 @@
 #
 # Env: BUILD (default build); BENCH_QUICK=1 for a short, noisier run;
 # BENCH_SECTIONS="wait sync ..." runs only those (feedbench's sections, plus
-# sync for sync/sync_bench.c and client for the callgrind counts);
+# sync for sync/sync_bench.c, client for the callgrind counts and blocking
+# for the blocking API before and after the restructure of lib/);
+# BENCH_BEFORE (default ec83fbd) the commit section blocking calls "before";
 # BENCH_OUT (default bench/results) the folder that holds the runs;
 # FEED_KEEP=1 keeps the servers' folder. No figure is asserted here: only
 # a failing program (lost servers, a wrong page) fails the run.
@@ -61,6 +63,10 @@ WORK=$DIR/work
 # shellcheck disable=SC2317  # invoked by the trap
 cleanup() {
     local rc=$?
+    # Section async freezes servers (SIGSTOP) for a while: one left frozen by
+    # a bench that was killed would not stop.
+    tools/servers.sh pg-thaw "$DIR" >/dev/null 2>&1 || true
+    tools/servers.sh redis-thaw "$DIR" >/dev/null 2>&1 || true
     tools/servers.sh stop "$DIR" || true
     # A run that did not finish leaves no results folder behind.
     [[ -n ${OUT:-} && -d $OUT && ! -f $OUT/latest.md ]] && rm -rf "$OUT"
@@ -97,8 +103,11 @@ tools/servers.sh replica-start "$DIR"
 NPROC=$(nproc)
 FB_SECTIONS=()
 for s in $SECTIONS; do
-    case $s in sync | client) ;; *) FB_SECTIONS+=("$s") ;; esac
+    case $s in sync | client | blocking) ;; *) FB_SECTIONS+=("$s") ;; esac
 done
+# Section async freezes PostgreSQL and Redis for a while (tools/servers.sh
+# pg-freeze, redis-freeze): DIR/env, sourced above, names the servers' folder
+# (FEED_SERVERS_DIR) and the script (FEED_SERVERS) to it.
 if [[ -z $SECTIONS ]] || ((${#FB_SECTIONS[@]})); then
     BENCH_NPROC=$NPROC "$BUILD/bench/feedbench" "$WORK" "${FB_SECTIONS[@]}"
 fi
@@ -112,17 +121,19 @@ fi
 # Instructions per call, deterministic: callgrind counts every instruction the
 # client runs (hiredis, libc, the library). Two runs of different lengths for
 # each kind of call; the difference per call removes start-up.
+N1=200
+N2=1200
+# Instructions of one run of client_cpu MODE DEPTH N: CG_BIN (default this
+# build's) and CG_TAG (the name of its output files) pick another build.
+cg_count() {  # mode depth n
+    local f="$WORK/cg${CG_TAG:-}.$1.$2.$3"
+    valgrind --tool=callgrind --callgrind-out-file="$f" \
+        "${CG_BIN:-$BUILD/bench/client_cpu}" "$1" "$2" "$3" >/dev/null 2>"$f.log" ||
+        { cat "$f.log" >&2; exit 1; }
+    awk '/^(summary|totals):/ { print $2; exit }' "$f"
+}
 client_cpu() {
     echo "bench: client instructions per call (callgrind)" >&2
-    N1=200
-    N2=1200
-    cg_count() {  # mode depth n
-        local f="$WORK/cg.$1.$2.$3"
-        valgrind --tool=callgrind --callgrind-out-file="$f" \
-            "$BUILD/bench/client_cpu" "$1" "$2" "$3" >/dev/null 2>"$f.log" ||
-            { cat "$f.log" >&2; exit 1; }
-        awk '/^(summary|totals):/ { print $2; exit }' "$f"
-    }
     {
         echo "## Client CPU: instructions per cached page"
         echo
@@ -193,6 +204,122 @@ client_cpu() {
 }
 want client && client_cpu
 
+# ---------------------------------------------------------------- blocking
+# The blocking API before and after lib/ was restructured: this tree's
+# bench/client_cpu.c built against the library of BENCH_BEFORE too (a
+# snapshot of that commit from git, built once into
+# $BUILD/bench/before-<commit>/), both run against the same servers. The
+# program uses the public API only, and its timed loop is the same file at
+# both commits. Three figures per page, at depth 0 and 500 (the handle
+# walked there): client instructions (callgrind, as client_cpu above),
+# round trips (feed_stats.redis_calls) and Redis CPU (/proc), the last
+# two from FEED_BENCH_REPORT=1 runs, before and after interleaved by round.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+blocking_before_after() {
+    local before=${BENCH_BEFORE:-ec83fbd} full tree old new rounds n
+    echo "bench: the blocking API before and after the restructure ($before)" >&2
+    if ! command -v git >/dev/null ||
+        ! full=$(git rev-parse -q --verify "$before^{commit}" 2>/dev/null); then
+        echo "bench: commit $before is not in this repository: section blocking skipped" >&2
+        {
+            echo "## The blocking API before and after the restructure"
+            echo
+            echo "Not measured: commit \`$before\` (BENCH_BEFORE) is not in this repository."
+        } >"$WORK/sec_blocking.md"
+        printf 'blocking_instr\tblocking API before and after the restructure\t<= 1.05x\tnot measured (no commit %s)\tMISS\n' \
+            "$before" >>"$WORK/summary.tsv"
+        return
+    fi
+    full=${full:0:12}
+    tree=$BUILD/bench/before-$full
+    old=$tree/build/bench/client_cpu
+    new=$BUILD/bench/client_cpu
+    if [[ ! -x $old ]] || ! cmp -s bench/client_cpu.c "$tree/bench/client_cpu.c"; then
+        echo "bench: building $full into $tree" >&2
+        rm -rf "$tree"
+        mkdir -p "$tree"
+        git archive "$full" | tar -x -C "$tree"
+        cp bench/client_cpu.c "$tree/bench/client_cpu.c"
+        make -C "$tree" -j2 BUILD=build build/bench/client_cpu >"$WORK/before-build.log" 2>&1 ||
+            { cat "$WORK/before-build.log" >&2; exit 1; }
+    fi
+    rounds=7 n=20000
+    [[ -n ${BENCH_QUICK:-} ]] && rounds=3 n=5000
+    "$new" page 0 1 >/dev/null     # warm uid 2, uncounted
+    "$old" page 0 1 >/dev/null
+    local depth which r bin line ci cb ca rows=() worst_i=0 worst_c=0 rt_same=1 rt_all=""
+    for ((r = 0; r < rounds; r++)); do
+        for depth in 0 500; do
+            for which in before after; do
+                # the order turns around every other round
+                ((r % 2)) && which=$([[ $which == before ]] && echo after || echo before)
+                bin=$([[ $which == before ]] && echo "$old" || echo "$new")
+                line=$(FEED_BENCH_REPORT=1 "$bin" page "$depth" "$n")
+                # calls N redis_calls R redis_cpu_ns C wall_ns W
+                awk -v r="$r" '{ printf "%d %.4f %.4f %.1f\n", r, $4 / $2, $6 / $2 / 1000, $2 / ($8 / 1e9) }' \
+                    <<<"$line" >>"$WORK/blocking.$which.$depth"
+            done
+        done
+    done
+    for depth in 0 500; do
+        ci=$(CG_BIN=$old CG_TAG=.before cg_count page $depth $N1)
+        cb=$(CG_BIN=$old CG_TAG=.before cg_count page $depth $N2)
+        local ib=$(((cb - ci) / (N2 - N1)))
+        ci=$(cg_count page $depth $N1)
+        ca=$(cg_count page $depth $N2)
+        local ia=$(((ca - ci) / (N2 - N1)))
+        local ri rtb rta cpub cpua rc rateb ratea
+        ri=$(awk -v a="$ia" -v b="$ib" 'BEGIN { printf "%.3f", a / b }')
+        rtb=$(awk '{ print $2 }' "$WORK/blocking.before.$depth" | median)
+        rta=$(awk '{ print $2 }' "$WORK/blocking.after.$depth" | median)
+        cpub=$(awk '{ print $3 }' "$WORK/blocking.before.$depth" | median)
+        cpua=$(awk '{ print $3 }' "$WORK/blocking.after.$depth" | median)
+        rateb=$(awk '{ print $4 }' "$WORK/blocking.before.$depth" | median)
+        ratea=$(awk '{ print $4 }' "$WORK/blocking.after.$depth" | median)
+        # Redis CPU: the median of the per-round ratios (rounds paired by number)
+        rc=$(join <(sort -k1,1 "$WORK/blocking.after.$depth") <(sort -k1,1 "$WORK/blocking.before.$depth") |
+            awk '{ print $3 / $6 }' | median)
+        rc=$(awk -v v="$rc" 'BEGIN { printf "%.3f", v }')
+        [[ $rtb == "$rta" ]] || rt_same=0
+        rt_all+="${rt_all:+; }depth $depth: $(printf '%.2f / %.2f' "$rtb" "$rta")"
+        worst_i=$(awk -v r="$ri" -v w="$worst_i" 'BEGIN { print (r > w) ? r : w }')
+        worst_c=$(awk -v r="$rc" -v w="$worst_c" 'BEGIN { print (r > w) ? r : w }')
+        rows+=("$(printf '| %s | %s / %s | **%sx** %s | %.2f / %.2f | %s / %s µs | **%sx** %s | %s / %s |' \
+            "$depth" "$(printf "%'d" "$ib")" "$(printf "%'d" "$ia")" "$ri" \
+            "$(awk -v r="$ri" 'BEGIN { print (r <= 1.05) ? "pass" : "MISS" }')" "$rtb" "$rta" \
+            "$(printf '%.2f' "$cpub")" "$(printf '%.2f' "$cpua")" "$rc" \
+            "$(awk -v r="$rc" 'BEGIN { print (r <= 1.05) ? "pass" : "MISS" }')" \
+            "$(printf "%'.0f" "$rateb")" "$(printf "%'.0f" "$ratea")")")
+    done
+    {
+        echo "## The blocking API before and after the restructure"
+        echo
+        echo "\`feed_page\` of uid 2's cached 1,000-item feed, first page (depth 0) and a next"
+        echo "page at depth 500 on the handle that walked there: this tree's library against"
+        echo "the one of commit \`$full\` (BENCH_BEFORE, the last before lib/ became a core of"
+        echo "decisions and drivers), both driven by this tree's \`bench/client_cpu.c\` (the"
+        echo "public API only; its timed loop is the same file at both commits), each with its"
+        echo "own defaults (\`feed_config_init\`), against the same servers. Instructions per"
+        echo "page: callgrind, ($N2 - $N1 calls) / $((N2 - N1)), as in the client section."
+        echo "Round trips per page: \`feed_stats.redis_calls\` over $n calls. Redis CPU per page:"
+        echo "the redis-server process's CPU (/proc) over those calls; $rounds rounds, before"
+        echo "and after interleaved, the ratio is the median of the per-round ratios."
+        echo
+        echo "| depth | instructions per page: before / after | after / before (target <= 1.05x) | round trips per page: before / after | Redis CPU per page: before / after | after / before (target <= 1.05x) | pages/s, one thread: before / after |"
+        echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        printf '%s\n' "${rows[@]}"
+    } >"$WORK/sec_blocking.md"
+    {
+        printf 'blocking_instr\tblocking API after / before the restructure (%s): client instructions per cached page, depth 0 and 500 (callgrind)\t<= 1.05x\tworst %sx\t%s\n' \
+            "$full" "$worst_i" "$(awk -v r="$worst_i" 'BEGIN { print (r <= 1.05) ? "pass" : "MISS" }')"
+        printf 'blocking_rt\tblocking API before / after: round trips per cached page (feed_stats.redis_calls)\tthe same\t%s\t%s\n' \
+            "$rt_all" "$( ((rt_same)) && echo pass || echo MISS)"
+        printf 'blocking_cpu\tblocking API after / before: Redis CPU per cached page, depth 0 and 500\t<= 1.05x\tworst %sx\t%s\n' \
+            "$worst_c" "$(awk -v r="$worst_c" 'BEGIN { print (r <= 1.05) ? "pass" : "MISS" }')"
+    } >>"$WORK/summary.tsv"
+}
+want blocking && blocking_before_after
+
 # ---------------------------------------------------------------- charts
 # From the data of the pages, writes (rebuild) and pg sections: a run
 # without one of them has no charts.
@@ -246,7 +373,8 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
     for key in cpu_idle cpu_writes cpu_clients pages_raw srv_cpu next_1k next_100k rebuild miss \
                pg_rate pg_cpu stampede fanout memory mem_pages encoding client_cpu wait_hook \
                wait_page wait_cluster_hook wait_cluster_fanout sync_apply sync_lag cluster_rt \
-               cluster_cpu cluster_fanout; do
+               cluster_cpu cluster_fanout async_pages async_cpu async_limit async_frozen \
+               async_memory blocking_instr blocking_rt blocking_cpu; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done
@@ -258,7 +386,8 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
         echo "![cached page vs PostgreSQL: pages/s and server CPU per page](pg.png)"
         echo
     fi
-    for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster; do
+    for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster \
+             async blocking; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     echo "How these figures are made and how to read them, the misses included:"

@@ -336,21 +336,26 @@ size_t sql_feed(PGconn *pg, int64_t uid, feed_item **out)
 
 /* ------------------------------------------------------------ feedcache */
 
+void b_config(feed_config *cfg, const char *prefix, uint32_t max_len)
+{
+    feed_config_init(cfg);
+    cfg->redis_host = env_or("FEED_REDIS_HOST", "127.0.0.1");
+    cfg->redis_port = atoi(env_or("FEED_REDIS_PORT", "6379"));
+    cfg->pg_conninfo = env_or("FEED_PG_CONNINFO", "");
+    cfg->key_prefix = prefix;
+    cfg->max_len = max_len;
+    cfg->redis_timeout_ms = 30000;   /* 100,000-row installs take a while */
+    if (strcmp(env_or("FEED_BENCH_CLUSTER", "0"), "1") == 0)   /* client_cpu on the cluster */
+        cfg->redis_cluster = env_or("FEED_REDIS_CLUSTER", "");
+}
+
 feed *b_open(const char *prefix, uint32_t max_len)
 {
     feed_config cfg;
     feed *f;
     int rc;
 
-    feed_config_init(&cfg);
-    cfg.redis_host = env_or("FEED_REDIS_HOST", "127.0.0.1");
-    cfg.redis_port = atoi(env_or("FEED_REDIS_PORT", "6379"));
-    cfg.pg_conninfo = env_or("FEED_PG_CONNINFO", "");
-    cfg.key_prefix = prefix;
-    cfg.max_len = max_len;
-    cfg.redis_timeout_ms = 30000;   /* 100,000-row installs take a while */
-    if (strcmp(env_or("FEED_BENCH_CLUSTER", "0"), "1") == 0)   /* client_cpu on the cluster */
-        cfg.redis_cluster = env_or("FEED_REDIS_CLUSTER", "");
+    b_config(&cfg, prefix, max_len);
     rc = feed_open(&f, &cfg);
     if (rc != FEED_OK)
         die("feed_open: %s: %s", feed_strerror(rc), feed_errmsg(NULL));

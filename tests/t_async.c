@@ -115,7 +115,8 @@ static void on_walk_page(feed_async *a, int rc, feed_result *page, void *arg)
         w->cap = 2 * (w->n + page->count) + 16;
         w->items = realloc(w->items, w->cap * sizeof *w->items);
     }
-    memcpy(w->items + w->n, page->items, page->count * sizeof *page->items);
+    if (page->count > 0)
+        memcpy(w->items + w->n, page->items, page->count * sizeof *page->items);
     w->n += page->count;
     if (page->has_more) {
         w->score = page->next_score;
@@ -242,6 +243,8 @@ static void hooks_and_walks(void)
     uint64_t seed = 42;
     feed_config cfg;
     hook_call *calls = calloc(WRITES, sizeof *calls);
+    walk *walks[WRITES / 60 + 1];
+    int nwalks = 0;
     loop l;
     int sources[4] = { 0 }, in_start = 0, failed = 0, twice = 0, good;
 
@@ -273,13 +276,13 @@ static void hooks_and_walks(void)
         else
             failed++;
         if (i % 60 == 0) {          /* walks join the hooks in flight */
-            walk *w = calloc(1, sizeof *w);
+            walk *w = walks[nwalks++] = calloc(1, sizeof *w);
             w->l = &l;
             w->uid = uid;
             w->limit = 9;
             w->score = FEED_FIRST;
             walks_left++;
-            next_page(w);           /* checked for order by the library; freed below */
+            next_page(w);           /* its pages are checked by the library; freed below */
         }
         if (i % 7 == 0)
             loop_once(&l);          /* some in flight, some answered */
@@ -295,6 +298,11 @@ static void hooks_and_walks(void)
     good = walks_at_once(&l, 30, FEEDS, uid0, sources, &in_start);
     is_int(good, 30, "  after the writes, 30 walks at once equal SQL");
     is_int(in_start, 0, "  no callback from inside the starting call");
+    for (int i = 0; i < nwalks; i++) {
+        in_start += walks[i]->bad;
+        free(walks[i]->items);
+        free(walks[i]);
+    }
     free(calls);
     loop_close(&l);
 }
@@ -451,7 +459,7 @@ static void count_page(feed_async *a, int rc, feed_result *page, void *arg)
     int *good = arg;
 
     (void)a;
-    if (!(rc == FEED_OK && page->source == FEED_SOURCE_CACHE && page->count == 20))
+    if (*good >= 0 && !(rc == FEED_OK && page->source == FEED_SOURCE_CACHE && page->count == 20))
         tap_diag("a page: rc %d, source %d (%s)", rc, page ? (int)page->source : 0,
                  feed_async_errmsg(a));
     *good += rc == FEED_OK && page->source == FEED_SOURCE_CACHE && page->count == 20;
@@ -470,6 +478,7 @@ static void one_write(void)
     tu_config(&cfg);
     loop_open(&l, 0, &cfg);
     pages_left = 1;
+    good = -1000;               /* the warm-up: not counted */
     feed_async_page(l.a, 4000, FEED_FIRST, 0, 20, count_page, &good);   /* warm and connected */
     while (pages_left > 0)
         loop_once(&l);

@@ -506,10 +506,10 @@ cluster_ok() {  # every live node: state ok, every slot served, every replica in
         [[ $info != *role:slave* || $info == *master_link_status:up* ]] || return 1
     done
 }
-cluster_wait() {  # up to 30 s
-    local end=$((SECONDS + 30))
+cluster_wait() {  # up to 90 s (a rejoining node syncs its data first; slow under load)
+    local end=$((SECONDS + 90))
     while ((SECONDS < end)); do cluster_ok && return 0; sleep 0.2; done
-    die "cluster not ok after 30 s"
+    die "cluster not ok after 90 s"
 }
 cluster_start() {
     local port

@@ -437,11 +437,10 @@ static int target(feed_xchg *x, size_t i, int64_t now)
  * yet known to be ours: then every batch, hooks too, first takes a step of
  * the fence (setup.c), once per batch. Walks over the nodes (SCAN, PING)
  * only need the connection. */
-static int needs_setup(const feed_xchg *x, const feed_node *n, int i)
+static int needs_setup(const feed_xchg *x, const feed_node *n)
 {
     if (n->state != FEED_NODE_READY || n->reload)
         return 1;
-    (void)i;
     return x->c->cfg.redis_restart_fence && n->fence.state != FEED_FENCE_TRUSTED &&
            !(x->b->flags & FEED_B_NODE) && n->fenced_by != x->id;
 }
@@ -475,12 +474,12 @@ static enum feed_xwant route(feed_xchg *x, int64_t now)
             return give_up(x, "no node serves slot %u", x->cmds[i].slot);
         }
         x->cmds[i].node = node;
-        if (!needs_setup(x, node_at(x, node), node) && !usable(x, node_at(x, node)))
+        if (!needs_setup(x, node_at(x, node)) && !usable(x, node_at(x, node)))
             return done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
                                      "restart or failover: its cached copies are being "
                                      "dropped", node_at(x, node)->addr.host,
                                      node_at(x, node)->addr.port));
-        if (needs_setup(x, node_at(x, node), node)) {
+        if (needs_setup(x, node_at(x, node))) {
             x->setup_node = node;
             x->setup_kind = b->flags & FEED_B_NODE ? FEED_SETUP_HELLO : FEED_SETUP_FULL;
             x->setup_slot = x->cmds[i].slot;
