@@ -26,8 +26,12 @@ cd "$ROOT"
 BUILD=${BUILD:-build}
 DIR=.demo
 case ${SERVER:-threads} in
-threads | mhd | feed_server) SERVER=$BUILD/examples/feed_server ;;
-evhttp | feed_server_evhttp) SERVER=$BUILD/examples/feed_server_evhttp ;;
+threads | mhd | feed_server)
+    SERVER=$BUILD/examples/feed_server OTHER=evhttp
+    KIND="worker threads on libmicrohttpd, with feedcache's blocking API" ;;
+evhttp | feed_server_evhttp)
+    SERVER=$BUILD/examples/feed_server_evhttp OTHER=threads
+    KIND="event loops on libevent's evhttp, with feedcache's asynchronous API" ;;
 *) echo "demo: SERVER=$SERVER: say threads (the default) or evhttp" >&2; exit 2 ;;
 esac
 NAME=$(basename "$SERVER")
@@ -46,6 +50,7 @@ stop_server() {
     local p i comm
     if p=$(server_pid); then
         comm=$(cat "/proc/$p/comm" 2>/dev/null)
+        [[ $comm == feed_server_evh ]] && comm=feed_server_evhttp
         kill -TERM "$p" 2>/dev/null || true
         for ((i = 0; i < 100; i++)); do
             [[ -d /proc/$p && $(ps -o stat= -p "$p" 2>/dev/null) != Z* ]] || break
@@ -155,6 +160,7 @@ fi
 
 # ---------------------------------------------------------------- service
 stop_server   # a second `make demo` restarts it with the binary just built
+echo "demo: starting $NAME: $KIND (make demo SERVER=$OTHER runs the other server)"
 port=${DEMO_PORT:-}
 if [[ -z $port ]]; then
     port=$(cat "$DIR/http.port" 2>/dev/null || echo 8080)
@@ -199,6 +205,7 @@ cat <<EOF
 
 ================================================================================
  feedcache demo: $NAME at $URL   (pid $(server_pid), log $DIR/feed_server.log)
+ The server: $KIND.
  In a browser: $URL/?uid=1   (user 1's feed, infinite scroll, live counters)
  Data: 1,000 users. User 1 has 100,000 items (ids are snowflakes above 2^53,
  8 items a minute share a score); users 900..999 have none. Each feed keeps its
@@ -273,7 +280,7 @@ fi
 cat <<EOF
 
 --------------------------------------------------------------------------------
- The service, feedcache-sync, Redis and PostgreSQL are up. Open the feed page:
+ $NAME, feedcache-sync, Redis and PostgreSQL are up. Open the feed page:
    $URL/?uid=1    user 1's feed: scroll for more; each page is marked
                                   cache / rebuild / db, counters live on the right
  Also try:

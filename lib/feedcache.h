@@ -234,14 +234,21 @@ FEED_API int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id
 /* Free the items of a result and zero it. NULL and a zeroed result are fine. */
 FEED_API void feed_result_free(feed_result *r);
 
+/* The name of a page's source, for logs, metrics and answers: "cache",
+ * "rebuild" or "db" (FEED_SOURCE_CACHE, _REBUILD, _DB). Static text, never
+ * NULL: any other value gives "unknown". Needs no handle. */
+FEED_API const char *feed_source_name(feed_source s);
+
 /* ---- pull-to-refresh and store health ---- */
 
 /* Pull-to-refresh: up to limit items strictly above (score, id) in (score
  * DESC, id DESC) order -- what is new since the top item a client holds. They
  * are the ones closest to the cursor, so that nothing between them and the
  * cursor is skipped, returned newest first. has_more = 1 when still newer
- * items exist; next_score/next_id then name the newest returned item (items[0]),
- * the cursor of the next call. The cursor item need not exist any more.
+ * items exist: call again at once. next_score/next_id is, on every FEED_OK,
+ * the cursor to keep and pass to the next call: the newest returned item
+ * (items[0]), or (score, id) itself when nothing is newer. The cursor item
+ * need not exist any more.
  *
  * limit is 1..max_page. On FEED_OK *out holds up to limit items, owned by it
  * (free with feed_result_free); on error *out is zeroed.
@@ -296,6 +303,17 @@ typedef struct feed_health_info {
  * PING; <host>:<port>: <why>", naming the first that did not. Replicas are
  * not checked. */
 FEED_API int feed_health(feed *f, feed_health_info *out);
+
+/* How long until the handle tries again a store it lost, in milliseconds:
+ * for each connection that is down (a Redis node, the PostgreSQL primary or
+ * replica), the time left until retry_ms has passed since its last connect
+ * attempt, and the longest of these; 0 when none is down, or its retry is
+ * due (the next call that needs it tries at once), and when f is NULL.
+ * Never more than retry_ms. Meant for answers that tell a client when to
+ * ask again (an HTTP Retry-After after a page failed with FEED_EPG or
+ * FEED_EUNAVAILABLE): until then the handle answers from what it has
+ * without trying the store again. Makes no round trip. */
+FEED_API uint32_t feed_retry_after_ms(const feed *f);
 /* ---- end pull-to-refresh and store health ---- */
 
 /* ------------------------------------------------------------------------
@@ -690,8 +708,22 @@ FEED_API void feed_async_close(feed_async *a);
  * failed feed_async_open_* in this thread. */
 FEED_API const char *feed_async_errmsg(const feed_async *a);
 
+/* feed_health on the loop: a Redis PING and one read of the feed table,
+ * each bounded by its store's timeout and under the same retry rule. The
+ * callback gets rc as feed_health returns it (FEED_OK, FEED_EREDIS, FEED_EPG,
+ * FEED_EUNAVAILABLE, FEED_ENOMEM) and h, the state of each store, owned by
+ * the request and valid until the callback returns; h is NULL only with
+ * FEED_ECANCELED. Returns FEED_EINVAL (a or cb NULL) or FEED_ENOMEM, with no
+ * callback then. */
+typedef void feed_async_health_cb(feed_async *a, int rc, const feed_health_info *h,
+                                  void *arg);
+FEED_API int feed_async_health(feed_async *a, feed_async_health_cb *cb, void *arg);
+
 /* The handle's counters (feed_stats), over every request since it opened. */
 FEED_API void feed_async_stats_get(const feed_async *a, feed_stats *out);
+
+/* feed_retry_after_ms for an async handle: the same rule, read now. */
+FEED_API uint32_t feed_async_retry_after_ms(const feed_async *a);
 
 #ifdef __cplusplus
 }

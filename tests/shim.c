@@ -146,6 +146,7 @@ typedef struct call {
     int          rc;
     feed_result *out;
     int64_t      next_rank;
+    feed_health_info *health;
 } call;
 
 static void check_callback(call *c, feed_async *a, int rc)
@@ -216,7 +217,7 @@ static int run(call *c, int rc)
 
 #define BEGIN(f) \
     twin *t = tu_async() ? twin_of(f) : NULL; \
-    call c = { t, 1, 0, 0, NULL, -1 }; \
+    call c = { t, 1, 0, 0, NULL, -1, NULL }; \
     if (t) share_hooks(t)
 
 int tu_feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id, size_t limit,
@@ -317,8 +318,31 @@ int tu_feed_invalidate_all(feed *f, uint64_t *dropped)
     return feed_invalidate_all(f, dropped);
 }
 
+static void on_health(feed_async *a, int rc, const feed_health_info *h, void *arg)
+{
+    call *c = arg;
+
+    check_callback(c, a, rc);
+    if ((h == NULL) != (rc == FEED_ECANCELED))
+        die("a health callback's info and code disagree");
+    if (h && c->health)
+        *c->health = *h;
+}
+
+/* feed_health(f, NULL) is feed_async_health with no callback: both refuse. */
 int tu_feed_health(feed *f, feed_health_info *out)
 {
-    blocking_call(f);
-    return feed_health(f, out);
+    BEGIN(f);
+    if (!t)
+        return feed_health(f, out);
+    c.health = out;
+    return run(&c, feed_async_health(t->a, out ? on_health : NULL, &c));
+}
+
+uint32_t tu_feed_retry_after_ms(const feed *f)
+{
+    twin *t = f && tu_async() ? twin_of(f) : NULL;
+    uint32_t ms = feed_retry_after_ms(f), ams = t ? feed_async_retry_after_ms(t->a) : 0;
+
+    return ms > ams ? ms : ams;
 }

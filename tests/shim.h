@@ -7,9 +7,10 @@
  * test's blocking handle with the same config: the call starts the request
  * and runs the loop until its callback came, so the test's assertions hold
  * the async API to exactly what they hold the blocking one to. The other
- * calls (reload, bulk invalidation, health) go to the blocking handle;
- * feed_stats_get adds both handles' counters, feed_errmsg gives the last
- * call's message. Without the variable every call is the blocking one.
+ * calls (reload, bulk invalidation) go to the blocking handle, feed_health
+ * to feed_async_health; feed_stats_get adds both handles' counters,
+ * feed_retry_after_ms gives the longer wait of the two, feed_errmsg the
+ * last call's message. Without the variable every call is the blocking one.
  * tests/run.sh runs the tests so as "t_foo:async" (and ":async-uv").
  *
  * Each call checks (as tests/t_async.c does at length) that the callback
@@ -38,6 +39,7 @@ int  tu_feed_reload(feed *f, int64_t uid);
 int  tu_feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
 int  tu_feed_invalidate_all(feed *f, uint64_t *dropped);
 int  tu_feed_health(feed *f, feed_health_info *out);
+uint32_t tu_feed_retry_after_ms(const feed *f);
 
 #ifndef TU_SHIM_SELF
 #define feed_open(out, cfg)          tu_feed_open(out, cfg)
@@ -55,6 +57,7 @@ int  tu_feed_health(feed *f, feed_health_info *out);
 #define feed_invalidate_many(f, us, n) tu_feed_invalidate_many(f, us, n)
 #define feed_invalidate_all(f, d)    tu_feed_invalidate_all(f, d)
 #define feed_health(f, out)          tu_feed_health(f, out)
+#define feed_retry_after_ms(f)       tu_feed_retry_after_ms(f)
 #endif
 
 #endif /* FEED_TEST_SHIM_H */

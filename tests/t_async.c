@@ -2,8 +2,8 @@
  * requests in flight on one handle, callbacks exactly once and never from
  * inside the call that started them, argument errors at once with no
  * callback, requests started in one turn sharing one write, close with
- * requests pending, and a loop that keeps turning while PostgreSQL or
- * Redis is frozen. Real servers; libevent, and libuv for the walks and the
+ * requests pending, the health check, and a loop that keeps turning while
+ * PostgreSQL or Redis is frozen. Real servers; libevent, and libuv for the walks and the
  * close. (Every other correctness test also runs through this API: their
  * ":async" runs, tests/shim.h.) */
 #include <inttypes.h>
@@ -307,6 +307,63 @@ static void hooks_and_walks(void)
     loop_close(&l);
 }
 
+/* ---- Health --------------------------------------------------------------- */
+
+/* One request's outcome and times (here, and the faults below). */
+typedef struct timed {
+    double start, end;
+    int    rc, source, done;
+    feed_health_info h;
+    uint32_t retry_after;       /* feed_async_retry_after_ms in the callback */
+} timed;
+
+static void on_timed_health(feed_async *a, int rc, const feed_health_info *h, void *arg)
+{
+    timed *t = arg;
+
+    t->end = now_ms();
+    t->rc = rc;
+    if (h)
+        t->h = *h;
+    t->retry_after = feed_async_retry_after_ms(a);
+    t->done = 1;
+}
+
+static int health_starting;
+
+static void on_health(feed_async *a, int rc, const feed_health_info *h, void *arg)
+{
+    timed *t = arg;
+
+    (void)a;
+    t->rc = rc;
+    t->h = *h;
+    t->done = 1 + health_starting;      /* 2: from inside the starting call */
+}
+
+static void healthy(void)
+{
+    feed_config cfg;
+    loop l;
+    timed t;
+
+    tu_config(&cfg);
+    loop_open(&l, 0, &cfg);
+    memset(&t, 0x55, sizeof t);
+    t.done = 0;
+    health_starting = 1;
+    is_int(feed_async_health(l.a, on_health, &t), FEED_OK, "feed_async_health: accepted");
+    health_starting = 0;
+    while (!t.done)
+        loop_once(&l);
+    is_int(t.done, 1, "  its callback came from the loop, not from inside the call");
+    ok(t.rc == FEED_OK && t.h.redis_up == 1 && t.h.pg_up == 1 && !t.h.redis_msg[0] &&
+       !t.h.pg_msg[0], "  both stores up: FEED_OK, both flags 1, no messages");
+    is_int((int)feed_async_retry_after_ms(l.a), 0, "  feed_async_retry_after_ms is 0");
+    is_int((int)feed_async_retry_after_ms(NULL), 0, "  and 0 for a NULL handle");
+    loop_close(&l);
+}
+
 /* ---- Argument errors ---------------------------------------------------- */
 
 static int stray_callbacks;
@@ -324,6 +381,15 @@ static void stray_done(feed_async *a, int rc, void *arg)
 {
     (void)a;
     (void)rc;
+    (void)arg;
+    stray_callbacks++;
+}
+
+static void stray_health(feed_async *a, int rc, const feed_health_info *h, void *arg)
+{
+    (void)a;
+    (void)rc;
+    (void)h;
     (void)arg;
     stray_callbacks++;
 }
@@ -357,6 +423,8 @@ static void bad_arguments(void)
            "fanout: negative id");
     is_int(feed_async_page(NULL, 1, FEED_FIRST, 0, 10, stray_page, NULL), FEED_EINVAL,
            "a NULL handle");
+    is_int(feed_async_health(l.a, NULL, NULL), FEED_EINVAL, "health: NULL callback");
+    is_int(feed_async_health(NULL, stray_health, NULL), FEED_EINVAL, "health: a NULL handle");
     for (int i = 0; i < 20; i++)
         event_base_loop(l.base, EVLOOP_NONBLOCK);
     is_int(stray_callbacks, 0, "  none of them got a callback");
@@ -456,6 +524,16 @@ static void on_cancel_done(feed_async *a, int rc, void *arg)
         other_codes++;
 }
 
+static void on_cancel_health(feed_async *a, int rc, const feed_health_info *h, void *arg)
+{
+    (void)a;
+    (void)arg;
+    if (rc == FEED_ECANCELED && !h)
+        cancelled++;
+    else
+        other_codes++;
+}
+
 static void close_pending(int uv)
 {
     const char *name = uv ? "libuv" : "libevent";
@@ -470,11 +548,12 @@ static void close_pending(int uv)
     for (int i = 0; i < 1000; i++) {
         int rc = i % 4 == 3
             ? feed_async_on_insert(l.a, 5000 + uv, 7, 100000 + i, on_cancel_done, NULL)
+            : i % 8 == 1 ? feed_async_health(l.a, on_cancel_health, NULL)
             : feed_async_page(l.a, 5000 + uv + (i % 5) * 10, FEED_FIRST, 0, 10, on_cancel_page,
                               NULL);
         started += rc == FEED_OK;
     }
-    is_int(started, 1000, "%s: 1,000 requests accepted", name);
+    is_int(started, 1000, "%s: 1,000 requests accepted (pages, hooks, health checks)", name);
     is_int(cancelled + other_codes, 0, "  no callback yet (none from inside the calls)");
     feed_async_close(l.a);
     is_int(cancelled, 1000, "  close: 1,000 FEED_ECANCELED callbacks before it returned");
@@ -501,11 +580,6 @@ static void tick(evutil_socket_t fd, short what, void *arg)
     ticks++;
 }
 
-typedef struct timed {
-    double start, end;
-    int    rc, source, done;
-} timed;
-
 static void on_timed(feed_async *a, int rc, feed_result *page, void *arg)
 {
     timed *t = arg;
@@ -527,7 +601,7 @@ static void frozen(int store)
     loop l;
     struct event *ev;
     struct timeval ten = { 0, 10 * 1000 };
-    timed cached[20], past;
+    timed cached[20], past, health;
     double t0;
     int served = 0;
 
@@ -555,6 +629,10 @@ static void frozen(int store)
         cached[i].start = now_ms();
         feed_async_page(l.a, 6000 + store, FEED_FIRST, 0, 20, on_timed, &cached[i]);
     }
+    memset(&health, 0, sizeof health);
+    health.start = now_ms();
+    if (store)      /* PostgreSQL's would wait its turn behind the page's statement */
+        feed_async_health(l.a, on_timed_health, &health);
     while (now_ms() - t0 < 1600)
         loop_once(&l);
     fault_inject(store ? "redis-thaw" : "pg-thaw");
@@ -578,6 +656,13 @@ static void frozen(int store)
            "  from SQL once redis_timeout_ms passed (%.0f ms)", cached[0].end - cached[0].start);
         ok(past.done && past.rc == FEED_OK && past.source == FEED_SOURCE_DB,
            "  the page past the cache too");
+        ok(health.done && health.rc == FEED_EREDIS && !health.h.redis_up && health.h.pg_up &&
+           health.end - health.start < 300 + 500,
+           "  feed_async_health: FEED_EREDIS, Redis down and PostgreSQL up, once "
+           "redis_timeout_ms passed (%.0f ms: %s)", health.end - health.start, health.h.redis_msg);
+        ok(health.retry_after > 0 && health.retry_after <= cfg.retry_ms,
+           "  feed_async_retry_after_ms then: %u ms until Redis is tried again (retry_ms %u)",
+           health.retry_after, cfg.retry_ms);
     }
     event_free(ev);
     loop_close(&l);
@@ -590,6 +675,7 @@ int main(void)
     concurrent_walks(0);
     concurrent_walks(1);
     hooks_and_walks();
+    healthy();
     bad_arguments();
     one_write();
     close_pending(0);

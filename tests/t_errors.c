@@ -85,6 +85,12 @@ static void null_and_range_arguments(void)
         is_str(feed_strerror(FEED_ERANGE), "score or composite field out of range",
                "FEED_ERANGE's text covers a composite field too");
     }
+    is_str(feed_source_name(FEED_SOURCE_CACHE), "cache", "feed_source_name: cache");
+    is_str(feed_source_name(FEED_SOURCE_REBUILD), "rebuild", "  rebuild");
+    is_str(feed_source_name(FEED_SOURCE_DB), "db", "  db");
+    ok(strcmp(feed_source_name((feed_source)0), "unknown") == 0 &&
+       strcmp(feed_source_name((feed_source)4), "unknown") == 0,
+       "  \"unknown\" for any other value, never NULL");
     feed_close(f);
 }
 

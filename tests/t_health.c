@@ -1,6 +1,7 @@
 /* t_health.c -- feed_health: each store's state, with a wrong Redis port and
  * a stopped PostgreSQL, within the retry rule (no connect storm from a health
- * check polled in a loop), and recovery. */
+ * check polled in a loop), and recovery; and feed_retry_after_ms, the time
+ * until a lost store is tried again. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,19 @@ static void healthy(void)
        "  no messages");
     is_int(feed_health(NULL, &h), FEED_EINVAL, "NULL handle: FEED_EINVAL");
     is_int(feed_health(f, NULL), FEED_EINVAL, "NULL info: FEED_EINVAL");
+    is_int((int)feed_retry_after_ms(f), 0, "both up: feed_retry_after_ms is 0");
+    is_int((int)feed_retry_after_ms(NULL), 0, "  and 0 for a NULL handle");
     feed_close(f);
+}
+
+/* Right after a failed connect attempt: the wait is under way, within
+ * retry_ms. */
+static void retry_after_is_pending(feed *f, const char *when)
+{
+    uint32_t ms = feed_retry_after_ms(f);
+
+    ok(ms > 0 && ms <= RETRY_MS, "%s: feed_retry_after_ms is %u ms, in 1..retry_ms (%d)", when,
+       ms, RETRY_MS);
 }
 
 /* Poll POLLS times, 10 ms apart (several retry_ms in all): connect attempts
@@ -61,6 +74,7 @@ static void wrong_redis_port(void)
     is_int(feed_open(&f, &cfg), FEED_OK, "feed_open with a wrong Redis port still succeeds");
     is_int(feed_health(f, &h), FEED_EREDIS, "feed_health: FEED_EREDIS");
     ok(h.redis_up == 0 && h.pg_up == 1, "  Redis down, PostgreSQL up");
+    retry_after_is_pending(f, "Redis down");
     ok(strstr(h.redis_msg, "Redis") != NULL && h.pg_msg[0] == '\0',
        "  the Redis message says why: %s", h.redis_msg);
     connects = polls(f, FEED_EREDIS, &same, &elapsed);
@@ -69,9 +83,12 @@ static void wrong_redis_port(void)
        "  with %llu connect attempts in %.0f ms (retry_ms %d): no storm", connects, elapsed,
        RETRY_MS);
     fault_sleep_ms(RETRY_MS + 50);
+    is_int((int)feed_retry_after_ms(f), 0, "  retry_ms later feed_retry_after_ms is 0: the "
+           "next call tries");
     feed_health(f, &h);
     ok(strstr(h.redis_msg, "127.0.0.1:1") != NULL,
        "  once retry_ms has passed it tries again, and names the address: %s", h.redis_msg);
+    retry_after_is_pending(f, "  after that attempt");
     feed_close(f);
 }
 
@@ -95,6 +112,7 @@ static void stopped_pg(void)
     ok(strstr(h.pg_msg, "PostgreSQL") != NULL && h.redis_msg[0] == '\0',
        "  the PostgreSQL message says why: %s", h.pg_msg);
     ok(strstr(feed_errmsg(f), "PostgreSQL") != NULL, "  and so does feed_errmsg");
+    retry_after_is_pending(f, "PostgreSQL down");
     connects = polls(f, FEED_EPG, &same, &elapsed);
     ok(same, "  %d polls in a row all say FEED_EPG", POLLS);
     ok(connects <= 1 + (unsigned long long)(elapsed / RETRY_MS) + 1,
@@ -118,6 +136,7 @@ static void stopped_pg(void)
     }
     is_int(rc, FEED_OK, "PostgreSQL back: FEED_OK again, by itself");
     ok(h.redis_up == 1 && h.pg_up == 1 && h.pg_msg[0] == '\0', "  both up, no message");
+    is_int((int)feed_retry_after_ms(f), 0, "  feed_retry_after_ms is 0 again");
     feed_close(f);
 }
 

@@ -717,25 +717,57 @@ like "$(cat "$TMP/bad.log")" 'AUTH' "  and says why"
 rcli acl deluser feedtest >/dev/null
 
 # ------------------------------------------------------------------ event loop
-# The event-loop server runs its write transactions on the loop (libpq's
-# asynchronous calls): with one loop and PostgreSQL frozen, a write waits
-# for its bound while the same loop goes on answering.
+# The event-loop server waits on nothing: the library's requests
+# (feed_async_*) and the write transactions (libpq's asynchronous calls) run
+# on the loop. With one loop and PostgreSQL frozen, a page that needs SQL,
+# a /healthz and a write each wait for their bound while the same loop goes
+# on answering cached pages and /metrics. That the page was under way, its
+# statement sent, before the loop answered the others is read off the
+# counters: sql_queries moves when a statement is sent.
 if ((EVHTTP)); then
+    U_FROZEN=7000070        # no rows, not cached: its page needs SQL
+    rcli del "feed:2:{$U_FROZEN}" "feed:2:{$U_FROZEN}:lease" >/dev/null
     start_server --quiet --threads 1 --pg-timeout 3000 || bail "one-loop server did not start"
     req GET "/users/$U_TIES/feed?limit=3"   # the loop's handle is open, the page cached
+    scrape
+    M0=$M
     "$FEED_SERVERS" pg-freeze "$FEED_SERVERS_DIR" || bail "cannot freeze PostgreSQL"
-    curl -sS --max-time 30 -o /dev/null -w '%{http_code}' -X POST --data-binary '{"id":5000030,"score":1}' \
-        "$BASE/users/$U_OUT/items" >"$TMP/frozen" 2>&1 &
+    bg() {  # NAME curl-args...: in the background, status in $TMP/NAME, headers in $TMP/NAME.h
+        local name=$1
+        shift
+        curl -sS --max-time 30 -o "$TMP/$name.body" -D "$TMP/$name.h" -w '%{http_code}' "$@" \
+            >"$TMP/$name" 2>&1 &
+    }
+    bg frozen_read "$BASE/users/$U_FROZEN/feed"
+    rpid=$!
+    sleep 0.5
+    bg frozen_health "$BASE/healthz"
+    hpid=$!
+    bg frozen_write -X POST --data-binary '{"id":5000030,"score":1}' "$BASE/users/$U_OUT/items"
     wpid=$!
     sleep 0.5
-    req GET /metrics
-    kill -0 "$wpid" 2>/dev/null
-    is "$STATUS $?" "200 0" "one loop, PostgreSQL frozen: /metrics answers while a POST waits on it"
     req GET "/users/$U_TIES/feed?limit=3"
-    is "$STATUS $(j source)" "200 cache" "  and so does a cached page"
+    cached="$STATUS $(j source)"
+    scrape
+    M1=$M
+    pending=0
+    for p in $rpid $hpid $wpid; do kill -0 "$p" 2>/dev/null && pending=$((pending + 1)); done
+    is "$cached $STATUS $pending" "200 cache 200 3" \
+        "one loop, PostgreSQL frozen: a cached page and /metrics answer while a page, /healthz and a POST wait on it"
+    like "$(delta feedcache_sql_queries_total)" '^[1-9]' "  the page's statement was sent before they answered"
+    is "$(delta feedcache_pg_timeouts_total)" 0 "  and had not timed out yet"
+    wait "$rpid"
+    is "$(cat "$TMP/frozen_read")" 503 "  the page ends with 503 once its bound has passed"
+    like "$(tr -d '\r' <"$TMP/frozen_read.h")" $'\nRetry-After: 1\n' "    with Retry-After: 1 (the handle retries within retry_ms)"
+    wait "$hpid"
+    is "$(cat "$TMP/frozen_health") $("$JGET" status redis postgres <"$TMP/frozen_health.body" | tr '\n' ' ')" \
+        "200 degraded up down " "  /healthz ends 200 degraded, postgres down"
     wait "$wpid"
-    is "$(cat "$TMP/frozen")" 503 "  the POST ends with 503 once its bound has passed"
+    is "$(cat "$TMP/frozen_write")" 503 "  the POST ends with 503 once its bound has passed"
     "$FEED_SERVERS" pg-thaw "$FEED_SERVERS_DIR" || bail "cannot thaw PostgreSQL"
+    RETRY_503=5
+    walk_is $U_TIES 25 "PostgreSQL thawed: the same loop walks a feed equal to SQL"
+    RETRY_503=0
     stop_server
     is "$?" 0 "  the server stops cleanly"
 fi

@@ -37,8 +37,9 @@ static int newer_equals(feed *f, int64_t uid, const feed_item *all, size_t n,
     for (size_t i = 0; same && i < want; i++)   /* newest first: all[above_n - want + i] */
         same = r.items[i].score == all[above_n - want + i].score &&
                r.items[i].id == all[above_n - want + i].id;
-    if (same && r.has_more)
-        same = r.next_score == r.items[0].score && r.next_id == r.items[0].id;
+    if (same)   /* the cursor to keep: the newest item returned, or the one given */
+        same = want ? r.next_score == r.items[0].score && r.next_id == r.items[0].id
+                    : r.next_score == score && r.next_id == id;
     if (!same)
         tap_diag("newer than (%lld,%lld) limit %zu: rc %d (%s), %zu items (want %zu),"
                  " has_more %d (want %d)", (long long)score, (long long)id, limit, rc,

@@ -1,34 +1,37 @@
-/* backend_loop.c -- the event-loop server's backend: the one file where
- * feedcache's asynchronous API (feed_async_*, feedcache.h "Asynchronous
- * API") goes.
+/* backend_loop.c -- the event-loop server's backend: every operation starts
+ * a request of feedcache's asynchronous API (feedcache.h, "Asynchronous
+ * API") or a transaction of pg_async.c on the loop's event_base, and its
+ * completion comes from the loop once the answer is in. Nothing here waits:
+ * a loop serves its other connections while Redis, PostgreSQL or a lease
+ * keeps one request waiting.
  *
- * TEMPORARY BACKEND. feed_async_* does not exist yet. Until it does, each
- * library operation below calls the blocking API from the loop's thread,
- * through backend_sync.c, and completes at once: while such a call waits on
- * Redis or PostgreSQL (a rebuild, a lease wait, up to pg_timeout_ms when
- * PostgreSQL is stuck), this loop serves nothing else; the other loops go
- * on. Each function says which feed_async_* call replaces its body. The
- * completions keep their signatures, so nothing outside this file changes
- * then: the arg of each feed_async_* call becomes a small closure holding
- * (rq, done), and its callback calls done with what the blocking call
- * returns here.
- *
- * The write transactions are asynchronous already: pg_async.c runs them on
- * this loop with libpq's asynchronous calls.
+ * One state per loop: an async feedcache handle and a write connection,
+ * used from the loop's thread only. Each library call carries a small
+ * closure, the request and its completion, freed when its callback has
+ * passed the result on. A call refused at once (an argument error, no
+ * memory) completes before it returns, with the library's code and
+ * message.
  */
 #include <stdlib.h>
 
 #include "backend_loop.h"
-#include "backend_sync.h"
+#include "feedcache_libevent.h"
 #include "pg_async.h"
 
 typedef struct loop_be {
-    void     *blocking;   /* TEMPORARY: backend_sync's state; becomes a feed_async
-                             opened with feed_async_open_libevent(&fa, &opt.cfg, base) */
-    pg_async *pg;         /* the write transactions, on this loop */
+    feed_async *fa;
+    pg_async   *pg;          /* the write transactions, on this loop */
 } loop_be;
 
-#define SYNC backend_sync_ops   /* TEMPORARY: every use below is a blocking call */
+/* The closure of one library call. */
+typedef struct call {
+    request *rq;
+    union {
+        page_done   *page;
+        health_done *health;
+        hook_done   *hook;
+    } done;
+} call;
 
 void *backend_loop_new(struct event_base *base)
 {
@@ -36,65 +39,223 @@ void *backend_loop_new(struct event_base *base)
 
     if (!l)
         return NULL;
-    l->pg = pg_async_new(base);
-    l->blocking = backend_sync_new();
-    if (!l->pg || !l->blocking) {
-        pg_async_free(l->pg);
-        if (l->blocking)
-            SYNC.close(l->blocking);
+    if (feed_async_open_libevent(&l->fa, &opt.cfg, base) != FEED_OK ||
+        !(l->pg = pg_async_new(base))) {
+        feed_async_close(l->fa);
         free(l);
         return NULL;
     }
     return l;
 }
 
-/* feed_async_page_ranked(fa, uid, score, id, rank, limit, cb, closure) */
+static call *call_new(request *rq)
+{
+    call *c = malloc(sizeof *c);
+
+    if (c)
+        c->rq = rq;
+    return c;
+}
+
+/* ---- pages ---- */
+
+static void on_ranked(feed_async *a, int rc, feed_result *page, int64_t next_rank, void *arg)
+{
+    call *c = arg;
+
+    c->done.page(c->rq, rc, page, next_rank, feed_async_errmsg(a));
+    free(c);
+}
+
+static void on_page(feed_async *a, int rc, feed_result *page, void *arg)
+{
+    on_ranked(a, rc, page, -1, arg);
+}
+
+/* The closure of a page call; without memory the call completes now. */
+static call *page_call(request *rq, page_done *done)
+{
+    call *c = call_new(rq);
+
+    if (c)
+        c->done.page = done;
+    else
+        done(rq, FEED_ENOMEM, NULL, -1, "out of memory");
+    return c;
+}
+
+/* A call refused at once (rc from the call that started it) completes now,
+ * through its own callback: feed_async_errmsg says why. */
 static void loop_page(void *be, request *rq, int64_t uid, int64_t score, int64_t id,
                       int64_t rank, size_t limit, page_done *done)
 {
-    SYNC.page(((loop_be *)be)->blocking, rq, uid, score, id, rank, limit, done);
+    loop_be *l = be;
+    call *c = page_call(rq, done);
+    int rc;
+
+    if (c && (rc = feed_async_page_ranked(l->fa, uid, score, id, rank, limit, on_ranked,
+                                          c)) != FEED_OK)
+        on_ranked(l->fa, rc, NULL, -1, c);
 }
 
-/* feed_async_page_newer(fa, uid, score, id, limit, cb, closure) */
 static void loop_newer(void *be, request *rq, int64_t uid, int64_t score, int64_t id,
                        size_t limit, page_done *done)
 {
-    SYNC.newer(((loop_be *)be)->blocking, rq, uid, score, id, limit, done);
+    loop_be *l = be;
+    call *c = page_call(rq, done);
+    int rc;
+
+    if (c && (rc = feed_async_page_newer(l->fa, uid, score, id, limit, on_page, c)) != FEED_OK)
+        on_page(l->fa, rc, NULL, c);
 }
 
-/* The contract has no asynchronous feed_health: it stays a blocking call
- * (a PING and a one-row read, each bounded by its timeout) until it does. */
+/* ---- health ---- */
+
+static void on_health(feed_async *a, int rc, const feed_health_info *h, void *arg)
+{
+    call *c = arg;
+
+    (void)rc;
+    c->done.health(c->rq, h, feed_async_errmsg(a));
+    free(c);
+}
+
 static void loop_health(void *be, request *rq, health_done *done)
 {
-    SYNC.health(((loop_be *)be)->blocking, rq, done);
+    loop_be *l = be;
+    call *c = call_new(rq);
+
+    if (!c) {
+        done(rq, NULL, "out of memory");
+        return;
+    }
+    c->done.health = done;
+    if (feed_async_health(l->fa, on_health, c) != FEED_OK)
+        on_health(l->fa, FEED_EINVAL, NULL, c);
 }
 
-/* feed_async_on_insert(fa, uid, score, id, cb, closure) */
+/* ---- hooks ---- */
+
+static void on_hook(feed_async *a, int rc, void *arg)
+{
+    call *c = arg;
+
+    c->done.hook(c->rq, rc, feed_async_errmsg(a));
+    free(c);
+}
+
+static call *hook_call(request *rq, hook_done *done)
+{
+    call *c = call_new(rq);
+
+    if (c)
+        c->done.hook = done;
+    else
+        done(rq, FEED_ENOMEM, "out of memory");
+    return c;
+}
+
+static void hook_started(loop_be *l, call *c, int rc)
+{
+    if (rc != FEED_OK)
+        on_hook(l->fa, rc, c);
+}
+
 static void loop_on_insert(void *be, request *rq, int64_t uid, int64_t score, int64_t id,
                            hook_done *done)
 {
-    SYNC.on_insert(((loop_be *)be)->blocking, rq, uid, score, id, done);
+    loop_be *l = be;
+    call *c = hook_call(rq, done);
+
+    if (c)
+        hook_started(l, c, feed_async_on_insert(l->fa, uid, score, id, on_hook, c));
 }
 
-/* feed_async_on_delete(fa, uid, id, cb, closure) */
 static void loop_on_delete(void *be, request *rq, int64_t uid, int64_t id, hook_done *done)
 {
-    SYNC.on_delete(((loop_be *)be)->blocking, rq, uid, id, done);
+    loop_be *l = be;
+    call *c = hook_call(rq, done);
+
+    if (c)
+        hook_started(l, c, feed_async_on_delete(l->fa, uid, id, on_hook, c));
 }
 
-/* feed_async_fanout(fa, uids, n, score, id, cb, closure) */
 static void loop_fanout(void *be, request *rq, const int64_t *uids, size_t n, int64_t score,
                         int64_t id, hook_done *done)
 {
-    SYNC.fanout(((loop_be *)be)->blocking, rq, uids, n, score, id, done);
+    loop_be *l = be;
+    call *c = hook_call(rq, done);
+
+    if (c)
+        hook_started(l, c, feed_async_fanout(l->fa, uids, n, score, id, on_hook, c));
 }
 
-/* feed_async_invalidate(fa, uids[i], cb, closure) for every i at once (one
- * pipelined write); done when the last answers, dropped = those FEED_OK. */
+/* ---- dropping copies after a failed hook ---- */
+
+/* At most this many feed_async_invalidate in flight for one request: a
+ * fan-out of thousands of feeds does not make thousands of requests at
+ * once, and after the first refusal no more are started (Redis refuses or
+ * is away: the library keeps those feeds on its repair list). */
+#define DROP_WINDOW 32
+
+typedef struct drop {
+    loop_be       *l;
+    request       *rq;
+    drop_done     *done;
+    const int64_t *uids;     /* the request's: valid until done is called */
+    size_t         n, next, in_flight, dropped;
+    int            failed;
+} drop;
+
+static void drop_more(drop *d);
+
+static void on_dropped(feed_async *a, int rc, void *arg)
+{
+    drop *d = arg;
+
+    (void)a;
+    d->in_flight--;
+    if (rc == FEED_OK)
+        d->dropped++;
+    else
+        d->failed = 1;
+    drop_more(d);
+}
+
+/* Start what the window allows; complete when nothing is left in flight. */
+static void drop_more(drop *d)
+{
+    while (!d->failed && d->next < d->n && d->in_flight < DROP_WINDOW) {
+        if (feed_async_invalidate(d->l->fa, d->uids[d->next], on_dropped, d) != FEED_OK) {
+            d->failed = 1;
+            break;
+        }
+        d->next++;
+        d->in_flight++;
+    }
+    if (d->in_flight == 0) {
+        d->done(d->rq, d->dropped);
+        free(d);
+    }
+}
+
 static void loop_drop(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done)
 {
-    SYNC.drop(((loop_be *)be)->blocking, rq, uids, n, done);
+    drop *d = calloc(1, sizeof *d);
+
+    if (!d) {
+        done(rq, 0);
+        return;
+    }
+    d->l = be;
+    d->rq = rq;
+    d->done = done;
+    d->uids = uids;
+    d->n = n;
+    drop_more(d);
 }
+
+/* ---- the rest ---- */
 
 static void loop_tx(void *be, request *rq, const char *sql, int nparams,
                     const char *const *params, tx_done *done)
@@ -102,25 +263,33 @@ static void loop_tx(void *be, request *rq, const char *sql, int nparams,
     pg_async_tx(((loop_be *)be)->pg, rq, sql, nparams, params, done);
 }
 
-/* feed_async_stats_get(fa, out) */
 static int loop_stats(void *be, feed_stats *out)
 {
-    return SYNC.stats(((loop_be *)be)->blocking, out);
+    feed_async_stats_get(((loop_be *)be)->fa, out);
+    return 0;
 }
 
-/* Transactions first: their completions may still call hooks. Then
- * feed_async_close(fa), which calls back what is pending with
- * FEED_ECANCELED. */
+static uint32_t loop_retry_after(void *be)
+{
+    return feed_async_retry_after_ms(((loop_be *)be)->fa);
+}
+
+/* Transactions first: their completions may still call hooks. Then the
+ * handle: what is still pending completes with FEED_ECANCELED, and a
+ * completion that starts another call then finds no handle (l->fa NULL:
+ * refused at once). */
 static void loop_close(void *be)
 {
     loop_be *l = be;
+    feed_async *fa = l->fa;
 
     pg_async_free(l->pg);
-    SYNC.close(l->blocking);
+    l->fa = NULL;
+    feed_async_close(fa);
     free(l);
 }
 
 const backend_ops backend_loop_ops = {
     loop_page, loop_newer, loop_health, loop_on_insert, loop_on_delete, loop_fanout,
-    loop_drop, loop_tx, loop_stats, loop_close
+    loop_drop, loop_tx, loop_stats, loop_retry_after, loop_close
 };

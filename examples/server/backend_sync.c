@@ -189,6 +189,18 @@ static int sync_stats(void *be, feed_stats *out)
     return 0;
 }
 
+/* The handle's own rule; without a handle, when policy_handle opens again. */
+static uint32_t sync_retry_after(void *be)
+{
+    sync_be *s = be;
+    int64_t left;
+
+    if (s->feed)
+        return feed_retry_after_ms(s->feed);
+    left = (s->feed_attempt_us + (int64_t)opt.cfg.retry_ms * 1000 - now_us()) / 1000;
+    return left > 0 ? (uint32_t)left : 0;
+}
+
 static void sync_close_be(void *be)
 {
     sync_be *s = be;
@@ -201,5 +213,5 @@ static void sync_close_be(void *be)
 
 const backend_ops backend_sync_ops = {
     sync_page, sync_newer, sync_health, sync_on_insert, sync_on_delete, sync_fanout, sync_drop,
-    sync_tx, sync_stats, sync_close_be
+    sync_tx, sync_stats, sync_retry_after, sync_close_be
 };

@@ -1,24 +1,15 @@
-/* policy.c -- library policy the example has to carry today (policy.h says
- * what each would become in lib/). Nothing here knows about HTTP transports
+/* policy.c -- what the example decides around the library (policy.h says
+ * what each could become in lib/). Nothing here knows about HTTP transports
  * or the routes. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "server.h"
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 feed *policy_handle(feed **slot, int64_t *attempt_us)
 {
-    int64_t t = mono_us();
+    int64_t t = now_us();
     int rc;
 
     if (*slot)
@@ -68,30 +59,6 @@ unsigned policy_status(int rc)
     case FEED_EPG:          return 503;   /* the page needed SQL, and SQL was down */
     default:                return 500;
     }
-}
-
-unsigned policy_retry_after(const feed_config *cfg)
-{
-    unsigned s = (cfg->retry_ms + 999) / 1000;
-
-    return s ? s : 1;
-}
-
-const char *policy_source_name(feed_source s)
-{
-    switch (s) {
-    case FEED_SOURCE_CACHE:   return "cache";
-    case FEED_SOURCE_REBUILD: return "rebuild";
-    default:                  return "db";
-    }
-}
-
-void policy_newer_cursor(feed_result *res, int64_t score, int64_t id)
-{
-    if (res->has_more)
-        return;
-    res->next_score = res->count ? res->items[0].score : score;
-    res->next_id = res->count ? res->items[0].id : id;
 }
 
 size_t policy_drop(feed *f, const int64_t *uids, size_t n)

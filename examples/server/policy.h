@@ -1,8 +1,8 @@
-/* policy.h -- what the example does that is really the library's to do:
- * code any application of feedcache would have to write again. Each
- * function names the library call proposed to replace it (examples/README.md,
- * "Library policy"); it is kept here, apart from the transport and the
- * routes, so that replacing it changes this file and one line per caller.
+/* policy.h -- what the example decides around the library that the library
+ * could one day take over. Each function names the library call that could
+ * replace it (examples/README.md, "Library policy", says why each stays for
+ * now); it is kept here, apart from the transport and the routes, so that
+ * replacing it changes this file and one line per caller.
  */
 #ifndef FEED_SERVER_POLICY_H
 #define FEED_SERVER_POLICY_H
@@ -32,25 +32,12 @@ int policy_probe(const feed_config *cfg, const char *prog);
  * FEED_KIND_INTERNAL, so that no application keeps a table of codes. */
 unsigned policy_status(int rc);
 
-/* Seconds a client should wait before asking again after a 503: the time
- * until a handle tries a lost store again (retry_ms). Proposed:
- * feed_retry_after_ms(f), the time to the handle's next connection attempt. */
-unsigned policy_retry_after(const feed_config *cfg);
-
-/* "cache", "rebuild", "db". Proposed: feed_source_name(s). */
-const char *policy_source_name(feed_source s);
-
-/* The cursor to keep after a pull-to-refresh: feed_page_newer sets
- * next_score/next_id only when has_more; otherwise the newest item returned,
- * or the cursor given (score, id) when nothing is newer. Proposed:
- * feed_page_newer sets next_score/next_id in every FEED_OK case so. */
-void policy_newer_cursor(feed_result *res, int64_t score, int64_t id);
-
 /* After a hook failed, or a commit whose outcome is unknown: drop each
  * feed's cached copy with feed_invalidate (a plain DEL, which an ACL that
  * refuses the hooks' scripts may still allow), stopping at the first
  * failure (Redis away or refusing: the library keeps the rest on its repair
- * list). Returns how many were dropped. Proposed: the hooks do it
+ * list). Returns how many were dropped. The blocking backend's; the loops
+ * do the same with feed_async_invalidate. Proposed: the hooks do it
  * themselves when Redis refuses the script, and say which happened
  * (feed_hook_outcome: applied, dropped, repair pending). */
 size_t policy_drop(feed *f, const int64_t *uids, size_t n);

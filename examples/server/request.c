@@ -360,6 +360,16 @@ void respond_json(request *rq, unsigned status, json_t *obj, const char *const *
     respond(rq, status, "application/json", text, len, extra);
 }
 
+/* Seconds a client should wait before asking again after a 503: until the
+ * worker's handle tries the store it lost again (feed_retry_after_ms),
+ * rounded up, and at least 1. */
+static unsigned retry_after_s(const request *rq)
+{
+    uint32_t ms = rq->w ? rq->w->ops->retry_after(rq->w->be) : 0;
+
+    return ms ? (ms + 999) / 1000 : 1;
+}
+
 void respond_error(request *rq, unsigned status, const char *fmt, ...)
 {
     char msg[400], after[12];
@@ -371,7 +381,8 @@ void respond_error(request *rq, unsigned status, const char *fmt, ...)
     va_end(ap);
     if (status >= 500 && !rq->err[0])   /* keep a more detailed reason */
         snprintf(rq->err, sizeof rq->err, "%s", msg);
-    snprintf(after, sizeof after, "%u", policy_retry_after(&opt.cfg));
+    if (status == 503)
+        snprintf(after, sizeof after, "%u", retry_after_s(rq));
     respond_json(rq, status, json_pack("{s:s}", "error", msg), status == 503 ? retry : NULL);
 }
 

@@ -101,10 +101,12 @@ static int method_allowed(const char *allow, const char *method)
 
 /* ---- the read routes ---- */
 
-/* ?limit=N&cursor=TOKEN, both optional unless cursor_required. A token
- * may carry the rank where its page ended (*rank; -1 when it does not).
- * Returns 1 when a 400 was queued. */
-static int page_args(request *rq, int cursor_required, size_t *limit, int64_t *rank)
+/* ?limit=N&cursor=TOKEN, both optional unless cursor_required: the cursor
+ * (*score, *id; FEED_FIRST without one), and the rank where its page ended
+ * when the token carries it (*rank; -1 when it does not). Returns 1 when a
+ * 400 was queued. */
+static int page_args(request *rq, int cursor_required, size_t *limit, int64_t *score,
+                     int64_t *id, int64_t *rank)
 {
     static const char *const allowed[] = { "limit", "cursor", NULL };
     const char *limit_s = NULL, *cursor = NULL;
@@ -112,15 +114,14 @@ static int page_args(request *rq, int cursor_required, size_t *limit, int64_t *r
 
     if (check_query(rq, allowed))
         return 1;
-    rq->cur_score = FEED_FIRST;
-    rq->cur_id = 0;
+    *score = FEED_FIRST;
+    *id = 0;
     *rank = -1;
     if (query_get(rq, "limit", &limit_s) &&
         (parse_u64(limit_s, UINT32_MAX, &lim) != 0 || lim < 1 || lim > opt.cfg.max_page))
         return respond_error(rq, 400, "limit must be an integer in 1..%u", opt.cfg.max_page), 1;
     if (query_get(rq, "cursor", &cursor)) {
-        if (feed_cursor_decode_ranked(cursor ? cursor : "", &rq->cur_score, &rq->cur_id,
-                                      rank) != FEED_OK)
+        if (feed_cursor_decode_ranked(cursor ? cursor : "", score, id, rank) != FEED_OK)
             return respond_error(rq, 400, "malformed cursor: pass a cursor of an earlier "
                                  "answer as it came%s", cursor_required ? "" :
                                  ", or omit cursor for the first page"), 1;
@@ -142,7 +143,7 @@ static void page_json(request *rq, feed_result *res, int64_t next_rank,
     char token[FEED_CURSOR_SIZE];
     int ok;
 
-    rq->source = policy_source_name(res->source);
+    rq->source = feed_source_name(res->source);
     /* jansson functions given NULL return NULL or -1: one check at the end
      * catches any allocation failure. */
     for (size_t i = 0; items && i < res->count; i++)
@@ -185,8 +186,6 @@ static void feed_done(request *rq, int rc, feed_result *res, int64_t next_rank,
         library_error(rq, rc, errmsg);
         return;
     }
-    if (rq->newer)
-        policy_newer_cursor(res, rq->cur_score, rq->cur_id);
     page_json(rq, res, next_rank, rq->newer ? "has_more" : NULL);
 }
 
@@ -202,15 +201,15 @@ static void get_feed(request *rq, int64_t uid, int newer)
 {
     const backend_ops *be = rq->w->ops;
     size_t limit = 0;
-    int64_t rank = -1;
+    int64_t score, id, rank;
 
-    if (page_args(rq, newer, &limit, &rank))
+    if (page_args(rq, newer, &limit, &score, &id, &rank))
         return;
     rq->newer = newer;
     if (newer)
-        be->newer(rq->w->be, rq, uid, rq->cur_score, rq->cur_id, limit, feed_done);
+        be->newer(rq->w->be, rq, uid, score, id, limit, feed_done);
     else
-        be->page(rq->w->be, rq, uid, rq->cur_score, rq->cur_id, rank, limit, feed_done);
+        be->page(rq->w->be, rq, uid, score, id, rank, limit, feed_done);
 }
 
 /* GET / (?uid=N&limit=N&autoscroll=1 are read by the page's script). */
@@ -242,7 +241,7 @@ static void health_done_cb(request *rq, const feed_health_info *h, const char *e
         snprintf(rq->err, sizeof rq->err, "%.250s%s%.250s", h->redis_msg,
                  h->redis_msg[0] && h->pg_msg[0] ? "; " : "", h->pg_msg);
     else
-        snprintf(rq->err, sizeof rq->err, "no handle: %s", errmsg);
+        snprintf(rq->err, sizeof rq->err, "no health check: %s", errmsg);
     respond_json(rq, redis_ok || pg_ok ? 200 : 503,
                  json_pack("{s:s,s:s,s:s}",
                            "status", redis_ok && pg_ok ? "ok" : redis_ok || pg_ok ? "degraded" : "down",

@@ -16,7 +16,7 @@
  *   writes.c    the write routes: JSON bodies, the SQL, commit then hook
  *   metrics.c   GET /metrics (Prometheus text)
  *   options.c   flags and environment, shared by both servers
- *   policy.c    what is really library policy, kept apart to be replaced
+ *   policy.c    what the library could take over one day, kept apart
  *   page.html   the page GET / serves, embedded at build time
  *
  * Continuation style. A handler checks its request, starts one backend
@@ -152,7 +152,7 @@ struct request {
     const char      *source;        /* cache, rebuild, db or NULL */
     char             err[512];      /* for the log of a 5xx: the detail */
     /* A route's state between its operations. */
-    int64_t          uid, id, score, cur_score, cur_id;
+    int64_t          uid, id, score;
     int              newer, create, tx;
     const char      *what, *cache;
     int64_t         *uids;
@@ -229,7 +229,7 @@ typedef struct tx_outcome {
 typedef void page_done(request *rq, int rc, feed_result *page, int64_t next_rank,
                        const char *errmsg);               /* owns *page on FEED_OK */
 typedef void health_done(request *rq, const feed_health_info *h, const char *errmsg);
-                                                          /* h NULL: no handle */
+                                                          /* h NULL: no check made */
 typedef void hook_done(request *rq, int rc, const char *errmsg);
 typedef void drop_done(request *rq, size_t dropped);
 typedef void tx_done(request *rq, const tx_outcome *tx);
@@ -250,8 +250,8 @@ struct backend_ops {
     void (*on_delete)(void *be, request *rq, int64_t uid, int64_t id, hook_done *done);
     void (*fanout)(void *be, request *rq, const int64_t *uids, size_t n, int64_t score,
                    int64_t id, hook_done *done);
-    /* After a failed hook: drop the cached copies (policy_drop); dropped
-     * counts those that went. */
+    /* After a failed hook: drop the cached copies (feed_invalidate each,
+     * stopping once one is refused); dropped counts those that went. */
     void (*drop)(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done);
     /* BEGIN; sql with params; COMMIT, on the worker's write connection.
      * params stay valid until done is called. */
@@ -260,6 +260,8 @@ struct backend_ops {
     /* The handle's counters; 0 when *out was filled. Under the worker's lock,
      * on the worker's thread. */
     int  (*stats)(void *be, feed_stats *out);
+    /* feed_retry_after_ms: ms until the handle tries a lost store again. */
+    uint32_t (*retry_after)(void *be);
     /* Free the state, once the transport has stopped. */
     void (*close)(void *be);
 };

@@ -152,3 +152,27 @@ int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t scor
     feed__async_start(r);
     return FEED_OK;
 }
+
+/* The health check's machine is on the heap (feed__health_op); the info it
+ * fills lives in the request, for the callback. */
+int feed_async_health(feed_async *a, feed_async_health_cb *cb, void *arg)
+{
+    feed_areq *r;
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if (!cb)
+        return feed__msg(a->errmsg, FEED_EINVAL, "feed_async_health: cb is NULL");
+    if (!(r = feed__async_request(a, sizeof(feed_health_info), FEED_API_HEALTH, arg)))
+        return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_health: out of memory");
+    r->cb.health = cb;
+    if (!(r->op = feed__health_op(&a->core, r->err, (feed_health_info *)r->op_space, &rc))) {
+        memcpy(a->errmsg, r->err, sizeof r->err);
+        feed__async_discard(r);
+        return rc;
+    }
+    feed__async_start(r);
+    return FEED_OK;
+}

@@ -20,6 +20,7 @@
  *   bulk.c      feed_invalidate_many, feed_invalidate_all
  *   health.c    feed_health
  *   sql.c       which PostgreSQL server reads what, the replica's lag proof
+ *   policy.c    a source's name; when a lost store is tried again
  *
  * A request's state lives in the request, never on the handle, so an
  * event loop can carry any number of them at once. What the handle holds is
@@ -156,6 +157,11 @@ void feed__core_free(feed_core *c);
  * last attempt, so that an outage cannot turn into a connect storm. */
 int  feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
                      const char *store, char *err);
+/* policy.c: the time left, in ms, until a connection whose last connect
+ * attempt was at attempt_ms may be tried again (0: due now, or never
+ * tried); and the longest such time over the Redis nodes that are down. */
+uint32_t feed__retry_left(const feed_core *c, int64_t attempt_ms, int64_t now);
+uint32_t feed__redis_retry_left(const feed_core *c, int64_t now);
 /* The end of a read that PostgreSQL answered instead of Redis (redis_failed:
  * Redis could not answer either; redis_msg: why). */
 int  feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg);

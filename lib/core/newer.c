@@ -138,10 +138,10 @@ static int answer(feed_newer_op *n, const feed_rows *rows, feed_source source)
         out->items[i] = rows->items[count - 1 - i];
     out->count = count;
     out->has_more = rows->count > n->limit;
-    if (out->has_more) {
-        out->next_score = out->items[0].score;
-        out->next_id = out->items[0].id;
-    }
+    /* The cursor to keep, has_more or not: the newest item the caller now
+     * holds, which is the given cursor when nothing is newer. */
+    out->next_score = count ? out->items[0].score : n->cursor.score;
+    out->next_id = count ? out->items[0].id : n->cursor.id;
     out->source = source;
     c->stats.pages++;
     if (source == FEED_SOURCE_CACHE)

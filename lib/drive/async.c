@@ -663,6 +663,10 @@ static void deliver(feed_async *a, feed_areq *r, int rc)
         else
             feed_result_free(page);
         break;
+    case FEED_API_HEALTH:
+        r->cb.health(a, rc, rc == FEED_ECANCELED ? NULL : (feed_health_info *)r->op_space,
+                     r->arg);
+        break;
     default:
         if (r->cb.done)
             r->cb.done(a, rc, r->arg);

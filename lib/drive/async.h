@@ -17,7 +17,8 @@ typedef struct feed_task {
     int               is_setup;
 } feed_task;
 
-enum { FEED_API_PAGE, FEED_API_RANKED, FEED_API_DONE, FEED_API_INTERNAL, FEED_API_QUIET };
+enum { FEED_API_PAGE, FEED_API_RANKED, FEED_API_DONE, FEED_API_HEALTH, FEED_API_INTERNAL,
+       FEED_API_QUIET };
 
 /* One request on the loop. */
 typedef struct feed_areq {
@@ -37,11 +38,13 @@ typedef struct feed_areq {
         feed_async_page_cb   *page;
         feed_async_ranked_cb *ranked;
         feed_async_done_cb   *done;
+        feed_async_health_cb *health;
     } cb;
     void              *arg;
     feed_result        result;
     char               err[FEED_ERRMSG];
-    max_align_t        op_space[];  /* the request's machine */
+    max_align_t        op_space[];  /* the request's machine (a health check's: its
+                                       feed_health_info; the machine is on the heap) */
 } feed_areq;
 
 /* Make a request whose machine needs op_size bytes (op_space); NULL

@@ -1,0 +1,37 @@
+/* policy.c -- what a caller does with an outcome, decided once for every
+ * application: the name of a page's source, and when a handle tries a lost
+ * store again (the retry rule of feed__retry_due, read ahead of time so that
+ * a server can tell its clients when to ask again). */
+#include "core/core.h"
+
+const char *feed_source_name(feed_source s)
+{
+    switch (s) {
+    case FEED_SOURCE_CACHE:   return "cache";
+    case FEED_SOURCE_REBUILD: return "rebuild";
+    case FEED_SOURCE_DB:      return "db";
+    default:                  return "unknown";
+    }
+}
+
+uint32_t feed__retry_left(const feed_core *c, int64_t attempt_ms, int64_t now)
+{
+    int64_t left = attempt_ms + (int64_t)c->cfg.retry_ms - now;
+
+    if (attempt_ms == 0 || left <= 0)   /* 0: never tried, or to be tried at once */
+        return 0;
+    return left > (int64_t)c->cfg.retry_ms ? c->cfg.retry_ms : (uint32_t)left;
+}
+
+uint32_t feed__redis_retry_left(const feed_core *c, int64_t now)
+{
+    uint32_t most = 0;
+
+    for (size_t i = 0; i < c->topo.nnodes; i++) {
+        const feed_node *n = c->topo.nodes[i];
+        uint32_t left = n->state == FEED_NODE_DOWN ? feed__retry_left(c, n->attempt_ms, now) : 0;
+        if (left > most)
+            most = left;
+    }
+    return most;
+}
