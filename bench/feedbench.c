@@ -3,14 +3,16 @@
  * bench/run.sh starts the servers, loads the data set (bench/load.sql) and
  * runs this; every section writes OUTDIR/sec_<name>.md, gnuplot data in
  * OUTDIR/<name>.dat, and appends its headline rows to OUTDIR/summary.tsv.
- * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster async (default: all, in that
- * order). BENCH_QUICK=1 shortens every section, for trying things out. */
+ * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster async
+ * merge (default: all, in that order). BENCH_QUICK=1 shortens every section, for
+ * trying things out. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
 #include "reads.h"
 #include "cluster.h"
+#include "merge.h"
 
 static const struct { const char *name; void (*run)(void); } sections[] = {
     { "pages", section_pages },
@@ -25,13 +27,15 @@ static const struct { const char *name; void (*run)(void); } sections[] = {
     { "cpu", section_cpu },
     { "cluster", section_cluster },
     { "async", section_async },
+    { "merge", section_merge },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|cpu|cluster|async ...]");
+        die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|"
+            "cpu|cluster|async|merge ...]");
     out_init(argv[1]);
     for (size_t i = 0; i < NSECTIONS; i++) {
         int want = argc == 2;
