@@ -105,7 +105,7 @@ install: lib
 	install -d $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(DATADIR)
 	install -m 644 lib/feedcache.h lib/feedcache_libevent.h lib/feedcache_libuv.h \
 	    $(DESTDIR)$(INCDIR)/
-	install -m 644 sql/schema.sql sql/score.sql $(DESTDIR)$(DATADIR)/
+	install -m 644 sql/schema.sql sql/score.sql sql/authors.sql $(DESTDIR)$(DATADIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/libfeedcache.a
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/libfeedcache.so.$(VERSION)
 	ln -sf libfeedcache.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libfeedcache.so.$(SOVER)

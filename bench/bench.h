@@ -76,6 +76,13 @@ pid_t pg_backend(PGconn *pg);
  * b_open opens; bench/async.c opens event-loop handles with it. */
 void b_config(feed_config *cfg, const char *prefix, uint32_t max_len);
 feed *b_open(const char *prefix, uint32_t max_len);
+/* The same with an authors' table (read-time merge), or NULL. */
+feed *b_open_with(const char *prefix, uint32_t max_len, const char *author_table);
+/* n cached, complete feeds under prefix, for uids[0..n): items entries
+ * (scores 1600000000000 + 1000 k, ids 2 (k + 1)) and the end marker each,
+ * written straight into Redis, 1,000 ZADDs a pipeline. */
+void b_cache_feeds(redisContext *c, const char *prefix, const int64_t *uids, size_t n,
+                   int items);
 /* uid's whole feed from SQL in (score DESC, id DESC) order; malloc'd. */
 size_t sql_feed(PGconn *pg, int64_t uid, feed_item **out);
 /* The library's member encoding (lib/base/codec.c) into buf; returns the length.

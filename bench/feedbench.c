@@ -4,14 +4,15 @@
  * runs this; every section writes OUTDIR/sec_<name>.md, gnuplot data in
  * OUTDIR/<name>.dat, and appends its headline rows to OUTDIR/summary.tsv.
  * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster
- * async window (default: all, in that order). BENCH_QUICK=1 shortens every section,
- * for trying things out. */
+ * async merge window (default: all, in that order). BENCH_QUICK=1 shortens every
+ * section, for trying things out. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
 #include "reads.h"
 #include "cluster.h"
+#include "merge.h"
 #include "window.h"
 
 static const struct { const char *name; void (*run)(void); } sections[] = {
@@ -27,6 +28,7 @@ static const struct { const char *name; void (*run)(void); } sections[] = {
     { "cpu", section_cpu },
     { "cluster", section_cluster },
     { "async", section_async },
+    { "merge", section_merge },
     { "window", section_window },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
@@ -34,7 +36,8 @@ static const struct { const char *name; void (*run)(void); } sections[] = {
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|cpu|cluster|async|window ...]");
+        die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|"
+            "cpu|cluster|async|merge|window ...]");
     out_init(argv[1]);
     for (size_t i = 0; i < NSECTIONS; i++) {
         int want = argc == 2;

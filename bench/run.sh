@@ -322,13 +322,16 @@ want blocking && blocking_before_after
 
 # ---------------------------------------------------------------- charts
 # From the data of the pages, writes (rebuild) and pg sections: a run
-# without one of them has no charts.
+# without one of them has none of those charts; the merge chart comes with
+# the merge section's data.
 mkdir -p "$OUT"
 CHARTS=1
 for d in pages rebuild pg; do [[ -f $WORK/$d.dat ]] || CHARTS=0; done
-if ((CHARTS)); then
+MERGE_CHART=0
+[[ -f $WORK/merge.dat ]] && MERGE_CHART=1
+if ((CHARTS || MERGE_CHART)); then
     echo "bench: charts (gnuplot)" >&2
-    gnuplot -e "datadir='$WORK'; outdir='$OUT'" bench/plot.gp
+    gnuplot -e "datadir='$WORK'; outdir='$OUT'; core=$CHARTS; merge=$MERGE_CHART" bench/plot.gp
 fi
 
 # ---------------------------------------------------------------- latest.md
@@ -374,7 +377,8 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
                pg_rate pg_cpu stampede fanout memory mem_pages encoding client_cpu wait_hook \
                wait_page wait_cluster_hook wait_cluster_fanout sync_apply sync_lag cluster_rt \
                cluster_cpu cluster_fanout async_pages async_cpu async_limit async_frozen \
-               async_memory blocking_instr blocking_rt blocking_cpu window_zombie window_partition; do
+               async_memory blocking_instr blocking_rt blocking_cpu \
+               merge_first merge_depth merge_xover window_zombie window_partition; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done
@@ -387,7 +391,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
         echo
     fi
     for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster \
-             async blocking window; do
+             async blocking merge window; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     echo "How these figures are made and how to read them, the misses included:"
@@ -400,5 +404,5 @@ if ((FULL)); then
     mv -Tf "$RESULTS/latest.tmp" "$RESULTS/latest"
 fi
 
-echo "bench: wrote $OUT/latest.md$( ((CHARTS)) && echo " and $OUT/{pages,rebuild,pg}.png") in $((TOTAL_S / 60)) min $((TOTAL_S % 60)) s" >&2
+echo "bench: wrote $OUT/latest.md$( ((CHARTS)) && echo " and $OUT/{pages,rebuild,pg}.png")$( ((MERGE_CHART)) && echo " and $OUT/merge.png") in $((TOTAL_S / 60)) min $((TOTAL_S % 60)) s" >&2
 awk -F'\t' '{ printf "  %-5s %s: %s\n", $5, $1, $4 }' "$WORK/summary.tsv" >&2

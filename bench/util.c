@@ -351,15 +351,73 @@ void b_config(feed_config *cfg, const char *prefix, uint32_t max_len)
 
 feed *b_open(const char *prefix, uint32_t max_len)
 {
+    return b_open_with(prefix, max_len, NULL);
+}
+
+feed *b_open_with(const char *prefix, uint32_t max_len, const char *author_table)
+{
     feed_config cfg;
     feed *f;
     int rc;
 
     b_config(&cfg, prefix, max_len);
+    cfg.author_table = author_table;
     rc = feed_open(&f, &cfg);
     if (rc != FEED_OK)
         die("feed_open: %s: %s", feed_strerror(rc), feed_errmsg(NULL));
+    /* The restart fence (on by default) drops every key of the prefix the
+     * first time a handle meets this server: settle it now, with a hook on a
+     * feed no one has, so that keys a section then writes straight into
+     * Redis (the fan-outs' cached feeds) are not dropped by its first call. */
+    if (feed_invalidate(f, INT64_MIN) != FEED_OK)
+        die("settling the restart fence: %s", feed_errmsg(f));
     return f;
+}
+
+void b_cache_feeds(redisContext *c, const char *prefix, const int64_t *uids, size_t n,
+                   int items)
+{
+    char (*args)[2][24] = malloc(((size_t)items + 1) * sizeof *args);
+    const char **argv = malloc((4 + 2 * (size_t)items) * sizeof *argv);
+    size_t *lens = malloc((4 + 2 * (size_t)items) * sizeof *lens);
+
+    if (!args || !argv || !lens)
+        die("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char key[64];
+        int a = 2;
+        snprintf(key, sizeof key, "%s", b_key(prefix, uids[i], ""));
+        argv[0] = "ZADD";
+        lens[0] = 4;
+        argv[1] = key;
+        lens[1] = strlen(key);
+        for (int k = 0; k <= items; k++) {
+            if (k == items) {
+                snprintf(args[k][0], 24, "-inf");
+                snprintf(args[k][1], 24, "end");
+                lens[a + 1] = 3;
+            } else {
+                snprintf(args[k][0], 24, "%lld", 1600000000000LL + k * 1000);
+                lens[a + 1] = member_of(2 * (k + 1), args[k][1]);
+            }
+            lens[a] = strlen(args[k][0]);
+            argv[a++] = args[k][0];
+            argv[a++] = args[k][1];
+        }
+        if (redisAppendCommandArgv(c, a, argv, lens) != REDIS_OK)
+            die("pipeline failed");
+        if (i % 1000 == 999 || i == n - 1) {
+            for (size_t k = i - i % 1000; k <= i; k++) {
+                redisReply *r;
+                if (redisGetReply(c, (void **)&r) != REDIS_OK)
+                    die("ZADD: %s", c->errstr);
+                freeReplyObject(r);
+            }
+        }
+    }
+    free(args);
+    free(argv);
+    free(lens);
 }
 
 size_t member_of(int64_t id, char buf[24])

@@ -621,42 +621,9 @@ void section_fanout(void)
     /* 10,000 cached, complete feeds of 20 items each (the end marker and 20
      * members in the library's encoding), written straight into Redis: the
      * hooks only need them cached. */
-    for (int i = 0; i < FAN_FEEDS; i++) {
-        char args[21][2][24];
-        const char *argv[2 + 2 * 21];
-        size_t lens[2 + 2 * 21];
-        int a = 0;
+    for (int i = 0; i < FAN_FEEDS; i++)
         uids[i] = FAN_UID0 + i;
-        argv[a++] = "ZADD";
-        char key[32];
-        snprintf(key, sizeof key, "%s", b_key("fan", uids[i], ""));
-        argv[a++] = key;
-        for (int k = 0; k < 21; k++) {
-            if (k == 20) {
-                snprintf(args[k][0], 24, "-inf");
-                snprintf(args[k][1], 24, "end");
-                lens[a + 1] = 3;
-            } else {
-                snprintf(args[k][0], 24, "%lld", 1600000000000LL + k * 1000);
-                lens[a + 1] = member_of(2 * (k + 1), args[k][1]);
-            }
-            lens[a] = strlen(args[k][0]);
-            argv[a++] = args[k][0];
-            argv[a++] = args[k][1];
-        }
-        lens[0] = 4;
-        lens[1] = strlen(key);
-        if (redisAppendCommandArgv(c, a, argv, lens) != REDIS_OK)
-            die("pipeline failed");
-        if (i % 1000 == 999 || i == FAN_FEEDS - 1) {
-            for (int k = i - i % 1000; k <= i; k++) {
-                redisReply *r;
-                if (redisGetReply(c, (void **)&r) != REDIS_OK)
-                    die("ZADD: %s", c->errstr);
-                freeReplyObject(r);
-            }
-        }
-    }
+    b_cache_feeds(c, "fan", uids, FAN_FEEDS, 20);
     card0 = b_cmd_int(c, "ZCARD %s", b_key("fan", FAN_UID0 + FAN_FEEDS - 1, ""));
 
     {

@@ -134,6 +134,14 @@ typedef struct feed_config {
                                           failover. 0 turns it off: a copy that missed
                                           writes in a failover or a restart from older
                                           data is then served until its TTL runs out */
+    /* --- read-time merge (docs/merge.md) --- */
+    const char *author_table;          /* default NULL: no read-time merge. The table of
+                                          authors' own posts, with the columns author_column,
+                                          score_column and id_column (integers, like the
+                                          feed table's). Each author's posts are cached as a
+                                          feed is (max_len, the end marker, leases, TTLs,
+                                          repairs), under "<prefix>:2:a:{<author>}" */
+    const char *author_column;         /* default "author" */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -393,6 +401,84 @@ FEED_API int feed_invalidate_all(feed *f, uint64_t *dropped);
 /* ---- end invalidation in bulk ---- */
 
 /* ------------------------------------------------------------------------
+ * Read-time merge: timelines with high-follower authors (docs/merge.md)
+ *
+ * Fan-out on write (feed_fanout) costs one cache write per follower. For the
+ * few authors with very many followers, an application keeps their posts in
+ * a table of their own (author_table: author_column, score_column,
+ * id_column) and merges them into each reader's timeline when it is read.
+ * Each author's posts are a feed like any other: a bounded copy of that
+ * author's rows (max_len, the end marker), rebuilt from SQL under a lease,
+ * kept right by the hooks below, with the same TTLs and repairs as a feed.
+ * ------------------------------------------------------------------------ */
+
+#define FEED_MERGE_MAX 100   /* most authors one merged page may name */
+
+/* The next page of uid's timeline merged with the own posts of n authors:
+ * the items strictly after (last_score, last_id) (FEED_FIRST: the first
+ * page) in (score DESC, id DESC) order of the union of uid's feed and those
+ * authors' posts, each (score, id) pair once. Exactly what
+ *     SELECT score, id FROM <table> WHERE <owner_column> = uid
+ *     UNION SELECT score, id FROM <author_table> WHERE <author_column> = ANY(authors)
+ *     ORDER BY score DESC, id DESC LIMIT ...
+ * returns. A pair fanned out into uid's feed and present in an author's
+ * posts too comes once: an author moved from fan-out to merge keeps their
+ * old fanned-out rows. An author named twice counts once; n == 0 is
+ * feed_page. The cursor (next_score, next_id) is the same pair as for one
+ * feed; has_more, limit and ownership of *out as feed_page.
+ *
+ * Cost: every source (uid's feed and each author) whose copy is cached is
+ * read in one pipelined round trip per Redis node (one on a single Redis;
+ * on a cluster one per node, the nodes at once): uid's feed for limit + 1
+ * items, as feed_page reads it, and each author for its share of the last
+ * merged page it was in on this handle, plus two (a few, the first time).
+ * The page is served only when those answers prove it; an author that
+ * turns out to hold more of it is read again for limit + 1 items (one more
+ * round trip). A source whose copy does not reach far enough is read from
+ * SQL, all such sources in one statement (the replica may answer it). On
+ * a first page, absent copies are rebuilt under their leases (one SQL
+ * statement for all of them, one pipelined install), or awaited up to
+ * lease_wait_ms while another handle rebuilds them; after a cursor an
+ * absent copy is read from SQL (the next first page rebuilds it). A long
+ * run of equal scores at the cursor may cost one more round trip (page.lua's
+ * seek, counted in feed_stats.plain_fallbacks per source) for the sources
+ * it touches. First pages refresh each copy's TTL as feed_page does. Work
+ * per page grows with n and limit, never with the cursor's depth or the
+ * feeds' size. A Redis failure is not an error: the page comes from
+ * PostgreSQL. Figures: docs/merge.md.
+ *
+ * source: FEED_SOURCE_CACHE when every source came from the cache,
+ * FEED_SOURCE_DB when any came from SQL, else FEED_SOURCE_REBUILD.
+ *
+ * Errors: FEED_EINVAL (f or out NULL, author_table not configured, n >
+ * FEED_MERGE_MAX, authors NULL with n > 0, limit 0 or > max_page, last_id <
+ * 0), FEED_ERANGE (last_score out of range and not FEED_FIRST; or a score
+ * out of range found in SQL), FEED_EPG (SQL was needed and PostgreSQL
+ * failed, Redis being up), FEED_EUNAVAILABLE (both failed), FEED_ENOMEM. */
+FEED_API int feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size_t n,
+                              int64_t last_score, int64_t last_id, size_t limit,
+                              feed_result *out);
+
+/* Hooks for the authors' table: call after the SQL transaction that changed
+ * the row commits. As feed_on_insert and feed_on_delete, for author's posts:
+ * one atomic script call each, a lease in flight cancelled, an uncached copy
+ * left alone, a failure remembered for repair. Errors: FEED_EINVAL (f NULL,
+ * author_table not configured, id < 0), FEED_ERANGE (score out of range),
+ * FEED_EREDIS. */
+FEED_API int feed_author_on_insert(feed *f, int64_t author, int64_t score, int64_t id);
+FEED_API int feed_author_on_delete(feed *f, int64_t author, int64_t id);
+
+/* feed_invalidate_many and feed_invalidate_all for authors' copies
+ * (feedcache-sync calls them for changes to the authors' table): drop the
+ * copy and lease of each of n authors, pipelined; or every author's copy
+ * under this key_prefix (SCAN MATCH "<prefix>:2:a:{*"). Same guarantees and
+ * errors as those two, plus FEED_EINVAL when author_table is not
+ * configured. */
+FEED_API int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n);
+FEED_API int feed_author_invalidate_all(feed *f, uint64_t *dropped);
+/* ---- end read-time merge ---- */
+
+/* ------------------------------------------------------------------------
  * Cursor tokens
  * ------------------------------------------------------------------------ */
 
@@ -581,7 +667,8 @@ FEED_API int feed_snowflake_score(int64_t snowflake_id, int timestamp_shift,
  * sent, the PREPAREs of each new PostgreSQL connection included; tests
  * compare deltas. redis_calls counts round trips: a pipeline is one. */
 typedef struct feed_stats {
-    uint64_t pages;          /* feed_page (and feed_page_newer) calls that returned FEED_OK */
+    uint64_t pages;          /* feed_page (feed_page_newer, feed_page_merged) calls that
+                                returned FEED_OK */
     uint64_t cache_pages;    /* ... answered with FEED_SOURCE_CACHE */
     uint64_t rebuilds;       /* rebuilds installed in Redis */
     uint64_t db_pages;       /* ... answered with FEED_SOURCE_DB */
@@ -696,6 +783,18 @@ FEED_API int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int
                                int64_t id, feed_async_done_cb *cb, void *arg);
 FEED_API int feed_async_invalidate(feed_async *a, int64_t uid, feed_async_done_cb *cb,
                                    void *arg);
+
+/* feed_page_merged on the loop: same arguments, checks, sources and result
+ * codes. authors is copied: the caller's array may go once the call
+ * returns. */
+FEED_API int feed_async_page_merged(feed_async *a, int64_t uid, const int64_t *authors,
+                                    size_t n, int64_t last_score, int64_t last_id, size_t limit,
+                                    feed_async_page_cb *cb, void *arg);
+/* feed_author_on_insert and feed_author_on_delete on the loop. */
+FEED_API int feed_async_author_on_insert(feed_async *a, int64_t author, int64_t score,
+                                         int64_t id, feed_async_done_cb *cb, void *arg);
+FEED_API int feed_async_author_on_delete(feed_async *a, int64_t author, int64_t id,
+                                         feed_async_done_cb *cb, void *arg);
 
 /* Close the handle: every request still pending gets its callback with
  * FEED_ECANCELED before close returns, and no callback comes after it; the

@@ -16,18 +16,26 @@ void sa_init(sync_apply *a, const char *schema, const char *table,
     a->owner_column = owner_column;
 }
 
+void sa_authors(sync_apply *a, const char *schema, const char *table, const char *column)
+{
+    a->author_schema = schema;
+    a->author_table = table;
+    a->author_column = column;
+}
+
 void sa_free(sync_apply *a)
 {
     free(a->rels);
     free(a->batch.uids);
+    free(a->batch.authors);
     free(a->batch.xids);
     memset(a, 0, sizeof *a);
 }
 
 void sa_done(sync_apply *a)
 {
-    a->batch.nuids = a->batch.nxids = a->batch.txns = 0;
-    a->batch.truncate = 0;
+    a->batch.nuids = a->batch.nauthors = a->batch.nxids = a->batch.txns = 0;
+    a->batch.truncate = a->batch.truncate_authors = 0;
 }
 
 void sa_reset(sync_apply *a)
@@ -72,10 +80,25 @@ static sync_rel *find_rel(sync_apply *a, uint32_t relid)
     return NULL;
 }
 
-/* A Relation message: is it the feed table, where is its owner column, and
- * will updates and deletes say which feed they touched? They carry the old
- * row's replica identity columns only: the owner must be one of them (it is
- * with the default key (uid, id)), or the identity must be FULL. */
+static const char *table_of(const sync_apply *a, const sync_rel *r)
+{
+    return r->ours == SA_AUTHORS ? a->author_table : a->table;
+}
+
+static const char *column_of(const sync_apply *a, const sync_rel *r)
+{
+    return r->ours == SA_AUTHORS ? a->author_column : a->owner_column;
+}
+
+static int is_table(const pgo_msg *m, const char *schema, const char *table)
+{
+    return table && strcmp(m->relname, table) == 0 && (!schema || strcmp(m->nspname, schema) == 0);
+}
+
+/* A Relation message: is it one of our tables, where is its owner column,
+ * and will updates and deletes say which feed they touched? They carry the
+ * old row's replica identity columns only: the owner must be one of them
+ * (it is with the default key (uid, id)), or the identity must be FULL. */
 static int relation(sync_apply *a, const pgo_msg *m)
 {
     sync_rel *r = find_rel(a, m->relid);
@@ -86,34 +109,37 @@ static int relation(sync_apply *a, const pgo_msg *m)
         r = &a->rels[a->nrels++];
     }
     r->relid = m->relid;
-    r->ours = strcmp(m->relname, a->table) == 0 &&
-              (!a->schema || strcmp(m->nspname, a->schema) == 0);
+    r->ours = is_table(m, a->schema, a->table) ? SA_FEEDS
+            : is_table(m, a->author_schema, a->author_table) ? SA_AUTHORS : SA_NONE;
     r->owner_col = -1;
     if (!r->ours)
         return 0;
     for (uint16_t i = 0; i < m->ncols; i++)
-        if (strcmp(m->cols[i].name, a->owner_column) == 0)
+        if (strcmp(m->cols[i].name, column_of(a, r)) == 0)
             r->owner_col = i;
     if (r->owner_col < 0)
         return error(a, "table \"%s\" has no column \"%s\" in the replication stream",
-                     a->table, a->owner_column);
+                     table_of(a, r), column_of(a, r));
     if (m->replident != 'f' && !(m->cols[r->owner_col].flags & 1)) {
         r->owner_col = -1;   /* unusable: its changes are errors too */
         return error(a, "table \"%s\": the owner column \"%s\" is not part of the replica "
                      "identity, so a delete or an owner change would not say which feed it "
                      "left; make the primary key include it, or ALTER TABLE ... REPLICA "
-                     "IDENTITY FULL", a->table, a->owner_column);
+                     "IDENTITY FULL", table_of(a, r), column_of(a, r));
     }
     return 0;
 }
 
-static int add_uid(sync_apply *a, int64_t uid)
+static int add_uid(sync_apply *a, const sync_rel *r, int64_t uid)
 {
     sync_batch *b = &a->batch;
+    int64_t **list = r->ours == SA_AUTHORS ? &b->authors : &b->uids;
+    size_t *n = r->ours == SA_AUTHORS ? &b->nauthors : &b->nuids;
+    size_t *cap = r->ours == SA_AUTHORS ? &b->cap_authors : &b->cap_uids;
 
-    if (grow((void **)&b->uids, &b->cap_uids, b->nuids + 1, sizeof *b->uids) != 0)
+    if (grow((void **)list, cap, *n + 1, sizeof **list) != 0)
         return error(a, "%s%s", "out of memory", "");
-    b->uids[b->nuids++] = uid;
+    (*list)[(*n)++] = uid;
     a->touched = 1;
     return 0;
 }
@@ -127,14 +153,14 @@ static int owner_of(sync_apply *a, const sync_rel *r, const pgo_tuple *t, int re
 
     if (r->owner_col >= t->ncols)
         return required ? error(a, "a change to \"%s\" lacks the column \"%s\"",
-                                a->table, a->owner_column) : 0;
+                                table_of(a, r), column_of(a, r)) : 0;
     v = &t->cols[r->owner_col];
     if (v->kind == 'n' || (v->kind == 'u' && !required))
         return 0;
     if (pgo_value_i64(v, &uid) != 0)
         return error(a, "a change to \"%s\": column \"%s\" is not a 64-bit integer",
-                     a->table, a->owner_column);
-    return add_uid(a, uid);
+                     table_of(a, r), column_of(a, r));
+    return add_uid(a, r, uid);
 }
 
 static int change(sync_apply *a, const pgo_msg *m)
@@ -147,7 +173,7 @@ static int change(sync_apply *a, const pgo_msg *m)
         return 0;
     if (r->owner_col < 0)
         return error(a, "a change to \"%s\", which cannot be followed (see above)%s",
-                     a->table, "");
+                     table_of(a, r), "");
     if (!a->in_txn)
         return error(a, "%s%s", "a change outside a transaction", "");
     a->changes++;
@@ -168,7 +194,10 @@ static int on_truncate(sync_apply *a, const pgo_msg *m)
     for (uint32_t i = 0; i < m->nrels; i++) {
         sync_rel *r = find_rel(a, pgo_truncate_relid(m, i));
         if (r && r->ours) {
-            a->batch.truncate = 1;
+            if (r->ours == SA_AUTHORS)
+                a->batch.truncate_authors = 1;
+            else
+                a->batch.truncate = 1;
             a->touched = 1;
             a->changes++;
         }
@@ -222,18 +251,28 @@ static int cmp_i64(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-void sa_unique(sync_apply *a, size_t *n)
+/* Sort v[0..*n) and drop repeats. */
+static void unique(int64_t *v, size_t *n)
 {
-    sync_batch *b = &a->batch;
     size_t k = 0;
 
-    *n = 0;
-    if (b->nuids == 0)
-        return;     /* uids may still be NULL: qsort wants an array */
-    qsort(b->uids, b->nuids, sizeof *b->uids, cmp_i64);
-    for (size_t i = 0; i < b->nuids; i++)
-        if (k == 0 || b->uids[k - 1] != b->uids[i])
-            b->uids[k++] = b->uids[i];
-    b->nuids = k;
+    if (*n == 0)
+        return;     /* v may still be NULL: qsort wants an array */
+    qsort(v, *n, sizeof *v, cmp_i64);
+    for (size_t i = 0; i < *n; i++)
+        if (k == 0 || v[k - 1] != v[i])
+            v[k++] = v[i];
     *n = k;
+}
+
+void sa_unique(sync_apply *a, size_t *n)
+{
+    unique(a->batch.uids, &a->batch.nuids);
+    *n = a->batch.nuids;
+}
+
+void sa_unique_authors(sync_apply *a, size_t *n)
+{
+    unique(a->batch.authors, &a->batch.nauthors);
+    *n = a->batch.nauthors;
 }

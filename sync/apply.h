@@ -20,15 +20,22 @@
 #include "feedcache.h"
 #include "pgoutput.h"
 
+/* Which of our tables a relation is: each one's rows are feeds of a family
+ * of their own (the library's key namespaces). */
+enum { SA_NONE, SA_FEEDS, SA_AUTHORS };
+
 typedef struct sync_rel {
     uint32_t relid;
-    int      ours;           /* the feed table */
+    int      ours;           /* SA_FEEDS: the feed table; SA_AUTHORS: the authors' table */
     int      owner_col;      /* its index in tuples */
 } sync_rel;
 
 typedef struct sync_batch {
     int64_t  *uids;          /* feeds touched, with repeats until flushed */
     size_t    nuids, cap_uids;
+    int64_t  *authors;       /* authors whose posts changed, likewise */
+    size_t    nauthors, cap_authors;
+    int       truncate_authors;  /* a TRUNCATE of the authors' table */
     uint32_t *xids;          /* transactions to wait visible for */
     size_t    nxids, cap_xids;
     int       truncate;      /* a TRUNCATE: drop every copy */
@@ -39,6 +46,8 @@ typedef struct sync_batch {
 
 typedef struct sync_apply {
     const char *schema, *table, *owner_column;
+    /* read-time merge: the authors' table, or NULL (sa_authors) */
+    const char *author_schema, *author_table, *author_column;
     sync_rel   *rels;
     size_t      nrels, cap_rels;
     int         in_txn;      /* between Begin and Commit */
@@ -46,13 +55,17 @@ typedef struct sync_apply {
     int         touched;     /* the open transaction changed a feed */
     sync_batch  batch;
     /* totals since start */
-    uint64_t    changes, txns, feeds, truncates;
+    uint64_t    changes, txns, feeds, authors, truncates;
     char        err[256];
 } sync_apply;
 
 void sa_init(sync_apply *a, const char *schema, const char *table,
              const char *owner_column);
 void sa_free(sync_apply *a);
+
+/* Follow the authors' table too (read-time merge): its changes name the
+ * authors whose copies to drop, apart from the feeds'. */
+void sa_authors(sync_apply *a, const char *schema, const char *table, const char *column);
 
 /* Forget everything not yet applied and every relation: the stream is
  * starting again (reconnect), and will resend from the confirmed position. */
@@ -67,8 +80,9 @@ int sa_message(sync_apply *a, const pgo_msg *m);
 int sa_pending(const sync_apply *a);
 
 /* The feeds of the batch, sorted and without repeats: *n of them in
- * a->batch.uids. */
+ * a->batch.uids; sa_unique_authors likewise for a->batch.authors. */
 void sa_unique(sync_apply *a, size_t *n);
+void sa_unique_authors(sync_apply *a, size_t *n);
 
 /* The batch was applied: start a new one. */
 void sa_done(sync_apply *a);

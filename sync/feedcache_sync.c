@@ -9,6 +9,9 @@
  * transactions are visible to new snapshots, drop those feeds' copies and
  * leases through the library (feed_invalidate_many; a TRUNCATE:
  * feed_invalidate_all), and only then confirm the batch's end to PostgreSQL.
+ * With --author-table (read-time merge) the authors' table is followed the
+ * same way, its changes dropping the authors' copies
+ * (feed_author_invalidate_many, feed_author_invalidate_all).
  * A crash at any point resumes from the last confirmed position and redoes
  * at most the batches after it, which is harmless: dropping a copy twice is
  * the same as once.
@@ -153,6 +156,7 @@ static void write_metrics(sync_state *s)
             "feedcache_sync_transactions_total %llu\n"
             "feedcache_sync_changes_total %llu\n"
             "feedcache_sync_feeds_invalidated_total %llu\n"
+            "feedcache_sync_authors_invalidated_total %llu\n"
             "feedcache_sync_truncates_total %llu\n"
             "feedcache_sync_batches_total %llu\n"
             "feedcache_sync_redis_retries_total %llu\n"
@@ -162,7 +166,7 @@ static void write_metrics(sync_state *s)
             (unsigned long long)s->server_wal_end, (unsigned long long)s->slot_confirmed,
             (unsigned long long)s->applied, (unsigned long long)s->apply.txns,
             (unsigned long long)s->apply.changes, (unsigned long long)s->apply.feeds,
-            (unsigned long long)s->apply.truncates, (unsigned long long)s->batches,
+            (unsigned long long)s->apply.authors, (unsigned long long)s->apply.truncates, (unsigned long long)s->batches,
             (unsigned long long)s->redis_retries, (unsigned long long)s->pg_reconnects,
             (long long)((mono_ms() - s->started_ms) / 1000));
     if (fclose(out) != 0 || rename(tmp, s->opt->metrics_file) != 0)
@@ -208,37 +212,67 @@ static int send_status(sync_state *s)
 
 /* ---------------------------------------------------------------- apply */
 
+/* Every copy of the feeds (feeds) and of the authors (authors), dropped
+ * once. */
+static int drop_every(sync_state *s, int feeds, int authors)
+{
+    uint64_t n = 0;
+
+    if (feeds && feed_invalidate_all(s->f, &n) != FEED_OK)
+        return -1;
+    s->invalidated_keys += n;
+    n = 0;
+    if (authors && feed_author_invalidate_all(s->f, &n) != FEED_OK)
+        return -1;
+    s->invalidated_keys += n;
+    return 0;
+}
+
 /* TRUNCATE: drop every copy, then again once every lease taken before the
  * first pass has expired: a rebuild that read the rows before the TRUNCATE
  * may install while the first SCAN runs (and be missed), but never after
  * its lease expired. Status updates keep the stream alive meanwhile. */
-static int drop_all(sync_state *s)
+static int drop_all(sync_state *s, int feeds, int authors)
 {
     int64_t first = mono_ms();
-    uint64_t n = 0;
 
-    if (feed_invalidate_all(s->f, &n) != FEED_OK)
+    if (drop_every(s, feeds, authors) != 0)
         return -1;
-    s->invalidated_keys += n;
     while (mono_ms() - first < (int64_t)s->opt->cfg.lease_ms + 10) {
         if (stop_requested)
             return -2;        /* not applied: resent after the restart */
         send_status(s);
         nap(100);
     }
-    if (feed_invalidate_all(s->f, &n) != FEED_OK)
-        return -1;
-    s->invalidated_keys += n;
-    return 0;
+    return drop_every(s, feeds, authors);
 }
 
-static int drop_feeds(sync_state *s, const int64_t *uids, size_t n)
+/* The copies of n feeds (or authors' copies: authors), in chunks. */
+static int drop_feeds(sync_state *s, const int64_t *uids, size_t n, int authors)
 {
     for (size_t i = 0; i < n; i += INVALIDATE_CHUNK) {
         size_t k = n - i < INVALIDATE_CHUNK ? n - i : INVALIDATE_CHUNK;
-        if (feed_invalidate_many(s->f, uids + i, k) != FEED_OK)
+        if ((authors ? feed_author_invalidate_many(s->f, uids + i, k)
+                     : feed_invalidate_many(s->f, uids + i, k)) != FEED_OK)
             return -1;
     }
+    return 0;
+}
+
+/* One batch into Redis: TRUNCATEs drop every copy of their table's family,
+ * the other changes the copies of the feeds and authors they named. */
+static int drop_batch(sync_state *s, size_t n, size_t na)
+{
+    sync_batch *b = &s->apply.batch;
+    int rc;
+
+    if ((b->truncate || b->truncate_authors) &&
+        (rc = drop_all(s, b->truncate, b->truncate_authors)) != 0)
+        return rc;
+    if (!b->truncate && drop_feeds(s, b->uids, n, 0) != 0)
+        return -1;
+    if (!b->truncate_authors && drop_feeds(s, b->authors, na, 1) != 0)
+        return -1;
     return 0;
 }
 
@@ -252,12 +286,12 @@ static int flush(sync_state *s, int once)
 {
     sync_batch *b = &s->apply.batch;
     int64_t backoff = BACKOFF_MIN_MS;
-    size_t n;
+    size_t n, na;
     int v;
 
     if (!sa_pending(&s->apply))
         return SPG_OK;
-    if (once && b->truncate)   /* a TRUNCATE needs lease_ms: leave it to the restart */
+    if (once && (b->truncate || b->truncate_authors))   /* needs lease_ms: leave it to the restart */
         return SPG_FATAL;
     if (test_delay_ms > 0)   /* tests only: apply late, in any interleaving */
         nap(rand() % (test_delay_ms + 1));
@@ -272,8 +306,9 @@ static int flush(sync_state *s, int once)
     if (v < 0)
         return SPG_RETRY;
     sa_unique(&s->apply, &n);
+    sa_unique_authors(&s->apply, &na);
     for (;;) {
-        int failed = b->truncate ? drop_all(s) : drop_feeds(s, b->uids, n);
+        int failed = drop_batch(s, n, na);
         if (!failed)
             break;
         if (once || failed == -2)
@@ -289,7 +324,8 @@ static int flush(sync_state *s, int once)
         backoff = backoff_next(backoff);
     }
     s->apply.feeds += b->truncate ? 0 : n;
-    s->apply.truncates += (uint64_t)b->truncate;
+    s->apply.authors += b->truncate_authors ? 0 : na;
+    s->apply.truncates += (uint64_t)b->truncate + (uint64_t)b->truncate_authors;
     s->batches++;
     s->applied = b->end_lsn > s->applied ? b->end_lsn : s->applied;
     s->last_lag_ms = (wall_pg_us() - b->commit_ts) / 1000;
@@ -341,7 +377,7 @@ static int on_frame(sync_state *s, const uint8_t *buf, size_t len)
 static int batch_due(sync_state *s, int idle)
 {
     return sa_pending(&s->apply) && !s->apply.in_txn &&
-           (idle || s->apply.batch.nuids >= BATCH_FEEDS ||
+           (idle || s->apply.batch.nuids + s->apply.batch.nauthors >= BATCH_FEEDS ||
             mono_ms() - s->batch_since >= BATCH_MS);
 }
 
@@ -392,7 +428,7 @@ static int first_run(sync_state *s)
     int rc;
 
     say("new slot: dropping every cached copy under prefix \"%s\" once", s->opt->cfg.key_prefix);
-    while ((rc = drop_all(s)) != 0) {
+    while ((rc = drop_all(s, 1, s->opt->cfg.author_table != NULL)) != 0) {
         if (rc == -1) {
             say("Redis: %s; retrying in %lld ms", feed_errmsg(s->f), (long long)backoff);
             nap(backoff);
@@ -417,13 +453,18 @@ static int run(sync_state *s)
         sa_reset(&s->apply);
         s->batch_since = 0;
         s->streaming = 0;
-        rc = spg_open(&s->pg, s->opt->cfg.pg_conninfo, s->opt->cfg.table, s->opt->slot,
-                      s->opt->publication, &created);
+        rc = spg_open(&s->pg, s->opt->cfg.pg_conninfo, s->opt->cfg.table,
+                      s->opt->cfg.author_table, s->opt->slot, s->opt->publication, &created);
         if (rc == SPG_OK) {
-            say("following slot %s (publication %s, table %s.%s)", s->opt->slot,
-                s->opt->publication, s->pg.schema, s->opt->cfg.table);
+            say("following slot %s (publication %s, table %s.%s%s%s%s%s)", s->opt->slot,
+                s->opt->publication, s->pg.schema, s->opt->cfg.table,
+                s->opt->cfg.author_table ? ", authors' table " : "",
+                s->opt->cfg.author_table ? s->pg.author_schema : "",
+                s->opt->cfg.author_table ? "." : "",
+                s->opt->cfg.author_table ? s->opt->cfg.author_table : "");
             backoff = BACKOFF_MIN_MS;
             s->apply.schema = s->pg.schema;
+            s->apply.author_schema = s->pg.author_schema;
             /* A new slot: drop every copy before following (and confirming). */
             if (created && first_run(s) != 0)
                 break;
@@ -478,8 +519,11 @@ static void usage(FILE *out)
           "  --lease-wait-ms N --retry-ms N --pg-replica-conninfo STR --pg-timeout-ms N\n"
           "  --empty-ttl-seconds N --pg-replica-max-lag-ms N --redis-wait-replicas N\n"
           "  --redis-wait-timeout-ms N --redis-restart-fence 0|1\n"
+          "  --author-table T --author-column C\n"
           "                           as the feed_config fields of the same names\n"
-          "                           (use the values the application uses)\n"
+          "                           (use the values the application uses; with\n"
+          "                           --author-table the authors' table of read-time\n"
+          "                           merge is followed too)\n"
           "Exit status: 0 after SIGTERM/SIGINT, 1 fatal error, 2 bad flags.\n", out);
 }
 
@@ -514,7 +558,7 @@ enum { O_PGCONN = 256, O_SLOT, O_PUB, O_METRICS, O_STATS, O_RHOST, O_RPORT, O_RP
        O_RUSER, O_RCLUSTER, O_RSENT, O_RMASTER, O_PREFIX, O_TABLE, O_OWNER, O_SCORE,
        O_ID, O_MAXLEN, O_MAXPAGE, O_TTL, O_RTIMEOUT, O_LEASE, O_LEASEWAIT, O_RETRY,
        O_REPLICA, O_PGTIMEOUT, O_EMPTYTTL, O_REPLAG, O_WAITN, O_WAITMS, O_FENCE,
-       O_HELP };
+       O_ATABLE, O_ACOLUMN, O_HELP };
 
 static const struct option long_opts[] = {
     { "pg-conninfo", 1, NULL, O_PGCONN },       { "slot", 1, NULL, O_SLOT },
@@ -532,7 +576,8 @@ static const struct option long_opts[] = {
     { "pg-replica-conninfo", 1, NULL, O_REPLICA }, { "pg-timeout-ms", 1, NULL, O_PGTIMEOUT },
     { "empty-ttl-seconds", 1, NULL, O_EMPTYTTL }, { "pg-replica-max-lag-ms", 1, NULL, O_REPLAG },
     { "redis-wait-replicas", 1, NULL, O_WAITN }, { "redis-wait-timeout-ms", 1, NULL, O_WAITMS },
-    { "redis-restart-fence", 1, NULL, O_FENCE },
+    { "redis-restart-fence", 1, NULL, O_FENCE }, { "author-table", 1, NULL, O_ATABLE },
+    { "author-column", 1, NULL, O_ACOLUMN },
     { "help", 0, NULL, O_HELP },                { NULL, 0, NULL, 0 },
 };
 
@@ -583,6 +628,8 @@ static int parse_flags(int argc, char **argv, options *o)
         case O_WAITN:     num = &c->redis_wait_replicas; break;
         case O_WAITMS:    num = &c->redis_wait_timeout_ms; break;
         case O_FENCE:     num = &fence; break;
+        case O_ATABLE:    str = &c->author_table; break;
+        case O_ACOLUMN:   str = &c->author_column; break;
         default:
             fprintf(stderr, "feedcache-sync: unknown flag or missing value: %s\n",
                     argv[optind - 1]);
@@ -676,9 +723,12 @@ int main(int argc, char **argv)
         return 1;
     }
     sa_init(&s.apply, NULL, opt.cfg.table, opt.cfg.owner_column);
+    if (opt.cfg.author_table)
+        sa_authors(&s.apply, NULL, opt.cfg.author_table, opt.cfg.author_column);
     rc = run(&s);
     spg_close(&s.pg);
     free(s.pg.schema);
+    free(s.pg.author_schema);
     sa_free(&s.apply);
     feed_close(s.f);
     free(s.msg);

@@ -81,8 +81,8 @@ static int run(sync_pg *s, const char *what, const char *sql, int n,
 }
 
 /* The table as the library names it: one identifier, quoted. Its schema is
- * what the Relation messages will carry. */
-static int find_table(sync_pg *s, const char *table)
+ * what the Relation messages will carry: into *schema. */
+static int find_table(sync_pg *s, const char *table, char **schema)
 {
     const char *p[1] = { table };
     PGresult *r;
@@ -99,16 +99,19 @@ static int find_table(sync_pg *s, const char *table)
                     "no such table in the search path (a view cannot be published: "
                     "feedcache-sync needs the table itself)");
     }
-    free(s->schema);
-    s->schema = strdup(PQgetvalue(r, 0, 0));
+    free(*schema);
+    *schema = strdup(PQgetvalue(r, 0, 0));
     PQclear(r);
-    return s->schema ? SPG_OK : fail(s, SPG_FATAL, "%s%s", "out of memory", "");
+    return *schema ? SPG_OK : fail(s, SPG_FATAL, "%s%s", "out of memory", "");
 }
 
-static int ensure_publication(sync_pg *s, const char *table, const char *pub)
+/* Does the existing publication pub publish table as we need it? SPG_OK,
+ * SPG_FATAL with what to do, or SPG_RETRY; *exists = 0 when there is no
+ * such publication. */
+static int check_publication(sync_pg *s, const char *table, const char *pub, int *exists)
 {
     const char *p[2] = { pub, table };
-    char *qpub, *qtable, sql[1024];
+    char sql[1024];
     PGresult *r;
     int rc;
 
@@ -122,7 +125,8 @@ static int ensure_publication(sync_pg *s, const char *table, const char *pub)
              " FROM pg_publication p WHERE pubname = $1", 2, p, &r);
     if (rc != SPG_OK)
         return rc;
-    if (PQntuples(r) == 1) {
+    *exists = PQntuples(r) == 1;
+    if (*exists) {
         int all = PQgetvalue(r, 0, 0)[0] == 't', has = PQgetvalue(r, 0, 1)[0] == 't';
         int root = PQgetvalue(r, 0, 2)[0] == 't';
         PQclear(r);
@@ -147,23 +151,43 @@ static int ensure_publication(sync_pg *s, const char *table, const char *pub)
         return SPG_OK;
     }
     PQclear(r);
+    return SPG_OK;
+}
+
+/* The publication of the tables (the feed table, and the authors' table
+ * when there is one): checked if it exists, created otherwise. */
+static int ensure_publication(sync_pg *s, const char *const *tables, int ntables,
+                              const char *pub)
+{
+    char *qpub, *qtable[2] = { NULL, NULL }, sql[1024];
+    int rc = SPG_OK, exists = 0;
+
+    for (int i = 0; i < ntables && rc == SPG_OK; i++)
+        rc = check_publication(s, tables[i], pub, &exists);
+    if (rc != SPG_OK || exists)
+        return rc;
     qpub = PQescapeIdentifier(s->sql, pub, strlen(pub));
-    qtable = PQescapeIdentifier(s->sql, table, strlen(table));
-    if (!qpub || !qtable) {
+    for (int i = 0; i < ntables; i++)
+        qtable[i] = PQescapeIdentifier(s->sql, tables[i], strlen(tables[i]));
+    if (!qpub || !qtable[0] || (ntables > 1 && !qtable[1])) {
         PQfreemem(qpub);
-        PQfreemem(qtable);
+        PQfreemem(qtable[0]);
+        PQfreemem(qtable[1]);
         return fail(s, SPG_FATAL, "%s: %s", "quoting names", PQerrorMessage(s->sql));
     }
     /* Via the root: a partitioned table's changes then carry its own name. */
-    snprintf(sql, sizeof sql, "CREATE PUBLICATION %s FOR TABLE %s"
-             " WITH (publish_via_partition_root = true)", qpub, qtable);
+    snprintf(sql, sizeof sql, "CREATE PUBLICATION %s FOR TABLE %s%s%s"
+             " WITH (publish_via_partition_root = true)", qpub, qtable[0],
+             ntables > 1 ? ", " : "", ntables > 1 ? qtable[1] : "");
     PQfreemem(qpub);
-    PQfreemem(qtable);
+    PQfreemem(qtable[0]);
+    PQfreemem(qtable[1]);
     rc = run(s, "creating the publication (the role must own the table and have CREATE "
              "on the database)", sql, 0, NULL, NULL);
     if (rc == SPG_OK)
-        fprintf(stderr, "feedcache-sync: created publication \"%s\" for table \"%s\"\n",
-                pub, table);
+        fprintf(stderr, "feedcache-sync: created publication \"%s\" for table%s \"%s\"%s%s%s\n",
+                pub, ntables > 1 ? "s" : "", tables[0], ntables > 1 ? " and \"" : "",
+                ntables > 1 ? tables[1] : "", ntables > 1 ? "\"" : "");
     return rc;
 }
 
@@ -216,9 +240,10 @@ static int start(sync_pg *s, const char *slot, const char *pub)
     return SPG_OK;
 }
 
-int spg_open(sync_pg *s, const char *conninfo, const char *table,
+int spg_open(sync_pg *s, const char *conninfo, const char *table, const char *author_table,
              const char *slot, const char *publication, int *created)
 {
+    const char *tables[2] = { table, author_table };
     int rc;
 
     spg_close(s);
@@ -227,8 +252,9 @@ int spg_open(sync_pg *s, const char *conninfo, const char *table,
         return SPG_RETRY;
     /* The publication first: pgoutput reads it as of each change it
      * decodes, so it must exist before the slot's first change. */
-    if ((rc = find_table(s, table)) != SPG_OK ||
-        (rc = ensure_publication(s, table, publication)) != SPG_OK ||
+    if ((rc = find_table(s, table, &s->schema)) != SPG_OK ||
+        (author_table && (rc = find_table(s, author_table, &s->author_schema)) != SPG_OK) ||
+        (rc = ensure_publication(s, tables, author_table ? 2 : 1, publication)) != SPG_OK ||
         (rc = ensure_slot(s, slot, created)) != SPG_OK)
         return rc;
     if (!(s->repl = connect_to(s, conninfo, 1)))

@@ -12,6 +12,7 @@ typedef struct sync_pg {
     PGconn *sql;           /* plain: set-up, barrier */
     PGconn *repl;          /* replication=database, in COPY BOTH once started */
     char   *schema;        /* the feed table's schema, as the catalog says */
+    char   *author_schema; /* the authors' table's (read-time merge), or NULL */
     char    err[512];
 } sync_pg;
 
@@ -20,11 +21,12 @@ typedef struct sync_pg {
  * wal_level, a publication without the table): the program then exits 1. */
 enum { SPG_OK = 0, SPG_RETRY = -1, SPG_FATAL = -2 };
 
-/* Connect both, make sure the publication (of table, publishing insert,
- * update, delete and truncate) and the logical slot (plugin pgoutput, this
- * database) exist, creating them when missing (*created = 1 when the slot
- * is new). */
-int spg_open(sync_pg *s, const char *conninfo, const char *table,
+/* Connect both, make sure the publication (of table, and of author_table
+ * unless it is NULL, publishing insert, update, delete and truncate) and
+ * the logical slot (plugin pgoutput, this database) exist, creating them
+ * when missing (*created = 1 when the slot is new). An existing
+ * publication that lacks a table is an error that says what to do. */
+int spg_open(sync_pg *s, const char *conninfo, const char *table, const char *author_table,
              const char *slot, const char *publication, int *created);
 
 /* START_REPLICATION from the slot's confirmed position. */

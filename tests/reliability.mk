@@ -89,5 +89,5 @@ valgrind: all
 	FEED_TEST_WRAPPER="$(VALGRIND)" FEED_TEST_SLOW=1 FEED_STRESS_SECONDS=2 \
 	FEED_STRESS_WAVES=4 BUILD=$(BUILD) tests/run.sh $(TEST_BIN) \
 	    $(foreach t,walk hooks lease,$(BUILD)/tests/t_$(t):cluster) \
-	    $(foreach t,walk hooks lease model,$(BUILD)/tests/t_$(t):async) \
+	    $(foreach t,walk hooks lease model merge,$(BUILD)/tests/t_$(t):async) \
 	    $(BUILD)/tests/t_walk:async-uv $(BUILD)/tests/t_hooks:async:cluster

@@ -259,6 +259,18 @@ int tu_feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t l
     return run(&c, feed_async_page_newer(t->a, uid, score, id, limit, on_page, &c));
 }
 
+int tu_feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size_t n,
+                        int64_t last_score, int64_t last_id, size_t limit, feed_result *out)
+{
+    BEGIN(f);
+    if (!t || !out)
+        return feed_page_merged(f, uid, authors, n, last_score, last_id, limit, out);
+    memset(out, 0, sizeof *out);
+    c.out = out;
+    return run(&c, feed_async_page_merged(t->a, uid, authors, n, last_score, last_id, limit,
+                                          on_page, &c));
+}
+
 int tu_feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
 {
     BEGIN(f);
@@ -273,6 +285,22 @@ int tu_feed_on_delete(feed *f, int64_t uid, int64_t id)
     if (!t)
         return feed_on_delete(f, uid, id);
     return run(&c, feed_async_on_delete(t->a, uid, id, on_done, &c));
+}
+
+int tu_feed_author_on_insert(feed *f, int64_t author, int64_t score, int64_t id)
+{
+    BEGIN(f);
+    if (!t)
+        return feed_author_on_insert(f, author, score, id);
+    return run(&c, feed_async_author_on_insert(t->a, author, score, id, on_done, &c));
+}
+
+int tu_feed_author_on_delete(feed *f, int64_t author, int64_t id)
+{
+    BEGIN(f);
+    if (!t)
+        return feed_author_on_delete(f, author, id);
+    return run(&c, feed_async_author_on_delete(t->a, author, id, on_done, &c));
 }
 
 int tu_feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id)
@@ -345,4 +373,16 @@ uint32_t tu_feed_retry_after_ms(const feed *f)
     uint32_t ms = feed_retry_after_ms(f), ams = t ? feed_async_retry_after_ms(t->a) : 0;
 
     return ms > ams ? ms : ams;
+}
+
+int tu_feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n)
+{
+    blocking_call(f);
+    return feed_author_invalidate_many(f, authors, n);
+}
+
+int tu_feed_author_invalidate_all(feed *f, uint64_t *dropped)
+{
+    blocking_call(f);
+    return feed_author_invalidate_all(f, dropped);
 }

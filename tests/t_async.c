@@ -89,6 +89,8 @@ typedef struct walk {
     size_t     n, cap;
     int        done, rc, callbacks, bad, starting;
     int        sources[4];
+    const int64_t *authors;     /* n > 0: a merged timeline (feed_async_page_merged) */
+    size_t     nauthors;
 } walk;
 
 static int walks_left;
@@ -132,10 +134,20 @@ static void on_walk_page(feed_async *a, int rc, feed_result *page, void *arg)
 
 static void next_page(walk *w)
 {
+    int64_t authors[16];
     int rc;
 
     w->starting = 1;
-    rc = feed_async_page(w->l->a, w->uid, w->score, w->id, w->limit, on_walk_page, w);
+    if (w->nauthors == 0) {
+        rc = feed_async_page(w->l->a, w->uid, w->score, w->id, w->limit, on_walk_page, w);
+    } else {
+        /* Authors from an array that is gone once the call returns: the
+         * request must have copied them. */
+        memcpy(authors, w->authors, w->nauthors * sizeof *authors);
+        rc = feed_async_page_merged(w->l->a, w->uid, authors, w->nauthors, w->score, w->id,
+                                    w->limit, on_walk_page, w);
+        memset(authors, 0xff, sizeof authors);
+    }
     w->starting = 0;
     if (rc != FEED_OK) {
         w->rc = rc;
@@ -212,6 +224,107 @@ static void concurrent_walks(int uv)
     is_int(in_start, 0, "  %s: no callback came from inside the call that started it", name);
     good = walks_at_once(&l, 200, 40, uid0, sources, &in_start);
     is_int(good, 200, "  %s: 200 warm walks at once equal SQL", name);
+    loop_close(&l);
+}
+
+/* ---- Merged timelines in flight at once ---------------------------------- */
+
+/* uid's feed merged with n authors' posts, from SQL (the UNION), in order. */
+static size_t sql_union(int64_t uid, const int64_t *authors, size_t n, feed_item **out)
+{
+    char num[24], arr[16 * 22 + 3];
+    const char *params[2] = { num, arr };
+    size_t len = 0, rows;
+    PGresult *res;
+
+    snprintf(num, sizeof num, "%lld", (long long)uid);
+    arr[len++] = '{';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(arr + len, sizeof arr - len, "%s%lld", i ? "," : "",
+                                (long long)authors[i]);
+    snprintf(arr + len, sizeof arr - len, "}");
+    res = PQexecParams(pg, "SELECT score, id FROM feed_entry WHERE uid = $1::int8"
+                           " UNION SELECT score, id FROM author_post WHERE author = ANY($2::int8[])"
+                           " ORDER BY score DESC, id DESC", 2, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        tap_bail(PQerrorMessage(pg));
+        exit(255);
+    }
+    rows = (size_t)PQntuples(res);
+    *out = malloc((rows + 1) * sizeof **out);
+    for (size_t i = 0; i < rows; i++) {
+        (*out)[i].score = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+        (*out)[i].id = strtoll(PQgetvalue(res, (int)i, 1), NULL, 10);
+    }
+    PQclear(res);
+    return rows;
+}
+
+/* 60 walks of merged timelines at once on one handle (10 readers, each
+ * with 5 of 20 authors; copies cold, then warm): every walk equals SQL's
+ * UNION, though each page's authors came from an array scribbled over
+ * once the call returned. */
+static void merged_walks(void)
+{
+    static int64_t authors[20];
+    feed_config cfg;
+    loop l;
+    walk *w = calloc(60, sizeof *w);
+    int good[2] = { 0, 0 }, in_start = 0, sources[4] = { 0 };
+
+    tu_sql(pg, "TRUNCATE author_post");
+    for (int k = 0; k < 20; k++) {
+        authors[k] = 3100 + k;
+        /* none, past max_len, or a few posts; ties; pairs also in readers' feeds */
+        tu_sql(pg, "INSERT INTO author_post SELECT %d, (g %% 9) * 10, g * 20 + %d"
+                   " FROM generate_series(1, %d) g", 3100 + k, k, k % 4 == 0 ? 0 :
+                   k % 4 == 1 ? 70 : 12);
+    }
+    for (int u = 0; u < 10; u++)
+        tu_sql(pg, "INSERT INTO feed_entry SELECT %d, score, id FROM author_post"
+                   " WHERE id %% 3 = %d UNION ALL SELECT %d, g %% 7 * 10, 900000 + g"
+                   " FROM generate_series(1, %d) g ON CONFLICT DO NOTHING", 3000 + u, u % 3,
+               3000 + u, 10 * u);
+    tu_config(&cfg);
+    cfg.author_table = "author_post";
+    cfg.max_len = 40;
+    cfg.lease_wait_ms = 2000;
+    loop_open(&l, 0, &cfg);
+    for (int round = 0; round < 2; round++) {
+        walks_left = 60;
+        for (int i = 0; i < 60; i++) {
+            free(w[i].items);
+            memset(&w[i], 0, sizeof w[i]);
+            w[i].l = &l;
+            w[i].uid = 3000 + i % 10;
+            w[i].limit = (size_t)(1 + (i * 7) % 30);
+            w[i].score = FEED_FIRST;
+            w[i].authors = authors + (i * 3) % 15;
+            w[i].nauthors = 5;
+            next_page(&w[i]);
+        }
+        while (walks_left > 0)
+            loop_once(&l);
+        for (int i = 0; i < 60; i++) {
+            feed_item *all;
+            size_t n = sql_union(w[i].uid, w[i].authors, w[i].nauthors, &all);
+            good[round] += w[i].rc == FEED_OK && n == w[i].n &&
+                           (n == 0 || memcmp(all, w[i].items, n * sizeof *all) == 0);
+            in_start += w[i].bad;
+            for (int s = 1; s <= 3; s++)
+                sources[s] += w[i].sources[s];
+            free(all);
+        }
+    }
+    is_int(good[0], 60, "60 merged walks (5 of 20 authors each), copies cold, all in flight at"
+           " once on one handle: each equals SQL's UNION");
+    is_int(good[1], 60, "  warm: each equals SQL's UNION");
+    ok(sources[FEED_SOURCE_CACHE] > 0 && sources[FEED_SOURCE_REBUILD] > 0,
+       "  pages from the cache and rebuilt (%d, %d, %d)", sources[1], sources[2], sources[3]);
+    is_int(in_start, 0, "  no callback came from inside the call that started it");
+    for (int i = 0; i < 60; i++)
+        free(w[i].items);
+    free(w);
     loop_close(&l);
 }
 
@@ -425,6 +538,13 @@ static void bad_arguments(void)
            "a NULL handle");
     is_int(feed_async_health(l.a, NULL, NULL), FEED_EINVAL, "health: NULL callback");
     is_int(feed_async_health(NULL, stray_health, NULL), FEED_EINVAL, "health: a NULL handle");
+    is_int(feed_async_page_merged(l.a, 1, &one, 1, FEED_FIRST, 0, 10, stray_page, NULL),
+           FEED_EINVAL, "merged page without author_table: FEED_EINVAL (%s)",
+           feed_async_errmsg(l.a));
+    is_int(feed_async_author_on_insert(l.a, 1, 1, 1, stray_done, NULL), FEED_EINVAL,
+           "  an author hook too");
+    is_int(feed_async_author_on_delete(l.a, 1, 1, stray_done, NULL), FEED_EINVAL,
+           "  and the other");
     for (int i = 0; i < 20; i++)
         event_base_loop(l.base, EVLOOP_NONBLOCK);
     is_int(stray_callbacks, 0, "  none of them got a callback");
@@ -676,6 +796,7 @@ int main(void)
     concurrent_walks(1);
     hooks_and_walks();
     healthy();
+    merged_walks();
     bad_arguments();
     one_write();
     close_pending(0);

@@ -21,7 +21,7 @@ grep -q "^prefix=$prefix\$" "$root/lib/pkgconfig/feedcache.pc"
 verdict $? "feedcache.pc names the real prefix, not the staging folder"
 grep -q "^License: BSD-3-Clause\$" "$root/lib/pkgconfig/feedcache.pc"
 verdict $? "feedcache.pc names the licence"
-for f in schema.sql score.sql; do
+for f in schema.sql score.sql authors.sql; do
     cmp -s "sql/$f" "$root/share/feedcache/$f"; verdict $? "installed share/feedcache/$f, same as sql/$f"
 done
 test ! -e "$prefix/share/feedcache"; verdict $? "  under DESTDIR only, not in $prefix itself"

@@ -270,6 +270,135 @@ static void partitioned(PGconn *pg, redisContext *r)
     tu_sql(pg, "DROP TABLE t_sync_part");
 }
 
+static int author_cached(redisContext *r, int64_t author)
+{
+    redisReply *rep = tu_redis_cmd(r, "EXISTS feed:" FEED_KEY_VERSION ":a:{%lld}",
+                                   (long long)author);
+    int yes = rep->integer == 1;
+
+    freeReplyObject(rep);
+    return yes;
+}
+
+/* A merged walk (uid 30 with authors 1..5) equals SQL's UNION. */
+static int merged_walk_same(feed *f, PGconn *pg)
+{
+    static const int64_t authors[5] = { 1, 2, 3, 4, 5 };
+    PGresult *res = PQexec(pg, "SELECT score, id FROM feed_entry WHERE uid = 30 UNION"
+                               " SELECT score, id FROM author_post WHERE author BETWEEN 1 AND 5"
+                               " ORDER BY score DESC, id DESC");
+    int64_t score = FEED_FIRST, id = 0;
+    int n = PQntuples(res), at = 0, same = 1;
+
+    while (same) {
+        feed_result page;
+        if (feed_page_merged(f, 30, authors, 5, score, id, 7, &page) != FEED_OK) {
+            tap_diag("feed_page_merged: %s", feed_errmsg(f));
+            same = 0;
+            break;
+        }
+        for (size_t i = 0; same && i < page.count; i++, at++)
+            same = at < n && page.items[i].score == strtoll(PQgetvalue(res, at, 0), NULL, 10) &&
+                   page.items[i].id == strtoll(PQgetvalue(res, at, 1), NULL, 10);
+        if (!page.has_more) {
+            feed_result_free(&page);
+            break;
+        }
+        score = page.next_score;
+        id = page.next_id;
+        feed_result_free(&page);
+    }
+    if (same && at != n)
+        same = 0;
+    if (!same)
+        tap_diag("merged walk differs from SQL at item %d of %d", at, n);
+    PQclear(res);
+    return same;
+}
+
+static void warm_merged(feed *f)
+{
+    static const int64_t authors[5] = { 1, 2, 3, 4, 5 };
+    feed_result page;
+
+    if (feed_page_merged(f, 30, authors, 5, FEED_FIRST, 0, 7, &page) == FEED_OK)
+        feed_result_free(&page);
+}
+
+/* The authors' table of read-time merge (--author-table): writes made with
+ * SQL alone drop the authors' copies they touched, a TRUNCATE drops them
+ * all, and the feeds' copies are left alone. */
+static void authors_table(PGconn *pg, redisContext *r)
+{
+    const char *flags[] = { "--author-table", "author_post", "--publication", "t_sync_authors",
+                            "--lease-ms", "500", NULL };
+    const char *lacking[] = { "--author-table", "author_post", "--publication", "t_sync_feeds",
+                              NULL };
+    const char *empty[] = { "--author-table", "", NULL };
+    feed_config c;
+    feed *f;
+    pid_t pid;
+    int all_cached = 1;
+
+    tu_config(&c);
+    c.author_table = "author_post";
+    c.lease_ms = 500;
+    f = tu_open(&c);
+    is_int(run_to_end("t_sync_authors", empty), 2, "--author-table \"\": exit 2");
+    tu_sql(pg, "SET client_min_messages = warning");
+    tu_sql(pg, "DROP PUBLICATION IF EXISTS t_sync_feeds");
+    tu_sql(pg, "CREATE PUBLICATION t_sync_feeds FOR TABLE feed_entry");
+    is_int(run_to_end("t_sync_feeds", lacking), 1,
+           "a publication without the authors' table: exit 1");
+    ok(log_has("t_sync_feeds", "does not publish table \"author_post\""), "  and stderr says so");
+    st_drop_slot(pg, "t_sync_feeds");
+    tu_sql(pg, "DROP PUBLICATION t_sync_feeds");
+
+    tu_sql(pg, "TRUNCATE author_post");
+    pid = st_sync_start("t_sync_authors", flags);
+    ok(st_wait_following("t_sync_authors", 30) && st_caught_up(pg, "t_sync_authors", 30),
+       "sync follows the feed table and the authors' table (a publication of both)");
+    for (int64_t a = 1; a <= 5; a++)
+        for (int j = 0; j < 12; j++)
+            tu_sql(pg, "INSERT INTO author_post VALUES (%lld, %lld, %lld)", (long long)a,
+                   (long long)(1000 + 10 * j + a), (long long)(100 * a + j));
+    tu_insert_rows(pg, 30, 20, tu_score_from1000, tu_id_seq);
+    ok(st_caught_up(pg, "t_sync_authors", 30), "  confirms the posts");
+    warm_merged(f);
+    ok(author_cached(r, 1) && author_cached(r, 5) && cached(r, 30),
+       "a merged page cached the 5 authors' copies and the reader's feed");
+
+    /* No hook for any of these: only the log tells the cache. */
+    tu_sql(pg, "INSERT INTO author_post VALUES (1, 99999, 9000)");                /* new top */
+    tu_sql(pg, "UPDATE author_post SET score = 88888 WHERE author = 2 AND id = 203"); /* rescore */
+    tu_sql(pg, "DELETE FROM author_post WHERE author = 3 AND id = 311");           /* top leaves */
+    tu_sql(pg, "UPDATE author_post SET author = 5 WHERE author = 4 AND id = 411"); /* moves */
+    ok(st_caught_up(pg, "t_sync_authors", 30), "  confirms SQL-only writes to author_post");
+    ok(!author_cached(r, 1) && !author_cached(r, 2) && !author_cached(r, 3) &&
+       !author_cached(r, 4) && !author_cached(r, 5),
+       "insert, rescore, delete, author change (both authors): each touched copy dropped");
+    ok(cached(r, 30), "  the reader's feed, untouched, stays cached");
+    ok(merged_walk_same(f, pg), "  a merged walk equals SQL");
+    for (int64_t a = 1; a <= 5; a++)
+        all_cached &= author_cached(r, a);
+    ok(all_cached, "  and cached every author again");
+
+    tu_sql(pg, "TRUNCATE author_post");
+    tu_sql(pg, "INSERT INTO author_post VALUES (2, 5, 5)");
+    ok(st_caught_up(pg, "t_sync_authors", 30), "sync confirms a TRUNCATE of author_post");
+    ok(!author_cached(r, 1) && !author_cached(r, 5) && cached(r, 30),
+       "  every author's copy dropped, the feeds' kept");
+    ok(merged_walk_same(f, pg), "  a merged walk equals SQL");
+    ok(st_metric("t_sync_authors", "feedcache_sync_authors_invalidated_total") >= 5,
+       "  the metrics count the authors invalidated (%lld)",
+       st_metric("t_sync_authors", "feedcache_sync_authors_invalidated_total"));
+    is_int(st_sync_stop(pid, SIGTERM), 0, "stopped");
+    st_drop_slot(pg, "t_sync_authors");
+    tu_sql(pg, "DROP PUBLICATION t_sync_authors");
+    tu_sql(pg, "TRUNCATE author_post");
+    feed_close(f);
+}
+
 int main(void)
 {
     const char *lease[] = { "--lease-ms", "500", NULL };
@@ -297,6 +426,7 @@ int main(void)
     ok(st_metric(SLOT, "feedcache_sync_transactions_total") > 0,
        "the metrics file counts the transactions applied");
     st_drop_slot(pg, SLOT);
+    authors_table(pg, r);
     feed_close(f);
     redisFree(r);
     PQfinish(pg);

@@ -199,6 +199,45 @@ static void batches(void)
     sa_free(&a);
 }
 
+/* The authors' table of read-time merge: its changes name authors, kept
+ * apart from the feeds; a TRUNCATE of it drops the authors' copies only. */
+static void author_batches(void)
+{
+    sync_apply a;
+    size_t n, na;
+
+    sa_init(&a, "public", "feed_entry", "uid");
+    sa_authors(&a, "public", "author_post", "uid");
+    ok(feed_in(&a, relation_msg(1, "feed_entry", 'd', 1)) == 0 &&
+       feed_in(&a, relation_msg(3, "author_post", 'd', 1)) == 0, "authors: relations described");
+    ok(feed_in(&a, begin_msg(200)) == 0 && feed_in(&a, insert_msg(1, "5")) == 0 &&
+       feed_in(&a, insert_msg(3, "40")) == 0 && feed_in(&a, update_msg(3, "41", "42")) == 0 &&
+       feed_in(&a, delete_msg(3, "43")) == 0 && feed_in(&a, insert_msg(3, "40")) == 0 &&
+       feed_in(&a, commit_msg(0x800)) == 0, "a transaction on both tables");
+    sa_unique(&a, &n);
+    sa_unique_authors(&a, &na);
+    ok(n == 1 && a.batch.uids[0] == 5, "  the feed table's change names feed 5 only");
+    ok(na == 4 && a.batch.authors[0] == 40 && a.batch.authors[1] == 41 &&
+       a.batch.authors[2] == 42 && a.batch.authors[3] == 43,
+       "  the authors' table's name authors 40, 41 (left), 42 (came), 43, once each");
+    sa_done(&a);
+    ok(feed_in(&a, begin_msg(201)) == 0 && feed_in(&a, truncate_msg(3, 7)) == 0 &&
+       feed_in(&a, commit_msg(0x900)) == 0 && a.batch.truncate_authors && !a.batch.truncate,
+       "TRUNCATE of the authors' table: drop the authors' copies, not the feeds'");
+    sa_done(&a);
+    ok(feed_in(&a, relation_msg(3, "author_post", 'd', 0)) == -1 &&
+       strstr(a.err, "author_post") != NULL && strstr(a.err, "REPLICA IDENTITY FULL") != NULL,
+       "authors' owner outside the replica identity: refused, naming the table");
+    sa_free(&a);
+
+    sa_init(&a, "public", "feed_entry", "uid");
+    ok(feed_in(&a, relation_msg(3, "author_post", 'd', 1)) == 0 &&
+       feed_in(&a, begin_msg(202)) == 0 && feed_in(&a, insert_msg(3, "40")) == 0 &&
+       feed_in(&a, commit_msg(0xa00)) == 0 && a.batch.nauthors == 0 && a.batch.nuids == 0,
+       "without an authors' table configured, author_post is just another table");
+    sa_free(&a);
+}
+
 int main(void)
 {
     m = malloc(sizeof *m);
@@ -207,6 +246,7 @@ int main(void)
     decode_fields();
     hostile();
     batches();
+    author_batches();
     free(m);
     return tap_done();
 }

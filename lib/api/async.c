@@ -73,8 +73,8 @@ int feed_async_page_newer(feed_async *a, int64_t uid, int64_t score, int64_t id,
     return FEED_OK;
 }
 
-/* A hook of one feed. */
-static int hook(feed_async *a, int kind, int64_t uid, int64_t score, int64_t id,
+/* A hook of one feed, owner's in family fam. */
+static int hook(feed_async *a, int kind, int fam, int64_t uid, int64_t score, int64_t id,
                 feed_async_done_cb *cb, void *arg)
 {
     feed_areq *r = feed__async_request(a, feed__hook_op_size(), FEED_API_DONE, arg);
@@ -83,8 +83,8 @@ static int hook(feed_async *a, int kind, int64_t uid, int64_t score, int64_t id,
     if (!r)
         return feed__msg(a->errmsg, FEED_ENOMEM, "out of memory for a hook");
     r->cb.done = cb;
-    if ((rc = feed__hook_init((feed_hook_op *)r->op, &a->core, r->err, kind, uid, score, id)) !=
-        FEED_OK) {
+    if ((rc = feed__hook_init((feed_hook_op *)r->op, &a->core, r->err, kind, fam, uid, score,
+                              id)) != FEED_OK) {
         memcpy(a->errmsg, r->err, sizeof r->err);
         feed__async_discard(r);
         return rc;
@@ -103,7 +103,7 @@ int feed_async_on_insert(feed_async *a, int64_t uid, int64_t score, int64_t id,
     a->errmsg[0] = '\0';
     if ((rc = feed__check_item(a->errmsg, "feed_async_on_insert", score, id)) != FEED_OK)
         return rc;
-    return hook(a, FEED_HOOK_INSERT, uid, score, id, cb, arg);
+    return hook(a, FEED_HOOK_INSERT, FEED_FAM_FEED, uid, score, id, cb, arg);
 }
 
 int feed_async_on_delete(feed_async *a, int64_t uid, int64_t id, feed_async_done_cb *cb,
@@ -115,7 +115,7 @@ int feed_async_on_delete(feed_async *a, int64_t uid, int64_t id, feed_async_done
     if (id < 0)
         return feed__msg(a->errmsg, FEED_EINVAL, "feed_async_on_delete: id %lld is negative",
                          (long long)id);
-    return hook(a, FEED_HOOK_DELETE, uid, 0, id, cb, arg);
+    return hook(a, FEED_HOOK_DELETE, FEED_FAM_FEED, uid, 0, id, cb, arg);
 }
 
 int feed_async_invalidate(feed_async *a, int64_t uid, feed_async_done_cb *cb, void *arg)
@@ -123,7 +123,7 @@ int feed_async_invalidate(feed_async *a, int64_t uid, feed_async_done_cb *cb, vo
     if (!a)
         return FEED_EINVAL;
     a->errmsg[0] = '\0';
-    return hook(a, FEED_HOOK_INVALIDATE, uid, 0, 0, cb, arg);
+    return hook(a, FEED_HOOK_INVALIDATE, FEED_FAM_FEED, uid, 0, 0, cb, arg);
 }
 
 int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t score, int64_t id,
@@ -140,7 +140,7 @@ int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t scor
     if ((rc = feed__check_item(a->errmsg, "feed_async_fanout", score, id)) != FEED_OK)
         return rc;
     if (n == 0)     /* nothing to do, but the callback still comes, from the loop */
-        return hook(a, FEED_HOOK_NONE, 0, 0, 0, cb, arg);
+        return hook(a, FEED_HOOK_NONE, FEED_FAM_FEED, 0, 0, 0, cb, arg);
     if (!(r = feed__async_request(a, 0, FEED_API_DONE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_fanout: out of memory");
     r->cb.done = cb;
@@ -175,4 +175,66 @@ int feed_async_health(feed_async *a, feed_async_health_cb *cb, void *arg)
     }
     feed__async_start(r);
     return FEED_OK;
+}
+
+/* ---- Read-time merge ---------------------------------------------------- */
+
+int feed_async_page_merged(feed_async *a, int64_t uid, const int64_t *authors, size_t n,
+                           int64_t last_score, int64_t last_id, size_t limit,
+                           feed_async_page_cb *cb, void *arg)
+{
+    feed_result probe = { 0 };
+    feed_areq *r;
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if ((rc = feed__merged_check(&a->core, a->errmsg, "feed_async_page_merged", authors, n,
+                                 last_score, last_id, limit, &probe)) != FEED_OK)
+        return rc;
+    if (n == 0)     /* the reader's feed alone: a plain page */
+        return page(a, FEED_API_PAGE, cb, NULL, arg, uid, last_score, last_id, -1, limit,
+                    "feed_async_page_merged");
+    if (!(r = feed__async_request(a, 0, FEED_API_PAGE, arg)))
+        return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_page_merged: out of memory");
+    r->cb.page = cb;
+    if (!(r->op = feed__merged_op(&a->core, r->err, uid, authors, n, last_score, last_id, limit,
+                                  &r->result, &rc))) {
+        memcpy(a->errmsg, r->err, sizeof r->err);
+        feed__async_discard(r);
+        return rc;
+    }
+    feed__async_start(r);
+    return FEED_OK;
+}
+
+int feed_async_author_on_insert(feed_async *a, int64_t author, int64_t score, int64_t id,
+                                feed_async_done_cb *cb, void *arg)
+{
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if ((rc = feed__authors_on(&a->core, a->errmsg, "feed_async_author_on_insert")) != FEED_OK ||
+        (rc = feed__check_item(a->errmsg, "feed_async_author_on_insert", score, id)) != FEED_OK)
+        return rc;
+    return hook(a, FEED_HOOK_INSERT, FEED_FAM_AUTHOR, author, score, id, cb, arg);
+}
+
+int feed_async_author_on_delete(feed_async *a, int64_t author, int64_t id,
+                                feed_async_done_cb *cb, void *arg)
+{
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if ((rc = feed__authors_on(&a->core, a->errmsg, "feed_async_author_on_delete")) != FEED_OK)
+        return rc;
+    if (id < 0)
+        return feed__msg(a->errmsg, FEED_EINVAL,
+                         "feed_async_author_on_delete: id %lld is negative", (long long)id);
+    return hook(a, FEED_HOOK_DELETE, FEED_FAM_AUTHOR, author, 0, id, cb, arg);
 }

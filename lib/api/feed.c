@@ -151,14 +151,18 @@ int feed_page_ranked(feed *f, int64_t uid, int64_t last_score, int64_t last_id, 
     return rc;
 }
 
-/* A request on the heap, run to its end and freed. */
-static int run_and_free(feed *f, feed_op *op, int rc)
+/* A request on the heap, run to its end and freed; NULL: it could not be
+ * made, and *rc says why (read here, after the call that made it: the
+ * order in which a call's arguments are evaluated is unspecified). */
+static int run_and_free(feed *f, feed_op *op, const int *rc)
 {
+    int done;
+
     if (!op)
-        return rc;
-    rc = feed__sync_run(f, op);
+        return *rc;
+    done = feed__sync_run(f, op);
     op->free(op);
-    return rc;
+    return done;
 }
 
 int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t limit,
@@ -190,8 +194,8 @@ int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t limi
     return rc;
 }
 
-/* One hook, its request on the stack. */
-static int hook(feed *f, int kind, int64_t uid, int64_t score, int64_t id)
+/* One hook of owner's feed in family fam, its request on the stack. */
+static int hook(feed *f, int kind, int fam, int64_t uid, int64_t score, int64_t id)
 {
     union {
         feed_op op;
@@ -202,7 +206,7 @@ static int hook(feed *f, int kind, int64_t uid, int64_t score, int64_t id)
 
     if (feed__hook_op_size() > sizeof u)
         return feed__msg(f->errmsg, FEED_ENOMEM, "hook: request too large");
-    if ((rc = feed__hook_init((feed_hook_op *)&u.op, &f->core, f->errmsg, kind, uid, score,
+    if ((rc = feed__hook_init((feed_hook_op *)&u.op, &f->core, f->errmsg, kind, fam, uid, score,
                               id)) != FEED_OK)
         return rc;
     rc = feed__sync_run(f, &u.op);
@@ -219,7 +223,7 @@ int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
     f->errmsg[0] = '\0';
     if ((rc = feed__check_item(f->errmsg, "feed_on_insert", score, id)) != FEED_OK)
         return rc;
-    return hook(f, FEED_HOOK_INSERT, uid, score, id);
+    return hook(f, FEED_HOOK_INSERT, FEED_FAM_FEED, uid, score, id);
 }
 
 int feed_on_delete(feed *f, int64_t uid, int64_t id)
@@ -230,7 +234,7 @@ int feed_on_delete(feed *f, int64_t uid, int64_t id)
     if (id < 0)
         return feed__msg(f->errmsg, FEED_EINVAL, "feed_on_delete: id %lld is negative",
                          (long long)id);
-    return hook(f, FEED_HOOK_DELETE, uid, 0, id);
+    return hook(f, FEED_HOOK_DELETE, FEED_FAM_FEED, uid, 0, id);
 }
 
 int feed_invalidate(feed *f, int64_t uid)
@@ -238,7 +242,7 @@ int feed_invalidate(feed *f, int64_t uid)
     if (!f)
         return FEED_EINVAL;
     f->errmsg[0] = '\0';
-    return hook(f, FEED_HOOK_INVALIDATE, uid, 0, 0);
+    return hook(f, FEED_HOOK_INVALIDATE, FEED_FAM_FEED, uid, 0, 0);
 }
 
 int feed_reload(feed *f, int64_t uid)
@@ -246,7 +250,7 @@ int feed_reload(feed *f, int64_t uid)
     if (!f)
         return FEED_EINVAL;
     f->errmsg[0] = '\0';
-    return hook(f, FEED_HOOK_RELOAD, uid, 0, 0);
+    return hook(f, FEED_HOOK_RELOAD, FEED_FAM_FEED, uid, 0, 0);
 }
 
 int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id)
@@ -262,7 +266,7 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
         return rc;
     if (n == 0)
         return FEED_OK;
-    return run_and_free(f, feed__fanout_op(&f->core, f->errmsg, uids, n, score, id, &rc), rc);
+    return run_and_free(f, feed__fanout_op(&f->core, f->errmsg, uids, n, score, id, &rc), &rc);
 }
 
 int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
@@ -276,7 +280,8 @@ int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
         return feed__msg(f->errmsg, FEED_EINVAL, "feed_invalidate_many: uids is NULL");
     if (n == 0)
         return FEED_OK;
-    return run_and_free(f, feed__invalidate_many_op(&f->core, f->errmsg, uids, n, &rc), rc);
+    return run_and_free(f, feed__invalidate_many_op(&f->core, f->errmsg, FEED_FAM_FEED, uids, n,
+                                                        &rc), &rc);
 }
 
 int feed_invalidate_all(feed *f, uint64_t *dropped)
@@ -288,7 +293,8 @@ int feed_invalidate_all(feed *f, uint64_t *dropped)
     if (!f)
         return FEED_EINVAL;
     f->errmsg[0] = '\0';
-    return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, dropped, &rc), rc);
+    return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, FEED_FAM_FEED, dropped,
+                                                       &rc), &rc);
 }
 
 int feed_health(feed *f, feed_health_info *out)
@@ -300,5 +306,89 @@ int feed_health(feed *f, feed_health_info *out)
     f->errmsg[0] = '\0';
     if (!out)
         return feed__msg(f->errmsg, FEED_EINVAL, "feed_health: out is NULL");
-    return run_and_free(f, feed__health_op(&f->core, f->errmsg, out, &rc), rc);
+    return run_and_free(f, feed__health_op(&f->core, f->errmsg, out, &rc), &rc);
+}
+
+/* ---- Read-time merge ---------------------------------------------------- */
+
+int feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size_t n,
+                     int64_t last_score, int64_t last_id, size_t limit, feed_result *out)
+{
+    int rc = FEED_OK;
+
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__merged_check(&f->core, f->errmsg, "feed_page_merged", authors, n,
+                                 last_score, last_id, limit, out)) != FEED_OK)
+        return rc;
+    if (n == 0)     /* the reader's feed alone: a plain page, with its rank hints */
+        return feed_page(f, uid, last_score, last_id, limit, out);
+    rc = run_and_free(f, feed__merged_op(&f->core, f->errmsg, uid, authors, n, last_score,
+                                         last_id, limit, out, &rc), &rc);
+    if (rc != FEED_OK)
+        feed_result_free(out);
+    return rc;
+}
+
+int feed_author_on_insert(feed *f, int64_t author, int64_t score, int64_t id)
+{
+    int rc = FEED_OK;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_on_insert")) != FEED_OK ||
+        (rc = feed__check_item(f->errmsg, "feed_author_on_insert", score, id)) != FEED_OK)
+        return rc;
+    return hook(f, FEED_HOOK_INSERT, FEED_FAM_AUTHOR, author, score, id);
+}
+
+int feed_author_on_delete(feed *f, int64_t author, int64_t id)
+{
+    int rc = FEED_OK;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_on_delete")) != FEED_OK)
+        return rc;
+    if (id < 0)
+        return feed__msg(f->errmsg, FEED_EINVAL, "feed_author_on_delete: id %lld is negative",
+                         (long long)id);
+    return hook(f, FEED_HOOK_DELETE, FEED_FAM_AUTHOR, author, 0, id);
+}
+
+int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n)
+{
+    int rc = FEED_OK;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_invalidate_many")) != FEED_OK)
+        return rc;
+    if (!authors && n > 0)
+        return feed__msg(f->errmsg, FEED_EINVAL, "feed_author_invalidate_many: authors is NULL");
+    if (n == 0)
+        return FEED_OK;
+    return run_and_free(f, feed__invalidate_many_op(&f->core, f->errmsg, FEED_FAM_AUTHOR,
+                                                    authors, n, &rc), &rc);
+}
+
+int feed_author_invalidate_all(feed *f, uint64_t *dropped)
+{
+    int rc = FEED_OK;
+
+    if (dropped)
+        *dropped = 0;
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_invalidate_all")) != FEED_OK)
+        return rc;
+    return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, FEED_FAM_AUTHOR, dropped,
+                                                   &rc), &rc);
 }

@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <hiredis/read.h>   /* redisReply: the parsed reply, a plain tree */
 #include <hiredis/hiredis.h>
 
@@ -42,6 +43,31 @@ int    feed__member_decode(const char *s, size_t len, int64_t *id);
 int    feed__parse_i64(const char *s, size_t len, int64_t *out);
 int    feed__parse_score(const char *s, size_t len, int64_t *out);
 int    feed__item_after(feed_item item, int64_t score, int64_t id);
+
+/* The pair at element i (and i + 1) of a WITHSCORES reply: is it the end
+ * marker (member "end", score "-inf")? Is it a feed item (FEED_OK, or
+ * FEED_EINVAL: not two strings, or a member or score of no feedcache
+ * item)? Inline: a page decodes every entry it reads with them. */
+static inline int feed__reply_end(const redisReply *r, size_t i)
+{
+    const redisReply *m = r->element[i], *s = r->element[i + 1];
+
+    return m->type == REDIS_REPLY_STRING && s->type == REDIS_REPLY_STRING &&
+           m->len == sizeof FEED_END_MEMBER - 1 &&
+           memcmp(m->str, FEED_END_MEMBER, m->len) == 0 &&
+           s->len == 4 && memcmp(s->str, "-inf", 4) == 0;
+}
+
+static inline int feed__reply_pair(const redisReply *r, size_t i, feed_item *it)
+{
+    const redisReply *m = r->element[i], *s = r->element[i + 1];
+
+    if (m->type != REDIS_REPLY_STRING || s->type != REDIS_REPLY_STRING ||
+        feed__member_decode(m->str, m->len, &it->id) != FEED_OK ||
+        feed__parse_score(s->str, s->len, &it->score) != FEED_OK)
+        return FEED_EINVAL;
+    return FEED_OK;
+}
 
 /* ---- slots.c ---- */
 #define FEED_SLOTS 16384
@@ -86,13 +112,30 @@ int feed__vmsg(char *buf, int code, const char *fmt, va_list ap);
  * end marker, the lease), so a library never reads a copy another version
  * wrote: an upgrade costs a cold cache, never a misread page. */
 #define FEED_KEY_VERSION "2"
-/* Bytes a key of this prefix needs, NUL included (the longest uid and
- * suffix). */
+
+/* Feed families: the rows of one table grouped by an owner column, each
+ * owner's rows one feed, cached under the family's own key namespace. Every
+ * family keeps the same invariant with the same scripts, TTLs, leases and
+ * repairs; which family a request works on is the request's (a hook, a
+ * drop, a source of a merged page), never the handle's. */
+enum feed_family {
+    FEED_FAM_FEED,      /* cfg.table by cfg.owner_column: "<prefix>:2:{<uid>}" */
+    FEED_FAM_AUTHOR,    /* cfg.author_table by cfg.author_column (read-time merge):
+                           "<prefix>:2:a:{<author>}" */
+    FEED_FAM_COUNT
+};
+
+/* Bytes a key of this prefix needs, NUL included (the longest uid, family
+ * namespace and suffix). */
 size_t feed__key_cap(const char *prefix);
 /* "<prefix>:2:{<uid>}" into key and "<prefix>:2:{<uid>}:lease" into
  * lease_key (cap bytes each; lease_key may be NULL). The braces are a Redis
  * Cluster hash tag: every key of a feed lives on one slot. */
 void feed__keys_of(const char *prefix, size_t cap, int64_t uid, char *key, char *lease_key);
+/* The same for owner's feed in family fam: "<prefix>:2:a:{<author>}" and
+ * its lease for FEED_FAM_AUTHOR. */
+void feed__family_keys(const char *prefix, size_t cap, int fam, int64_t owner, char *key,
+                       char *lease_key);
 
 /* A lease token unique across handles and processes: a random seed per
  * handle, then a counter (*seq). */

@@ -5,7 +5,7 @@
  * requests are idempotent and commute with every hook, rebuild and with each
  * other: replaying them, late or twice, cannot make a copy wrong.
  *
- * feed_invalidate_all SCANs the keys of the prefix (and key format) and
+ * feed_invalidate_all SCANs the keys of the prefix (key format and family) and
  * DELs them page by page. On a Redis Cluster each primary is SCANned on its
  * own connection and the keys of a page are DELed there, one DEL per key
  * (the keys of a page lie on many slots), pipelined: one round trip per
@@ -33,6 +33,7 @@
 
 typedef struct many_op {
     feed_op     op;
+    int         fam;            /* enum feed_family */
     int64_t    *uids;
     size_t      n;
     char       *keys;           /* key, lease: key_cap bytes each */
@@ -46,7 +47,7 @@ static int many_build(void *arg, size_t i, const char ***argv, const size_t **le
     feed_core *c = m->op.c;
     char *key = m->keys, *lease = m->keys + c->key_cap;
 
-    feed__keys_of(c->cfg.key_prefix, c->key_cap, m->uids[i], key, lease);
+    feed__family_keys(c->cfg.key_prefix, c->key_cap, m->fam, m->uids[i], key, lease);
     m->argv[0] = "EVALSHA";
     m->argv[1] = c->sha[FEED_SCRIPT_INVALIDATE];
     m->argv[2] = "2";
@@ -84,7 +85,7 @@ static enum feed_want many_step(feed_op *op, int64_t now)
      * repair list, like the feed of a failed hook. */
     if (op->redis_rc == FEED_EREDIS)
         for (size_t i = 0; i < m->n; i++)
-            feed__repair_remember(op->c, m->uids[i]);
+            feed__repair_remember(op->c, m->fam, m->uids[i]);
     op->rc = op->redis_rc;
     return FEED_W_DONE;
 }
@@ -98,8 +99,8 @@ static void many_free(feed_op *op)
     free(m);
 }
 
-feed_op *feed__invalidate_many_op(feed_core *c, char *err, const int64_t *uids, size_t n,
-                                  int *rc)
+feed_op *feed__invalidate_many_op(feed_core *c, char *err, int fam, const int64_t *uids,
+                                  size_t n, int *rc)
 {
     many_op *m = calloc(1, sizeof *m);
 
@@ -113,6 +114,7 @@ feed_op *feed__invalidate_many_op(feed_core *c, char *err, const int64_t *uids, 
     }
     memcpy(m->uids, uids, n * sizeof *uids);
     m->n = n;
+    m->fam = fam;
     m->op.c = c;
     m->op.err = err;
     m->op.step = many_step;
@@ -491,11 +493,11 @@ static void all_free(feed_op *op)
 /* SCAN's MATCH is a glob: the prefix's own '*', '?', '[', ']' and '\'
  * must match themselves. "<escaped prefix>:2:{*" (2 is FEED_KEY_VERSION:
  * copies in another key format are never read, so they are left to their
- * TTL). */
-static char *scan_pattern(const char *prefix)
+ * TTL), or "<escaped prefix>:2:a:{*" for authors' copies (FEED_FAM_AUTHOR). */
+static char *scan_pattern(const char *prefix, int fam)
 {
     size_t len = strlen(prefix);
-    char *pat = malloc(2 * len + sizeof ":" FEED_KEY_VERSION ":{*"), *p = pat;
+    char *pat = malloc(2 * len + sizeof ":" FEED_KEY_VERSION ":a:{*"), *p = pat;
 
     if (!pat)
         return NULL;
@@ -504,15 +506,18 @@ static char *scan_pattern(const char *prefix)
             *p++ = '\\';
         *p++ = *s;
     }
-    memcpy(p, ":" FEED_KEY_VERSION ":{*", sizeof ":" FEED_KEY_VERSION ":{*");
+    if (fam == FEED_FAM_AUTHOR)
+        memcpy(p, ":" FEED_KEY_VERSION ":a:{*", sizeof ":" FEED_KEY_VERSION ":a:{*");
+    else
+        memcpy(p, ":" FEED_KEY_VERSION ":{*", sizeof ":" FEED_KEY_VERSION ":{*");
     return pat;
 }
 
-feed_op *feed__invalidate_all_op(feed_core *c, char *err, uint64_t *dropped, int *rc)
+feed_op *feed__invalidate_all_op(feed_core *c, char *err, int fam, uint64_t *dropped, int *rc)
 {
     all_op *a = calloc(1, sizeof *a);
 
-    if (!a || !(a->pattern = scan_pattern(c->cfg.key_prefix))) {
+    if (!a || !(a->pattern = scan_pattern(c->cfg.key_prefix, fam))) {
         free(a);
         *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a SCAN pattern");
         return NULL;

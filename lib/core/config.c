@@ -39,6 +39,8 @@ void feed_config_init(feed_config *cfg)
     cfg->redis_wait_replicas = 0;
     cfg->redis_wait_timeout_ms = 100;
     cfg->redis_restart_fence = 1;
+    cfg->author_table = NULL;
+    cfg->author_column = "author";
 }
 
 const char *feed_strerror(int code)
@@ -128,6 +130,9 @@ const char *feed__config_check(const feed_config *c)
         return "redis_wait_timeout_ms must be 1 .. redis_timeout_ms - 1";
     if (c->redis_restart_fence != 0 && c->redis_restart_fence != 1)
         return "redis_restart_fence must be 0 or 1";
+    if (c->author_table && (!*c->author_table || !c->author_column || !*c->author_column))
+        return "author_table and author_column must be non-empty strings (author_table "
+               "NULL: no read-time merge)";
     return NULL;
 }
 
@@ -152,7 +157,7 @@ int feed__core_init(feed_core *c, const feed_config *cfg)
         &c->cfg.key_prefix, &c->cfg.table, &c->cfg.owner_column,
         &c->cfg.score_column, &c->cfg.id_column, &c->cfg.redis_user,
         &c->cfg.redis_cluster, &c->cfg.redis_sentinels, &c->cfg.redis_master_name,
-        &c->cfg.pg_replica_conninfo,
+        &c->cfg.pg_replica_conninfo, &c->cfg.author_table, &c->cfg.author_column,
     };
 
     memset(c, 0, sizeof *c);
@@ -176,6 +181,7 @@ int feed__core_init(feed_core *c, const feed_config *cfg)
 
 void feed__core_free(feed_core *c)
 {
+    free(c->merge);
     for (size_t i = 0; i < c->topo.nnodes; i++)
         free(c->topo.nodes[i]);
     free(c->topo.nodes);

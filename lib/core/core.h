@@ -15,8 +15,12 @@
  *               NOSCRIPT, a peer that closed, READONLY, WAIT and ROLE checks
  *   repair.c    feeds whose write was lost, dropped before anything else
  *   page.c      feed_page, feed_page_ranked       newer.c  feed_page_newer
+ *   merge.c     read-time merge, the decisions: what a source's reply proves,
+ *               the merged page cut from the sources' answers
+ *   merged.c    feed_page_merged: the request over many sources
  *   rebuild.c   a miss or a reload: SQL rows installed under a lease
  *   hooks.c     the write path: insert, delete, fan-out, reload, invalidate
+ *               (of either feed family: readers' feeds, authors' posts)
  *   bulk.c      feed_invalidate_many, feed_invalidate_all
  *   health.c    feed_health
  *   sql.c       which PostgreSQL server reads what, the replica's lag proof
@@ -131,8 +135,14 @@ typedef struct feed_core {
     int64_t replica_tried_ms;
     char    replica_probe_lsn[32];
 
-    /* Tests only: called between a rebuild's SQL read and its install, and
-     * after feed_invalidate_all scanned a cluster node. */
+    /* merged.c: what the handle learnt of the sources of merged pages (TTLs
+     * known, each author's share of its last page): guesses only, allocated
+     * by the first merged page (NULL before). */
+    struct feed_merge_hints *merge;
+
+    /* Tests only: called between a rebuild's SQL read and its install (with
+     * the owner rebuilt: a uid, or an author for a merged page's source),
+     * and after feed_invalidate_all scanned a cluster node. */
     void (*test_before_install)(feed *handle, int64_t uid, void *arg);
     void (*test_after_node_scan)(feed *handle, int port, void *arg);
     void  *test_arg;
@@ -352,11 +362,12 @@ void feed__xchg_end(feed_xchg *x);      /* free what it holds; any state */
  * Repairs (repair.c)
  * ------------------------------------------------------------------------ */
 
-/* A write for uid could not reach Redis: remember, process-wide, to drop
- * uid's cached copy as soon as any handle on the same Redis and key prefix
- * reaches it. Returns 0 when the list (FEED_REPAIR_MAX feeds) is full. */
+/* A write for owner's feed of family fam could not reach Redis: remember,
+ * process-wide, to drop that cached copy as soon as any handle on the same
+ * Redis and key prefix reaches it. Returns 0 when the list
+ * (FEED_REPAIR_MAX feeds) is full. */
 #define FEED_REPAIR_MAX 65536
-int  feed__repair_remember(const feed_core *c, int64_t uid);
+int  feed__repair_remember(const feed_core *c, int fam, int64_t owner);
 int  feed__repairs_pending(const feed_core *c);
 void feed__redis_forget_repairs(void);   /* tests only */
 uint64_t feed__store_of(const feed_config *cfg);
@@ -369,6 +380,9 @@ enum feed_stmt {
     FEED_SQL_TOP,       /* WHERE owner = $1 ORDER BY score DESC, id DESC LIMIT $2 */
     FEED_SQL_AFTER,     /* ... AND (score, id) < ($2, $3) ... LIMIT $4 */
     FEED_SQL_BEFORE,    /* ... AND (score, id) > ($2, $3) ORDER BY score, id LIMIT $4 */
+    FEED_SQL_MERGE,     /* with author_table only: the first $4 rows after ($2, $3) of
+                           feed $1 (NULL: none) and of each author of the array $5,
+                           tagged by source (see feed_sql) */
     FEED_SQL_STMTS,
     FEED_SQL_PROBE_PRIMARY = FEED_SQL_STMTS,   /* the primary's WAL insert position */
     FEED_SQL_PROBE_REPLICA                      /* has the replica replayed $1, $2? */
@@ -382,6 +396,16 @@ typedef struct feed_sql {
     int64_t   uid;              /* for messages */
     feed_rows rows;             /* out: the rows */
     char      text[2][32];      /* probes: text parameters in, answers out */
+    /* FEED_SQL_MERGE: params are uid, score, id, per (first page: INT64_MAX,
+     * 0); with_feed says whether uid's feed is a source; $5 is authors[0 ..
+     * nauthors). The rows come out by source, each in (score DESC, id DESC)
+     * order: tagged[0] uid's feed's, tagged[1 + k] authors[k]'s (nauthors + 1
+     * entries, empty when the statement fails). The array and the rows are
+     * the request's; feed__sql_ask leaves these fields alone. */
+    const int64_t *authors;
+    size_t     nauthors;
+    int        with_feed;
+    feed_rows *tagged;
 } feed_sql;
 
 /* A page past the cache (page.c, newer.c): which server reads it. The
@@ -474,23 +498,84 @@ typedef struct feed_connect_result {
 } feed_connect_result;
 feed_op *feed__connect_op(feed_core *c, feed_connect_result *out, int *rc);
 
-/* bulk.c, health.c: requests made on the heap (NULL with *rc on failure). */
-feed_op *feed__invalidate_many_op(feed_core *c, char *err, const int64_t *uids, size_t n,
-                                  int *rc);
-feed_op *feed__invalidate_all_op(feed_core *c, char *err, uint64_t *dropped, int *rc);
+/* bulk.c, health.c: requests made on the heap (NULL with *rc on failure);
+ * the drops work on the feeds of family fam. */
+feed_op *feed__invalidate_many_op(feed_core *c, char *err, int fam, const int64_t *uids,
+                                  size_t n, int *rc);
+feed_op *feed__invalidate_all_op(feed_core *c, char *err, int fam, uint64_t *dropped, int *rc);
 feed_op *feed__health_op(feed_core *c, char *err, feed_health_info *out, int *rc);
 
-/* hooks.c: insert, delete, invalidate and reload of one feed. */
+/* hooks.c: insert, delete, invalidate and reload of one feed, owner's in
+ * family fam (reload: FEED_FAM_FEED only). */
 enum { FEED_HOOK_INSERT, FEED_HOOK_DELETE, FEED_HOOK_INVALIDATE, FEED_HOOK_RELOAD,
        FEED_HOOK_NONE /* nothing to do: done at once (a fan-out to no feed) */ };
 typedef struct feed_hook_op feed_hook_op;
 size_t feed__hook_op_size(void);
-int    feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int64_t uid,
-                       int64_t score, int64_t id);
+int    feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int fam,
+                       int64_t uid, int64_t score, int64_t id);
 int    feed__check_item(char *err, const char *hook, int64_t score, int64_t id);
 
 /* fanout.c: feed_on_insert for many feeds, pipelined. uids are copied. */
 feed_op *feed__fanout_op(feed_core *c, char *err, const int64_t *uids, size_t n,
                          int64_t score, int64_t id, int *rc);
+
+/* merge.c -- read-time merge, decisions only.
+ *
+ * What one source's cache read proves, for a read that asked `want` items
+ * after the cursor (first: none). rows gets the items after the cursor (at
+ * most want), *ended whether they reach the source's end. */
+enum feed_merge_verdict {
+    FEED_MERGE_PROVEN,  /* want items, or every item to the end marker */
+    FEED_MERGE_SHORT,   /* the copy ends (no end marker) before want items: rows
+                           hold what it has; past them only SQL knows */
+    FEED_MERGE_UNKNOWN, /* proves nothing (absent key, a long run of ties): page.lua */
+    FEED_MERGE_LEASED,  /* page.lua: absent, and the caller now holds the lease */
+    FEED_MERGE_BUSY,    /* page.lua: absent, another caller holds the lease */
+    FEED_MERGE_BAD      /* not a reply of ours: SQL answers instead */
+};
+typedef struct feed_cursor_q {
+    int     first;
+    int64_t score, id;
+    size_t  want;
+} feed_cursor_q;
+/* A plain read: ZREVRANGE key 0 want-1 (first page), or ZREVRANGEBYSCORE
+ * key <score> -inf LIMIT 0 asked (after a cursor). */
+int  feed__merge_plain(const redisReply *r, const feed_cursor_q *q, size_t asked,
+                       feed_rows *rows, int *ended);
+/* page.lua's reply (lua/page.lua). */
+int  feed__merge_script(const redisReply *r, const feed_cursor_q *q, feed_rows *rows,
+                        int *ended);
+/* The index of the first of rows strictly after the cursor. */
+size_t feed__rows_after(const feed_rows *rows, const feed_cursor_q *q);
+/* One source's answer: rows strictly after the cursor, in order, known to
+ * be every item of the source down to the last of them, or (ended) every
+ * item after the cursor. */
+typedef struct feed_merge_answer {
+    feed_rows rows;
+    int       ended;
+} feed_merge_answer;
+#define FEED_MERGE_UNPROVEN ((size_t)-2)
+#define FEED_MERGE_DISORDER ((size_t)-1)
+/* The merged page from n answers: the first q->want distinct pairs of their
+ * union, written to out (q->want entries) when the answers prove them;
+ * returns how many (fewer only when every source ended). Otherwise
+ * FEED_MERGE_UNPROVEN, and blocking[k] = 1 for each source that must
+ * answer further (q->want items, or to its end) for the page to be
+ * proven; FEED_MERGE_DISORDER when some rows are out of order or not after
+ * the cursor. */
+size_t feed__merge_cut(const feed_merge_answer *src, size_t n, const feed_cursor_q *q,
+                       feed_item *out, unsigned char *blocking);
+
+/* merged.c: a merged page request, on the heap (authors copied). The
+ * checks every merged page call makes on its arguments first (fn names it
+ * in messages); n == 0 is a plain page (feed__page_init). */
+int      feed__merged_check(const feed_core *c, char *err, const char *fn,
+                            const int64_t *authors, size_t n, int64_t last_score,
+                            int64_t last_id, size_t limit, const feed_result *out);
+feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *authors,
+                         size_t n, int64_t last_score, int64_t last_id, size_t limit,
+                         feed_result *out, int *rc);
+/* The authors' calls need an authors' table: FEED_OK, or FEED_EINVAL. */
+int      feed__authors_on(const feed_core *c, char *err, const char *fn);
 
 #endif /* FEED_CORE_H */

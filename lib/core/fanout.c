@@ -177,7 +177,7 @@ static enum feed_want finish(fanout_op *f, int rc)
 {
     if (rc == FEED_EREDIS)      /* which feeds got the write is unknown */
         for (size_t i = 0; i < f->n; i++)
-            feed__repair_remember(f->op.c, f->uids[i]);
+            feed__repair_remember(f->op.c, FEED_FAM_FEED, f->uids[i]);
     f->op.rc = rc;
     f->op.state = 3;
     return FEED_W_DONE;

@@ -26,6 +26,7 @@ enum { S_START, S_SENT, S_LEASED, S_READ, S_INSTALL, S_DROP, S_RELEASE, S_DONE }
 struct feed_hook_op {
     feed_op      op;
     int          kind;
+    int          fam;           /* enum feed_family: which copy of uid's number */
     int64_t      uid, score, id;
     int          bad;           /* the reply was not an integer */
     int          sql_rc;
@@ -53,10 +54,11 @@ int feed__check_item(char *err, const char *hook, int64_t score, int64_t id)
 /* The end of a hook: a write that failed leaves a trace. */
 static enum feed_want noted(feed_hook_op *h, int rc)
 {
-    if (rc == FEED_EREDIS && !feed__repair_remember(h->op.c, h->uid)) {
+    if (rc == FEED_EREDIS && !feed__repair_remember(h->op.c, h->fam, h->uid)) {
         size_t len = strlen(h->op.err);
         snprintf(h->op.err + len, FEED_ERRMSG - len,
-                 "; too many feeds to repair: call feed_invalidate(%lld) later",
+                 "; too many feeds to repair: call %s(%lld) later",
+                 h->fam == FEED_FAM_AUTHOR ? "feed_author_invalidate_many" : "feed_invalidate",
                  (long long)h->uid);
     }
     h->op.rc = rc;
@@ -227,8 +229,8 @@ size_t feed__hook_op_size(void)
 }
 
 /* A hook request, arguments checked by the caller. */
-int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int64_t uid,
-                    int64_t score, int64_t id)
+int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int fam,
+                    int64_t uid, int64_t score, int64_t id)
 {
     memset(h, 0, sizeof *h);
     h->op.c = c;
@@ -236,6 +238,7 @@ int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int64_t 
     h->op.step = hook_step;
     h->op.free = hook_free;
     h->kind = kind;
+    h->fam = fam;
     h->uid = uid;
     h->score = score;
     h->id = id;
@@ -245,6 +248,6 @@ int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int64_t 
         return feed__msg(err, FEED_ENOMEM, "out of memory for a hook");
     }
     h->lease_key = h->key + c->key_cap;
-    feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, h->key, h->lease_key);
+    feed__family_keys(c->cfg.key_prefix, c->key_cap, fam, uid, h->key, h->lease_key);
     return FEED_OK;
 }

@@ -93,33 +93,6 @@ static int is_int(const redisReply *r)
     return r->type == REDIS_REPLY_INTEGER;
 }
 
-static int is_str(const redisReply *r)
-{
-    return r->type == REDIS_REPLY_STRING;
-}
-
-/* The pair at element i is the end marker: member "end", score "-inf". */
-static int is_end_marker(const redisReply *r, size_t i)
-{
-    const redisReply *m = r->element[i], *s = r->element[i + 1];
-
-    return is_str(m) && is_str(s) && m->len == strlen(FEED_END_MEMBER) &&
-           memcmp(m->str, FEED_END_MEMBER, m->len) == 0 &&
-           s->len == 4 && memcmp(s->str, "-inf", 4) == 0;
-}
-
-/* The feed item of the pair at element i; FEED_OK or not a feedcache item. */
-static int pair_item(const redisReply *r, size_t i, feed_item *it)
-{
-    const redisReply *m = r->element[i], *s = r->element[i + 1];
-
-    if (!is_str(m) || !is_str(s) ||
-        feed__member_decode(m->str, m->len, &it->id) != FEED_OK ||
-        feed__parse_score(s->str, s->len, &it->score) != FEED_OK)
-        return FEED_EINVAL;
-    return FEED_OK;
-}
-
 /* The n pairs of r from element `from` on are the entries that follow the
  * cursor, in order: they become a->rows, a last pair that is the end marker
  * becomes a->ended. Every item is checked. */
@@ -127,7 +100,7 @@ static int take_rows(feed_page_op *p, const redisReply *r, size_t from, size_t n
 {
     cache_answer *a = &p->a;
 
-    if (n > 0 && is_end_marker(r, from + 2 * n - 2)) {
+    if (n > 0 && feed__reply_end(r, from + 2 * n - 2)) {
         a->ended = 1;
         n--;
     }
@@ -140,7 +113,7 @@ static int take_rows(feed_page_op *p, const redisReply *r, size_t from, size_t n
     }
     for (size_t i = 0; i < n; i++) {
         feed_item *it = &a->rows.items[i];
-        if (pair_item(r, from + 2 * i, it) != FEED_OK) {
+        if (feed__reply_pair(r, from + 2 * i, it) != FEED_OK) {
             feed__rows_free(&a->rows);
             return bad_reply(p, "member or score is not a feedcache item");
         }
@@ -208,7 +181,7 @@ static void parse_answer(feed_page_op *p, const redisReply *r)
     n = elements / 2;
     if (!p->first && n > 0) {
         feed_item c;
-        if (pair_item(r, 0, &c) == FEED_OK && c.id == p->id && c.score == p->score) {
+        if (feed__reply_pair(r, 0, &c) == FEED_OK && c.id == p->id && c.score == p->score) {
             first = 2;
             n--;
             if (rank >= 0)
@@ -327,9 +300,9 @@ static int pair_after(const redisReply *r, size_t i, const feed_page_op *p)
 {
     feed_item it;
 
-    if (is_end_marker(r, i))
+    if (feed__reply_end(r, i))
         return 1;
-    if (pair_item(r, i, &it) != FEED_OK)
+    if (feed__reply_pair(r, i, &it) != FEED_OK)
         return -1;
     return feed__item_after(it, p->score, p->id);
 }
@@ -674,23 +647,6 @@ static void served_from_cache(feed_page_op *p)
     }
 }
 
-/* Index of the first row strictly after the cursor (rows are in order). */
-static size_t first_after(const feed_page_op *p, const feed_rows *rows)
-{
-    size_t lo = 0, hi = rows->count;
-
-    if (p->first)
-        return 0;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (feed__item_after(rows->items[mid], p->score, p->id))
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
 /* A hit: the cache answers when it reached far enough; else SQL. */
 static enum feed_want hit(feed_page_op *p, int64_t now)
 {
@@ -781,7 +737,8 @@ static enum feed_want rebuilt(feed_page_op *p, int installed, int rc, int64_t no
     feed_core *c = p->op.c;
     feed_rows *rows = &p->rows;
     int complete = rows->count <= c->cfg.max_len;
-    size_t start = first_after(p, rows), avail = rows->count - start;
+    size_t start = feed__rows_after(rows, &(feed_cursor_q){ p->first, p->score, p->id, 0 });
+    size_t avail = rows->count - start;
 
     if (complete || avail > p->limit) {
         rc = answer(p, rows->items + start, avail, installed ? FEED_SOURCE_REBUILD : FEED_SOURCE_DB);

@@ -11,9 +11,11 @@
  * first after an outage drops the copies, not only the handle whose write
  * failed (it may sit idle for long, and its late DEL would then throw away a
  * copy rebuilt correctly in between). This is the library's one piece of
- * process-wide state, on purpose. An entry is (store, uid), store naming
- * the Redis server and key prefix; sorted, without duplicates, so a long
- * outage under many writes to the same feeds costs one entry per feed.
+ * process-wide state, on purpose. An entry is (store, uid, family), store
+ * naming the Redis server and key prefix, the family which copy of uid's
+ * number (a reader's feed, an author's posts); sorted, without duplicates,
+ * so a long outage under many writes to the same feeds costs one entry per
+ * feed.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +27,7 @@
 typedef struct repair_entry {
     uint64_t store;
     int64_t  uid;
+    int      fam;               /* enum feed_family */
 } repair_entry;
 
 static pthread_mutex_t repair_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -56,7 +59,9 @@ uint64_t feed__store_of(const feed_config *cfg)
 
 static int entry_before(repair_entry a, repair_entry b)
 {
-    return a.store < b.store || (a.store == b.store && a.uid < b.uid);
+    if (a.store != b.store)
+        return a.store < b.store;
+    return a.uid < b.uid || (a.uid == b.uid && a.fam < b.fam);
 }
 
 /* Lock held. */
@@ -71,7 +76,8 @@ static int remember_locked(repair_entry e)
         else
             hi = mid;
     }
-    if (lo < repair_count && repair_list[lo].store == e.store && repair_list[lo].uid == e.uid)
+    if (lo < repair_count && repair_list[lo].store == e.store && repair_list[lo].uid == e.uid &&
+        repair_list[lo].fam == e.fam)
         return 1;
     if (repair_count == FEED_REPAIR_MAX)
         return 0;
@@ -90,9 +96,9 @@ static int remember_locked(repair_entry e)
     return 1;
 }
 
-int feed__repair_remember(const feed_core *c, int64_t uid)
+int feed__repair_remember(const feed_core *c, int fam, int64_t owner)
 {
-    repair_entry e = { c->topo.store, uid };
+    repair_entry e = { c->topo.store, owner, fam };
     int done;
 
     pthread_mutex_lock(&repair_lock);
@@ -117,10 +123,10 @@ void feed__redis_forget_repairs(void)
     pthread_mutex_unlock(&repair_lock);
 }
 
-/* Take this store's entries off the list: *n uids in a new array. */
-static int64_t *take_repairs(uint64_t store, size_t *n)
+/* Take this store's entries off the list: *n of them in a new array. */
+static repair_entry *take_repairs(uint64_t store, size_t *n)
 {
-    int64_t *uids = NULL;
+    repair_entry *uids = NULL;
     size_t kept = 0;
 
     *n = 0;
@@ -131,7 +137,7 @@ static int64_t *take_repairs(uint64_t store, size_t *n)
         *n = 0;
         for (size_t i = 0; i < repair_count; i++) {
             if (repair_list[i].store == store)
-                uids[(*n)++] = repair_list[i].uid;
+                uids[(*n)++] = repair_list[i];
             else
                 repair_list[kept++] = repair_list[i];
         }
@@ -159,7 +165,7 @@ static int64_t *take_repairs(uint64_t store, size_t *n)
  * request goes on whatever they give: it may well be for another node. */
 typedef struct repair_op {
     feed_op  op;
-    int64_t *uids;
+    repair_entry *uids;
     size_t   n;
     unsigned char *ok;          /* per uid: 1 lease dropped, 2 copy dropped */
     char    *keys;              /* two key buffers */
@@ -174,7 +180,8 @@ static int repair_build(void *arg, size_t i, const char ***argv, const size_t **
     feed_core *c = r->op.c;
     char *key = r->keys, *lease = r->keys + c->key_cap;
 
-    feed__keys_of(c->cfg.key_prefix, c->key_cap, r->uids[i / 2], key, lease);
+    feed__family_keys(c->cfg.key_prefix, c->key_cap, r->uids[i / 2].fam, r->uids[i / 2].uid,
+                      key, lease);
     r->argv[0] = "DEL";
     r->argv[1] = i % 2 == 0 ? lease : key;
     r->lens[0] = 3;
@@ -212,7 +219,8 @@ static enum feed_want repair_step(feed_op *op, int64_t now)
         if (op->redis_rc == FEED_OK && r->ok[i] == 3)
             c->stats.repairs++;
         else
-            feed__repair_remember(c, r->uids[i]);   /* dropped here, maybe not everywhere */
+            feed__repair_remember(c, r->uids[i].fam, r->uids[i].uid);   /* dropped here, maybe not
+                                                                          everywhere */
     }
     op->rc = op->redis_rc;
     return FEED_W_DONE;
@@ -239,7 +247,7 @@ feed_op *feed__repair_op(feed_core *c)
     r->uids = take_repairs(c->topo.store, &r->n);
     if (!r->uids || !(r->ok = calloc(r->n, 1)) || !(r->keys = malloc(2 * c->key_cap))) {
         for (size_t i = 0; r->uids && i < r->n; i++)
-            feed__repair_remember(c, r->uids[i]);
+            feed__repair_remember(c, r->uids[i].fam, r->uids[i].uid);
         free(r->uids);
         free(r->ok);
         free(r);

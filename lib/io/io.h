@@ -69,6 +69,7 @@ typedef struct feed_pgtask {
     int          rc, setup_rc;
     PGresult    *res;
     char         buf[4][8];     /* binary parameters */
+    char        *array;         /* FEED_SQL_MERGE: the authors as an int8[] in text */
 } feed_pgtask;
 
 void feed__pg_init(feed_pg *pg);

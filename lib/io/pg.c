@@ -1,6 +1,6 @@
 /* pg.c -- PostgreSQL, without ever blocking: the primary and, when
  * pg_replica_conninfo is set, a read replica; three prepared statements on
- * each.
+ * each (four with an authors' table).
  *
  *   feedcache_top    the first rows of a feed:      WHERE owner = $1
  *   feedcache_after  the rows after a cursor:       WHERE owner = $1
@@ -8,7 +8,12 @@
  *   feedcache_before the rows above a cursor (pull-to-refresh):
  *                    (score, id) > ($2, $3) ORDER BY score ASC, id ASC
  * the first two ORDER BY score DESC, id DESC LIMIT n, which the index on
- * (owner, score DESC, id DESC) answers as a seek plus n rows. Identifiers from
+ * (owner, score DESC, id DESC) answers as a seek plus n rows. With an
+ * authors' table (read-time merge, lib/core/merged.c) one more:
+ *   feedcache_merge  the first $4 rows after ($2, $3) of feed $1 and of
+ *                    each author of the array $5, one seek plus $4 rows a
+ *                    source (a LATERAL subquery per author), tagged with
+ *                    the source: 0 the feed, k the k-th author. Identifiers from
  * the config are quoted by libpq; values only ever travel as parameters.
  * Parameters and results use the binary format: int8 in network order, no
  * text parsing, nothing lost.
@@ -35,9 +40,10 @@
 #include "io/io.h"
 
 #define INT8OID 20
+#define INT8ARRAYOID 1016
 
 static const char *const stmt_name[FEED_SQL_STMTS] = {
-    "feedcache_top", "feedcache_after", "feedcache_before"
+    "feedcache_top", "feedcache_after", "feedcache_before", "feedcache_merge"
 };
 
 static void put_be64(char *p, int64_t v)
@@ -159,6 +165,47 @@ static void cancel_async(PGconn *c)
  * The statements' text
  * ------------------------------------------------------------------------ */
 
+/* The read-time merge's statement: the reader's feed ($1; NULL for none)
+ * and each author of $5, up to $4 rows after ($2, $3) each, every source
+ * one index seek (the LATERAL keeps the authors' scans apart: author =
+ * ANY($5) alone would read every row of every author after the cursor and
+ * sort them). Rows come tagged with their source; their order is checked
+ * when they are taken. */
+static int build_merge_sql(feed_pgtask *t, PGconn *conn)
+{
+    const feed_config *cfg = &t->c->cfg;
+    const char *names[6] = { cfg->table, cfg->owner_column, cfg->score_column,
+                             cfg->id_column, cfg->author_table, cfg->author_column };
+    char *q[6] = { NULL, NULL, NULL, NULL, NULL, NULL };
+    char **sql = &t->pg->sql[FEED_SQL_MERGE];
+    int rc = FEED_OK;
+    size_t cap = 600;
+
+    for (int i = 0; i < 6 && rc == FEED_OK; i++) {
+        q[i] = PQescapeIdentifier(conn, names[i], strlen(names[i]));
+        if (!q[i])
+            rc = pg_error(t, FEED_EPG, "quoting an identifier", PQerrorMessage(conn));
+        else
+            cap += 4 * strlen(q[i]);
+    }
+    if (rc == FEED_OK && !(*sql = malloc(cap)))
+        rc = feed__msg(t->err, FEED_ENOMEM, "out of memory building SQL");
+    if (rc == FEED_OK)
+        snprintf(*sql, cap,
+                 "SELECT 0::int8, s, i FROM (SELECT %s::int8 AS s, %s::int8 AS i FROM %s"
+                 " WHERE %s = $1 AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC LIMIT $4) r"
+                 " UNION ALL"
+                 " SELECT a.k, p.s, p.i FROM unnest($5::int8[]) WITH ORDINALITY AS a(who, k),"
+                 " LATERAL (SELECT %s::int8 AS s, %s::int8 AS i FROM %s"
+                 " WHERE %s = a.who AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC"
+                 " LIMIT $4) p",
+                 q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3],
+                 q[2], q[3], q[4], q[5], q[2], q[3], q[2], q[3]);
+    for (int i = 0; i < 6; i++)
+        PQfreemem(q[i]);
+    return rc;
+}
+
 /* Build the statements' text once, with the identifiers quoted. */
 static int build_sql(feed_pgtask *t, PGconn *conn)
 {
@@ -178,7 +225,7 @@ static int build_sql(feed_pgtask *t, PGconn *conn)
     }
     if (rc == FEED_OK) {
         cap = 200 + 3 * (strlen(q[0]) + strlen(q[1]) + 2 * strlen(q[2]) + 2 * strlen(q[3]));
-        for (int i = 0; i < FEED_SQL_STMTS; i++)
+        for (int i = 0; i < FEED_SQL_MERGE; i++)
             sql[i] = malloc(cap);
         if (!sql[0] || !sql[1] || !sql[2]) {
             rc = feed__msg(t->err, FEED_ENOMEM, "out of memory building SQL");
@@ -201,6 +248,8 @@ static int build_sql(feed_pgtask *t, PGconn *conn)
     }
     for (int i = 0; i < 4; i++)
         PQfreemem(q[i]);
+    if (rc == FEED_OK && cfg->author_table)
+        rc = build_merge_sql(t, conn);
     if (rc != FEED_OK)
         for (int i = 0; i < FEED_SQL_STMTS; i++) {
             free(sql[i]);
@@ -210,10 +259,10 @@ static int build_sql(feed_pgtask *t, PGconn *conn)
 }
 
 /* The type check's text: SELECT score, id FROM table WHERE false. */
-static char *types_sql(feed_pgtask *t, PGconn *conn)
+static char *types_sql(feed_pgtask *t, PGconn *conn, const char *table)
 {
     const feed_config *cfg = &t->c->cfg;
-    const char *names[3] = { cfg->score_column, cfg->id_column, cfg->table };
+    const char *names[3] = { cfg->score_column, cfg->id_column, table };
     char *q[3] = { NULL, NULL, NULL }, *sql = NULL;
     int ok = 1;
 
@@ -239,7 +288,7 @@ static char *types_sql(feed_pgtask *t, PGconn *conn)
  * numeric or double score (1.5 -> 2) and so order the cache differently from
  * SQL: refuse such a table (or view) at once, with its column types named.
  * Costs one prepare and one describe per connection. */
-static int check_types(feed_pgtask *t, const PGresult *res)
+static int check_types(feed_pgtask *t, const PGresult *res, const char *table)
 {
     const feed_config *cfg = &t->c->cfg;
 
@@ -253,7 +302,7 @@ static int check_types(feed_pgtask *t, const PGresult *res)
             return feed__msg(t->err, FEED_EPG, "%s: column \"%s\" of \"%s\" is %s (oid %u);"
                              " the score and id columns must be integer types"
                              " (smallint, integer or bigint)", t->name,
-                             i == 0 ? cfg->score_column : cfg->id_column, cfg->table, name,
+                             i == 0 ? cfg->score_column : cfg->id_column, table, name,
                              (unsigned)ty);
         }
     }
@@ -327,8 +376,20 @@ enum {
     T_DONE
 };
 /* Set-up steps on a new connection: the type check (a prepare, then a
- * describe), then the three statements prepared. */
-enum { SU_TYPES, SU_DESCRIBE, SU_PREPARE, SU_END = SU_PREPARE + FEED_SQL_STMTS };
+ * describe) of the feed table, then of the authors' table (if any), then
+ * the statements prepared (feedcache_merge only with an authors' table). */
+enum { SU_TYPES, SU_DESCRIBE, SU_AUTHOR_TYPES, SU_AUTHOR_DESCRIBE, SU_PREPARE,
+       SU_END = SU_PREPARE + FEED_SQL_STMTS };
+
+/* The set-up step after step: those of the authors' table only with one. */
+static int next_step(const feed_pgtask *t, int step)
+{
+    step++;
+    if (!t->c->cfg.author_table && (step == SU_AUTHOR_TYPES || step == SU_AUTHOR_DESCRIBE ||
+                                    step == SU_PREPARE + FEED_SQL_MERGE))
+        return next_step(t, step);
+    return step;
+}
 
 static int finish(feed_pgtask *t, int rc)
 {
@@ -338,6 +399,8 @@ static int finish(feed_pgtask *t, int rc)
         rc = FEED_EPG;
     PQclear(t->res);
     t->res = NULL;
+    free(t->array);
+    t->array = NULL;
     t->rc = rc;
     t->state = T_DONE;
     t->want = FEED_PGW_DONE;
@@ -365,6 +428,9 @@ void feed__pg_task_begin(feed_pgtask *t, feed_pg *pg, feed_core *c, feed_sql *q,
     t->state = T_START;
     q->rows.items = NULL;
     q->rows.count = 0;
+    if (q->stmt == FEED_SQL_MERGE)
+        for (size_t k = 0; k <= q->nauthors; k++)
+            q->tagged[k] = (feed_rows){ NULL, 0 };
 }
 
 int feed__pg_task_fd(const feed_pgtask *t)
@@ -380,6 +446,8 @@ void feed__pg_task_abandon(feed_pgtask *t)
         drop(t->s);
         PQclear(t->res);
         t->res = NULL;
+        free(t->array);
+        t->array = NULL;
         t->state = T_DONE;
     }
 }
@@ -451,20 +519,23 @@ static const char *probe_sql(int stmt)
 
 static int send_setup(feed_pgtask *t)
 {
-    static const Oid types[4] = { INT8OID, INT8OID, INT8OID, INT8OID };
-    static const int nparams[FEED_SQL_STMTS] = { 2, 4, 4 };
+    static const Oid types[5] = { INT8OID, INT8OID, INT8OID, INT8OID, INT8ARRAYOID };
+    static const int nparams[FEED_SQL_STMTS] = { 2, 4, 4, 5 };
     PGconn *c = t->s->conn;
     char *sql;
     int ok;
 
     switch (t->step) {
     case SU_TYPES:
-        if (!(sql = types_sql(t, c)))
+    case SU_AUTHOR_TYPES:
+        if (!(sql = types_sql(t, c, t->step == SU_TYPES ? t->c->cfg.table
+                                                        : t->c->cfg.author_table)))
             return -1;
         ok = PQsendPrepare(c, "", sql, 0, NULL);
         free(sql);
         return ok;
     case SU_DESCRIBE:
+    case SU_AUTHOR_DESCRIBE:
         return PQsendDescribePrepared(c, "");
     default:
         /* A refusal here is the schema's (no such table or column):
@@ -476,12 +547,31 @@ static int send_setup(feed_pgtask *t)
     }
 }
 
+/* The authors as an int8[] in text, "{1,2,3}": malloc'd, or NULL. */
+static char *int8_array(const int64_t *v, size_t n)
+{
+    char *text = malloc(n * 21 + 3), *p = text;
+
+    if (!text)
+        return NULL;
+    *p++ = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            *p++ = ',';
+        p += feed__i64_to_str(v[i], p);
+    }
+    *p++ = '}';
+    *p = '\0';
+    return text;
+}
+
+/* 1 sent, 0 not (the connection), -1 no memory (t->setup_rc says so). */
 static int send_statement(feed_pgtask *t)
 {
-    static const int lengths[4] = { 8, 8, 8, 8 }, formats[4] = { 1, 1, 1, 1 };
+    static const int lengths[5] = { 8, 8, 8, 8, 0 }, formats[5] = { 1, 1, 1, 1, 0 };
     feed_sql *q = t->q;
     PGconn *c = t->s->conn;
-    const char *values[4];
+    const char *values[5];
 
     t->c->stats.sql_queries++;
     t->c->stats.replica_queries += t->s->replica;
@@ -496,7 +586,78 @@ static int send_statement(feed_pgtask *t)
         put_be64(t->buf[i], q->params[i]);
         values[i] = t->buf[i];
     }
+    if (q->stmt == FEED_SQL_MERGE) {
+        if (!t->array && !(t->array = int8_array(q->authors, q->nauthors))) {
+            t->setup_rc = feed__msg(t->err, FEED_ENOMEM, "out of memory for %zu authors",
+                                    q->nauthors);
+            return -1;
+        }
+        if (!q->with_feed)
+            values[0] = NULL;       /* the feed is no source: no rows of it */
+        values[4] = t->array;
+        return PQsendQueryPrepared(c, stmt_name[q->stmt], 5, values, lengths, formats, 1);
+    }
     return PQsendQueryPrepared(c, stmt_name[q->stmt], q->nparams, values, lengths, formats, 1);
+}
+
+static int by_order(const void *x, const void *y)
+{
+    const feed_item *a = x, *b = y;
+
+    if (a->score != b->score)
+        return a->score > b->score ? -1 : 1;
+    return a->id > b->id ? -1 : a->id < b->id;
+}
+
+/* Rows (source, score, id) into q->tagged[source], each in (score DESC, id
+ * DESC) order (sorted when the server sent them otherwise), every value
+ * checked as take_rows does. */
+static int take_tagged(feed_pgtask *t, PGresult *res)
+{
+    feed_sql *q = t->q;
+    size_t nsrc = q->nauthors + 1, *count = calloc(nsrc, sizeof *count);
+    feed_rows *rows = q->tagged;
+    int n = PQntuples(res), rc = FEED_OK;
+
+    if (!count)
+        return feed__msg(t->err, FEED_ENOMEM, "out of memory for %d rows", n);
+    if (PQnfields(res) != 3)
+        rc = pg_error(t, FEED_EPG, "query", "unexpected result shape");
+    for (int i = 0; i < n && rc == FEED_OK; i++) {
+        int64_t src;
+        for (int c = 0; c < 3 && rc == FEED_OK; c++)
+            if (PQgetisnull(res, i, c) || PQgetlength(res, i, c) != 8)
+                rc = pg_error(t, FEED_EPG, "query", "NULL or non-int8 source, score or id");
+        if (rc == FEED_OK && ((src = get_be64(PQgetvalue(res, i, 0))) < 0 ||
+                              (uint64_t)src >= nsrc))
+            rc = pg_error(t, FEED_EPG, "query", "a row of no source asked for");
+        if (rc == FEED_OK)
+            count[src]++;
+    }
+    for (size_t k = 0; k < nsrc && rc == FEED_OK; k++)
+        if (!(rows[k].items = malloc((count[k] + 1) * sizeof *rows[k].items)))
+            rc = feed__msg(t->err, FEED_ENOMEM, "out of memory for %d rows", n);
+    for (int i = 0; i < n && rc == FEED_OK; i++) {
+        feed_rows *r = &rows[get_be64(PQgetvalue(res, i, 0))];
+        feed_item *it = &r->items[r->count++];
+        it->score = get_be64(PQgetvalue(res, i, 1));
+        it->id = get_be64(PQgetvalue(res, i, 2));
+        if (!feed__score_ok(it->score) || it->id < 0)
+            rc = feed__msg(t->err, FEED_ERANGE, "row in SQL has id %lld, score %lld: scores must"
+                           " lie within +/-(2^53-1), ids >= 0", (long long)it->id,
+                           (long long)it->score);
+    }
+    for (size_t k = 0; k < nsrc && rc == FEED_OK; k++)
+        for (size_t i = 1; i < rows[k].count; i++)
+            if (by_order(&rows[k].items[i - 1], &rows[k].items[i]) >= 0) {
+                qsort(rows[k].items, rows[k].count, sizeof *rows[k].items, by_order);
+                break;
+            }
+    if (rc != FEED_OK)
+        for (size_t k = 0; k < nsrc; k++)
+            feed__rows_free(&rows[k]);
+    free(count);
+    return rc;
 }
 
 /* The statement's result, checked. */
@@ -512,6 +673,8 @@ static int take_result(feed_pgtask *t)
             snprintf(q->text[i], sizeof q->text[i], "%s", PQgetvalue(res, 0, i));
         return FEED_OK;
     }
+    if (q->stmt == FEED_SQL_MERGE)
+        return take_tagged(t, res);
     return take_rows(t, res, &q->rows);
 }
 
@@ -613,17 +776,22 @@ int feed__pg_task_run(feed_pgtask *t, int ready, int64_t now)
                 drop(s);
                 return finish(t, rc);
             }
-            if (t->step == SU_DESCRIBE && (rc = check_types(t, t->res)) != FEED_OK) {
+            if ((t->step == SU_DESCRIBE || t->step == SU_AUTHOR_DESCRIBE) &&
+                (rc = check_types(t, t->res, t->step == SU_DESCRIBE ? t->c->cfg.table
+                                                                    : t->c->cfg.author_table))
+                != FEED_OK) {
                 drop(s);
                 return finish(t, rc);
             }
             PQclear(t->res);
             t->res = NULL;
-            t->step++;
+            t->step = next_step(t, t->step);
             t->state = T_SETUP;
             continue;
         case T_SEND:
-            if (!send_statement(t)) {
+            if ((rc = send_statement(t)) < 0)
+                return finish(t, t->setup_rc);
+            if (rc == 0) {
                 broken = 1;
                 goto statement_failed;
             }

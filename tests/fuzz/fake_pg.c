@@ -26,6 +26,31 @@ static feed_item row(int64_t uid, size_t i)   /* i-th row, in order */
     return it;
 }
 
+/* The read-time merge's statement: each source's rows after the cursor,
+ * an author's posts made up like the feed of the same number. */
+static int fetch_merge(feed_sql *q, char *err)
+{
+    feed_item cursor = { q->params[1], q->params[2] };
+    size_t limit = (size_t)q->params[3];
+
+    for (size_t k = q->with_feed ? 0 : 1; k <= q->nauthors; k++) {
+        int64_t owner = k == 0 ? q->params[0] : q->authors[k - 1];
+        size_t n = rows_of(owner);
+        feed_rows *rows = &q->tagged[k];
+        if (!(rows->items = malloc((n + 1) * sizeof *rows->items))) {
+            for (size_t j = 0; j <= q->nauthors; j++)
+                feed__rows_free(&q->tagged[j]);
+            return feed__msg(err, FEED_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < n && rows->count < limit; i++) {
+            feed_item it = row(owner, i);
+            if (feed__item_after(it, cursor.score, cursor.id))
+                rows->items[rows->count++] = it;
+        }
+    }
+    return FEED_OK;
+}
+
 /* The rows of statement q, as the real statements would give them. */
 static int fetch(feed_core *c, char *err, feed_sql *q)
 {
@@ -46,6 +71,8 @@ static int fetch(feed_core *c, char *err, feed_sql *q)
     }
     if (q->stmt >= FEED_SQL_STMTS)
         return feed__msg(err, FEED_EPG, "PostgreSQL (fake): no lag probes");
+    if (q->stmt == FEED_SQL_MERGE)
+        return fetch_merge(q, err);
     limit = (size_t)(q->stmt == FEED_SQL_TOP ? q->params[1] : q->params[3]);
     rows->items = malloc((n + 1) * sizeof *rows->items);
     if (!rows->items)
@@ -85,6 +112,9 @@ void feed__pg_task_begin(feed_pgtask *t, feed_pg *pg, feed_core *c, feed_sql *q,
     t->c = c;
     t->q = q;
     t->err = err;
+    if (q->stmt == FEED_SQL_MERGE)
+        for (size_t k = 0; k <= q->nauthors; k++)
+            q->tagged[k] = (feed_rows){ NULL, 0 };
     t->rc = fetch(c, err, q);
     t->want = FEED_PGW_DONE;
 }

@@ -1,6 +1,7 @@
 /* fuzz_session.c -- a hostile or broken Redis server. The input is a small
  * header and then every byte "Redis" sends back, over a socketpair, to a
  * sequence of library calls on one handle: pages (first and after a cursor),
+ * merged pages (the reader and two authors, feed_page_merged),
  * feed_on_insert, feed_on_delete, feed_fanout, feed_reload, feed_invalidate.
  * So every path that reads a reply runs on those bytes: page.lua's answer,
  * the hooks' integers, the pipelines, NOSCRIPT and SCRIPT LOAD, the rebuild's
@@ -45,6 +46,7 @@ static feed *fake_handle(int fd)
     cfg.ttl_seconds = 60;
     cfg.lease_wait_ms = 0;
     cfg.retry_ms = UINT32_MAX;
+    cfg.author_table = "author_post";     /* fake_pg.c makes its rows up too */
     if (feed__core_init(&f->core, &cfg) != FEED_OK || feed__topo_init(&f->core) != FEED_OK) {
         close(fd);
         feed_close(f);
@@ -146,9 +148,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         switch ((ops >> (3 * k)) & 7) {
         case 0:
-        case 7:
             rc = feed_page(f, uid, FEED_FIRST, 0, limit, &res);
             check_page(rc, &res, limit, 1, 0, 0);
+            feed_result_free(&res);
+            break;
+        case 7:     /* merged: first page or after the cursor, by the uid's low bit */
+            if (uid & 1) {
+                rc = feed_page_merged(f, uid, uids, 2, FEED_FIRST, 0, limit, &res);
+                check_page(rc, &res, limit, 1, 0, 0);
+            } else {
+                rc = feed_page_merged(f, uid, uids, 2, cscore, cid, limit, &res);
+                check_page(rc, &res, limit, 0, cscore, cid);
+            }
             feed_result_free(&res);
             break;
         case 1:
