@@ -50,8 +50,9 @@ typedef struct feed feed;   /* opaque; one handle = one Redis + one PostgreSQL c
                                use a handle from one thread at a time */
 
 /* Configuration. Always start from feed_config_init(), then set what you
- * need: fields added in later versions then keep their defaults. Strings are
- * copied by feed_open(); the caller may free them afterwards. */
+ * need (directly, or by name from text with feed_config_set()): fields added
+ * in later versions then keep their defaults. Strings are copied by
+ * feed_open(); the caller may free them afterwards. */
 typedef struct feed_config {
     const char *redis_host;       /* default "127.0.0.1" */
     int         redis_port;       /* default 6379 */
@@ -188,7 +189,9 @@ FEED_API void feed_config_init(feed_config *cfg);
  *   FEED_EINVAL       out or cfg NULL, a NULL string where a value is needed,
  *                     max_len 0, max_page 0, redis_port outside 1..65535,
  *                     redis_timeout_ms 0, pg_timeout_ms 0, lease_ms 0, an
- *                     empty identifier, pg_replica_conninfo "" (NULL = none)
+ *                     empty identifier, pg_replica_conninfo "" (NULL = none);
+ *                     every integer outside its field's min..max
+ *                     (feed_config_field_get)
  *                     (max_page may exceed max_len: deep pages come from SQL)
  *   FEED_EREDIS       Redis answered but refused (wrong password, no such user)
  *   FEED_EPG          PostgreSQL answered but refused (authentication, missing
@@ -207,10 +210,66 @@ FEED_API const char *feed_strerror(int code);
 
 /* Detail of this handle's last error ("" if none). The text stays valid until
  * the next call on the handle. feed_errmsg(NULL) gives the detail of the last
- * failed feed_open() in the calling thread. A call that succeeds in a degraded
- * way (a page answered by PostgreSQL because Redis failed) also leaves the
- * Redis error here. */
+ * failed feed_open() or feed_config_set() in the calling thread (each clears
+ * it first). A call that succeeds in a degraded way (a page answered by
+ * PostgreSQL because Redis failed) also leaves the Redis error here. */
 FEED_API const char *feed_errmsg(const feed *f);
+
+/* ---- configuration by name: flags, config files, environment ---- */
+
+/* Set the field of *cfg called name from the text value, as a program reads
+ * a flag or a line of a config file. name is the field's C name
+ * ("redis_port") or the same with dashes for underscores ("redis-port": the
+ * spelling of feedcache-sync's flags). Every field of feed_config can be set
+ * so; feed_config_field_get() lists them.
+ *
+ * Integers: decimal digits only (no sign, no blank, nothing after them)
+ * within the field's min..max (its feed_config_field), which are the limits
+ * feed_open() applies to that field. Limits that tie two fields together
+ * stay feed_open()'s, since fields may be set in any order: redis_user needs
+ * redis_password; redis_cluster and redis_sentinels exclude each other;
+ * redis_sentinels needs redis_master_name and author_table author_column;
+ * with redis_wait_replicas > 0, redis_wait_timeout_ms must be below
+ * redis_timeout_ms.
+ *
+ * Strings: *cfg keeps the pointer value, not a copy, as when the field is
+ * assigned; value must stay valid until feed_open() has copied it. "" stores
+ * NULL in the fields where NULL means none: redis_password, redis_user,
+ * redis_cluster, redis_sentinels, pg_replica_conninfo, author_table. "" is
+ * refused where a name is needed: redis_host, key_prefix, table,
+ * owner_column, score_column, id_column, redis_master_name, author_column.
+ * pg_conninfo keeps "" (libpq's defaults). As feed_open() requires,
+ * redis_cluster and redis_sentinels must read "host:port[,host:port...]"
+ * and key_prefix must not contain '{' or '}'.
+ *
+ * Returns FEED_OK, or FEED_EINVAL with *cfg unchanged: cfg, name or value
+ * NULL, no field of that name, a value refused. feed_errmsg(NULL) then says
+ * why, starting with name as given, so that a program can put its own
+ * spelling in front ("--" for a flag): "redis-port must be 1..65535, not
+ * \"0\"". */
+FEED_API int feed_config_set(feed_config *cfg, const char *name, const char *value);
+
+typedef enum feed_config_type {
+    FEED_CONFIG_STRING = 1,      /* const char *: stored as given */
+    FEED_CONFIG_INTEGER = 2      /* int or uint32_t: min..max */
+} feed_config_type;
+
+/* One field of feed_config, for usage texts and config-file documentation. */
+typedef struct feed_config_field {
+    const char      *name;       /* the C name: "redis_port" */
+    const char      *flag;       /* the same with dashes: "redis-port" */
+    feed_config_type type;
+    int64_t          min, max;   /* FEED_CONFIG_INTEGER: the values accepted; strings: 0, 0 */
+    const char      *dflt;       /* feed_config_init()'s value as text ("6379", "feed"),
+                                    NULL when the default is NULL */
+    const char      *help;       /* what it is, one line without a newline */
+} feed_config_field;
+
+/* The fields in declaration order: feed_config_field_get(i) for i <
+ * feed_config_field_count(), NULL past the end. Static data: never freed,
+ * never changing; no handle needed. */
+FEED_API size_t                   feed_config_field_count(void);
+FEED_API const feed_config_field *feed_config_field_get(size_t i);
 
 /* ------------------------------------------------------------------------
  * Read path

@@ -9,13 +9,19 @@
 
 #include "drive/drive.h"
 
-/* The message of the last failed feed_open() in this thread: there is no
- * handle to carry it. */
+/* The message of the last failed feed_open() or feed_config_set() in this
+ * thread: there is no handle to carry it. */
 static _Thread_local char open_errmsg[FEED_ERRMSG];
 
 const char *feed_errmsg(const feed *f)
 {
     return f ? f->errmsg : open_errmsg;
+}
+
+int feed_config_set(feed_config *cfg, const char *name, const char *value)
+{
+    open_errmsg[0] = '\0';
+    return feed__config_set(cfg, name, value, open_errmsg);
 }
 
 void feed_stats_get(const feed *f, feed_stats *out)
@@ -46,7 +52,7 @@ static int open_outcome(int redis_rc, int pg_rc)
 
 int feed_open(feed **out, const feed_config *cfg)
 {
-    char redis_msg[FEED_ERRMSG] = "", pg_msg[FEED_ERRMSG] = "";
+    char redis_msg[FEED_ERRMSG] = "", pg_msg[FEED_ERRMSG] = "", why[128];
     const char *bad;
     int rc, redis_rc, pg_rc;
     feed *f;
@@ -59,7 +65,7 @@ int feed_open(feed **out, const feed_config *cfg)
         return FEED_EINVAL;
     }
     *out = NULL;
-    if ((bad = feed__config_check(cfg)) != NULL) {
+    if ((bad = feed__config_check(cfg, why, sizeof why)) != NULL) {
         snprintf(open_errmsg, sizeof open_errmsg, "feed_open: %s", bad);
         return FEED_EINVAL;
     }

@@ -7,40 +7,12 @@
 
 #include "core/core.h"
 
+/* The defaults are the table's (settings.c), where feed_config_set() and the
+ * config check find each field too. */
 void feed_config_init(feed_config *cfg)
 {
-    if (!cfg)
-        return;
-    memset(cfg, 0, sizeof *cfg);
-    cfg->redis_host = "127.0.0.1";
-    cfg->redis_port = 6379;
-    cfg->redis_password = NULL;
-    cfg->pg_conninfo = "";
-    cfg->key_prefix = "feed";
-    cfg->table = "feed_entry";
-    cfg->owner_column = "uid";
-    cfg->score_column = "score";
-    cfg->id_column = "id";
-    cfg->max_len = 1000;
-    cfg->max_page = 100;
-    cfg->ttl_seconds = 604800;
-    cfg->redis_timeout_ms = 250;
-    cfg->lease_ms = 3000;
-    cfg->redis_user = NULL;
-    cfg->lease_wait_ms = 100;
-    cfg->retry_ms = 1000;
-    cfg->redis_cluster = NULL;
-    cfg->redis_sentinels = NULL;
-    cfg->redis_master_name = "mymaster";
-    cfg->pg_replica_conninfo = NULL;
-    cfg->pg_timeout_ms = 2000;
-    cfg->empty_ttl_seconds = 60;
-    cfg->pg_replica_max_lag_ms = 1000;
-    cfg->redis_wait_replicas = 0;
-    cfg->redis_wait_timeout_ms = 100;
-    cfg->redis_restart_fence = 1;
-    cfg->author_table = NULL;
-    cfg->author_column = "author";
+    if (cfg)
+        feed__config_defaults(cfg);
 }
 
 const char *feed_strerror(int code)
@@ -84,55 +56,25 @@ const char *feed__script_name(enum feed_script s)
     }
 }
 
-const char *feed__config_check(const feed_config *c)
+/* Each field's own limits come from the table (settings.c), the ones that
+ * tie fields together from here. */
+const char *feed__config_check(const feed_config *c, char *why, size_t len)
 {
-    if (!c->redis_host || !*c->redis_host)
-        return "redis_host is NULL or empty";
-    if (c->redis_port < 1 || c->redis_port > 65535)
-        return "redis_port must be 1..65535";
+    const char *bad;
+
+    if ((bad = feed__config_fields_check(c, why, len)) != NULL)
+        return bad;
     if (c->redis_user && !c->redis_password)
         return "redis_user needs redis_password";
-    if (!c->pg_conninfo)
-        return "pg_conninfo is NULL (use \"\" for libpq defaults)";
-    if (!c->key_prefix || !*c->key_prefix)
-        return "key_prefix is NULL or empty";
-    /* A brace in the prefix would become the Redis Cluster hash tag instead
-     * of the uid, putting every feed on one slot. */
-    if (strpbrk(c->key_prefix, "{}"))
-        return "key_prefix must not contain '{' or '}'";
-    if (!c->table || !*c->table || !c->owner_column || !*c->owner_column ||
-        !c->score_column || !*c->score_column || !c->id_column || !*c->id_column)
-        return "table and column names must be non-empty strings";
-    if (c->max_len == 0 || c->max_len > 10000000)
-        return "max_len must be 1..10000000";
-    if (c->max_page == 0 || c->max_page > 100000)
-        return "max_page must be 1..100000";
-    if (c->redis_timeout_ms == 0)
-        return "redis_timeout_ms must be > 0";
-    if (c->lease_ms == 0)
-        return "lease_ms must be > 0";
-    /* Like redis_timeout_ms: no "wait forever" setting. A stuck server must
-     * cost a caller a bounded wait. */
-    if (c->pg_timeout_ms == 0)
-        return "pg_timeout_ms must be > 0";
-    if (c->pg_replica_conninfo && !*c->pg_replica_conninfo)
-        return "pg_replica_conninfo is empty (NULL for no replica)";
-    if (c->redis_cluster && feed__parse_addrs(c->redis_cluster, NULL, NULL) != FEED_OK)
-        return "redis_cluster must be host:port[,host:port...]";
     if (c->redis_cluster && c->redis_sentinels)
         return "redis_cluster and redis_sentinels are exclusive: set one";
     if (c->redis_sentinels && (!c->redis_master_name || !*c->redis_master_name))
         return "redis_sentinels needs redis_master_name";
-    if (c->redis_sentinels && feed__parse_addrs(c->redis_sentinels, NULL, NULL) != FEED_OK)
-        return "redis_sentinels must be \"host:port[,host:port...]\"";
     if (c->redis_wait_replicas > 0 &&
         (c->redis_wait_timeout_ms == 0 || c->redis_wait_timeout_ms >= c->redis_timeout_ms))
         return "redis_wait_timeout_ms must be 1 .. redis_timeout_ms - 1";
-    if (c->redis_restart_fence != 0 && c->redis_restart_fence != 1)
-        return "redis_restart_fence must be 0 or 1";
-    if (c->author_table && (!*c->author_table || !c->author_column || !*c->author_column))
-        return "author_table and author_column must be non-empty strings (author_table "
-               "NULL: no read-time merge)";
+    if (c->author_table && (!c->author_column || !*c->author_column))
+        return "author_table needs author_column (author_table NULL: no read-time merge)";
     return NULL;
 }
 
@@ -152,22 +94,17 @@ static uint32_t empty_ttl_seconds(const feed_config *c)
  * checked. */
 int feed__core_init(feed_core *c, const feed_config *cfg)
 {
-    const char **fields[] = {
-        &c->cfg.redis_host, &c->cfg.redis_password, &c->cfg.pg_conninfo,
-        &c->cfg.key_prefix, &c->cfg.table, &c->cfg.owner_column,
-        &c->cfg.score_column, &c->cfg.id_column, &c->cfg.redis_user,
-        &c->cfg.redis_cluster, &c->cfg.redis_sentinels, &c->cfg.redis_master_name,
-        &c->cfg.pg_replica_conninfo, &c->cfg.author_table, &c->cfg.author_column,
-    };
+    size_t k = 0;
 
     memset(c, 0, sizeof *c);
     c->cfg = *cfg;
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        if (!*fields[i])
+    for (size_t i = 0; i < feed_config_field_count(); i++) {
+        const char **field = feed__config_string(&c->cfg, i);
+        if (!field || !*field)
             continue;
-        if ((c->owned[i] = strdup(*fields[i])) == NULL)
+        if (k == sizeof c->owned / sizeof c->owned[0] || !(c->owned[k] = strdup(*field)))
             return FEED_ENOMEM;
-        *fields[i] = c->owned[i];
+        *field = c->owned[k++];
     }
     c->key_cap = feed__key_cap(c->cfg.key_prefix);
     c->token_seed = feed__random_seed(c);

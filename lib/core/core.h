@@ -8,6 +8,7 @@
  * or reads the clock: the time comes in as `now`.
  *
  *   config.c    the configuration, the handle's shared state, statistics
+ *   settings.c  feed_config's fields by name: defaults, limits, text
  *   topo.c      where Redis commands go: the nodes, the slot map
  *   setup.c     a node's connection set-up: Sentinel, AUTH, ROLE, scripts,
  *               the restart fence
@@ -159,10 +160,20 @@ int  feed__fence_slot(const feed_topo *t, int i, unsigned slot);
 unsigned char *feed__map_primaries(const feed_topo *t);
 uint64_t feed__map_stamp(const feed_topo *t);
 
-/* config.c */
-const char *feed__config_check(const feed_config *c);
+/* config.c. The config check: NULL when feed_open may use c, else why (a
+ * static text, or why[0..len) filled). */
+const char *feed__config_check(const feed_config *c, char *why, size_t len);
 int  feed__core_init(feed_core *c, const feed_config *cfg);   /* FEED_OK or FEED_ENOMEM */
 void feed__core_free(feed_core *c);
+/* settings.c: the table of feed_config's fields. feed__config_defaults is
+ * feed_config_init's; feed__config_fields_check is each field's own check
+ * (NULL or why, written into why[0..len)); feed__config_set is
+ * feed_config_set's, its message into err (FEED_ERRMSG bytes);
+ * feed__config_string is field i when it is a string (else NULL). */
+void         feed__config_defaults(feed_config *c);
+const char  *feed__config_fields_check(const feed_config *c, char *why, size_t len);
+int          feed__config_set(feed_config *c, const char *name, const char *value, char *err);
+const char **feed__config_string(feed_config *c, size_t i);
 /* The retry rule: a lost connection is tried again only retry_ms after the
  * last attempt, so that an outage cannot turn into a connect storm. */
 int  feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,

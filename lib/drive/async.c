@@ -763,6 +763,7 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
                      void *loop_data)
 {
     const char *bad;
+    char why[128];
     feed_async *a;
 
     open_errmsg[0] = '\0';
@@ -772,7 +773,7 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
         return feed__async_refuse("feed_async_open: out or cfg is NULL");
     }
     *out = NULL;
-    if ((bad = feed__config_check(cfg)) != NULL) {
+    if ((bad = feed__config_check(cfg, why, sizeof why)) != NULL) {
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %s", bad);
         return FEED_EINVAL;
     }
