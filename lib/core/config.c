@@ -134,7 +134,10 @@ int feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
 {
     int64_t since = now - last_attempt_ms;
 
-    if (since < (int64_t)c->cfg.retry_ms)
+    /* 0: never tried, or to be tried at once (feed__retry_left's rule).
+     * The clock counts from boot, so "since 0" would hold a new handle off
+     * whenever retry_ms exceeds the machine's uptime. */
+    if (last_attempt_ms != 0 && since < (int64_t)c->cfg.retry_ms)
         return feed__msg(err, FEED_EUNAVAILABLE, "%s is down; next reconnect in %lld ms",
                          store, (long long)(c->cfg.retry_ms - since));
     return FEED_OK;
