@@ -501,30 +501,48 @@ static int run(sync_state *s)
 
 /* ---------------------------------------------------------------- flags */
 
+/* The program's own flags; each field of feed_config is a flag too, named
+ * and checked by the library (feed_config_field_get, feed_config_set). */
+enum { O_SLOT = 256, O_PUB, O_METRICS, O_STATS, O_HELP, O_CONFIG };
+
+static const struct option own_opts[] = {
+    { "slot", 1, NULL, O_SLOT },                { "publication", 1, NULL, O_PUB },
+    { "metrics-file", 1, NULL, O_METRICS },     { "stats-interval", 1, NULL, O_STATS },
+    { "help", 0, NULL, O_HELP },
+};
+#define N_OWN (sizeof own_opts / sizeof own_opts[0])
+
 static void usage(FILE *out)
 {
     fputs("usage: feedcache-sync [options]\n"
           "Follow PostgreSQL's logical replication slot (plugin pgoutput) and drop the\n"
           "cached copy of every feed a committed transaction changed.\n\n"
-          "  --pg-conninfo STR        libpq connection string (default: libpq defaults, PG* env)\n"
-          "  --slot NAME              logical replication slot (default feedcache), created if missing\n"
-          "  --publication NAME       publication of the table (default feedcache), created if missing\n"
-          "  --metrics-file PATH      write metrics (Prometheus text) there every stats interval,\n"
-          "                           on SIGUSR1 and at exit\n"
-          "  --stats-interval SEC     a log line with the lag every SEC seconds (default 10)\n"
-          "  --redis-host HOST --redis-port N --redis-password P --redis-user U\n"
-          "  --redis-cluster H:P,... --redis-sentinels H:P,... --redis-master-name NAME\n"
-          "  --key-prefix P --table T --owner-column C --score-column C --id-column C\n"
-          "  --max-len N --max-page N --ttl-seconds N --redis-timeout-ms N --lease-ms N\n"
-          "  --lease-wait-ms N --retry-ms N --pg-replica-conninfo STR --pg-timeout-ms N\n"
-          "  --empty-ttl-seconds N --pg-replica-max-lag-ms N --redis-wait-replicas N\n"
-          "  --redis-wait-timeout-ms N --redis-restart-fence 0|1\n"
-          "  --author-table T --author-column C\n"
-          "                           as the feed_config fields of the same names\n"
-          "                           (use the values the application uses; with\n"
-          "                           --author-table the authors' table of read-time\n"
-          "                           merge is followed too)\n"
-          "Exit status: 0 after SIGTERM/SIGINT, 1 fatal error, 2 bad flags.\n", out);
+          "  --slot NAME                logical replication slot (default feedcache), created\n"
+          "                             if missing\n"
+          "  --publication NAME         publication of the table (default feedcache), created\n"
+          "                             if missing\n"
+          "  --metrics-file PATH        write metrics (Prometheus text) there every stats\n"
+          "                             interval, on SIGUSR1 and at exit\n"
+          "  --stats-interval SEC       a log line with the lag every SEC seconds (default 10)\n"
+          "The fields of feed_config (give the values the application uses; with\n"
+          "--author-table the authors' table of read-time merge is followed too):\n", out);
+    for (size_t i = 0; i < feed_config_field_count(); i++) {
+        const feed_config_field *d = feed_config_field_get(i);
+        int num = d->type == FEED_CONFIG_INTEGER;
+        char flag[48], tail[96];
+
+        snprintf(flag, sizeof flag, "%s %s", d->flag, num ? "N" : "STR");
+        if (num)
+            snprintf(tail, sizeof tail, "(%lld..%lld, default %s)", (long long)d->min,
+                     (long long)d->max, d->dflt);
+        else
+            snprintf(tail, sizeof tail, "(default %s%s%s)", d->dflt ? "\"" : "",
+                     d->dflt ? d->dflt : "none", d->dflt ? "\"" : "");
+        fprintf(out, "  --%-24s %s%s%s\n", flag, d->help,
+                29 + strlen(d->help) + strlen(tail) < 80 ? " " : "\n                             ",
+                tail);
+    }
+    fputs("Exit status: 0 after SIGTERM/SIGINT, 1 fatal error, 2 bad flags.\n", out);
 }
 
 static int parse_u32(const char *s, uint32_t *out)
@@ -554,107 +572,52 @@ static int plain_name(const char *s)
     return 1;
 }
 
-enum { O_PGCONN = 256, O_SLOT, O_PUB, O_METRICS, O_STATS, O_RHOST, O_RPORT, O_RPASS,
-       O_RUSER, O_RCLUSTER, O_RSENT, O_RMASTER, O_PREFIX, O_TABLE, O_OWNER, O_SCORE,
-       O_ID, O_MAXLEN, O_MAXPAGE, O_TTL, O_RTIMEOUT, O_LEASE, O_LEASEWAIT, O_RETRY,
-       O_REPLICA, O_PGTIMEOUT, O_EMPTYTTL, O_REPLAG, O_WAITN, O_WAITMS, O_FENCE,
-       O_ATABLE, O_ACOLUMN, O_HELP };
+/* own_opts, one option per field of feed_config, the end; NULL: no memory. */
+static struct option *long_opts(void)
+{
+    size_t n = feed_config_field_count();
+    struct option *o = calloc(N_OWN + n + 1, sizeof *o);
 
-static const struct option long_opts[] = {
-    { "pg-conninfo", 1, NULL, O_PGCONN },       { "slot", 1, NULL, O_SLOT },
-    { "publication", 1, NULL, O_PUB },          { "metrics-file", 1, NULL, O_METRICS },
-    { "stats-interval", 1, NULL, O_STATS },     { "redis-host", 1, NULL, O_RHOST },
-    { "redis-port", 1, NULL, O_RPORT },         { "redis-password", 1, NULL, O_RPASS },
-    { "redis-user", 1, NULL, O_RUSER },         { "redis-cluster", 1, NULL, O_RCLUSTER },
-    { "redis-sentinels", 1, NULL, O_RSENT },    { "redis-master-name", 1, NULL, O_RMASTER },
-    { "key-prefix", 1, NULL, O_PREFIX },        { "table", 1, NULL, O_TABLE },
-    { "owner-column", 1, NULL, O_OWNER },       { "score-column", 1, NULL, O_SCORE },
-    { "id-column", 1, NULL, O_ID },             { "max-len", 1, NULL, O_MAXLEN },
-    { "max-page", 1, NULL, O_MAXPAGE },         { "ttl-seconds", 1, NULL, O_TTL },
-    { "redis-timeout-ms", 1, NULL, O_RTIMEOUT }, { "lease-ms", 1, NULL, O_LEASE },
-    { "lease-wait-ms", 1, NULL, O_LEASEWAIT },  { "retry-ms", 1, NULL, O_RETRY },
-    { "pg-replica-conninfo", 1, NULL, O_REPLICA }, { "pg-timeout-ms", 1, NULL, O_PGTIMEOUT },
-    { "empty-ttl-seconds", 1, NULL, O_EMPTYTTL }, { "pg-replica-max-lag-ms", 1, NULL, O_REPLAG },
-    { "redis-wait-replicas", 1, NULL, O_WAITN }, { "redis-wait-timeout-ms", 1, NULL, O_WAITMS },
-    { "redis-restart-fence", 1, NULL, O_FENCE }, { "author-table", 1, NULL, O_ATABLE },
-    { "author-column", 1, NULL, O_ACOLUMN },
-    { "help", 0, NULL, O_HELP },                { NULL, 0, NULL, 0 },
-};
+    if (!o)
+        return NULL;
+    memcpy(o, own_opts, sizeof own_opts);
+    for (size_t i = 0; i < n; i++)
+        o[N_OWN + i] = (struct option){ feed_config_field_get(i)->flag, 1, NULL, O_CONFIG };
+    return o;
+}
 
 /* Returns 0, 1 (--help: exit 0) or -1 (exit 2). */
-static int parse_flags(int argc, char **argv, options *o)
+static int parse_flags(int argc, char **argv, options *o, const struct option *opts)
 {
-    feed_config *c = &o->cfg;
-    uint32_t port = 0, fence = 0;
-    int ch;
+    int ch, idx;
 
-    feed_config_init(c);
+    feed_config_init(&o->cfg);
     o->slot = o->publication = "feedcache";
     o->stats_interval_s = 10;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
-        uint32_t *num = NULL;
-        const char **str = NULL;
+    while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         switch (ch) {
-        case O_HELP:      usage(stdout); return 1;
-        case O_PGCONN:    str = &c->pg_conninfo; break;
-        case O_SLOT:      str = &o->slot; break;
-        case O_PUB:       str = &o->publication; break;
-        case O_METRICS:   str = &o->metrics_file; break;
-        case O_STATS:     num = &o->stats_interval_s; break;
-        case O_RHOST:     str = &c->redis_host; break;
-        case O_RPORT:     num = &port; break;
-        case O_RPASS:     str = &c->redis_password; break;
-        case O_RUSER:     str = &c->redis_user; break;
-        case O_RCLUSTER:  str = &c->redis_cluster; break;
-        case O_RSENT:     str = &c->redis_sentinels; break;
-        case O_RMASTER:   str = &c->redis_master_name; break;
-        case O_PREFIX:    str = &c->key_prefix; break;
-        case O_TABLE:     str = &c->table; break;
-        case O_OWNER:     str = &c->owner_column; break;
-        case O_SCORE:     str = &c->score_column; break;
-        case O_ID:        str = &c->id_column; break;
-        case O_MAXLEN:    num = &c->max_len; break;
-        case O_MAXPAGE:   num = &c->max_page; break;
-        case O_TTL:       num = &c->ttl_seconds; break;
-        case O_RTIMEOUT:  num = &c->redis_timeout_ms; break;
-        case O_LEASE:     num = &c->lease_ms; break;
-        case O_LEASEWAIT: num = &c->lease_wait_ms; break;
-        case O_RETRY:     num = &c->retry_ms; break;
-        case O_REPLICA:   str = &c->pg_replica_conninfo; break;
-        case O_PGTIMEOUT: num = &c->pg_timeout_ms; break;
-        case O_EMPTYTTL:  num = &c->empty_ttl_seconds; break;
-        case O_REPLAG:    num = &c->pg_replica_max_lag_ms; break;
-        case O_WAITN:     num = &c->redis_wait_replicas; break;
-        case O_WAITMS:    num = &c->redis_wait_timeout_ms; break;
-        case O_FENCE:     num = &fence; break;
-        case O_ATABLE:    str = &c->author_table; break;
-        case O_ACOLUMN:   str = &c->author_column; break;
+        case O_HELP:    usage(stdout); return 1;
+        case O_SLOT:    o->slot = optarg; break;
+        case O_PUB:     o->publication = optarg; break;
+        case O_METRICS: o->metrics_file = optarg; break;
+        case O_STATS:
+            if (parse_u32(optarg, &o->stats_interval_s) != 0) {
+                fprintf(stderr, "feedcache-sync: --stats-interval wants a number, not \"%s\"\n",
+                        optarg);
+                return -1;
+            }
+            break;
+        case O_CONFIG:  /* the message starts with the name given: the flag's */
+            if (feed_config_set(&o->cfg, opts[idx].name, optarg) != FEED_OK) {
+                fprintf(stderr, "feedcache-sync: --%s\n", feed_errmsg(NULL));
+                return -1;
+            }
+            break;
         default:
             fprintf(stderr, "feedcache-sync: unknown flag or missing value: %s\n",
                     argv[optind - 1]);
             return -1;
-        }
-        if (str)
-            *str = optarg;
-        else if (parse_u32(optarg, num) != 0) {
-            fprintf(stderr, "feedcache-sync: %s wants a number, not \"%s\"\n",
-                    argv[optind - 1], optarg);
-            return -1;
-        }
-        if (ch == O_RPORT) {
-            if (port < 1 || port > 65535) {
-                fprintf(stderr, "feedcache-sync: --redis-port must be 1..65535\n");
-                return -1;
-            }
-            c->redis_port = (int)port;
-        }
-        if (ch == O_FENCE) {
-            if (fence > 1) {
-                fprintf(stderr, "feedcache-sync: --redis-restart-fence takes 0 or 1\n");
-                return -1;
-            }
-            c->redis_restart_fence = (int)fence;
         }
     }
     if (optind < argc) {
@@ -676,10 +639,17 @@ int main(int argc, char **argv)
 {
     static sync_state s;
     options opt;
+    struct option *opts;
     struct sigaction sa;
     int rc;
 
-    if ((rc = parse_flags(argc, argv, &opt)) != 0)
+    if (!(opts = long_opts())) {
+        fprintf(stderr, "feedcache-sync: out of memory\n");
+        return 1;
+    }
+    rc = parse_flags(argc, argv, &opt, opts);
+    free(opts);   /* optarg points into argv, not into opts */
+    if (rc != 0)
         return rc > 0 ? 0 : 2;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
