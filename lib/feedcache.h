@@ -795,6 +795,12 @@ FEED_API int feed_async_author_on_insert(feed_async *a, int64_t author, int64_t 
                                          int64_t id, feed_async_done_cb *cb, void *arg);
 FEED_API int feed_async_author_on_delete(feed_async *a, int64_t author, int64_t id,
                                          feed_async_done_cb *cb, void *arg);
+/* feed_async_invalidate for an author's copy (feed_author_invalidate_many
+ * of one author, on the loop): drop the copy and lease of author's posts,
+ * as after a failed author hook. Same guarantees; FEED_EINVAL at once when
+ * author_table is not configured. */
+FEED_API int feed_async_author_invalidate(feed_async *a, int64_t author,
+                                          feed_async_done_cb *cb, void *arg);
 
 /* Close the handle: every request still pending gets its callback with
  * FEED_ECANCELED before close returns, and no callback comes after it; the
