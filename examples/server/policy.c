@@ -72,7 +72,11 @@ size_t policy_drop(feed *f, const int64_t *uids, size_t n)
 
 size_t policy_drop_authors(feed *f, const int64_t *authors, size_t n)
 {
-    return f && feed_author_invalidate_many(f, authors, n) == FEED_OK ? n : 0;
+    size_t done = 0;
+
+    while (f && done < n && feed_author_invalidate(f, authors[done]) == FEED_OK)
+        done++;
+    return done;
 }
 
 /* ---- feed_config from flags ---- */

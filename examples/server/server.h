@@ -265,8 +265,8 @@ struct backend_ops {
                              hook_done *done);
     void (*author_on_delete)(void *be, request *rq, int64_t author, int64_t id,
                              hook_done *done);
-    /* After a failed author hook: drop those authors' copies (all or none
-     * counted: dropped is n or 0). */
+    /* After a failed author hook: drop those authors' copies
+     * (feed_author_invalidate each, as drop does). */
     void (*author_drop)(void *be, request *rq, const int64_t *authors, size_t n,
                         drop_done *done);
     /* BEGIN; sql with params; COMMIT, on the worker's write connection.

@@ -11,7 +11,7 @@
  * it. If Redis could not be reached, the library remembers the feed and the
  * first handle to reach Redis again drops that copy (feedcache.h, "Write
  * hooks"). If Redis answered and refused, this server drops the copy itself
- * (policy_drop: feed_invalidate, or feed_author_invalidate_many for an
+ * (policy_drop: feed_invalidate, or feed_author_invalidate for an
  * author's copy), at once; when that is refused too, the
  * answer says "repair-pending" and the library keeps the feed on its repair
  * list. Either way the answer's "cache" field says which: "ok",
