@@ -105,14 +105,19 @@ else
     fail "the page scrolled to the end of the feed" "body: $body"
 fi
 ids() { grep -o 'data-id="[0-9]*"' "$1" | sed 's/data-id="\(.*\)"/\1/'; }
-want=$(sql "SELECT id FROM feed_entry WHERE uid = $U_LONG ORDER BY score DESC, id DESC")
-got=$(ids "$TMP/dom.html")
-if [[ $got == "$want" ]]; then
-    pass "the ids it shows are the feed in SQL, in order ($(wc -l <<<"$got") items)"
-else
-    fail "the ids it shows are the feed in SQL, in order" \
-        "$(diff <(echo "$want") <(echo "$got") | head -n 6 | tr '\n' '|')"
-fi
+# ids_are FILE QUERY NAME: the ids the DOM in FILE shows are QUERY's, in order.
+ids_are() {
+    local want got
+    want=$(sql "$2")
+    got=$(ids "$1")
+    if [[ $got == "$want" ]]; then
+        pass "$3 ($(wc -l <<<"$got") items)"
+    else
+        fail "$3" "$(diff <(echo "$want") <(echo "$got") | head -n 6 | tr '\n' '|')"
+    fi
+}
+ids_are "$TMP/dom.html" "SELECT id FROM feed_entry WHERE uid = $U_LONG ORDER BY score DESC, id DESC" \
+    "the ids it shows are the feed in SQL, in order"
 scores=$(grep -o 'data-score="[-0-9]*"' "$TMP/dom.html" | sed 's/data-score="\(.*\)"/\1/')
 is "$scores" "$(sql "SELECT score FROM feed_entry WHERE uid = $U_LONG ORDER BY score DESC, id DESC")" \
     "  with their scores"
@@ -135,16 +140,11 @@ like "$(grep -o '<a id="v-feed"[^>]*>' "$TMP/dom.html")" 'class="on"' "  the fee
 
 # ---------------------------------------------------------------- a timeline
 chrome "$BASE/?uid=$U_TL&limit=10&view=timeline&autoscroll=1" --dump-dom >"$TMP/tl.html"
-want=$(sql "SELECT id FROM (SELECT score, id FROM feed_entry WHERE uid = $U_TL
+ids_are "$TMP/tl.html" "SELECT id FROM (SELECT score, id FROM feed_entry WHERE uid = $U_TL
               UNION SELECT score, id FROM author_post WHERE author IN ($A_MANY, $A_FEW)) t
-            ORDER BY score DESC, id DESC")
+            ORDER BY score DESC, id DESC" \
+    "?view=timeline: the ids shown are SQL's UNION of the feed and the authors' posts, in order"
 got=$(ids "$TMP/tl.html")
-if [[ $got == "$want" ]]; then
-    pass "?view=timeline: the ids shown are SQL's UNION of the feed and the authors' posts, in order ($(wc -l <<<"$got") items)"
-else
-    fail "?view=timeline: the ids shown are SQL's UNION, in order" \
-        "$(diff <(echo "$want") <(echo "$got") | head -n 6 | tr '\n' '|')"
-fi
 is "$(grep -o 'data-score="[-0-9]*"' "$TMP/tl.html" | sed 's/data-score="\(.*\)"/\1/')" \
     "$(sql "SELECT score FROM (SELECT score, id FROM feed_entry WHERE uid = $U_TL
               UNION SELECT score, id FROM author_post WHERE author IN ($A_MANY, $A_FEW)) t
