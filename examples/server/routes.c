@@ -23,11 +23,13 @@ const char *const route_names[R_COUNT] = {
     "/authors/{author}/posts/{id}", "/items/{id}/fanout", "/metrics", "/healthz", "unknown"
 };
 
-#define READ  "GET, HEAD, OPTIONS"
+#define READ_METHODS "GET, HEAD, OPTIONS"
 /* The methods of each route; OPTIONS is always allowed (CORS preflight). */
 static const char *const route_allow[R_COUNT] = {
-    READ, READ, READ, READ, "POST, PUT, OPTIONS", "PUT, DELETE, OPTIONS",
-    "POST, PUT, OPTIONS", "PUT, DELETE, OPTIONS", "POST, OPTIONS", READ, READ, NULL
+    READ_METHODS, READ_METHODS, READ_METHODS, READ_METHODS,  /* page, feed, newer, timeline */
+    "POST, PUT, OPTIONS", "PUT, DELETE, OPTIONS",            /* a feed's items */
+    "POST, PUT, OPTIONS", "PUT, DELETE, OPTIONS",            /* an author's posts */
+    "POST, OPTIONS", READ_METHODS, READ_METHODS, NULL        /* fanout, metrics, healthz */
 };
 
 /* Split "/a/b/c" into segments; an empty segment (a double or trailing
