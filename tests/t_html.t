@@ -6,7 +6,7 @@
 # the counters panel filled from /metrics; then the same for a timeline
 # (?view=timeline: the feed merged with the authors of --merge-authors),
 # checked against SQL's UNION. Screenshots are saved to
-# $BUILD/artifacts/feed.png and feed_timeline.png.
+# $BUILD/artifacts/feed.png and $BUILD/artifacts/feed_timeline.png.
 #
 # Needs: chromium (tools/deps.sh), curl, psql, redis-cli, $BUILD/examples/feed_server.
 # FEED_HTTP_SERVER names another server of the same page and API to check
