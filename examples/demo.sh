@@ -2,8 +2,10 @@
 # examples/demo.sh -- the example feed service with sample data, for `make demo`.
 #
 #   examples/demo.sh start   start (or reuse) Redis + PostgreSQL in .demo/, load
-#                            examples/sample_data.sql once, (re)start
-#                            feed_server and feedcache-sync, walk through it;
+#                            examples/sample_data.sql and (with sql/authors.sql)
+#                            examples/sample_authors.sql once, (re)start
+#                            feed_server (timelines merging authors 2001, 2002,
+#                            2003) and feedcache-sync, walk through it;
 #                            then, on a terminal, keep the service up until
 #                            Enter or Ctrl-C; then stop everything it started
 #   examples/demo.sh stop    stop feed_server, feedcache-sync and both servers
@@ -89,8 +91,15 @@ stop_sync() {
 }
 start_sync() {
     stop_sync
+    # It follows the authors' table too; a publication made by an earlier
+    # demo, before there was one, gets it (feedcache-sync refuses otherwise).
+    psql -XAtq -c "DO \$\$ BEGIN
+        IF EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'feedcache') AND NOT EXISTS
+           (SELECT 1 FROM pg_publication_tables WHERE pubname = 'feedcache' AND tablename = 'author_post')
+        THEN ALTER PUBLICATION feedcache ADD TABLE author_post; END IF; END \$\$"
     setsid "$SYNC" --pg-conninfo "$FEED_PG_CONNINFO" --redis-host "$FEED_REDIS_HOST" \
-        --redis-port "$FEED_REDIS_PORT" </dev/null >/dev/null 2>>"$DIR/feedcache-sync.log" &
+        --redis-port "$FEED_REDIS_PORT" --author-table author_post \
+        </dev/null >/dev/null 2>>"$DIR/feedcache-sync.log" &
     echo $! >"$SYNC_PIDFILE"
     for ((i = 0; i < 300; i++)); do   # its first run drops every copy once (a new slot)
         grep -q "following slot" "$DIR/feedcache-sync.log" 2>/dev/null && return 0
@@ -157,6 +166,16 @@ else
     redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" flushdb >/dev/null
     echo "demo: loaded $(loaded) rows"
 fi
+# The authors' posts (read-time merge): the table, then the sample once.
+PGOPTIONS='-c client_min_messages=warning' psql -Xq -f sql/authors.sql
+if [[ $(psql -XAtqc "SELECT to_regclass('feedcache_demo_authors') IS NOT NULL") == t ]]; then
+    echo "demo: sample authors already loaded ($(psql -XAtqc 'SELECT rows FROM feedcache_demo_authors') posts)"
+else
+    echo "demo: loading examples/sample_authors.sql (authors 2001, 2002, 2003)..."
+    psql -Xq -f examples/sample_authors.sql
+    redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" flushdb >/dev/null
+    echo "demo: loaded $(psql -XAtqc 'SELECT rows FROM feedcache_demo_authors') posts"
+fi
 
 # ---------------------------------------------------------------- service
 stop_server   # a second `make demo` restarts it with the binary just built
@@ -168,7 +187,9 @@ if [[ -z $port ]]; then
 fi
 : >"$DIR/feed_server.out"
 # setsid: the service outlives this script and ignores the terminal's ^C.
-setsid "$SERVER" --port "$port" </dev/null >"$DIR/feed_server.out" 2>>"$DIR/feed_server.log" &
+MERGED=2001,2002,2003
+setsid "$SERVER" --port "$port" --author-table author_post --merge-authors "$MERGED" </dev/null \
+    >"$DIR/feed_server.out" 2>>"$DIR/feed_server.log" &
 echo $! >"$PIDFILE"
 for ((i = 0; i < 300; i++)); do
     port=$(sed -n 's/^listening on \([0-9][0-9]*\)$/\1/p' "$DIR/feed_server.out")
@@ -207,9 +228,12 @@ cat <<EOF
  feedcache demo: $NAME at $URL   (pid $(server_pid), log $DIR/feed_server.log)
  The server: $KIND.
  In a browser: $URL/?uid=1   (user 1's feed, infinite scroll, live counters)
+               $URL/?uid=1&view=timeline   (the same merged with authors $MERGED)
  Data: 1,000 users. User 1 has 100,000 items (ids are snowflakes above 2^53,
  8 items a minute share a score); users 900..999 have none. Each feed keeps its
- newest 1,000 items in one Redis sorted set in front of PostgreSQL.
+ newest 1,000 items in one Redis sorted set in front of PostgreSQL. Authors
+ 2001, 2002, 2003 have too many followers to fan out to: their 6,708 posts sit
+ in author_post, merged into every timeline when it is read.
 ================================================================================
 EOF
 
@@ -239,18 +263,38 @@ step "6. Delete it (the row, then feed_on_delete); page 1 is as before."
 show "curl -s -X DELETE '$URL/users/1/items/$id'"
 show "curl -s '$URL/users/1/feed?limit=3'"
 
-step "7. A user with no items: an empty page. It is cached too (an end marker):" \
+redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" del 'feed:2:{1000}' 'feed:2:a:{2001}' \
+    'feed:2:a:{2002}' 'feed:2:a:{2003}' >/dev/null   # cold copies for step 7
+step "7. A timeline: user 1000's feed merged, at read time, with the posts of the" \
+     "   high-follower authors $MERGED (--merge-authors; they are never fanned out)." \
+     "   Exactly SQL's UNION of feed_entry and author_post, newest first, each (score, id)" \
+     "   once; one feed_page_merged reads every cached copy in one Redis round trip." \
+     "   Here: user 1000's one item (1000001), then posts of 2002, 2001, 2003 seconds apart."
+show "curl -s '$URL/users/1000/timeline?limit=5'"
+show "C=\$(curl -s '$URL/users/1000/timeline?limit=5' | $cursor_of); curl -s \"$URL/users/1000/timeline?limit=5&cursor=\$C\""
+
+now=$(date +%s%3N)
+id=$((((now - 1288834974657) << 22) | 12))
+step "8. Author 2002 posts: the row goes into author_post, then feed_author_on_insert" \
+     "   updates the author's one cached copy, and every timeline that merges 2002 has it" \
+     "   at once, user 1000's and user 1's alike (no write per follower). Then it is" \
+     "   deleted (feed_author_on_delete)."
+show "curl -s -X POST '$URL/authors/2002/posts' -d '{\"id\":\"$id\",\"score\":$now}'"
+show "curl -s '$URL/users/1000/timeline?limit=2'; echo; curl -s '$URL/users/1/timeline?limit=2'"
+show "curl -s -X DELETE '$URL/authors/2002/posts/$id'; echo; curl -s '$URL/users/1000/timeline?limit=2'"
+
+step "9. A user with no items: an empty page. It is cached too (an end marker):" \
      "   asked again, it comes from the cache."
 show "curl -s '$URL/users/950/feed'"
 show "curl -s '$URL/users/950/feed'"
 
-step "8. Bad input gets a 4xx with a JSON message."
+step "10. Bad input gets a 4xx with a JSON message."
 show "curl -s -w ' HTTP %{http_code}\\n' '$URL/users/1/feed?limit=0'"
 
-step "9. What the library did, summed over the workers' handles (Prometheus text)."
+step "11. What the library did, summed over the workers' handles (Prometheus text)."
 show "curl -s '$URL/metrics' | grep -E '^feedcache_(pages|cache_pages|db_pages|rebuilds|sql_queries|redis_calls)_total'"
 
-step "10. Health: whether Redis and PostgreSQL answer."
+step "12. Health: whether Redis and PostgreSQL answer."
 show "curl -s '$URL/healthz'"
 
 if sync_pid >/dev/null; then
@@ -258,7 +302,7 @@ if sync_pid >/dev/null; then
     id=$(((now - 1288834974657) << 22))
     key="feed:2:{2}"
     rcli="redis-cli -h $FEED_REDIS_HOST -p $FEED_REDIS_PORT"
-    step "11. A write made with psql alone, no hook: feedcache-sync (pid $(sync_pid)) reads it from" \
+    step "13. A write made with psql alone, no hook: feedcache-sync (pid $(sync_pid)) reads it from" \
          "   PostgreSQL's log and drops user 2's cached copy (its key in Redis goes away);" \
          "   the next page rebuilds the copy with the new row, and the cache serves it."
     curl -s "$URL/users/2/feed?limit=2" >/dev/null   # cached before the write
@@ -283,6 +327,7 @@ cat <<EOF
  $NAME, feedcache-sync, Redis and PostgreSQL are up. Open the feed page:
    $URL/?uid=1    user 1's feed: scroll for more; each page is marked
                                   cache / rebuild / db, counters live on the right
+   $URL/?uid=1&view=timeline   user 1's timeline (the feed/timeline switch is at the top)
  Also try:
    curl -s -X PUT    $URL/users/1/items/ID -d '{"score":123}'     new score
    curl -s -X POST   $URL/items/42/fanout -d '{"score":1,"uids":[2,3,4]}'

@@ -535,6 +535,13 @@ FEED_API int feed_author_on_delete(feed *f, int64_t author, int64_t id);
  * configured. */
 FEED_API int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n);
 FEED_API int feed_author_invalidate_all(feed *f, uint64_t *dropped);
+
+/* feed_invalidate for one author's copy: drop the copy and lease of
+ * author's posts, with the same plain DEL (which an ACL that refuses the
+ * library's scripts, and so a hook, may still allow: what to call after an
+ * author hook failed). Errors: FEED_EINVAL (f NULL, author_table not
+ * configured), FEED_EREDIS. */
+FEED_API int feed_author_invalidate(feed *f, int64_t author);
 /* ---- end read-time merge ---- */
 
 /* ------------------------------------------------------------------------
@@ -854,6 +861,9 @@ FEED_API int feed_async_author_on_insert(feed_async *a, int64_t author, int64_t 
                                          int64_t id, feed_async_done_cb *cb, void *arg);
 FEED_API int feed_async_author_on_delete(feed_async *a, int64_t author, int64_t id,
                                          feed_async_done_cb *cb, void *arg);
+/* feed_author_invalidate on the loop. */
+FEED_API int feed_async_author_invalidate(feed_async *a, int64_t author,
+                                          feed_async_done_cb *cb, void *arg);
 
 /* Close the handle: every request still pending gets its callback with
  * FEED_ECANCELED before close returns, and no callback comes after it; the

@@ -319,6 +319,14 @@ int tu_feed_invalidate(feed *f, int64_t uid)
     return run(&c, feed_async_invalidate(t->a, uid, on_done, &c));
 }
 
+int tu_feed_author_invalidate(feed *f, int64_t author)
+{
+    BEGIN(f);
+    if (!t)
+        return feed_author_invalidate(f, author);
+    return run(&c, feed_async_author_invalidate(t->a, author, on_done, &c));
+}
+
 /* The blocking handle's calls, noted as the last. */
 static void blocking_call(feed *f)
 {

@@ -3,7 +3,8 @@
  * With FEED_TEST_ASYNC=libevent (or libuv) in the environment, every
  * feed_page, feed_page_ranked, feed_page_newer, feed_page_merged,
  * feed_on_insert, feed_on_delete, feed_author_on_insert,
- * feed_author_on_delete, feed_fanout and feed_invalidate a test makes runs as its
+ * feed_author_on_delete, feed_author_invalidate, feed_fanout and feed_invalidate a
+ * test makes runs as its
  * feed_async_* twin on an async handle of its own loop, opened beside the
  * test's blocking handle with the same config: the call starts the request
  * and runs the loop until its callback came, so the test's assertions hold
@@ -38,6 +39,7 @@ int  tu_feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id);
 int  tu_feed_on_delete(feed *f, int64_t uid, int64_t id);
 int  tu_feed_author_on_insert(feed *f, int64_t author, int64_t score, int64_t id);
 int  tu_feed_author_on_delete(feed *f, int64_t author, int64_t id);
+int  tu_feed_author_invalidate(feed *f, int64_t author);
 int  tu_feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n);
 int  tu_feed_author_invalidate_all(feed *f, uint64_t *dropped);
 int  tu_feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id);
@@ -60,6 +62,7 @@ uint32_t tu_feed_retry_after_ms(const feed *f);
 #define feed_on_insert(f, u, s, i)   tu_feed_on_insert(f, u, s, i)
 #define feed_author_on_insert(f, a, s, i) tu_feed_author_on_insert(f, a, s, i)
 #define feed_author_on_delete(f, a, i) tu_feed_author_on_delete(f, a, i)
+#define feed_author_invalidate(f, a) tu_feed_author_invalidate(f, a)
 #define feed_author_invalidate_many(f, as, n) tu_feed_author_invalidate_many(f, as, n)
 #define feed_author_invalidate_all(f, d) tu_feed_author_invalidate_all(f, d)
 #define feed_on_delete(f, u, i)      tu_feed_on_delete(f, u, i)

@@ -260,6 +260,66 @@ static size_t sql_union(int64_t uid, const int64_t *authors, size_t n, feed_item
     return rows;
 }
 
+static int exists(const char *key)
+{
+    redisReply *rep = redisCommand(r, "EXISTS %s", key);
+    int n = rep && rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;
+
+    freeReplyObject(rep);
+    return n;
+}
+
+static void on_dropped(feed_async *a, int rc, void *arg)
+{
+    (void)a;
+    *(int *)arg = rc;
+}
+
+static int walk_union_ok(const walk *w)
+{
+    feed_item *all;
+    size_t n = sql_union(w->uid, w->authors, w->nauthors, &all);
+    int good = n == w->n && (n == 0 || memcmp(all, w->items, n * sizeof *all) == 0);
+
+    free(all);
+    return good;
+}
+
+/* feed_async_author_invalidate drops that author's warm copy, not another
+ * author's nor a reader's feed; the next merged page rebuilds it. */
+static void author_dropped(loop *l)
+{
+    int rc = 1, in_start;
+    walk w = { 0 };
+
+    ok(exists("feed:2:a:{3101}") == 1 && exists("feed:2:a:{3102}") == 1 &&
+       exists("feed:2:{3000}") == 1, "after the walks, authors' and readers' copies are cached");
+    is_int(feed_async_author_invalidate(l->a, 3101, on_dropped, &rc), FEED_OK,
+           "feed_async_author_invalidate: started");
+    in_start = rc != 1;
+    while (rc == 1)
+        loop_once(l);
+    is_int(rc, FEED_OK, "  its callback says FEED_OK");
+    is_int(in_start, 0, "  and did not come from inside the call");
+    ok(exists("feed:2:a:{3101}") == 0, "  the author's copy is gone");
+    ok(exists("feed:2:a:{3102}") == 1 && exists("feed:2:{3000}") == 1,
+       "  another author's copy and the reader's feed stay");
+    w.l = l;
+    w.uid = 3000;
+    w.limit = 5;
+    w.score = FEED_FIRST;
+    w.authors = (int64_t[]){ 3101 };
+    w.nauthors = 1;
+    walks_left = 1;
+    next_page(&w);
+    while (walks_left > 0)
+        loop_once(l);
+    ok(w.rc == FEED_OK && walk_union_ok(&w) && w.sources[FEED_SOURCE_REBUILD] > 0,
+       "  a merged walk afterwards rebuilds the copy and equals SQL's UNION");
+    ok(exists("feed:2:a:{3101}") == 1, "  the copy is back");
+    free(w.items);
+}
+
 /* 60 walks of merged timelines at once on one handle (10 readers, each
  * with 5 of 20 authors; copies cold, then warm): every walk equals SQL's
  * UNION, though each page's authors came from an array scribbled over
@@ -325,6 +385,7 @@ static void merged_walks(void)
     for (int i = 0; i < 60; i++)
         free(w[i].items);
     free(w);
+    author_dropped(&l);
     loop_close(&l);
 }
 
@@ -545,6 +606,8 @@ static void bad_arguments(void)
            "  an author hook too");
     is_int(feed_async_author_on_delete(l.a, 1, 1, stray_done, NULL), FEED_EINVAL,
            "  and the other");
+    is_int(feed_async_author_invalidate(l.a, 1, stray_done, NULL), FEED_EINVAL,
+           "  dropping an author's copy too (%s)", feed_async_errmsg(l.a));
     for (int i = 0; i < 20; i++)
         event_base_loop(l.base, EVLOOP_NONBLOCK);
     is_int(stray_callbacks, 0, "  none of them got a callback");

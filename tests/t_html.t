@@ -3,8 +3,10 @@
 # headless Chromium loads it, scrolls to the end of a feed (?autoscroll=1
 # makes the page load every page itself), and the DOM it dumps is checked
 # against SQL: every id, in order, each page marked with where it came from,
-# the counters panel filled from /metrics. A screenshot is saved to
-# $BUILD/artifacts/feed.png.
+# the counters panel filled from /metrics; then the same for a timeline
+# (?view=timeline: the feed merged with the authors of --merge-authors),
+# checked against SQL's UNION. Screenshots are saved to
+# $BUILD/artifacts/feed.png and $BUILD/artifacts/feed_timeline.png.
 #
 # Needs: chromium (tools/deps.sh), curl, psql, redis-cli, $BUILD/examples/feed_server.
 # FEED_HTTP_SERVER names another server of the same page and API to check
@@ -51,14 +53,27 @@ chrome() {
 
 U_LONG=7100001     # 137 rows with ties, past max_len
 U_BIG=7100002      # ids above 2^53
+U_TL=7100003       # a timeline: 40 rows, merged with
+A_MANY=7100011     #   60 posts tied with them (9 also in U_TL's feed)
+A_FEW=7100012      #   and 5 posts above them
 sql "DELETE FROM feed_entry WHERE uid BETWEEN 7100000 AND 7199999;
+     DELETE FROM author_post WHERE author BETWEEN 7100000 AND 7199999;
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_TL, 1700000000000 + (g / 2) * 60000, 7110000 + g FROM generate_series(1, 40) g;
+     INSERT INTO author_post (author, score, id)
+     SELECT $A_MANY, 1700000000000 + (g / 3) * 60000, 7120000 + g FROM generate_series(1, 60) g;
+     INSERT INTO author_post (author, score, id)
+     SELECT $A_FEW, 1800000000000 + g, 7130000 + g FROM generate_series(1, 5) g;
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_TL, score, id FROM author_post WHERE author = $A_MANY AND id % 7 = 0;
      INSERT INTO feed_entry (uid, score, id)
      SELECT $U_LONG, 1700000000000 + (g / 3) * 60000, (g::bigint * 2654435761) % 4294967296
        FROM generate_series(1, 137) g;
      INSERT INTO feed_entry (uid, score, id)
      SELECT $U_BIG, 1700000000000 + g, 9007199254740993 + g * 1000003 FROM generate_series(1, 12) g" ||
     bail "loading test data failed"
-rcli del "feed:2:{$U_LONG}" "feed:2:{$U_LONG}:lease" "feed:2:{$U_BIG}" >/dev/null
+rcli del "feed:2:{$U_LONG}" "feed:2:{$U_LONG}:lease" "feed:2:{$U_BIG}" "feed:2:{$U_TL}" >/dev/null
+rcli del "feed:2:a:{$A_MANY}" "feed:2:a:{$A_FEW}" >/dev/null
 
 # The sources the page must show (rebuild, cache, then db) are what the
 # service answers when Redis replies within redis_timeout_ms; the default
@@ -68,6 +83,7 @@ rcli del "feed:2:{$U_LONG}" "feed:2:{$U_LONG}:lease" "feed:2:{$U_BIG}" >/dev/nul
 # Redis, so give it a bound that only a broken server misses.
 : >"$TMP/out"
 "$SERVER" --port 0 --max-len 25 --max-page 50 --threads 2 --redis-timeout 10000 --quiet \
+    --author-table author_post --merge-authors "$A_MANY,$A_FEW" \
     >"$TMP/out" 2>"$TMP/log" &
 SPID=$!
 for ((i = 0; i < 300; i++)); do
@@ -89,14 +105,19 @@ else
     fail "the page scrolled to the end of the feed" "body: $body"
 fi
 ids() { grep -o 'data-id="[0-9]*"' "$1" | sed 's/data-id="\(.*\)"/\1/'; }
-want=$(sql "SELECT id FROM feed_entry WHERE uid = $U_LONG ORDER BY score DESC, id DESC")
-got=$(ids "$TMP/dom.html")
-if [[ $got == "$want" ]]; then
-    pass "the ids it shows are the feed in SQL, in order ($(wc -l <<<"$got") items)"
-else
-    fail "the ids it shows are the feed in SQL, in order" \
-        "$(diff <(echo "$want") <(echo "$got") | head -n 6 | tr '\n' '|')"
-fi
+# ids_are FILE QUERY NAME: the ids the DOM in FILE shows are QUERY's, in order.
+ids_are() {
+    local want got
+    want=$(sql "$2")
+    got=$(ids "$1")
+    if [[ $got == "$want" ]]; then
+        pass "$3 ($(wc -l <<<"$got") items)"
+    else
+        fail "$3" "$(diff <(echo "$want") <(echo "$got") | head -n 6 | tr '\n' '|')"
+    fi
+}
+ids_are "$TMP/dom.html" "SELECT id FROM feed_entry WHERE uid = $U_LONG ORDER BY score DESC, id DESC" \
+    "the ids it shows are the feed in SQL, in order"
 scores=$(grep -o 'data-score="[-0-9]*"' "$TMP/dom.html" | sed 's/data-score="\(.*\)"/\1/')
 is "$scores" "$(sql "SELECT score FROM feed_entry WHERE uid = $U_LONG ORDER BY score DESC, id DESC")" \
     "  with their scores"
@@ -112,6 +133,31 @@ panel=$(grep -o 'data-counter="[a-z_ ]*"' "$TMP/dom.html" | sed 's/data-counter=
 missing=
 for k in $fields; do grep -qx "$k" <<<"$panel" || missing+="$k "; done
 is "$missing" "" "the counters panel lists every feed_stats counter (from /metrics)"
+
+like "$(grep -o '<a id="v-timeline"[^>]*>' "$TMP/dom.html")" "href=\"/\\?uid=$U_LONG&amp;limit=10&amp;view=timeline\"" \
+    "a visible switch to the timeline of the same user, page size kept"
+like "$(grep -o '<a id="v-feed"[^>]*>' "$TMP/dom.html")" 'class="on"' "  the feed marked as the view shown"
+
+# ---------------------------------------------------------------- a timeline
+chrome "$BASE/?uid=$U_TL&limit=10&view=timeline&autoscroll=1" --dump-dom >"$TMP/tl.html"
+ids_are "$TMP/tl.html" "SELECT id FROM (SELECT score, id FROM feed_entry WHERE uid = $U_TL
+              UNION SELECT score, id FROM author_post WHERE author IN ($A_MANY, $A_FEW)) t
+            ORDER BY score DESC, id DESC" \
+    "?view=timeline: the ids shown are SQL's UNION of the feed and the authors' posts, in order"
+got=$(ids "$TMP/tl.html")
+is "$(grep -o 'data-score="[-0-9]*"' "$TMP/tl.html" | sed 's/data-score="\(.*\)"/\1/')" \
+    "$(sql "SELECT score FROM (SELECT score, id FROM feed_entry WHERE uid = $U_TL
+              UNION SELECT score, id FROM author_post WHERE author IN ($A_MANY, $A_FEW)) t
+            ORDER BY score DESC, id DESC")" "  with their scores"
+is "$(wc -l <<<"$got") $(sort <<<"$got" | uniq -d | wc -l)" "105 0" \
+    "  105 items (49 + 60 + 5, less the 9 pairs in both tables), none twice"
+sources=$(grep -o 'data-source="[a-z]*"' "$TMP/tl.html" | sed 's/data-source="\(.*\)"/\1/' | tr '\n' ' ')
+like "$sources" '^rebuild (cache )+(db )+$' "  each page marked with its source: rebuild, cache, then db ($sources)"
+is "$(grep -o 'data-source=' "$TMP/tl.html" | wc -l)" 11 "  11 pages"
+is "$(grep -o 'id="status"[^<]*' "$TMP/tl.html")" 'id="status" class="">end of the timeline: 105 items in 11 pages' \
+    "  and the status line says so"
+like "$(grep -o '<a id="v-timeline"[^>]*>' "$TMP/tl.html")" 'class="on"' "  the switch marks the timeline as the view shown"
+like "$(grep -o '<body[^>]*>' "$TMP/tl.html")" 'data-view="timeline"' "  (body data-view)"
 
 # ---------------------------------------------------------------- big ids
 chrome "$BASE/?uid=$U_BIG&limit=5&autoscroll=1" --dump-dom >"$TMP/big.html"
@@ -134,9 +180,20 @@ else
     fail "a screenshot in $SHOT" "$(tail -n 3 "$TMP/chromium.log")"
 fi
 
+TL_SHOT=${SHOT%.png}_timeline.png
+rm -f "$TL_SHOT"
+rcli del "feed:2:{$U_TL}" "feed:2:a:{$A_MANY}" "feed:2:a:{$A_FEW}" >/dev/null
+chrome "$BASE/?uid=$U_TL&limit=10&view=timeline" --window-size=1100,1500 --screenshot="$TL_SHOT" >/dev/null
+if [[ -s $TL_SHOT && $(head -c 8 "$TL_SHOT" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; then
+    pass "a screenshot of the timeline: $TL_SHOT ($(stat -c %s "$TL_SHOT") bytes)"
+else
+    fail "a screenshot in $TL_SHOT" "$(tail -n 3 "$TMP/chromium.log")"
+fi
+
 kill -TERM "$SPID" && wait "$SPID"
 is "$?" 0 "the server stops cleanly"
 SPID=
-sql "DELETE FROM feed_entry WHERE uid BETWEEN 7100000 AND 7199999" >/dev/null
+sql "DELETE FROM feed_entry WHERE uid BETWEEN 7100000 AND 7199999;
+     DELETE FROM author_post WHERE author BETWEEN 7100000 AND 7199999" >/dev/null
 echo "1..$n"
 ((failed == 0))

@@ -4,7 +4,8 @@
 # walked page by page and compared with SQL, every write route and its
 # effect, the JSON shapes, the status of every kind of bad input (JSON
 # errors everywhere, over-long URLs and headers included), CORS, the HTML
-# page, pull-to-refresh, /metrics counters (every field of feed_stats),
+# page, pull-to-refresh, merged timelines and the authors' posts (walked
+# and compared with SQL's UNION), /metrics counters (every field of feed_stats),
 # outages of Redis and PostgreSQL, concurrency, logging, shutdown.
 #
 # Needs: curl, psql, redis-cli, and $BUILD/examples/{feed_server,jget}
@@ -107,6 +108,19 @@ sql_feed() {
          WHERE uid = $1 ORDER BY score DESC, id DESC"
 }
 
+# uid's timeline from SQL: the feed and the merged authors' posts (MERGE),
+# each (score, id) once, as the service must print it.
+sql_timeline() {
+    sql "SELECT format('{\"id\":\"%s\",\"score\":%s}', id, score) FROM
+           (SELECT score, id FROM feed_entry WHERE uid = $1
+            UNION SELECT score, id FROM author_post WHERE author = ANY('{$MERGE}'::bigint[])) t
+         ORDER BY score DESC, id DESC"
+}
+
+# walk, walk_is and first_ids read /users/{uid}/$ROUTE: feed, or timeline
+# (the merged timeline, compared with sql_timeline): ROUTE=timeline walk_is ...
+ROUTE=feed
+
 # walk UID LIMIT: every page through HTTP into $TMP/walk (one item a line);
 # sets PAGES, SOURCES (one per page), WHY (empty when every page was
 # well-formed: status 200, JSON with exactly items/next_cursor/source,
@@ -120,7 +134,7 @@ walk() {
     while :; do
         q="limit=$limit"
         [[ -n $cursor ]] && q+="&cursor=$cursor"
-        req_retry GET "/users/$uid/feed?$q"
+        req_retry GET "/users/$uid/$ROUTE?$q"
         if [[ $STATUS != 200 ]]; then WHY="page $PAGES: status $STATUS: $BODY"; return 1; fi
         PAGES=$((PAGES + 1))
         keys=$(j @keys) || { WHY="page $PAGES: not JSON: $BODY"; return 1; }
@@ -142,7 +156,7 @@ walk() {
 # walk_is UID LIMIT NAME: the walk equals SQL's feed.
 walk_is() {
     local want note=''
-    want=$(sql_feed "$1")
+    if [[ $ROUTE == timeline ]]; then want=$(sql_timeline "$1"); else want=$(sql_feed "$1"); fi
     RETRIED=0
     if ! walk "$1" "$2"; then
         fail "$3" "$WHY"
@@ -160,7 +174,7 @@ walk_is() {
 
 # first_ids UID N: IDS = the ids of page 1 (limit N) through HTTP, space-separated
 # (a function, not a $(...), so that STATUS and BODY stay for the next check).
-first_ids() { req GET "/users/$1/feed?limit=$2"; IDS=$(j 'items.*.id' | tr '\n' ' '); }
+first_ids() { req GET "/users/$1/$ROUTE?limit=$2"; IDS=$(j 'items.*.id' | tr '\n' ' '); }
 sql_first_ids() {
     sql "SELECT id FROM feed_entry WHERE uid = $1 ORDER BY score DESC, id DESC LIMIT $2" | tr '\n' ' '
 }
@@ -188,6 +202,11 @@ U_COLD=7000030      # metrics: a feed nobody read
 U_ACL=7000040       # failed hooks
 U_OUT=7000050       # outages
 U_CROWD=7000060     # concurrent cold reads
+U_TL=7000080        # a reader's timeline: 60 rows, 9 of them also an author's posts
+A_MANY=7000081      # authors merged into every timeline (--merge-authors):
+A_FEW=7000082       #   45 posts (past max_len), scores tied with U_TL's; 10 posts
+A_NONE=7000083      #   above them; none
+MERGE=$A_MANY,$A_FEW,$A_NONE
 ALL_UIDS="7000000 AND 7999999"
 
 sql "DELETE FROM feed_entry WHERE uid BETWEEN $ALL_UIDS" || bail "psql failed"
@@ -205,10 +224,24 @@ sql "INSERT INTO feed_entry (uid, score, id)
      SELECT u, g * 10, g FROM unnest(ARRAY[$U_WRITE, ${U_FAN[0]}, ${U_FAN[1]}, $U_COLD, $U_ACL, $U_OUT]) u,
             generate_series(1, 60) g;
      INSERT INTO feed_entry (uid, score, id)
-     SELECT $U_CROWD, g / 2, g FROM generate_series(1, 200) g" || bail "loading test data failed"
-# Drop whatever an earlier run left cached for these feeds.
-for u in $U_TIES $U_BIG $U_EMPTY $U_FITS $U_WRITE "${U_FAN[@]}" $U_COLD $U_ACL $U_OUT $U_CROWD; do
+     SELECT $U_CROWD, g / 2, g FROM generate_series(1, 200) g;
+     DELETE FROM author_post WHERE author BETWEEN $ALL_UIDS;
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_TL, 1000 + (g / 3) * 10, 7100000 + g FROM generate_series(1, 60) g;
+     INSERT INTO author_post (author, score, id)
+     SELECT $A_MANY, 1000 + (g / 2) * 10, 7200000 + g FROM generate_series(1, 45) g;
+     INSERT INTO author_post (author, score, id)
+     SELECT $A_FEW, 1500 + g * 7, 7300000 + g FROM generate_series(1, 10) g;
+     -- posts fanned out to the reader before their author was merged: in both tables
+     INSERT INTO feed_entry (uid, score, id)
+     SELECT $U_TL, score, id FROM author_post WHERE author = $A_MANY AND id % 5 = 0" ||
+    bail "loading test data failed"
+# Drop whatever an earlier run left cached for these feeds and authors.
+for u in $U_TIES $U_BIG $U_EMPTY $U_FITS $U_WRITE "${U_FAN[@]}" $U_COLD $U_ACL $U_OUT $U_CROWD $U_TL; do
     rcli del "feed:2:{$u}" "feed:2:{$u}:lease" >/dev/null
+done
+for a in $A_MANY $A_FEW $A_NONE; do
+    rcli del "feed:2:a:{$a}" "feed:2:a:{$a}:lease" >/dev/null
 done
 
 # ------------------------------------------------------------------ start
@@ -240,7 +273,7 @@ stop_server() {   # SIGTERM; returns the exit status
 }
 
 ORIGIN=https://app.example
-start_server --cors-origin "$ORIGIN" || bail "feed_server did not start: $(tail -n 5 "$TMP/log")"
+start_server --cors-origin "$ORIGIN" --author-table author_post --merge-authors "$MERGE" || bail "feed_server did not start: $(tail -n 5 "$TMP/log")"
 pass "$(basename "$SERVER") started on a free port ($PORT)"
 req GET /healthz
 is "$STATUS $(j status redis postgres | tr '\n' ' ')" "200 ok up up " "GET /healthz: 200, both stores up"
@@ -409,6 +442,97 @@ is "$STATUS $(j items.@len) $(j has_more) $(j next_cursor)" "200 0 false $C" \
     "  from the top: nothing newer, the same cursor back"
 req GET "/users/$U_TIES/feed/newer?limit=5";        error_is 400 "newer without a cursor"
 req GET "/users/$U_TIES/feed/newer?cursor=$C&limit=0"; error_is 400 "newer with limit 0"
+
+# ------------------------------------------------------------------ timeline
+# GET /users/{uid}/timeline: the reader's feed merged with the posts of the
+# authors of --merge-authors (feed_page_merged), walked page by page and
+# compared with SQL's UNION. 9 pairs are in both tables and come once.
+ROUTE=timeline
+req GET "/users/$U_TL/timeline?limit=7"
+is "$STATUS $(j @keys) $(j source)" "200 items,next_cursor,source rebuild" \
+    "timeline page 1: 200, {items, next_cursor, source}, rebuilt (every copy cold)"
+is "$(j 'items.*' | tr '\n' ' ')" "$(sql_timeline $U_TL | head -n 7 | tr '\n' ' ')" "  page 1 equals SQL's UNION"
+like "$(j next_cursor)" '^[A-Za-z0-9_-]{24}$' "  next_cursor an opaque token"
+req GET "/users/$U_TL/timeline?limit=7"
+is "$(j source)" cache "  again: from the cache"
+walk_is $U_TL 7 "timeline walk, pages of 7 (reader 69 rows, authors 45 + 10 + 0, max_len $MAX_LEN)"
+like "$SOURCES" '^(cache )+(db )+$' "  from the cache, then past the copies from the db: $SOURCES"
+walk_is $U_TL 1 "timeline walk, pages of 1"
+walk_is $U_TL $MAX_PAGE "timeline walk, pages of $MAX_PAGE"
+is "$(wc -l <"$TMP/walk") $(sql "SELECT count(*) FROM (SELECT score, id FROM feed_entry WHERE uid = $U_TL
+      UNION ALL SELECT score, id FROM author_post WHERE author = ANY('{$MERGE}'::bigint[])) t")" "115 124" \
+    "  115 items: the 124 rows less the 9 pairs in both tables"
+BOTH=$(sql "SELECT id FROM author_post WHERE author = $A_MANY AND id % 5 = 0 ORDER BY id LIMIT 1")
+is "$(grep -c "\"id\":\"$BOTH\"" "$TMP/walk")" 1 "  a pair in the reader's feed and in an author's posts comes once"
+walk_is $U_EMPTY 5 "the timeline of a reader with no rows: the authors' posts"
+
+# The authors' posts: POST, PUT, DELETE /authors/{author}/posts[/{id}],
+# each a transaction, then feed_author_on_insert / _on_delete.
+TOPT=$(sql "SELECT max(score) FROM author_post WHERE author = $A_FEW")
+post POST "/authors/$A_FEW/posts" "{\"id\":5000101,\"score\":$((TOPT + 1))}"
+is "$STATUS $BODY" "201 {\"id\":\"5000101\",\"score\":$((TOPT + 1)),\"cache\":\"ok\"}" \
+    "POST an author's post: 201 {id, score, cache: ok}"
+like "$HEADERS" "Location: /authors/$A_FEW/posts/5000101" "  Location of the new post"
+is "$(sql "SELECT score FROM author_post WHERE author = $A_FEW AND id = 5000101")" $((TOPT + 1)) \
+    "  the row is in the authors' table"
+first_ids $U_TL 2
+is "$IDS$(j source)" "5000101 $(sql_timeline $U_TL | sed -n 2p | "$JGET" id) cache" \
+    "  first on the next page 1 of the timeline, from the cache the hook updated"
+post POST "/authors/$A_FEW/posts" '{"id":5000101,"score":1}'
+error_is 409 "POST a post the author already has"
+post PUT "/authors/$A_FEW/posts/5000101" '{"score":1001}'
+is "$STATUS $BODY" '200 {"id":"5000101","score":1001,"cache":"ok"}' "PUT a post's new score: 200"
+walk_is $U_TL 9 "  timeline walk equals SQL (the post moved down among the reader's rows)"
+post PUT "/authors/$A_FEW/posts" '{"id":424242,"score":1}'
+error_is 404 "PUT a post the author does not have"
+req DELETE "/authors/$A_FEW/posts/5000101"
+is "$STATUS $BODY" '200 {"id":"5000101","score":1001,"cache":"ok"}' "DELETE a post: 200 with what was deleted"
+is "$(sql "SELECT count(*) FROM author_post WHERE id = 5000101")" 0 "  the row is gone"
+walk_is $U_TL 9 "  timeline walk equals SQL without it"
+grep -q '"id":"5000101"' "$TMP/walk"
+is "$?" 1 "  (the post is in no page)"
+req DELETE "/authors/$A_FEW/posts/5000101";          error_is 404 "DELETE it again"
+post POST "/authors/$A_NONE/posts" '{"id":5000102,"score":2000}'
+is "$STATUS $(j cache)" "201 ok" "POST a post by an author who had none"
+first_ids $U_TL 1
+is "$IDS$(j source)" "5000102 cache" "  first on page 1, from the cache (the empty copy took it)"
+walk_is $U_TL 20 "  timeline walk equals SQL"
+sql "DELETE FROM author_post WHERE id = 5000102" >/dev/null
+rcli del "feed:2:a:{$A_NONE}" >/dev/null
+
+CHECKSUM_A="SELECT count(*) || ' ' || sum(score) || ' ' || sum(id % 1000003) FROM author_post WHERE author BETWEEN $ALL_UIDS"
+BEFORE_A=$(sql "$CHECKSUM_A")
+req GET "/users/$U_TL/timeline?limit=3"
+TC=$(j next_cursor)
+req GET "/users/$U_TL/timeline?limit=3&cursor=$TC";            is "$STATUS" 200 "a timeline cursor is accepted"
+req GET "/users/$U_TL/timeline?limit=0";                      error_is 400 "timeline: limit 0"
+req GET "/users/$U_TL/timeline?limit=$((MAX_PAGE + 1))";      error_is 400 "timeline: limit above max_page"
+req GET "/users/$U_TL/timeline?limit=x";                      error_is 400 "timeline: non-numeric limit"
+req GET "/users/$U_TL/timeline?cursor=garbage";               error_is 400 "timeline: malformed cursor"
+BADT=${TC:0:10}$([[ ${TC:10:1} == A ]] && echo B || echo A)${TC:11}
+req GET "/users/$U_TL/timeline?cursor=$BADT";                 error_is 400 "timeline: a cursor with one character changed"
+req GET "/users/$U_TL/timeline?cursor=";                      error_is 400 "timeline: an empty cursor"
+req GET "/users/$U_TL/timeline?limit=3&limit=3";              error_is 400 "timeline: a repeated parameter"
+req GET "/users/$U_TL/timeline?authors=1";                    error_is 400 "timeline: an unknown parameter"
+req GET /users/-1/timeline;                                   error_is 400 "timeline: a negative uid"
+req GET /users/x/timeline;                                    error_is 400 "timeline: a non-numeric uid"
+req POST "/users/$U_TL/timeline";                             error_is 405 "POST on a timeline"
+req GET "/authors/$A_FEW/posts";                              error_is 405 "GET on an author's posts"
+req GET "/authors/$A_FEW";                                    error_is 404 "an author without /posts"
+post POST /authors/x/posts '{"id":1,"score":1}';              error_is 400 "POST a post: a non-numeric author"
+post POST "/authors/$A_FEW/posts" '{"id":-1,"score":1}';      error_is 400 "POST a post: a negative id"
+post POST "/authors/$A_FEW/posts" '{"id":1}';                 error_is 400 "POST a post: no score"
+post POST "/authors/$A_FEW/posts" '{"id":1,"score":1.5}';     error_is 400 "POST a post: a fractional score"
+post POST "/authors/$A_FEW/posts" '{"id":1,"score":1,"x":1}'; error_is 400 "POST a post: an unknown field"
+post POST "/authors/$A_FEW/posts?x=1" '{"id":1,"score":1}';   error_is 400 "POST a post: a query"
+post PUT "/authors/$A_FEW/posts/7" '{"id":8,"score":1}';      error_is 400 "PUT a post whose body id differs from the path's"
+req DELETE "/authors/$A_FEW/posts/-1";                        error_is 400 "DELETE a post: a negative id"
+req DELETE "/authors/$A_FEW/posts/1" --data-binary x;         error_is 400 "DELETE a post: a body"
+is "$(sql "$CHECKSUM_A")" "$BEFORE_A" "  no bad request changed a post"
+scrape
+like "$(metric 'feed_server_requests_total{route="/users/{uid}/timeline",code="200"}') $(metric 'feed_server_requests_total{route="/authors/{author}/posts",code="201"}')" \
+    '^[1-9][0-9]* [1-9]' "/metrics counts the timeline's and the posts' requests under their routes"
+ROUTE=feed
 
 # ------------------------------------------------------------------ bad input
 CHECKSUM="SELECT count(*) || ' ' || sum(score) || ' ' || sum(id % 1000003) FROM feed_entry WHERE uid BETWEEN $ALL_UIDS"
@@ -610,6 +734,47 @@ like "$(metric feedcache_repairs_total)" '^[1-9]' "  the library's repair list d
 walk_is $U_ACL 20 "  walk equals SQL"
 like "$SOURCES" '^cache ' "  from the cache again"
 
+# The same for an author's post: the hook refused, the server drops the
+# author's copy (feed_author_invalidate; on the event loops
+# feed_async_author_invalidate); with DEL refused too the library's repair
+# list drops it once Redis accepts a DEL again. (Meanwhile a read that Redis
+# still allows may serve the stale copy, for a feed as for an author: the
+# copy cannot go while Redis refuses to delete it.)
+ROUTE=timeline
+walk_is $U_TL 20 "a timeline whose copies are cached"
+is "$(rcli exists "feed:2:a:{$A_NONE}")" 1 "  (the copy of author $A_NONE's posts, empty, too)"
+scrape
+M0=$M
+rcli acl setuser default -evalsha >/dev/null
+post POST "/authors/$A_NONE/posts" '{"id":5000110,"score":3000}'
+is "$STATUS $(j cache)" "201 invalidated" "POST an author's post while Redis refuses the hook: 201, cache invalidated"
+is "$(rcli exists "feed:2:a:{$A_NONE}")" 0 "  (the author's cached copy is gone)"
+scrape
+M1=$M
+is "$(delta feed_server_hook_failures_total) $(delta feed_server_invalidations_total)" "1 1" \
+    "  one failed hook, one invalidation"
+first_ids $U_TL 1
+is "$IDS" "5000110 " "  timeline page 1 has the post"
+rcli acl setuser default +evalsha >/dev/null
+walk_is $U_TL 20 "  timeline walk equals SQL, the copy rebuilt"
+is "$(rcli exists "feed:2:a:{$A_NONE}")" 1 "  (the author's copy is back)"
+rcli acl setuser default -evalsha -del >/dev/null
+req DELETE "/authors/$A_NONE/posts/5000110"
+is "$STATUS $(j cache)" "200 repair-pending" "DELETE an author's post while Redis refuses the hook and DEL: 200, repair-pending"
+is "$(rcli exists "feed:2:a:{$A_NONE}")" 1 "  (the stale copy is still in Redis)"
+scrape
+M0=$M
+rcli acl setuser default +evalsha +del >/dev/null
+walk_is $U_TL 20 "Redis accepts again: timeline walk equals SQL"
+grep -q '"id":"5000110"' "$TMP/walk"
+is "$?" 1 "  without the deleted post"
+scrape
+M1=$M
+like "$(delta feedcache_repairs_total)" '^[1-9]' "  the library's repair list dropped the stale copy (feedcache_repairs_total)"
+walk_is $U_TL 20 "  and again"
+like "$SOURCES" '^cache ' "  page 1 from the cache again"
+ROUTE=feed
+
 # ------------------------------------------------------------------ outages
 walk_is $U_OUT 20 "a cached feed before the outages"
 "$FEED_SERVERS" redis-freeze "$FEED_SERVERS_DIR" || bail "cannot freeze Redis"
@@ -691,6 +856,13 @@ like "$(tail -n 1 "$TMP/log")" 'SIGTERM: stopping' "  and says so"
 start_server --quiet || bail "feed_server --quiet did not start: $(tail -n 5 "$TMP/log" | tr "\n" " ")"
 req GET "/users/$U_TIES/feed"
 is "$STATUS" 200 "--quiet: the service answers"
+# Started without --author-table: no timelines, no authors' posts.
+req GET "/users/$U_TL/timeline"
+error_is 404 "no --author-table: GET a timeline"
+like "$(j error)" 'author-table' "  the error names --author-table"
+post POST "/authors/$A_FEW/posts" '{"id":1,"score":1}'; error_is 404 "  POST an author's post"
+req DELETE "/authors/$A_FEW/posts/1";                   error_is 404 "  DELETE an author's post"
+req OPTIONS "/users/$U_TL/timeline";                    error_is 404 "  OPTIONS on a timeline"
 stop_server
 is "$(grep -c '^GET ' "$TMP/log")" 0 "  and logs no request"
 
@@ -710,6 +882,21 @@ stop_server
 "$SERVER" --port 0 --redis-port "$FEED_REDIS_PORT" --pg "host=127.0.0.1 port=1 dbname=none" --max-len 0 \
     >/dev/null 2>"$TMP/bad.log"
 is "$?" 2 "a bad flag value (--max-len 0): exit status 2"
+for bad in "1,,2" "1,2," "1,x" "1,-2" "3,1,3" "1 2" "9223372036854775808" "$(seq -s, 1 101)"; do
+    timeout 20 "$SERVER" --port 0 --author-table author_post --merge-authors "$bad" >/dev/null 2>"$TMP/bad.log"
+    rc=$?
+    if [[ $rc == 2 && $(cat "$TMP/bad.log") == *--merge-authors* ]]; then
+        pass "--merge-authors '${bad:0:20}': refuses to start (exit status 2, $(cut -c1-70 "$TMP/bad.log"))"
+    else
+        fail "--merge-authors '${bad:0:20}': refuses to start" "exit status $rc: $(cat "$TMP/bad.log")"
+    fi
+done
+timeout 20 "$SERVER" --port 0 --merge-authors 1,2 >/dev/null 2>"$TMP/bad.log"
+is "$?" 2 "--merge-authors without --author-table: exit status 2"
+like "$(cat "$TMP/bad.log")" 'needs --author-table' "  and says why"
+timeout 20 "$SERVER" --port 0 --author-table no_such_table >/dev/null 2>"$TMP/bad.log"
+is "$?" 1 "--author-table naming no table: refuses to start (exit status 1)"
+like "$(cat "$TMP/bad.log")" 'no_such_table' "  and names it"
 rcli acl setuser feedtest on '>secret' '~*' '&*' +@all >/dev/null
 "$SERVER" --port 0 --redis-user feedtest --redis-password wrong >/dev/null 2>"$TMP/bad.log"
 is "$?" 1 "a wrong Redis password: refuses to start (exit status 1)"
@@ -772,6 +959,7 @@ if ((EVHTTP)); then
     is "$?" 0 "  the server stops cleanly"
 fi
 
-sql "DELETE FROM feed_entry WHERE uid BETWEEN $ALL_UIDS" >/dev/null
+sql "DELETE FROM feed_entry WHERE uid BETWEEN $ALL_UIDS;
+     DELETE FROM author_post WHERE author BETWEEN $ALL_UIDS" >/dev/null
 echo "1..$n"
 ((failed == 0))

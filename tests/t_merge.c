@@ -1267,6 +1267,38 @@ static void repair_in_family(void)
     feed_close(f);
 }
 
+/* feed_author_invalidate drops one author's copy with a plain DEL, so it
+ * works where an ACL refuses the library's scripts (and with them the
+ * hooks): the author's copy only, not the reader's feed of the same
+ * number; the next merged page rebuilds it with what SQL has now. */
+static void author_invalidate(void)
+{
+    int64_t authors[1] = { 3002 };
+    feed *f = open_merge(MAX_LEN);
+    feed_result res;
+    walk_info w;
+    int rc;
+
+    reset();
+    post(3002, 10, 1);
+    tu_insert(pg, 3002, 20, 2);       /* uid 3002's feed: the same number */
+    ok(feed_page_merged(f, 3002, authors, 1, FEED_FIRST, 0, 5, &res) == FEED_OK &&
+       key_exists(FEED_FAM_FEED, 3002) && key_exists(FEED_FAM_AUTHOR, 3002),
+       "reader 3002 with author 3002: both copies cached");
+    feed_result_free(&res);
+    freeReplyObject(tu_redis_cmd(rc_, "ACL SETUSER default -evalsha"));
+    rc = feed_author_invalidate(f, 3002);
+    freeReplyObject(tu_redis_cmd(rc_, "ACL SETUSER default +evalsha"));
+    is_int(rc, FEED_OK, "EVALSHA refused (an ACL): feed_author_invalidate still drops (%s)",
+           feed_errmsg(f));
+    ok(!key_exists(FEED_FAM_AUTHOR, 3002), "  the author's copy is gone");
+    ok(key_exists(FEED_FAM_FEED, 3002), "  the reader's feed of the same number stays");
+    post(3002, 30, 3);                /* SQL only: a copy that was not dropped lacks it */
+    ok(walk(f, 3002, authors, 1, 2, &w, NULL) && w.sources[FEED_SOURCE_REBUILD] == 1,
+       "  the next merged walk rebuilds it and equals SQL's union");
+    feed_close(f);
+}
+
 /* ---------------------------------------------------------------- bad input */
 
 static void bad_input(void)
@@ -1300,6 +1332,8 @@ static void bad_input(void)
     is_int(feed_author_invalidate_many(plain, authors, 2), FEED_EINVAL,
            "  feed_author_invalidate_many too");
     is_int(feed_author_invalidate_all(plain, NULL), FEED_EINVAL, "  feed_author_invalidate_all too");
+    is_int(feed_author_invalidate(plain, 1), FEED_EINVAL, "  feed_author_invalidate too");
+    is_int(feed_author_invalidate(NULL, 1), FEED_EINVAL, "feed_author_invalidate: f NULL");
     is_int(feed_page_merged(f, 1, authors, 3, FEED_FIRST, 0, 0, &res), FEED_EINVAL, "limit 0");
     is_int(feed_page_merged(f, 1, authors, 3, FEED_FIRST, 0, MAX_PAGE + 1, &res), FEED_EINVAL,
            "limit max_page + 1");
@@ -1350,6 +1384,7 @@ int main(void)
         redis_down_mid_walk();
         pg_frozen();
         repair_in_family();
+        author_invalidate();
     }
     reset();
     redisFree(rc_);

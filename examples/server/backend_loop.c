@@ -109,6 +109,18 @@ static void loop_newer(void *be, request *rq, int64_t uid, int64_t score, int64_
         on_page(l->fa, rc, NULL, c);
 }
 
+static void loop_merged(void *be, request *rq, int64_t uid, const int64_t *authors, size_t n,
+                        int64_t score, int64_t id, size_t limit, page_done *done)
+{
+    loop_be *l = be;
+    call *c = page_call(rq, done);
+    int rc;
+
+    if (c && (rc = feed_async_page_merged(l->fa, uid, authors, n, score, id, limit, on_page,
+                                          c)) != FEED_OK)
+        on_page(l->fa, rc, NULL, c);
+}
+
 /* ---- health ---- */
 
 static void on_health(feed_async *a, int rc, const feed_health_info *h, void *arg)
@@ -190,6 +202,26 @@ static void loop_fanout(void *be, request *rq, const int64_t *uids, size_t n, in
         hook_started(l, c, feed_async_fanout(l->fa, uids, n, score, id, on_hook, c));
 }
 
+static void loop_author_on_insert(void *be, request *rq, int64_t author, int64_t score,
+                                  int64_t id, hook_done *done)
+{
+    loop_be *l = be;
+    call *c = hook_call(rq, done);
+
+    if (c)
+        hook_started(l, c, feed_async_author_on_insert(l->fa, author, score, id, on_hook, c));
+}
+
+static void loop_author_on_delete(void *be, request *rq, int64_t author, int64_t id,
+                                  hook_done *done)
+{
+    loop_be *l = be;
+    call *c = hook_call(rq, done);
+
+    if (c)
+        hook_started(l, c, feed_async_author_on_delete(l->fa, author, id, on_hook, c));
+}
+
 /* ---- dropping copies after a failed hook ---- */
 
 /* At most this many feed_async_invalidate in flight for one request: a
@@ -205,6 +237,7 @@ typedef struct drop {
     const int64_t *uids;     /* the request's: valid until done is called */
     size_t         n, next, in_flight, dropped;
     int            failed;
+    int            authors;  /* authors' copies (feed_async_author_invalidate) */
 } drop;
 
 static void drop_more(drop *d);
@@ -226,7 +259,8 @@ static void on_dropped(feed_async *a, int rc, void *arg)
 static void drop_more(drop *d)
 {
     while (!d->failed && d->next < d->n && d->in_flight < DROP_WINDOW) {
-        if (feed_async_invalidate(d->l->fa, d->uids[d->next], on_dropped, d) != FEED_OK) {
+        if ((d->authors ? feed_async_author_invalidate : feed_async_invalidate)
+                (d->l->fa, d->uids[d->next], on_dropped, d) != FEED_OK) {
             d->failed = 1;
             break;
         }
@@ -239,7 +273,8 @@ static void drop_more(drop *d)
     }
 }
 
-static void loop_drop(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done)
+static void start_drop(void *be, request *rq, int authors, const int64_t *uids, size_t n,
+                       drop_done *done)
 {
     drop *d = calloc(1, sizeof *d);
 
@@ -252,7 +287,19 @@ static void loop_drop(void *be, request *rq, const int64_t *uids, size_t n, drop
     d->done = done;
     d->uids = uids;
     d->n = n;
+    d->authors = authors;
     drop_more(d);
+}
+
+static void loop_drop(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done)
+{
+    start_drop(be, rq, 0, uids, n, done);
+}
+
+static void loop_author_drop(void *be, request *rq, const int64_t *authors, size_t n,
+                             drop_done *done)
+{
+    start_drop(be, rq, 1, authors, n, done);
 }
 
 /* ---- the rest ---- */
@@ -290,6 +337,9 @@ static void loop_close(void *be)
 }
 
 const backend_ops backend_loop_ops = {
-    loop_page, loop_newer, loop_health, loop_on_insert, loop_on_delete, loop_fanout,
-    loop_drop, loop_tx, loop_stats, loop_retry_after, loop_close
+    .page = loop_page, .newer = loop_newer, .health = loop_health, .merged = loop_merged,
+    .on_insert = loop_on_insert, .on_delete = loop_on_delete, .fanout = loop_fanout,
+    .drop = loop_drop, .author_on_insert = loop_author_on_insert,
+    .author_on_delete = loop_author_on_delete, .author_drop = loop_author_drop,
+    .tx = loop_tx, .stats = loop_stats, .retry_after = loop_retry_after, .close = loop_close
 };

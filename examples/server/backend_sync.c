@@ -60,6 +60,17 @@ static void sync_newer(void *be, request *rq, int64_t uid, int64_t score, int64_
     done(rq, rc, rc == FEED_OK ? &res : NULL, -1, errmsg(f));
 }
 
+static void sync_merged(void *be, request *rq, int64_t uid, const int64_t *authors, size_t n,
+                        int64_t score, int64_t id, size_t limit, page_done *done)
+{
+    feed *f = handle(be);
+    feed_result res;
+    int rc = f ? feed_page_merged(f, uid, authors, n, score, id, limit, &res)
+               : FEED_EUNAVAILABLE;
+
+    done(rq, rc, rc == FEED_OK ? &res : NULL, -1, errmsg(f));
+}
+
 static void sync_health(void *be, request *rq, health_done *done)
 {
     feed *f = handle(be);
@@ -97,6 +108,30 @@ static void sync_fanout(void *be, request *rq, const int64_t *uids, size_t n, in
 static void sync_drop(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done)
 {
     done(rq, policy_drop(((sync_be *)be)->feed, uids, n));
+}
+
+static void sync_author_on_insert(void *be, request *rq, int64_t author, int64_t score,
+                                 int64_t id, hook_done *done)
+{
+    feed *f = handle(be);
+
+    done(rq, f ? feed_author_on_insert(f, author, score, id) : FEED_EUNAVAILABLE,
+         f ? feed_errmsg(f) : "no handle");
+}
+
+static void sync_author_on_delete(void *be, request *rq, int64_t author, int64_t id,
+                                 hook_done *done)
+{
+    feed *f = handle(be);
+
+    done(rq, f ? feed_author_on_delete(f, author, id) : FEED_EUNAVAILABLE,
+         f ? feed_errmsg(f) : "no handle");
+}
+
+static void sync_author_drop(void *be, request *rq, const int64_t *authors, size_t n,
+                             drop_done *done)
+{
+    done(rq, policy_drop_authors(((sync_be *)be)->feed, authors, n));
 }
 
 /* ---- the write transaction, blocking ---- */
@@ -212,6 +247,9 @@ static void sync_close_be(void *be)
 }
 
 const backend_ops backend_sync_ops = {
-    sync_page, sync_newer, sync_health, sync_on_insert, sync_on_delete, sync_fanout, sync_drop,
-    sync_tx, sync_stats, sync_retry_after, sync_close_be
+    .page = sync_page, .newer = sync_newer, .health = sync_health, .merged = sync_merged,
+    .on_insert = sync_on_insert, .on_delete = sync_on_delete, .fanout = sync_fanout,
+    .drop = sync_drop, .author_on_insert = sync_author_on_insert,
+    .author_on_delete = sync_author_on_delete, .author_drop = sync_author_drop,
+    .tx = sync_tx, .stats = sync_stats, .retry_after = sync_retry_after, .close = sync_close_be
 };

@@ -25,9 +25,12 @@ static void usage(FILE *out, const char *threads_help)
 "  --threads N         %s\n"
 "  --max-body BYTES    largest request body (default 1048576)\n"
 "  --max-fanout N      most uids in one fan-out (default 10000)\n"
+"  --merge-authors L   the authors merged into every timeline: ids separated by commas,\n"
+"                      at most %d, each once (default $FEED_MERGE_AUTHORS, else none;\n"
+"                      needs --author-table)\n"
 "  --quiet             no request log on stderr\n"
 "Prints \"listening on PORT\" on stdout once it accepts connections; stops on SIGINT or SIGTERM.\n",
-            progname, policy_config_usage, threads_help);
+            progname, policy_config_usage, threads_help, FEED_MERGE_MAX);
 }
 
 static uint64_t num_arg(const char *name, const char *s, uint64_t min, uint64_t max)
@@ -53,11 +56,59 @@ static void config_arg(const char *name, const char *shown, const char *value)
     }
 }
 
+/* --merge-authors: "2,3,5", author ids (decimal digits, 0..INT64_MAX)
+ * separated by single commas, at most FEED_MERGE_MAX, none twice; "" is
+ * none. Anything else stops the program (exit status 2). */
+static void merge_authors_arg(const char *shown, const char *list)
+{
+    const char *p = list;
+    size_t n = 0;
+
+    opt.n_merge = 0;
+    if (!*list)
+        return;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char num[24];
+        int64_t a;
+
+        if (len == 0 || len >= sizeof num) {
+            fprintf(stderr, "%s: %s \"%s\": %s\n", progname, shown, list, len ?
+                    "an author id is too long" : "an empty author id (ids are separated by "
+                    "single commas, as in 2,3,5)");
+            exit(2);
+        }
+        memcpy(num, p, len);
+        num[len] = '\0';
+        if (parse_i64_nonneg(num, &a) != 0) {
+            fprintf(stderr, "%s: %s: \"%s\" is not an author id (decimal digits, at most "
+                    "9223372036854775807)\n", progname, shown, num);
+            exit(2);
+        }
+        for (size_t i = 0; i < n; i++)
+            if (opt.merge_authors[i] == a) {
+                fprintf(stderr, "%s: %s: author %s is listed twice\n", progname, shown, num);
+                exit(2);
+            }
+        if (n == FEED_MERGE_MAX) {
+            fprintf(stderr, "%s: %s: more than %d authors (FEED_MERGE_MAX)\n", progname, shown,
+                    FEED_MERGE_MAX);
+            exit(2);
+        }
+        opt.merge_authors[n++] = a;
+        p += len;
+        if (!*p)
+            break;
+        p++;     /* the comma: a trailing one is an empty id next */
+    }
+    opt.n_merge = n;
+}
+
 static void defaults(void)
 {
     static const char *const env[][2] = {
         { "FEED_REDIS_HOST", "redis-host" }, { "FEED_REDIS_PORT", "redis-port" },
-        { "FEED_REDIS_PASSWORD", "redis-password" },
+        { "FEED_REDIS_PASSWORD", "redis-password" }, { "FEED_AUTHOR_TABLE", "author-table" },
     };
     const char *e;
 
@@ -76,6 +127,8 @@ static void defaults(void)
             config_arg(env[i][1], env[i][0], e);
     if ((e = getenv("FEED_PG_CONNINFO")))
         opt.cfg.pg_conninfo = e;
+    if ((e = getenv("FEED_MERGE_AUTHORS")))
+        merge_authors_arg("FEED_MERGE_AUTHORS", e);
 }
 
 static void parse_options(int argc, char **argv, const char *threads_help)
@@ -96,6 +149,9 @@ static void parse_options(int argc, char **argv, const char *threads_help)
         { "ttl", required_argument, NULL, 'c' },
         { "redis-timeout", required_argument, NULL, 'c' },
         { "pg-timeout", required_argument, NULL, 'c' },
+        { "author-table", required_argument, NULL, 'c' },
+        { "author-column", required_argument, NULL, 'c' },
+        { "merge-authors", required_argument, NULL, 'M' },
         { "threads", required_argument, NULL, 'T' },
         { "max-body", required_argument, NULL, 'B' },
         { "max-fanout", required_argument, NULL, 'F' },
@@ -119,6 +175,7 @@ static void parse_options(int argc, char **argv, const char *threads_help)
         case 'T': opt.threads = (unsigned)num_arg("--threads", optarg, 1, 1024); break;
         case 'B': opt.max_body = (size_t)num_arg("--max-body", optarg, 64, 1u << 30); break;
         case 'F': opt.max_fanout = (size_t)num_arg("--max-fanout", optarg, 1, 1000000); break;
+        case 'M': merge_authors_arg("--merge-authors", optarg); break;
         case 'q': opt.quiet = 1; break;
         case 'h': usage(stdout, threads_help); exit(0);
         default: usage(stderr, threads_help); exit(2);
@@ -127,6 +184,11 @@ static void parse_options(int argc, char **argv, const char *threads_help)
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument \"%s\"\n", progname, argv[optind]);
         usage(stderr, threads_help);
+        exit(2);
+    }
+    if (opt.n_merge > 0 && !opt.cfg.author_table) {
+        fprintf(stderr, "%s: --merge-authors needs --author-table (the table of the authors' "
+                "posts, e.g. author_post of sql/authors.sql)\n", progname);
         exit(2);
     }
 }
@@ -181,9 +243,10 @@ void server_wait(sigset_t *sigs, unsigned port, const char *workers)
     printf("listening on %u\n", port);
     fflush(stdout);
     fprintf(stderr, "%s: http://%s:%u/ (%u %s, Redis %s:%d, max_len %u, max_page %u, "
-            "CORS %s)\n", progname, opt.bind, port, opt.threads, workers, opt.cfg.redis_host,
-            opt.cfg.redis_port, opt.cfg.max_len, opt.cfg.max_page,
-            opt.cors_origin ? opt.cors_origin : "off");
+            "CORS %s, authors' table %s, %zu authors merged)\n", progname, opt.bind, port,
+            opt.threads, workers, opt.cfg.redis_host, opt.cfg.redis_port, opt.cfg.max_len,
+            opt.cfg.max_page, opt.cors_origin ? opt.cors_origin : "off",
+            opt.cfg.author_table ? opt.cfg.author_table : "none", opt.n_merge);
     do {
         if (sigwait(sigs, &sig) != 0)
             sig = SIGTERM;

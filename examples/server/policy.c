@@ -70,6 +70,15 @@ size_t policy_drop(feed *f, const int64_t *uids, size_t n)
     return done;
 }
 
+size_t policy_drop_authors(feed *f, const int64_t *authors, size_t n)
+{
+    size_t done = 0;
+
+    while (f && done < n && feed_author_invalidate(f, authors[done]) == FEED_OK)
+        done++;
+    return done;
+}
+
 /* ---- feed_config from flags ---- */
 
 enum kind { STR, STR_OR_NULL, U32, PORT };
@@ -91,6 +100,8 @@ static const struct cfg_flag {
     { "ttl",            U32,         offsetof(feed_config, ttl_seconds), 0, UINT32_MAX / 1000 },
     { "redis-timeout",  U32,         offsetof(feed_config, redis_timeout_ms), 1, 3600000 },
     { "pg-timeout",     U32,         offsetof(feed_config, pg_timeout_ms), 1, 3600000 },
+    { "author-table",   STR_OR_NULL, offsetof(feed_config, author_table), 0, 0 },
+    { "author-column",  STR,         offsetof(feed_config, author_column), 0, 0 },
 };
 
 const char policy_config_usage[] =
@@ -105,7 +116,10 @@ const char policy_config_usage[] =
 "  --ttl SECONDS       cache TTL, 0 = none (default 604800)\n"
 "  --redis-timeout MS  longest wait on Redis before a page comes from PostgreSQL\n"
 "                      (redis_timeout_ms, default 250)\n"
-"  --pg-timeout MS     longest wait on PostgreSQL (pg_timeout_ms, default 2000)\n";
+"  --pg-timeout MS     longest wait on PostgreSQL (pg_timeout_ms, default 2000)\n"
+"  --author-table T    the table of the authors' own posts (sql/authors.sql: author_post),\n"
+"                      for timelines (default $FEED_AUTHOR_TABLE, else none: no timelines)\n"
+"  --author-column C   its author column (default author)\n";
 
 int policy_config_set(feed_config *cfg, const char *name, const char *value,
                       char *err, size_t errlen)

@@ -41,6 +41,10 @@ unsigned policy_status(int rc);
  * themselves when Redis refuses the script, and say which happened
  * (feed_hook_outcome: applied, dropped, repair pending). */
 size_t policy_drop(feed *f, const int64_t *uids, size_t n);
+/* The same for authors' copies, after a failed author hook:
+ * feed_author_invalidate each (the same plain DEL), stopping at the first
+ * failure. The loops: feed_async_author_invalidate. */
+size_t policy_drop_authors(feed *f, const int64_t *authors, size_t n);
 
 /* Set the feed_config field that a flag (without its dashes: "redis-port")
  * names from text. 1 when name is no config flag, 0 when set, -1 when the

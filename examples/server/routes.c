@@ -1,7 +1,7 @@
 /* routes.c -- which route a request names, and the read routes: a page of a
- * feed, the items newer than a cursor, /healthz, and the HTML page. Each is
- * one backend operation (one library call) whose completion turns its
- * result into JSON.
+ * feed, the items newer than a cursor, a page of a merged timeline,
+ * /healthz, and the HTML page. Each is one backend operation (one library
+ * call) whose completion turns its result into JSON.
  *
  * Ids are JSON strings of decimal digits on output, because ids may exceed
  * 2^53 and JavaScript-style clients would round JSON numbers that large;
@@ -18,14 +18,18 @@
 #define MAX_SEGS      5
 
 const char *const route_names[R_COUNT] = {
-    "/", "/users/{uid}/feed", "/users/{uid}/feed/newer", "/users/{uid}/items",
-    "/users/{uid}/items/{id}", "/items/{id}/fanout", "/metrics", "/healthz", "unknown"
+    "/", "/users/{uid}/feed", "/users/{uid}/feed/newer", "/users/{uid}/timeline",
+    "/users/{uid}/items", "/users/{uid}/items/{id}", "/authors/{author}/posts",
+    "/authors/{author}/posts/{id}", "/items/{id}/fanout", "/metrics", "/healthz", "unknown"
 };
 
+#define READ_METHODS "GET, HEAD, OPTIONS"
 /* The methods of each route; OPTIONS is always allowed (CORS preflight). */
 static const char *const route_allow[R_COUNT] = {
-    "GET, HEAD, OPTIONS", "GET, HEAD, OPTIONS", "GET, HEAD, OPTIONS", "POST, PUT, OPTIONS",
-    "PUT, DELETE, OPTIONS", "POST, OPTIONS", "GET, HEAD, OPTIONS", "GET, HEAD, OPTIONS", NULL
+    READ_METHODS, READ_METHODS, READ_METHODS, READ_METHODS,  /* page, feed, newer, timeline */
+    "POST, PUT, OPTIONS", "PUT, DELETE, OPTIONS",            /* a feed's items */
+    "POST, PUT, OPTIONS", "PUT, DELETE, OPTIONS",            /* an author's posts */
+    "POST, OPTIONS", READ_METHODS, READ_METHODS, NULL        /* fanout, metrics, healthz */
 };
 
 /* Split "/a/b/c" into segments; an empty segment (a double or trailing
@@ -70,10 +74,18 @@ static enum route classify(const char *url, char *buf, size_t buflen, char **seg
             return R_FEED;
         if (n == 4 && strcmp(seg[2], "feed") == 0 && strcmp(seg[3], "newer") == 0)
             return R_NEWER;
+        if (n == 3 && strcmp(seg[2], "timeline") == 0)
+            return R_TIMELINE;
         if (n == 3 && strcmp(seg[2], "items") == 0)
             return R_ITEMS;
         if (n == 4 && strcmp(seg[2], "items") == 0)
             return R_ITEM;
+    }
+    if (n >= 3 && strcmp(seg[0], "authors") == 0 && strcmp(seg[2], "posts") == 0) {
+        if (n == 3)
+            return R_POSTS;
+        if (n == 4)
+            return R_POST;
     }
     if (n == 3 && strcmp(seg[0], "items") == 0 && strcmp(seg[2], "fanout") == 0)
         return R_FANOUT;
@@ -103,8 +115,9 @@ static int method_allowed(const char *allow, const char *method)
 
 /* ?limit=N&cursor=TOKEN, both optional unless cursor_required: the cursor
  * (*score, *id; FEED_FIRST without one), and the rank where its page ended
- * when the token carries it (*rank; -1 when it does not). Returns 1 when a
- * 400 was queued. */
+ * when the token carries it (*rank; -1 when it does not). rank NULL: the
+ * route's tokens carry none (a merged timeline's), and one that does is
+ * refused. Returns 1 when a 400 was queued. */
 static int page_args(request *rq, int cursor_required, size_t *limit, int64_t *score,
                      int64_t *id, int64_t *rank)
 {
@@ -116,12 +129,14 @@ static int page_args(request *rq, int cursor_required, size_t *limit, int64_t *s
         return 1;
     *score = FEED_FIRST;
     *id = 0;
-    *rank = -1;
+    if (rank)
+        *rank = -1;
     if (query_get(rq, "limit", &limit_s) &&
         (parse_u64(limit_s, UINT32_MAX, &lim) != 0 || lim < 1 || lim > opt.cfg.max_page))
         return respond_error(rq, 400, "limit must be an integer in 1..%u", opt.cfg.max_page), 1;
     if (query_get(rq, "cursor", &cursor)) {
-        if (feed_cursor_decode_ranked(cursor ? cursor : "", score, id, rank) != FEED_OK)
+        if ((rank ? feed_cursor_decode_ranked(cursor ? cursor : "", score, id, rank)
+                  : feed_cursor_decode(cursor ? cursor : "", score, id)) != FEED_OK)
             return respond_error(rq, 400, "malformed cursor: pass a cursor of an earlier "
                                  "answer as it came%s", cursor_required ? "" :
                                  ", or omit cursor for the first page"), 1;
@@ -212,10 +227,26 @@ static void get_feed(request *rq, int64_t uid, int newer)
         be->page(rq->w->be, rq, uid, score, id, rank, limit, feed_done);
 }
 
-/* GET / (?uid=N&limit=N&autoscroll=1 are read by the page's script). */
+/* GET /users/{uid}/timeline?limit=N&cursor=TOKEN: uid's feed merged with
+ * the posts of the authors of --merge-authors, one feed_page_merged: SQL's
+ * UNION of the two, each (score, id) once, newest first. The cursor is the
+ * (score, id) pair alone: a merged page hands out no rank. */
+static void get_timeline(request *rq, int64_t uid)
+{
+    size_t limit = 0;
+    int64_t score, id;
+
+    if (page_args(rq, 0, &limit, &score, &id, NULL))
+        return;
+    rq->w->ops->merged(rq->w->be, rq, uid, opt.merge_authors, opt.n_merge, score, id, limit,
+                       feed_done);
+}
+
+/* GET / (?uid=N&limit=N&view=timeline&autoscroll=1 are read by the page's
+ * script). */
 static void get_page(request *rq)
 {
-    static const char *const allowed[] = { "uid", "limit", "autoscroll", NULL };
+    static const char *const allowed[] = { "uid", "limit", "view", "autoscroll", NULL };
     static const char *const csp[] = {
         "Content-Security-Policy",
         "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'", NULL
@@ -276,26 +307,40 @@ static void preflight(request *rq, const char *allow)
     respond(rq, 204, NULL, NULL, 0, opt.cors_origin ? hdrs : plain);
 }
 
+/* The routes that need the authors' table (--author-table). */
+static int merge_route(enum route r)
+{
+    return r == R_TIMELINE || r == R_POSTS || r == R_POST;
+}
+
 void dispatch(request *rq)
 {
     char buf[512];
     char *seg[MAX_SEGS];
     int64_t uid = 0, id = -1;
     const char *allow, *method = rq->method;
+    enum route r;
 
     if (!rq->w) {
         respond_error(rq, 500, "out of memory");
         return;
     }
-    rq->route = classify(rq->path, buf, sizeof buf, seg);
-    if (rq->route == R_UNKNOWN) {
+    r = rq->route = classify(rq->path, buf, sizeof buf, seg);
+    if (r == R_UNKNOWN) {
         respond_error(rq, 404, "no such endpoint; see GET /, GET /users/{uid}/feed, "
-                      "GET /users/{uid}/feed/newer, POST|PUT /users/{uid}/items, "
-                      "PUT|DELETE /users/{uid}/items/{id}, POST /items/{id}/fanout, "
-                      "GET /metrics, GET /healthz");
+                      "GET /users/{uid}/feed/newer, GET /users/{uid}/timeline, "
+                      "POST|PUT /users/{uid}/items, PUT|DELETE /users/{uid}/items/{id}, "
+                      "POST|PUT /authors/{author}/posts, PUT|DELETE /authors/{author}/posts/{id}, "
+                      "POST /items/{id}/fanout, GET /metrics, GET /healthz");
         return;
     }
-    allow = route_allow[rq->route];
+    /* Without the authors' table these routes do not exist here. */
+    if (merge_route(r) && !opt.cfg.author_table) {
+        respond_error(rq, 404, "no timelines or authors' posts here: the service was started "
+                      "without --author-table (the table of the authors' posts)");
+        return;
+    }
+    allow = route_allow[r];
     if (!method_allowed(allow, method)) {
         const char *const hdr[] = { "Allow", allow, NULL };
         char msg[120];
@@ -307,34 +352,37 @@ void dispatch(request *rq)
         preflight(rq, allow);
         return;
     }
-    if (rq->route >= R_FEED && rq->route <= R_ITEM && parse_i64_nonneg(seg[1], &uid) != 0) {
-        respond_error(rq, 400, "uid " ID_TEXT);
+    if (r >= R_FEED && r <= R_POST && parse_i64_nonneg(seg[1], &uid) != 0) {
+        respond_error(rq, 400, "%s " ID_TEXT, r >= R_POSTS ? "author id" : "uid");
         return;
     }
-    if ((rq->route == R_ITEM && parse_i64_nonneg(seg[3], &id) != 0) ||
-        (rq->route == R_FANOUT && parse_i64_nonneg(seg[1], &id) != 0)) {
-        respond_error(rq, 400, "item id " ID_TEXT);
+    if (((r == R_ITEM || r == R_POST) && parse_i64_nonneg(seg[3], &id) != 0) ||
+        (r == R_FANOUT && parse_i64_nonneg(seg[1], &id) != 0)) {
+        respond_error(rq, 400, "%s id " ID_TEXT, r == R_POST ? "post" : "item");
         return;
     }
     /* Writes and /metrics take no query. */
-    if (((rq->route >= R_ITEMS && rq->route <= R_FANOUT) || rq->route == R_METRICS) &&
-        check_query(rq, NULL))
+    if (((r >= R_ITEMS && r <= R_FANOUT) || r == R_METRICS) && check_query(rq, NULL))
         return;
+    rq->author = r == R_POSTS || r == R_POST;
 
-    switch (rq->route) {
-    case R_PAGE:    get_page(rq); break;
-    case R_METRICS: get_metrics(rq); break;
-    case R_HEALTHZ: get_healthz(rq); break;
-    case R_FEED:    get_feed(rq, uid, 0); break;
-    case R_NEWER:   get_feed(rq, uid, 1); break;
-    case R_ITEMS:   put_item(rq, uid, -1, strcmp(method, "POST") == 0); break;
+    switch (r) {
+    case R_PAGE:     get_page(rq); break;
+    case R_METRICS:  get_metrics(rq); break;
+    case R_HEALTHZ:  get_healthz(rq); break;
+    case R_FEED:     get_feed(rq, uid, 0); break;
+    case R_NEWER:    get_feed(rq, uid, 1); break;
+    case R_TIMELINE: get_timeline(rq, uid); break;
+    case R_ITEMS:
+    case R_POSTS:    put_item(rq, uid, -1, strcmp(method, "POST") == 0); break;
     case R_ITEM:
+    case R_POST:
         if (strcmp(method, "DELETE") == 0)
             delete_item(rq, uid, id);
         else
             put_item(rq, uid, id, 0);
         break;
-    case R_FANOUT:  fanout(rq, id); break;
-    default:        respond_error(rq, 500, "unreachable");
+    case R_FANOUT:   fanout(rq, id); break;
+    default:         respond_error(rq, 500, "unreachable");
     }
 }

@@ -13,7 +13,8 @@
  *   request.c   one request: its target, limits and query parameters; the
  *               responses (JSON, errors, CORS); the log and the counters
  *   routes.c    which route a request names; the read routes
- *   writes.c    the write routes: JSON bodies, the SQL, commit then hook
+ *   writes.c    the write routes (a feed's items, an author's posts): JSON
+ *               bodies, the SQL, commit then hook
  *   metrics.c   GET /metrics (Prometheus text)
  *   options.c   flags and environment, shared by both servers
  *   policy.c    what the library could take over one day, kept apart
@@ -49,7 +50,9 @@ typedef struct options {
     size_t      max_fanout;
     const char *cors_origin;     /* NULL: no CORS headers */
     int         quiet;
-    feed_config cfg;
+    feed_config cfg;             /* cfg.author_table: --author-table, NULL without */
+    int64_t     merge_authors[FEED_MERGE_MAX];   /* --merge-authors: merged into every timeline */
+    size_t      n_merge;
 } options;
 
 extern options     opt;
@@ -71,8 +74,8 @@ void server_wait(sigset_t *sigs, unsigned port, const char *workers);
 
 /* ---- routes (routes.c) ---- */
 enum route {
-    R_PAGE, R_FEED, R_NEWER, R_ITEMS, R_ITEM, R_FANOUT, R_METRICS, R_HEALTHZ,
-    R_UNKNOWN, R_COUNT
+    R_PAGE, R_FEED, R_NEWER, R_TIMELINE, R_ITEMS, R_ITEM, R_POSTS, R_POST, R_FANOUT,
+    R_METRICS, R_HEALTHZ, R_UNKNOWN, R_COUNT
 };
 extern const char *const route_names[R_COUNT];
 enum route route_of(const char *path);
@@ -152,8 +155,9 @@ struct request {
     const char      *source;        /* cache, rebuild, db or NULL */
     char             err[512];      /* for the log of a 5xx: the detail */
     /* A route's state between its operations. */
-    int64_t          uid, id, score;
+    int64_t          uid, id, score;   /* uid: the author of an author's post */
     int              newer, create, tx;
+    int              author;        /* a write to an author's posts (author_table) */
     const char      *what, *cache;
     int64_t         *uids;
     size_t           n;
@@ -244,6 +248,9 @@ struct backend_ops {
                   size_t limit, page_done *done);
     /* feed_health */
     void (*health)(void *be, request *rq, health_done *done);
+    /* feed_page_merged: uid's feed merged with n authors' posts */
+    void (*merged)(void *be, request *rq, int64_t uid, const int64_t *authors, size_t n,
+                   int64_t score, int64_t id, size_t limit, page_done *done);
     /* feed_on_insert, feed_on_delete, feed_fanout */
     void (*on_insert)(void *be, request *rq, int64_t uid, int64_t score, int64_t id,
                       hook_done *done);
@@ -253,6 +260,15 @@ struct backend_ops {
     /* After a failed hook: drop the cached copies (feed_invalidate each,
      * stopping once one is refused); dropped counts those that went. */
     void (*drop)(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done);
+    /* feed_author_on_insert, feed_author_on_delete */
+    void (*author_on_insert)(void *be, request *rq, int64_t author, int64_t score, int64_t id,
+                             hook_done *done);
+    void (*author_on_delete)(void *be, request *rq, int64_t author, int64_t id,
+                             hook_done *done);
+    /* After a failed author hook: drop those authors' copies
+     * (feed_author_invalidate each, as drop does). */
+    void (*author_drop)(void *be, request *rq, const int64_t *authors, size_t n,
+                        drop_done *done);
     /* BEGIN; sql with params; COMMIT, on the worker's write connection.
      * params stay valid until done is called. */
     void (*tx)(void *be, request *rq, const char *sql, int nparams,
@@ -268,10 +284,11 @@ struct backend_ops {
 
 /* ---- handlers ---- */
 void dispatch(request *rq);                                   /* routes.c */
+/* The item routes, on a feed or (rq->author set) on an author's posts. */
 void put_item(request *rq, int64_t uid, int64_t path_id, int create);   /* writes.c */
 void delete_item(request *rq, int64_t uid, int64_t id);
 void fanout(request *rq, int64_t id);
-int  writes_init(void);    /* the write statements on opt.cfg's table; -1: out of memory */
+int  writes_init(void);    /* the write statements on opt.cfg's tables; -1: out of memory */
 void writes_free(void);
 void get_metrics(request *rq);                                /* metrics.c */
 

@@ -1,5 +1,8 @@
 /* writes.c -- the write routes: the row changes in a PostgreSQL transaction
  * (the application's own work), then the library's hook runs after COMMIT.
+ * The same routes serve a user's feed (the feed table, feed_on_insert and
+ * feed_on_delete) and an author's own posts (the authors' table,
+ * feed_author_on_insert and feed_author_on_delete; rq->author).
  * Each route is a chain of backend operations: the transaction, whose
  * completion starts the hook, whose completion answers (or, when the hook
  * failed, first drops the cached copies).
@@ -8,7 +11,8 @@
  * it. If Redis could not be reached, the library remembers the feed and the
  * first handle to reach Redis again drops that copy (feedcache.h, "Write
  * hooks"). If Redis answered and refused, this server drops the copy itself
- * (policy_drop, feed_invalidate), at once; when that is refused too, the
+ * (policy_drop: feed_invalidate, or feed_author_invalidate for an
+ * author's copy), at once; when that is refused too, the
  * answer says "repair-pending" and the library keeps the feed on its repair
  * list. Either way the answer's "cache" field says which: "ok",
  * "invalidated" or "repair-pending".
@@ -93,10 +97,25 @@ static json_t *body_object(const request *rq, const char *const *allowed,
 
 /* ---- the SQL: BEGIN; one statement; COMMIT (backend_sync.c, pg_async.c) ---- */
 
-/* The statements, on the configured table and columns (feed_config). */
-static struct {
-    char *insert, *update, *delete, *fanout;
-} stmt;
+/* What a write works on: a user's feed, or an author's posts. The
+ * statements are on the configured table and columns (feed_config). */
+typedef struct target {
+    const char *path;       /* the Location of a new row: /path/{owner}/{item}s/{id} */
+    const char *item;       /* "item", "post" */
+    const char *inserted, *deleted;     /* the hooks, for the log */
+    char       *insert, *update, *delete;
+} target;
+
+static target targets[2] = {
+    { "users", "item", "feed_on_insert", "feed_on_delete", NULL, NULL, NULL },
+    { "authors", "post", "feed_author_on_insert", "feed_author_on_delete", NULL, NULL, NULL },
+};
+static char *fanout_stmt;
+
+static const target *target_of(const request *rq)
+{
+    return &targets[rq->author != 0];
+}
 
 static char *quote_ident(const char *s)   /* "s" with " doubled */
 {
@@ -113,38 +132,65 @@ static char *quote_ident(const char *s)   /* "s" with " doubled */
     return q;
 }
 
-int writes_init(void)
+/* INSERT, UPDATE and DELETE of one row of table (owner u, score s, id i:
+ * quoted identifiers) into t; 0, or -1 when out of memory. */
+static int target_init(target *t, const char *table, const char *owner, const char *score,
+                       const char *id)
 {
-    char *t = quote_ident(opt.cfg.table), *u = quote_ident(opt.cfg.owner_column),
-         *s = quote_ident(opt.cfg.score_column), *i = quote_ident(opt.cfg.id_column);
-    sbuf b[4] = { { 0 }, { 0 }, { 0 }, { 0 } };
-    int ok = t && u && s && i;
+    char *tb = quote_ident(table), *u = quote_ident(owner), *sc = quote_ident(score),
+         *i = quote_ident(id);
+    sbuf b[3] = { { 0 }, { 0 }, { 0 } };
+    int ok = tb && u && sc && i;
 
     if (ok) {
-        sb_printf(&b[0], "INSERT INTO %s (%s, %s, %s) VALUES ($1, $2, $3)", t, u, s, i);
-        sb_printf(&b[1], "UPDATE %s SET %s = $2 WHERE %s = $1 AND %s = $3", t, s, u, i);
-        sb_printf(&b[2], "DELETE FROM %s WHERE %s = $1 AND %s = $2 RETURNING %s", t, u, i, s);
-        /* An upsert: fanning the same item out again sets its score. */
-        sb_printf(&b[3], "INSERT INTO %s (%s, %s, %s) SELECT u, $2, $1 FROM unnest($3::bigint[]) "
-                  "AS u ON CONFLICT (%s, %s) DO UPDATE SET %s = EXCLUDED.%s", t, u, s, i, u, i, s, s);
+        sb_printf(&b[0], "INSERT INTO %s (%s, %s, %s) VALUES ($1, $2, $3)", tb, u, sc, i);
+        sb_printf(&b[1], "UPDATE %s SET %s = $2 WHERE %s = $1 AND %s = $3", tb, sc, u, i);
+        sb_printf(&b[2], "DELETE FROM %s WHERE %s = $1 AND %s = $2 RETURNING %s", tb, u, i, sc);
     }
+    free(tb);
+    free(u);
+    free(sc);
+    free(i);
+    t->insert = b[0].data;
+    t->update = b[1].data;
+    t->delete = b[2].data;
+    return ok && !b[0].failed && !b[1].failed && !b[2].failed ? 0 : -1;
+}
+
+int writes_init(void)
+{
+    const feed_config *c = &opt.cfg;
+    char *t = quote_ident(c->table), *u = quote_ident(c->owner_column),
+         *s = quote_ident(c->score_column), *i = quote_ident(c->id_column);
+    sbuf b = { 0 };
+    int ok = t && u && s && i;
+
+    /* An upsert: fanning the same item out again sets its score. */
+    if (ok)
+        sb_printf(&b, "INSERT INTO %s (%s, %s, %s) SELECT u, $2, $1 FROM unnest($3::bigint[]) "
+                  "AS u ON CONFLICT (%s, %s) DO UPDATE SET %s = EXCLUDED.%s", t, u, s, i, u, i,
+                  s, s);
     free(t);
     free(u);
     free(s);
     free(i);
-    stmt.insert = b[0].data;
-    stmt.update = b[1].data;
-    stmt.delete = b[2].data;
-    stmt.fanout = b[3].data;
-    return ok && !b[0].failed && !b[1].failed && !b[2].failed && !b[3].failed ? 0 : -1;
+    fanout_stmt = b.data;
+    ok = ok && !b.failed &&
+         target_init(&targets[0], c->table, c->owner_column, c->score_column, c->id_column) == 0;
+    if (ok && c->author_table)
+        ok = target_init(&targets[1], c->author_table, c->author_column, c->score_column,
+                         c->id_column) == 0;
+    return ok ? 0 : -1;
 }
 
 void writes_free(void)
 {
-    free(stmt.insert);
-    free(stmt.update);
-    free(stmt.delete);
-    free(stmt.fanout);
+    for (size_t k = 0; k < 2; k++) {
+        free(targets[k].insert);
+        free(targets[k].update);
+        free(targets[k].delete);
+    }
+    free(fanout_stmt);
 }
 
 
@@ -161,7 +207,8 @@ static void reply(request *rq)
     if (obj && rq->route == R_FANOUT)
         json_object_set_new(obj, "users", json_integer((json_int_t)rq->n));
     if (rq->create) {
-        snprintf(loc, sizeof loc, "/users/%" PRId64 "/items/%" PRId64, rq->uid, rq->id);
+        snprintf(loc, sizeof loc, "/%s/%" PRId64 "/%ss/%" PRId64, target_of(rq)->path, rq->uid,
+                 target_of(rq)->item, rq->id);
         respond_json(rq, 201, obj, hdr);
     } else {
         respond_json(rq, 200, obj, NULL);
@@ -208,12 +255,15 @@ static void dropped(request *rq, size_t done)
 static void hook_failed(request *rq, const char *what, const char *msg)
 {
     if (rq->n == 1)
-        fprintf(stderr, "%s: %s for uid %" PRId64 " failed after commit: %s\n",
-                progname, what, rq->uids[0], msg);
+        fprintf(stderr, "%s: %s for %s %" PRId64 " failed after commit: %s\n",
+                progname, what, rq->author ? "author" : "uid", rq->uids[0], msg);
     else
         fprintf(stderr, "%s: %s for %zu feeds failed after commit: %s\n",
                 progname, what, rq->n, msg);
-    rq->w->ops->drop(rq->w->be, rq, rq->uids, rq->n, dropped);
+    if (rq->author)
+        rq->w->ops->author_drop(rq->w->be, rq, rq->uids, rq->n, dropped);
+    else
+        rq->w->ops->drop(rq->w->be, rq, rq->uids, rq->n, dropped);
 }
 
 static void hooked(request *rq, int rc, const char *errmsg)
@@ -241,6 +291,30 @@ static int tx_failed(request *rq, const tx_outcome *tx, const char *conflict)
 
 /* ---- the routes ---- */
 
+/* The hook of one row's change, on a feed or an author's posts. */
+static void hook_one(request *rq, int insert)
+{
+    const backend_ops *ops = rq->w->ops;
+
+    rq->what = insert ? target_of(rq)->inserted : target_of(rq)->deleted;
+    if (insert)
+        (rq->author ? ops->author_on_insert : ops->on_insert)(rq->w->be, rq, rq->uid,
+                                                               rq->score, rq->id, hooked);
+    else
+        (rq->author ? ops->author_on_delete : ops->on_delete)(rq->w->be, rq, rq->uid, rq->id,
+                                                               hooked);
+}
+
+/* 404: no such row. */
+static void no_row(request *rq)
+{
+    if (rq->author)
+        respond_error(rq, 404, "author %" PRId64 " has no post %" PRId64, rq->uid, rq->id);
+    else
+        respond_error(rq, 404, "no item %" PRId64 " in the feed of user %" PRId64, rq->id,
+                      rq->uid);
+}
+
 /* One uid: rq->uids points at it (freed with the request). */
 static int one_uid(request *rq, int64_t uid)
 {
@@ -253,20 +327,20 @@ static int one_uid(request *rq, int64_t uid)
 
 static void put_committed(request *rq, const tx_outcome *tx)
 {
-    if (tx_failed(rq, tx, "an item with this id is already in the feed; "
+    if (tx_failed(rq, tx, rq->author ? "the author already has a post with this id; "
+                  "PUT changes its score" : "an item with this id is already in the feed; "
                   "PUT changes its score"))
         return;
     if (tx->rows == 0) {   /* UPDATE of no row: committed a no-op, nothing to tell the cache */
-        respond_error(rq, 404, "no item %" PRId64 " in the feed of user %" PRId64,
-                      rq->id, rq->uid);
+        no_row(rq);
         return;
     }
-    rq->what = "feed_on_insert";
-    rq->w->ops->on_insert(rq->w->be, rq, rq->uid, rq->score, rq->id, hooked);
+    hook_one(rq, 1);
 }
 
 /* POST /users/{uid}/items, PUT /users/{uid}/items, PUT /users/{uid}/items/{id}:
- * path_id < 0 when the id is not in the path. */
+ * path_id < 0 when the id is not in the path. With rq->author, the same for
+ * /authors/{author}/posts: uid is the author. */
 void put_item(request *rq, int64_t uid, int64_t path_id, int create)
 {
     static const char *const allowed[] = { "id", "score", NULL };
@@ -316,8 +390,8 @@ void put_item(request *rq, int64_t uid, int64_t path_id, int create)
     snprintf(rq->param[2], sizeof rq->param[2], "%" PRId64, id);
     for (int i = 0; i < 3; i++)
         rq->params[i] = rq->param[i];
-    rq->w->ops->tx(rq->w->be, rq, create ? stmt.insert : stmt.update, 3, rq->params,
-                   put_committed);
+    rq->w->ops->tx(rq->w->be, rq, create ? target_of(rq)->insert : target_of(rq)->update, 3,
+                   rq->params, put_committed);
 }
 
 static void delete_committed(request *rq, const tx_outcome *tx)
@@ -325,12 +399,10 @@ static void delete_committed(request *rq, const tx_outcome *tx)
     if (tx_failed(rq, tx, "conflict"))
         return;
     if (tx->rows != 1 || !tx->first || sscanf(tx->first, "%" SCNd64, &rq->score) != 1) {
-        respond_error(rq, 404, "no item %" PRId64 " in the feed of user %" PRId64,
-                      rq->id, rq->uid);
+        no_row(rq);
         return;
     }
-    rq->what = "feed_on_delete";
-    rq->w->ops->on_delete(rq->w->be, rq, rq->uid, rq->id, hooked);
+    hook_one(rq, 0);
 }
 
 void delete_item(request *rq, int64_t uid, int64_t id)
@@ -349,7 +421,7 @@ void delete_item(request *rq, int64_t uid, int64_t id)
     snprintf(rq->param[1], sizeof rq->param[1], "%" PRId64, id);
     rq->params[0] = rq->param[0];
     rq->params[1] = rq->param[1];
-    rq->w->ops->tx(rq->w->be, rq, stmt.delete, 2, rq->params, delete_committed);
+    rq->w->ops->tx(rq->w->be, rq, target_of(rq)->delete, 2, rq->params, delete_committed);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -432,5 +504,5 @@ void fanout(request *rq, int64_t id)
     rq->params[0] = rq->param[0];
     rq->params[1] = rq->param[1];
     rq->params[2] = rq->arr;
-    rq->w->ops->tx(rq->w->be, rq, stmt.fanout, 3, rq->params, fanout_committed);
+    rq->w->ops->tx(rq->w->be, rq, fanout_stmt, 3, rq->params, fanout_committed);
 }

@@ -238,3 +238,16 @@ int feed_async_author_on_delete(feed_async *a, int64_t author, int64_t id,
                          "feed_async_author_on_delete: id %lld is negative", (long long)id);
     return hook(a, FEED_HOOK_DELETE, FEED_FAM_AUTHOR, author, 0, id, cb, arg);
 }
+
+int feed_async_author_invalidate(feed_async *a, int64_t author, feed_async_done_cb *cb,
+                                 void *arg)
+{
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if ((rc = feed__authors_on(&a->core, a->errmsg, "feed_async_author_invalidate")) != FEED_OK)
+        return rc;
+    return hook(a, FEED_HOOK_INVALIDATE, FEED_FAM_AUTHOR, author, 0, 0, cb, arg);
+}

@@ -384,6 +384,18 @@ int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n)
                                                     authors, n, &rc), &rc);
 }
 
+int feed_author_invalidate(feed *f, int64_t author)
+{
+    int rc;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_invalidate")) != FEED_OK)
+        return rc;
+    return hook(f, FEED_HOOK_INVALIDATE, FEED_FAM_AUTHOR, author, 0, 0);
+}
+
 int feed_author_invalidate_all(feed *f, uint64_t *dropped)
 {
     int rc = FEED_OK;
