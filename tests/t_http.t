@@ -882,6 +882,22 @@ stop_server
 "$SERVER" --port 0 --redis-port "$FEED_REDIS_PORT" --pg "host=127.0.0.1 port=1 dbname=none" --max-len 0 \
     >/dev/null 2>"$TMP/bad.log"
 is "$?" 2 "a bad flag value (--max-len 0): exit status 2"
+like "$(cat "$TMP/bad.log")" 'max-len must be' "  with the library's reason (feed_config_set)"
+# Every field of feed_config is a flag, under the library's limits: one the
+# example never named, refused past its range, and --help lists them all.
+"$SERVER" --port 0 --lease-wait-ms 4294967296 >/dev/null 2>"$TMP/bad.log"
+is "$?" 2 "--lease-wait-ms 4294967296 (a field by its library name, past uint32): exit status 2"
+like "$(cat "$TMP/bad.log")" '--lease-wait-ms: lease-wait-ms must be 0\.\.4294967295' "  naming the range"
+"$SERVER" --port 0 --redis-timeout 0 >/dev/null 2>"$TMP/bad.log"
+is "$?" 2 "--redis-timeout 0 (the short name of redis-timeout-ms): exit status 2"
+fields=$(awk '/^typedef struct feed_config {/,/^} feed_config;/' lib/feedcache.h |
+         grep -oE '^ +(const char +\*|uint32_t|int) *[a-z_]+;' | grep -oE '[a-z_]+;$' | tr -d ';')
+help=$("$SERVER" --help)
+missing=()
+for f in $fields; do
+    grep -q -- "--${f//_/-}\b" <<<"$help" || missing+=("--${f//_/-}")
+done
+is "${missing[*]}" "" "--help names a flag for each of the $(wc -w <<<"$fields") fields of feed_config"
 for bad in "1,,2" "1,2," "1,x" "1,-2" "3,1,3" "1 2" "9223372036854775808" "$(seq -s, 1 101)"; do
     timeout 20 "$SERVER" --port 0 --author-table author_post --merge-authors "$bad" >/dev/null 2>"$TMP/bad.log"
     rc=$?

@@ -11,25 +11,34 @@ cd "$(dirname "$0")/.."
 BIN=${BUILD:-build}/sync/feedcache-sync
 [[ -x $BIN ]] || bail "no $BIN (run make)"
 
-fields=$(awk '/^typedef struct feed_config/,/^} feed_config;/' lib/feedcache.h |
+fields=$(awk '/^typedef struct feed_config {/,/^} feed_config;/' lib/feedcache.h |
          grep -oE '^ +(const char +\*|uint32_t|int) *[a-z_]+;' | grep -oE '[a-z_]+;$' | tr -d ';')
 count=$(wc -w <<<"$fields")
 ((count >= 25)) || bail "read only $count fields from feed_config"
 help=$("$BIN" --help)
+TMPERR=$(mktemp)
 missing=()
 unknown=()
 for f in $fields; do
     flag=--${f//_/-}
     grep -q -- "$flag\b" <<<"$help" || missing+=("$flag")
-    out=$("$BIN" "$flag" 1 --bogus 2>&1 >/dev/null)
+    value=1
+    [[ $flag == --redis-cluster || $flag == --redis-sentinels ]] && value=127.0.0.1:1
+    out=$("$BIN" "$flag" "$value" --bogus 2>&1 >/dev/null)
     [[ $out == *"unknown flag or missing value: --bogus"* ]] || unknown+=("$flag: $out")
 done
 is "${missing[*]}" "" "--help names a flag for each of the $count fields of feed_config"
 is "${unknown[*]}" "" "  and the parser takes each of them (only the bogus flag after it is refused)"
 "$BIN" --no-such-flag >/dev/null 2>&1
 is "$?" 2 "an unknown flag exits 2"
-"$BIN" --redis-restart-fence 2 >/dev/null 2>&1
+"$BIN" --redis-restart-fence 2 >/dev/null 2>"$TMPERR"
 is "$?" 2 "--redis-restart-fence 2 exits 2"
+like "$(cat "$TMPERR")" 'redis-restart-fence must be 0\.\.1' "  with the library's limits (feed_config_set)"
+"$BIN" --redis-cluster nohost >/dev/null 2>"$TMPERR"
+is "$?" 2 "--redis-cluster without host:port exits 2"
+"$BIN" --redis-port 65536 >/dev/null 2>"$TMPERR"
+is "$?" 2 "--redis-port 65536 exits 2"
+rm -f "$TMPERR"
 # A cluster is followed like a single Redis (t_sync:cluster): with nothing
 # reachable it waits and retries, and SIGTERM ends it cleanly.
 err=$(mktemp)

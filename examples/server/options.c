@@ -1,6 +1,6 @@
-/* options.c -- the flags and environment both servers take (the flags that
- * set feed_config fields are policy_config_set's, policy.c), and the start
- * and stop both mains share. */
+/* options.c -- the flags and environment both servers take, and the start
+ * and stop both mains share. Every field of feed_config is a flag under its
+ * library name (feed_config_set checks it), a few under shorter names too. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,6 +13,14 @@
 
 options opt;
 
+/* The example's short names for feed_config fields, kept from its first
+ * versions; the library's names work as well. */
+static const char *const aliases[][2] = {
+    { "pg", "pg-conninfo" },               { "ttl", "ttl-seconds" },
+    { "redis-timeout", "redis-timeout-ms" }, { "pg-timeout", "pg-timeout-ms" },
+};
+#define N_ALIASES (sizeof aliases / sizeof aliases[0])
+
 static void usage(FILE *out, const char *threads_help)
 {
     fprintf(out,
@@ -21,7 +29,6 @@ static void usage(FILE *out, const char *threads_help)
 "  --bind ADDR         listen address (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
 "  --cors-origin O     send Access-Control-Allow-Origin: O (\"*\" for any; default\n"
 "                      $FEED_CORS_ORIGIN, else no CORS headers)\n"
-"%s"
 "  --threads N         %s\n"
 "  --max-body BYTES    largest request body (default 1048576)\n"
 "  --max-fanout N      most uids in one fan-out (default 10000)\n"
@@ -29,8 +36,18 @@ static void usage(FILE *out, const char *threads_help)
 "                      at most %d, each once (default $FEED_MERGE_AUTHORS, else none;\n"
 "                      needs --author-table)\n"
 "  --quiet             no request log on stderr\n"
-"Prints \"listening on PORT\" on stdout once it accepts connections; stops on SIGINT or SIGTERM.\n",
-            progname, policy_config_usage, threads_help, FEED_MERGE_MAX);
+"The fields of feed_config, by their names with dashes (defaults: the library's;\n"
+"$FEED_REDIS_HOST, $FEED_REDIS_PORT, $FEED_REDIS_PASSWORD, $FEED_PG_CONNINFO and\n"
+"$FEED_AUTHOR_TABLE set those fields; --pg, --ttl, --redis-timeout and --pg-timeout\n"
+"are pg-conninfo, ttl-seconds, redis-timeout-ms and pg-timeout-ms):\n",
+            progname, threads_help, FEED_MERGE_MAX);
+    for (size_t i = 0; i < feed_config_field_count(); i++) {
+        const feed_config_field *d = feed_config_field_get(i);
+
+        fprintf(out, "  --%-22s %s\n", d->flag, d->help);
+    }
+    fputs("Prints \"listening on PORT\" on stdout once it accepts connections; stops on SIGINT "
+          "or SIGTERM.\n", out);
 }
 
 static uint64_t num_arg(const char *name, const char *s, uint64_t min, uint64_t max)
@@ -45,13 +62,13 @@ static uint64_t num_arg(const char *name, const char *s, uint64_t min, uint64_t 
     return v;
 }
 
-/* A feed_config flag from the command line (--NAME) or the environment. */
+/* A feed_config field from the command line (--NAME) or the environment;
+ * shown is how the user spelled it. A value the library refuses stops the
+ * program (exit status 2) with the library's reason. */
 static void config_arg(const char *name, const char *shown, const char *value)
 {
-    char err[80];
-
-    if (policy_config_set(&opt.cfg, name, value, err, sizeof err) < 0) {
-        fprintf(stderr, "%s: %s %s\n", progname, shown, err);
+    if (feed_config_set(&opt.cfg, name, value) != FEED_OK) {
+        fprintf(stderr, "%s: %s: %s\n", progname, shown, feed_errmsg(NULL));
         exit(2);
     }
 }
@@ -109,6 +126,7 @@ static void defaults(void)
     static const char *const env[][2] = {
         { "FEED_REDIS_HOST", "redis-host" }, { "FEED_REDIS_PORT", "redis-port" },
         { "FEED_REDIS_PASSWORD", "redis-password" }, { "FEED_AUTHOR_TABLE", "author-table" },
+        { "FEED_PG_CONNINFO", "pg-conninfo" },
     };
     const char *e;
 
@@ -125,52 +143,67 @@ static void defaults(void)
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++)
         if ((e = getenv(env[i][0])) && *e)
             config_arg(env[i][1], env[i][0], e);
-    if ((e = getenv("FEED_PG_CONNINFO")))
-        opt.cfg.pg_conninfo = e;
     if ((e = getenv("FEED_MERGE_AUTHORS")))
         merge_authors_arg("FEED_MERGE_AUTHORS", e);
 }
 
-static void parse_options(int argc, char **argv, const char *threads_help)
+/* The example's own flags, the aliases ('a'), then one flag per field of
+ * feed_config ('c'), and the end; NULL: no memory. */
+static struct option *long_options(void)
 {
-    /* The feed_config flags have val 'c': policy_config_set knows them. */
-    static const struct option longopts[] = {
+    static const struct option own[] = {
         { "port", required_argument, NULL, 'p' },
         { "bind", required_argument, NULL, 'b' },
         { "cors-origin", required_argument, NULL, 'C' },
-        { "redis-host", required_argument, NULL, 'c' },
-        { "redis-port", required_argument, NULL, 'c' },
-        { "redis-user", required_argument, NULL, 'c' },
-        { "redis-password", required_argument, NULL, 'c' },
-        { "pg", required_argument, NULL, 'c' },
-        { "table", required_argument, NULL, 'c' },
-        { "max-len", required_argument, NULL, 'c' },
-        { "max-page", required_argument, NULL, 'c' },
-        { "ttl", required_argument, NULL, 'c' },
-        { "redis-timeout", required_argument, NULL, 'c' },
-        { "pg-timeout", required_argument, NULL, 'c' },
-        { "author-table", required_argument, NULL, 'c' },
-        { "author-column", required_argument, NULL, 'c' },
         { "merge-authors", required_argument, NULL, 'M' },
         { "threads", required_argument, NULL, 'T' },
         { "max-body", required_argument, NULL, 'B' },
         { "max-fanout", required_argument, NULL, 'F' },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 }
     };
-    char shown[40];
+    size_t n_own = sizeof own / sizeof own[0], n = feed_config_field_count();
+    struct option *o = calloc(n_own + N_ALIASES + n + 1, sizeof *o);
+
+    if (!o)
+        return NULL;
+    memcpy(o, own, sizeof own);
+    for (size_t i = 0; i < N_ALIASES; i++)
+        o[n_own + i] = (struct option){ aliases[i][0], required_argument, NULL, 'a' };
+    for (size_t i = 0; i < n; i++)
+        o[n_own + N_ALIASES + i] =
+            (struct option){ feed_config_field_get(i)->flag, required_argument, NULL, 'c' };
+    return o;
+}
+
+static const char *alias_field(const char *name)
+{
+    for (size_t i = 0; i < N_ALIASES; i++)
+        if (strcmp(aliases[i][0], name) == 0)
+            return aliases[i][1];
+    return name;
+}
+
+static void parse_options(int argc, char **argv, const char *threads_help)
+{
+    struct option *longopts = long_options();
+    char shown[48];
     int ch, idx;
 
+    if (!longopts) {
+        fprintf(stderr, "%s: out of memory\n", progname);
+        exit(1);
+    }
     defaults();
     while ((ch = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
         switch (ch) {
         case 'p': opt.port = (unsigned)num_arg("--port", optarg, 0, 65535); break;
         case 'b': opt.bind = optarg; break;
         case 'C': opt.cors_origin = *optarg ? optarg : NULL; break;
+        case 'a':
         case 'c':
             snprintf(shown, sizeof shown, "--%s", longopts[idx].name);
-            config_arg(longopts[idx].name, shown, optarg);
+            config_arg(alias_field(longopts[idx].name), shown, optarg);
             break;
         case 'T': opt.threads = (unsigned)num_arg("--threads", optarg, 1, 1024); break;
         case 'B': opt.max_body = (size_t)num_arg("--max-body", optarg, 64, 1u << 30); break;
@@ -181,6 +214,7 @@ static void parse_options(int argc, char **argv, const char *threads_help)
         default: usage(stderr, threads_help); exit(2);
         }
     }
+    free(longopts);   /* optarg points into argv; the names shown were copied */
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument \"%s\"\n", progname, argv[optind]);
         usage(stderr, threads_help);

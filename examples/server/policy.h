@@ -46,14 +46,4 @@ size_t policy_drop(feed *f, const int64_t *uids, size_t n);
  * failure. The loops: feed_async_author_invalidate. */
 size_t policy_drop_authors(feed *f, const int64_t *authors, size_t n);
 
-/* Set the feed_config field that a flag (without its dashes: "redis-port")
- * names from text. 1 when name is no config flag, 0 when set, -1 when the
- * value is refused (err says why). Proposed: feed_config_set(cfg, field,
- * value), one table of fields, ranges and defaults in the library for
- * every program (feedcache-sync has its own copy of this table too). */
-int policy_config_set(feed_config *cfg, const char *name, const char *value,
-                      char *err, size_t errlen);
-/* The usage lines of those flags. */
-extern const char policy_config_usage[];
-
 #endif /* FEED_SERVER_POLICY_H */
