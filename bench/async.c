@@ -466,23 +466,24 @@ static void part_pages(FILE *md, const feed_item *want, pid_t rpid)
             "| pages/s: one loop thread / redis-benchmark -c 1 -P %d | **%.2fx** | %.2fx |"
             " >= 0.6x: %s |\n"
             "| client + Redis CPU per page: one blocking thread / one loop thread | %.2fx |"
-            " %.2fx | (a bound) |\n"
-            "| pages/s: redis-benchmark -c 1 -P %d / one blocking thread | %.2fx | | (a ceiling) |\n"
-            "\nThe last two rows bound the first. A client on one connection cannot pass"
-            " redis-benchmark's pipeline, whose rate is set by Redis's CPU per page: so no"
-            " loop thread can reach more than the last row's ratio over a blocking thread"
-            " in the same run. And when other work keeps every core busy, each client"
-            " gets pages in proportion to the CPU it is given over the CPU a page costs"
-            " (client and Redis): that gives the row before. A blocking thread loses its"
-            " whole round-trip wait only where a core sits idle while it waits; read the"
-            " first row against both and the load average.\n",
+            " %.2fx | (the CPU bound) |\n"
+            "| pages/s: redis-benchmark -c 1 -P %d / one blocking thread | %.2fx | | (its pipeline of %d) |\n"
+            "\nThe last two rows put the first in context. redis-benchmark keeps %d"
+            " requests in flight on one connection and parses nothing; its rate is set by"
+            " Redis's CPU per page, which falls as more requests share each read and write"
+            " of the socket: a loop thread that keeps more in flight can pass it (compare"
+            " the two rows' Redis CPU per page). When other work keeps every core busy,"
+            " each client gets pages in proportion to the CPU it is given over the CPU a"
+            " page costs (client and Redis): that gives the row before. A blocking thread"
+            " loses its whole round-trip wait only where a core sits idle while it waits;"
+            " read the first row against both and the load average.\n",
             r_pages, r_uv, verdict(r_pages >= 5), r_cpu, r_cpu_uv, verdict(r_cpu <= 0.6),
             RB_PIPELINE, r_lim, r_lim_uv, rb ? verdict(r_lim >= 0.6) : "no redis-benchmark",
-            r_bound, r_bound_uv, RB_PIPELINE, r_ceil);
+            r_bound, r_bound_uv, RB_PIPELINE, r_ceil, RB_PIPELINE, RB_PIPELINE);
     out_summary("async_pages", "cached first pages/s: one libevent loop thread with 256"
                 " requests in flight vs one blocking thread", ">= 5x", verdict(r_pages >= 5),
-                "%.2fx (%s vs %s pages/s; libuv %.2fx; the ceiling, redis-benchmark -c 1"
-                " -P 64 / blocking: %.2fx; the CPU bound %.2fx)", r_pages,
+                "%.2fx (%s vs %s pages/s; libuv %.2fx; redis-benchmark -c 1 -P 64 /"
+                " blocking: %.2fx; the CPU bound %.2fx)", r_pages,
                 NUM(sm_median(&ks[K_EV].rate)), NUM(sm_median(&ks[K_B1].rate)), r_uv, r_ceil,
                 r_bound);
     out_summary("async_cpu", "Redis CPU per cached page: one loop thread, 256 in flight, vs"
