@@ -73,14 +73,20 @@ int feed_async_page_newer(feed_async *a, int64_t uid, int64_t score, int64_t id,
     return FEED_OK;
 }
 
-/* A hook of one feed, owner's in family fam. */
-static int hook(feed_async *a, int kind, int fam, int64_t uid, int64_t score, int64_t id,
-                feed_async_done_cb *cb, void *arg)
+/* A hook of one feed, owner's in family fam; name is the public call, for
+ * messages. Bad arguments are refused before a request exists. */
+static int hook(feed_async *a, const char *name, int kind, int fam, int64_t uid, int64_t score,
+                int64_t id, feed_async_done_cb *cb, void *arg)
 {
-    feed_areq *r = feed__async_request(a, feed__hook_op_size(), FEED_API_DONE, arg);
+    feed_areq *r;
     int rc;
 
-    if (!r)
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if ((rc = feed__hook_check(&a->core, a->errmsg, name, kind, fam, score, id)) != FEED_OK)
+        return rc;
+    if (!(r = feed__async_request(a, feed__hook_op_size(), FEED_API_DONE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "out of memory for a hook");
     r->cb.done = cb;
     if ((rc = feed__hook_init((feed_hook_op *)r->op, &a->core, r->err, kind, fam, uid, score,
@@ -96,34 +102,20 @@ static int hook(feed_async *a, int kind, int fam, int64_t uid, int64_t score, in
 int feed_async_on_insert(feed_async *a, int64_t uid, int64_t score, int64_t id,
                          feed_async_done_cb *cb, void *arg)
 {
-    int rc;
-
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    if ((rc = feed__check_item(a->errmsg, "feed_async_on_insert", score, id)) != FEED_OK)
-        return rc;
-    return hook(a, FEED_HOOK_INSERT, FEED_FAM_FEED, uid, score, id, cb, arg);
+    return hook(a, "feed_async_on_insert", FEED_HOOK_INSERT, FEED_FAM_FEED, uid, score, id, cb,
+                arg);
 }
 
 int feed_async_on_delete(feed_async *a, int64_t uid, int64_t id, feed_async_done_cb *cb,
                          void *arg)
 {
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    if (id < 0)
-        return feed__msg(a->errmsg, FEED_EINVAL, "feed_async_on_delete: id %lld is negative",
-                         (long long)id);
-    return hook(a, FEED_HOOK_DELETE, FEED_FAM_FEED, uid, 0, id, cb, arg);
+    return hook(a, "feed_async_on_delete", FEED_HOOK_DELETE, FEED_FAM_FEED, uid, 0, id, cb, arg);
 }
 
 int feed_async_invalidate(feed_async *a, int64_t uid, feed_async_done_cb *cb, void *arg)
 {
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    return hook(a, FEED_HOOK_INVALIDATE, FEED_FAM_FEED, uid, 0, 0, cb, arg);
+    return hook(a, "feed_async_invalidate", FEED_HOOK_INVALIDATE, FEED_FAM_FEED, uid, 0, 0, cb,
+                arg);
 }
 
 int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t score, int64_t id,
@@ -140,7 +132,7 @@ int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t scor
     if ((rc = feed__check_item(a->errmsg, "feed_async_fanout", score, id)) != FEED_OK)
         return rc;
     if (n == 0)     /* nothing to do, but the callback still comes, from the loop */
-        return hook(a, FEED_HOOK_NONE, FEED_FAM_FEED, 0, 0, 0, cb, arg);
+        return hook(a, "feed_async_fanout", FEED_HOOK_NONE, FEED_FAM_FEED, 0, 0, 0, cb, arg);
     if (!(r = feed__async_request(a, 0, FEED_API_DONE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_fanout: out of memory");
     r->cb.done = cb;
@@ -212,42 +204,20 @@ int feed_async_page_merged(feed_async *a, int64_t uid, const int64_t *authors, s
 int feed_async_author_on_insert(feed_async *a, int64_t author, int64_t score, int64_t id,
                                 feed_async_done_cb *cb, void *arg)
 {
-    int rc;
-
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    if ((rc = feed__authors_on(&a->core, a->errmsg, "feed_async_author_on_insert")) != FEED_OK ||
-        (rc = feed__check_item(a->errmsg, "feed_async_author_on_insert", score, id)) != FEED_OK)
-        return rc;
-    return hook(a, FEED_HOOK_INSERT, FEED_FAM_AUTHOR, author, score, id, cb, arg);
+    return hook(a, "feed_async_author_on_insert", FEED_HOOK_INSERT, FEED_FAM_AUTHOR, author,
+                score, id, cb, arg);
 }
 
 int feed_async_author_on_delete(feed_async *a, int64_t author, int64_t id,
                                 feed_async_done_cb *cb, void *arg)
 {
-    int rc;
-
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    if ((rc = feed__authors_on(&a->core, a->errmsg, "feed_async_author_on_delete")) != FEED_OK)
-        return rc;
-    if (id < 0)
-        return feed__msg(a->errmsg, FEED_EINVAL,
-                         "feed_async_author_on_delete: id %lld is negative", (long long)id);
-    return hook(a, FEED_HOOK_DELETE, FEED_FAM_AUTHOR, author, 0, id, cb, arg);
+    return hook(a, "feed_async_author_on_delete", FEED_HOOK_DELETE, FEED_FAM_AUTHOR, author, 0,
+                id, cb, arg);
 }
 
 int feed_async_author_invalidate(feed_async *a, int64_t author, feed_async_done_cb *cb,
                                  void *arg)
 {
-    int rc;
-
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    if ((rc = feed__authors_on(&a->core, a->errmsg, "feed_async_author_invalidate")) != FEED_OK)
-        return rc;
-    return hook(a, FEED_HOOK_INVALIDATE, FEED_FAM_AUTHOR, author, 0, 0, cb, arg);
+    return hook(a, "feed_async_author_invalidate", FEED_HOOK_INVALIDATE, FEED_FAM_AUTHOR, author,
+                0, 0, cb, arg);
 }

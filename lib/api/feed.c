@@ -200,8 +200,10 @@ int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t limi
     return rc;
 }
 
-/* One hook of owner's feed in family fam, its request on the stack. */
-static int hook(feed *f, int kind, int fam, int64_t uid, int64_t score, int64_t id)
+/* One hook of owner's feed in family fam, its request on the stack; name is
+ * the public call, for messages. */
+static int hook(feed *f, const char *name, int kind, int fam, int64_t uid, int64_t score,
+                int64_t id)
 {
     union {
         feed_op op;
@@ -210,6 +212,11 @@ static int hook(feed *f, int kind, int fam, int64_t uid, int64_t score, int64_t 
     } u;
     int rc = FEED_OK;
 
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if ((rc = feed__hook_check(&f->core, f->errmsg, name, kind, fam, score, id)) != FEED_OK)
+        return rc;
     if (feed__hook_op_size() > sizeof u)
         return feed__msg(f->errmsg, FEED_ENOMEM, "hook: request too large");
     if ((rc = feed__hook_init((feed_hook_op *)&u.op, &f->core, f->errmsg, kind, fam, uid, score,
@@ -222,41 +229,22 @@ static int hook(feed *f, int kind, int fam, int64_t uid, int64_t score, int64_t 
 
 int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
 {
-    int rc = FEED_OK;
-
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if ((rc = feed__check_item(f->errmsg, "feed_on_insert", score, id)) != FEED_OK)
-        return rc;
-    return hook(f, FEED_HOOK_INSERT, FEED_FAM_FEED, uid, score, id);
+    return hook(f, "feed_on_insert", FEED_HOOK_INSERT, FEED_FAM_FEED, uid, score, id);
 }
 
 int feed_on_delete(feed *f, int64_t uid, int64_t id)
 {
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if (id < 0)
-        return feed__msg(f->errmsg, FEED_EINVAL, "feed_on_delete: id %lld is negative",
-                         (long long)id);
-    return hook(f, FEED_HOOK_DELETE, FEED_FAM_FEED, uid, 0, id);
+    return hook(f, "feed_on_delete", FEED_HOOK_DELETE, FEED_FAM_FEED, uid, 0, id);
 }
 
 int feed_invalidate(feed *f, int64_t uid)
 {
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    return hook(f, FEED_HOOK_INVALIDATE, FEED_FAM_FEED, uid, 0, 0);
+    return hook(f, "feed_invalidate", FEED_HOOK_INVALIDATE, FEED_FAM_FEED, uid, 0, 0);
 }
 
 int feed_reload(feed *f, int64_t uid)
 {
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    return hook(f, FEED_HOOK_RELOAD, FEED_FAM_FEED, uid, 0, 0);
+    return hook(f, "feed_reload", FEED_HOOK_RELOAD, FEED_FAM_FEED, uid, 0, 0);
 }
 
 int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t id)
@@ -341,30 +329,13 @@ int feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size_t n,
 
 int feed_author_on_insert(feed *f, int64_t author, int64_t score, int64_t id)
 {
-    int rc = FEED_OK;
-
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_on_insert")) != FEED_OK ||
-        (rc = feed__check_item(f->errmsg, "feed_author_on_insert", score, id)) != FEED_OK)
-        return rc;
-    return hook(f, FEED_HOOK_INSERT, FEED_FAM_AUTHOR, author, score, id);
+    return hook(f, "feed_author_on_insert", FEED_HOOK_INSERT, FEED_FAM_AUTHOR, author, score,
+                id);
 }
 
 int feed_author_on_delete(feed *f, int64_t author, int64_t id)
 {
-    int rc = FEED_OK;
-
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_on_delete")) != FEED_OK)
-        return rc;
-    if (id < 0)
-        return feed__msg(f->errmsg, FEED_EINVAL, "feed_author_on_delete: id %lld is negative",
-                         (long long)id);
-    return hook(f, FEED_HOOK_DELETE, FEED_FAM_AUTHOR, author, 0, id);
+    return hook(f, "feed_author_on_delete", FEED_HOOK_DELETE, FEED_FAM_AUTHOR, author, 0, id);
 }
 
 int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n)
@@ -386,14 +357,7 @@ int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n)
 
 int feed_author_invalidate(feed *f, int64_t author)
 {
-    int rc;
-
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_invalidate")) != FEED_OK)
-        return rc;
-    return hook(f, FEED_HOOK_INVALIDATE, FEED_FAM_AUTHOR, author, 0, 0);
+    return hook(f, "feed_author_invalidate", FEED_HOOK_INVALIDATE, FEED_FAM_AUTHOR, author, 0, 0);
 }
 
 int feed_author_invalidate_all(feed *f, uint64_t *dropped)

@@ -522,6 +522,8 @@ enum { FEED_HOOK_INSERT, FEED_HOOK_DELETE, FEED_HOOK_INVALIDATE, FEED_HOOK_RELOA
        FEED_HOOK_NONE /* nothing to do: done at once (a fan-out to no feed) */ };
 typedef struct feed_hook_op feed_hook_op;
 size_t feed__hook_op_size(void);
+int    feed__hook_check(const feed_core *c, char *err, const char *name, int kind, int fam,
+                        int64_t score, int64_t id);
 int    feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int fam,
                        int64_t uid, int64_t score, int64_t id);
 int    feed__check_item(char *err, const char *hook, int64_t score, int64_t id);

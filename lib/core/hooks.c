@@ -229,6 +229,24 @@ size_t feed__hook_op_size(void)
 }
 
 /* A hook request, arguments checked by the caller. */
+/* What a hook's arguments must be, checked before any request exists: an
+ * author's hook needs author_table, an insert a score and id in range, a
+ * delete an id that is not negative. name is the public call, for the
+ * message. */
+int feed__hook_check(const feed_core *c, char *err, const char *name, int kind, int fam,
+                     int64_t score, int64_t id)
+{
+    int rc;
+
+    if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(c, err, name)) != FEED_OK)
+        return rc;
+    if (kind == FEED_HOOK_INSERT)
+        return feed__check_item(err, name, score, id);
+    if (id < 0)
+        return feed__msg(err, FEED_EINVAL, "%s: id %lld is negative", name, (long long)id);
+    return FEED_OK;
+}
+
 int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int fam,
                     int64_t uid, int64_t score, int64_t id)
 {
