@@ -334,7 +334,9 @@ static void authors_table(PGconn *pg, redisContext *r)
                             "--lease-ms", "500", NULL };
     const char *lacking[] = { "--author-table", "author_post", "--publication", "t_sync_feeds",
                               NULL };
-    const char *empty[] = { "--author-table", "", NULL };
+    /* "" for --author-table is none (feed_config_set), as for every field
+     * where NULL means none; the author column must be named. */
+    const char *empty[] = { "--author-table", "author_post", "--author-column", "", NULL };
     feed_config c;
     feed *f;
     pid_t pid;
@@ -344,7 +346,7 @@ static void authors_table(PGconn *pg, redisContext *r)
     c.author_table = "author_post";
     c.lease_ms = 500;
     f = tu_open(&c);
-    is_int(run_to_end("t_sync_authors", empty), 2, "--author-table \"\": exit 2");
+    is_int(run_to_end("t_sync_authors", empty), 2, "--author-column \"\": exit 2");
     tu_sql(pg, "SET client_min_messages = warning");
     tu_sql(pg, "DROP PUBLICATION IF EXISTS t_sync_feeds");
     tu_sql(pg, "CREATE PUBLICATION t_sync_feeds FOR TABLE feed_entry");
