@@ -230,16 +230,20 @@ feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *lo
 }
 
 /* One command, formatted here (lib/base/text.c: cheaper than hiredis's own),
- * on a small stack buffer when it fits. */
+ * on a small stack buffer when it fits. The buffer ends with a NUL past the
+ * command: hiredis 0.14 peeks at the byte after the first argument to see
+ * whether a (P)SUBSCRIBE has more, which for a one-word command ("PING") is
+ * that byte; its own buffers are sds strings and always have it. */
 static int append(feed_anode *n, int argc, const char **argv, const size_t *lens)
 {
     char small[512], *buf = small;
-    size_t need = feed__resp_size(argc, lens), len;
+    size_t need = feed__resp_size(argc, lens) + 1, len;
     int rc;
 
     if (need > sizeof small && !(buf = malloc(need)))
         return REDIS_ERR;
     len = feed__resp_format(buf, argc, argv, lens);
+    buf[len] = '\0';
     rc = redisAsyncFormattedCommand(n->ac, on_reply, n, buf, len);
     if (buf != small)
         free(buf);
