@@ -5,6 +5,20 @@
 
 #include "drive/async.h"
 
+/* Start r once its operation is made (rc FEED_OK), or hand the making's
+ * message to the handle and give r back: a request refused here never
+ * calls back. */
+static int launch(feed_async *a, feed_areq *r, int rc)
+{
+    if (rc != FEED_OK) {
+        memcpy(a->errmsg, r->err, sizeof r->err);
+        feed__async_discard(r);
+        return rc;
+    }
+    feed__async_start(r);
+    return FEED_OK;
+}
+
 /* A page request: feed_async_page, _ranked. */
 static int page(feed_async *a, int api, feed_async_page_cb *page_cb,
                 feed_async_ranked_cb *ranked_cb, void *arg, int64_t uid, int64_t last_score,
@@ -24,14 +38,9 @@ static int page(feed_async *a, int api, feed_async_page_cb *page_cb,
         return feed__msg(a->errmsg, FEED_ENOMEM, "%s: out of memory", fn);
     r->cb.page = page_cb;
     r->cb.ranked = ranked_cb;
-    if ((rc = feed__page_init((feed_page_op *)r->op, &a->core, r->err, uid, last_score, last_id,
-                              rank, limit, &r->result)) != FEED_OK) {
-        memcpy(a->errmsg, r->err, sizeof r->err);
-        feed__async_discard(r);
-        return rc;
-    }
-    feed__async_start(r);
-    return FEED_OK;
+    rc = feed__page_init((feed_page_op *)r->op, &a->core, r->err, uid, last_score, last_id, rank,
+                         limit, &r->result);
+    return launch(a, r, rc);
 }
 
 int feed_async_page(feed_async *a, int64_t uid, int64_t last_score, int64_t last_id,
@@ -63,14 +72,9 @@ int feed_async_page_newer(feed_async *a, int64_t uid, int64_t score, int64_t id,
     if (!(r = feed__async_request(a, feed__newer_op_size(), FEED_API_PAGE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_page_newer: out of memory");
     r->cb.page = cb;
-    if ((rc = feed__newer_init((feed_newer_op *)r->op, &a->core, r->err, uid, score, id, limit,
-                               &r->result)) != FEED_OK) {
-        memcpy(a->errmsg, r->err, sizeof r->err);
-        feed__async_discard(r);
-        return rc;
-    }
-    feed__async_start(r);
-    return FEED_OK;
+    rc = feed__newer_init((feed_newer_op *)r->op, &a->core, r->err, uid, score, id, limit,
+                          &r->result);
+    return launch(a, r, rc);
 }
 
 /* A hook of one feed, owner's in family fam; name is the public call, for
@@ -89,14 +93,8 @@ static int hook(feed_async *a, const char *name, int kind, int fam, int64_t uid,
     if (!(r = feed__async_request(a, feed__hook_op_size(), FEED_API_DONE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "out of memory for a hook");
     r->cb.done = cb;
-    if ((rc = feed__hook_init((feed_hook_op *)r->op, &a->core, r->err, kind, fam, uid, score,
-                              id)) != FEED_OK) {
-        memcpy(a->errmsg, r->err, sizeof r->err);
-        feed__async_discard(r);
-        return rc;
-    }
-    feed__async_start(r);
-    return FEED_OK;
+    rc = feed__hook_init((feed_hook_op *)r->op, &a->core, r->err, kind, fam, uid, score, id);
+    return launch(a, r, rc);
 }
 
 int feed_async_on_insert(feed_async *a, int64_t uid, int64_t score, int64_t id,
@@ -136,13 +134,8 @@ int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t scor
     if (!(r = feed__async_request(a, 0, FEED_API_DONE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_fanout: out of memory");
     r->cb.done = cb;
-    if (!(r->op = feed__fanout_op(&a->core, r->err, uids, n, score, id, &rc))) {
-        memcpy(a->errmsg, r->err, sizeof r->err);
-        feed__async_discard(r);
-        return rc;
-    }
-    feed__async_start(r);
-    return FEED_OK;
+    r->op = feed__fanout_op(&a->core, r->err, uids, n, score, id, &rc);
+    return launch(a, r, r->op ? FEED_OK : rc);
 }
 
 /* The health check's machine is on the heap (feed__health_op); the info it
@@ -160,13 +153,8 @@ int feed_async_health(feed_async *a, feed_async_health_cb *cb, void *arg)
     if (!(r = feed__async_request(a, sizeof(feed_health_info), FEED_API_HEALTH, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_health: out of memory");
     r->cb.health = cb;
-    if (!(r->op = feed__health_op(&a->core, r->err, (feed_health_info *)r->op_space, &rc))) {
-        memcpy(a->errmsg, r->err, sizeof r->err);
-        feed__async_discard(r);
-        return rc;
-    }
-    feed__async_start(r);
-    return FEED_OK;
+    r->op = feed__health_op(&a->core, r->err, (feed_health_info *)r->op_space, &rc);
+    return launch(a, r, r->op ? FEED_OK : rc);
 }
 
 /* ---- Read-time merge ---------------------------------------------------- */
@@ -191,14 +179,9 @@ int feed_async_page_merged(feed_async *a, int64_t uid, const int64_t *authors, s
     if (!(r = feed__async_request(a, 0, FEED_API_PAGE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_page_merged: out of memory");
     r->cb.page = cb;
-    if (!(r->op = feed__merged_op(&a->core, r->err, uid, authors, n, last_score, last_id, limit,
-                                  &r->result, &rc))) {
-        memcpy(a->errmsg, r->err, sizeof r->err);
-        feed__async_discard(r);
-        return rc;
-    }
-    feed__async_start(r);
-    return FEED_OK;
+    r->op = feed__merged_op(&a->core, r->err, uid, authors, n, last_score, last_id, limit,
+                            &r->result, &rc);
+    return launch(a, r, r->op ? FEED_OK : rc);
 }
 
 int feed_async_author_on_insert(feed_async *a, int64_t author, int64_t score, int64_t id,

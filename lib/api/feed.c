@@ -263,22 +263,27 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
     return run_and_free(f, feed__fanout_op(&f->core, f->errmsg, uids, n, score, id, &rc), &rc);
 }
 
-int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
+/* feed_invalidate_many and its authors' twin: ids of family fam (what
+ * names them in messages), dropped in one request; name is the public call. */
+static int invalidate_many(feed *f, const char *name, const char *what, int fam,
+                           const int64_t *ids, size_t n)
 {
     int rc = FEED_OK;
 
     if (!f)
         return FEED_EINVAL;
     f->errmsg[0] = '\0';
-    if (!uids && n > 0)
-        return feed__msg(f->errmsg, FEED_EINVAL, "feed_invalidate_many: uids is NULL");
+    if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(&f->core, f->errmsg, name)) != FEED_OK)
+        return rc;
+    if (!ids && n > 0)
+        return feed__msg(f->errmsg, FEED_EINVAL, "%s: %s is NULL", name, what);
     if (n == 0)
         return FEED_OK;
-    return run_and_free(f, feed__invalidate_many_op(&f->core, f->errmsg, FEED_FAM_FEED, uids, n,
-                                                        &rc), &rc);
+    return run_and_free(f, feed__invalidate_many_op(&f->core, f->errmsg, fam, ids, n, &rc), &rc);
 }
 
-int feed_invalidate_all(feed *f, uint64_t *dropped)
+/* feed_invalidate_all and its authors' twin: every copy of family fam. */
+static int invalidate_all(feed *f, const char *name, int fam, uint64_t *dropped)
 {
     int rc = FEED_OK;
 
@@ -287,8 +292,19 @@ int feed_invalidate_all(feed *f, uint64_t *dropped)
     if (!f)
         return FEED_EINVAL;
     f->errmsg[0] = '\0';
-    return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, FEED_FAM_FEED, dropped,
-                                                       &rc), &rc);
+    if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(&f->core, f->errmsg, name)) != FEED_OK)
+        return rc;
+    return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, fam, dropped, &rc), &rc);
+}
+
+int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
+{
+    return invalidate_many(f, "feed_invalidate_many", "uids", FEED_FAM_FEED, uids, n);
+}
+
+int feed_invalidate_all(feed *f, uint64_t *dropped)
+{
+    return invalidate_all(f, "feed_invalidate_all", FEED_FAM_FEED, dropped);
 }
 
 int feed_health(feed *f, feed_health_info *out)
@@ -340,19 +356,8 @@ int feed_author_on_delete(feed *f, int64_t author, int64_t id)
 
 int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n)
 {
-    int rc = FEED_OK;
-
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_invalidate_many")) != FEED_OK)
-        return rc;
-    if (!authors && n > 0)
-        return feed__msg(f->errmsg, FEED_EINVAL, "feed_author_invalidate_many: authors is NULL");
-    if (n == 0)
-        return FEED_OK;
-    return run_and_free(f, feed__invalidate_many_op(&f->core, f->errmsg, FEED_FAM_AUTHOR,
-                                                    authors, n, &rc), &rc);
+    return invalidate_many(f, "feed_author_invalidate_many", "authors", FEED_FAM_AUTHOR, authors,
+                           n);
 }
 
 int feed_author_invalidate(feed *f, int64_t author)
@@ -362,15 +367,5 @@ int feed_author_invalidate(feed *f, int64_t author)
 
 int feed_author_invalidate_all(feed *f, uint64_t *dropped)
 {
-    int rc = FEED_OK;
-
-    if (dropped)
-        *dropped = 0;
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if ((rc = feed__authors_on(&f->core, f->errmsg, "feed_author_invalidate_all")) != FEED_OK)
-        return rc;
-    return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, FEED_FAM_AUTHOR, dropped,
-                                                   &rc), &rc);
+    return invalidate_all(f, "feed_author_invalidate_all", FEED_FAM_AUTHOR, dropped);
 }
