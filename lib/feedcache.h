@@ -208,6 +208,40 @@ FEED_API void feed_close(feed *f);
 /* Static English text for a FEED_* code; never NULL. */
 FEED_API const char *feed_strerror(int code);
 
+/* What an application does about a result code, whichever call returned it.
+ * The codes alone do not say: FEED_EREDIS from feed_open() is a refusal (a
+ * wrong password), from a hook it is usually Redis down; FEED_EPG from
+ * feed_open() is a missing table, from a page usually PostgreSQL down. */
+typedef enum feed_kind {
+    FEED_KIND_OK = 0,       /* FEED_OK */
+    FEED_KIND_INPUT = 1,    /* the call's arguments are wrong (FEED_EINVAL, FEED_ERANGE;
+                               or a score out of range found in SQL): fix the call or
+                               the data; the same call fails the same way again */
+    FEED_KIND_RETRY = 2,    /* a store the call needed is down, timed out or not retried
+                               yet: try again later (feed_retry_after_ms() says when) */
+    FEED_KIND_CONFIG = 3,   /* a store answered and refused (a wrong password, an ACL,
+                               a missing table or column, no permission, Redis out of
+                               memory): retrying will not help, fix the configuration */
+    FEED_KIND_INTERNAL = 4  /* out of memory, a request cancelled by its handle's close
+                               (FEED_ECANCELED), or a code this version does not know */
+} feed_kind;
+
+/* The kind of rc, a code a call on f returned (f NULL: feed_open() or a
+ * call that needs no handle). For FEED_EREDIS and FEED_EPG the handle says
+ * which it was: when that store's connection is down (a Redis node or the
+ * PostgreSQL primary: it broke, timed out or was never made), the store
+ * was not reached (FEED_KIND_RETRY); when it is up, the store answered
+ * with an error (FEED_KIND_CONFIG). So ask before the next call on f: a
+ * later call may reconnect. From feed_open() (f NULL) both are
+ * FEED_KIND_CONFIG, since feed_open() fails only when a store refused or
+ * none answered (FEED_EUNAVAILABLE: FEED_KIND_RETRY). A refusal met while
+ * reconnecting a lost connection (a password changed under a running
+ * handle) leaves it down, and reads as FEED_KIND_RETRY; a WAIT answered by
+ * fewer than redis_wait_replicas replicas keeps the connection, and reads
+ * as FEED_KIND_CONFIG; feed_errmsg() has the store's words. Makes no round
+ * trip; never fails. */
+FEED_API feed_kind feed_error_kind(const feed *f, int rc);
+
 /* Detail of this handle's last error ("" if none). The text stays valid until
  * the next call on the handle. feed_errmsg(NULL) gives the detail of the last
  * failed feed_open() or feed_config_set() in the calling thread (each clears
@@ -430,6 +464,33 @@ FEED_API int feed_reload(feed *f, int64_t uid);
 /* Drop uid's cached copy (and any lease). Errors: FEED_EINVAL, FEED_EREDIS. */
 FEED_API int feed_invalidate(feed *f, int64_t uid);
 
+/* The write protocol, for every transaction that changes the feed table or
+ * the authors' table:
+ *   1. change the rows and COMMIT;
+ *   2. once COMMIT has succeeded, call the hook of each change (feed_on_insert,
+ *      feed_on_delete, feed_fanout, feed_author_on_insert, _on_delete);
+ *   3. when a hook failed, or when COMMIT's outcome is unknown (the connection
+ *      broke or timed out during COMMIT: the rows may or may not be there),
+ *      call feed_on_unknown_write with every feed the transaction may have
+ *      changed (feed_author_on_unknown_write with every author).
+ * Never call a hook before COMMIT, nor skip step 3: a cached copy that
+ * missed a committed change would be served until its TTL runs out.
+ *
+ * feed_on_unknown_write drops the cached copy and the lease of each of n
+ * feeds, pipelined (one round trip per pipeline), so the next read rebuilds
+ * each from SQL, whatever the transaction did; a rebuild in flight that read
+ * SQL earlier cannot install. It is a plain DEL, which an ACL that refuses
+ * the hooks' scripts may still allow. Every feed it cannot drop (Redis down,
+ * timed out, or refusing) goes on the repair list (see "Write hooks" above),
+ * all n of them, not only the first: the first handle that reaches Redis
+ * drops it. Idempotent; n == 0 is a no-op.
+ *
+ * Returns FEED_OK when every copy is dropped; FEED_EREDIS when some could
+ * not be (the repair list has them: nothing more to call; feed_errmsg says
+ * why, feed_error_kind whether Redis was down or refused); FEED_EINVAL (f
+ * NULL, uids NULL with n > 0); FEED_ENOMEM. */
+FEED_API int feed_on_unknown_write(feed *f, const int64_t *uids, size_t n);
+
 /* ---- invalidation in bulk (what feedcache-sync needs) ---- */
 /* Drop the cached copy and the lease of each of n feeds, pipelined (one round
  * trip per pipeline). Idempotent and order-free: dropping a copy is always
@@ -542,6 +603,12 @@ FEED_API int feed_author_invalidate_all(feed *f, uint64_t *dropped);
  * author hook failed). Errors: FEED_EINVAL (f NULL, author_table not
  * configured), FEED_EREDIS. */
 FEED_API int feed_author_invalidate(feed *f, int64_t author);
+
+/* Step 3 of the write protocol (feed_on_unknown_write) for the authors'
+ * table: drop the copy and lease of each of n authors, every one it cannot
+ * drop on the repair list. Same returns, plus FEED_EINVAL when author_table
+ * is not configured. */
+FEED_API int feed_author_on_unknown_write(feed *f, const int64_t *authors, size_t n);
 /* ---- end read-time merge ---- */
 
 /* ------------------------------------------------------------------------
@@ -892,6 +959,20 @@ FEED_API void feed_async_stats_get(const feed_async *a, feed_stats *out);
 
 /* feed_retry_after_ms for an async handle: the same rule, read now. */
 FEED_API uint32_t feed_async_retry_after_ms(const feed_async *a);
+
+/* feed_error_kind for an async handle: rc is a code a call on a returned, or
+ * the rc of a callback; ask from inside the callback (or right after the
+ * call), before the loop runs on: a later turn may reconnect. */
+FEED_API feed_kind feed_async_error_kind(const feed_async *a, int rc);
+
+/* feed_on_unknown_write and feed_author_on_unknown_write on the loop (step 3
+ * of the write protocol): same arguments, drops, repair list and result
+ * codes. uids (authors) is copied: the caller's array may go once the call
+ * returns. n == 0: the callback still comes, with FEED_OK. */
+FEED_API int feed_async_on_unknown_write(feed_async *a, const int64_t *uids, size_t n,
+                                         feed_async_done_cb *cb, void *arg);
+FEED_API int feed_async_author_on_unknown_write(feed_async *a, const int64_t *authors,
+                                                size_t n, feed_async_done_cb *cb, void *arg);
 
 #ifdef __cplusplus
 }

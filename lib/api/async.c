@@ -1,6 +1,8 @@
 /* async.c -- the asynchronous API: each call checks its arguments, makes
  * its request (core/) and starts it on the handle's loop (lib/drive/async.c).
  * An argument error is returned at once, and no callback comes. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "drive/async.h"
@@ -203,4 +205,93 @@ int feed_async_author_invalidate(feed_async *a, int64_t author, feed_async_done_
 {
     return hook(a, "feed_async_author_invalidate", FEED_HOOK_INVALIDATE, FEED_FAM_AUTHOR, author,
                 0, 0, cb, arg);
+}
+
+/* ---- Step 3 of the write protocol --------------------------------------- */
+
+/* One feed_async_on_unknown_write: a DEL request per id, all started at
+ * once (the loop pipelines them); the caller's callback comes once, when
+ * the last of them has called back, with the first failure's code and
+ * message. Each request that fails puts its id on the repair list. */
+typedef struct unknown_write {
+    feed_async_done_cb *cb;
+    void               *arg;
+    size_t              left;       /* requests still to call back */
+    int                 rc;         /* the first failure's, else FEED_OK */
+    char                err[FEED_ERRMSG];
+} unknown_write;
+
+static void unknown_write_end(unknown_write *u, feed_async *a)
+{
+    if (u->cb) {
+        a->cur_err = u->err;        /* feed_async_errmsg, during the callback */
+        u->cb(a, u->rc, u->arg);
+    }
+    free(u);
+}
+
+static void unknown_write_one(feed_async *a, int rc, void *arg)
+{
+    unknown_write *u = arg;
+
+    if (rc != FEED_OK && u->rc == FEED_OK) {
+        u->rc = rc;
+        snprintf(u->err, sizeof u->err, "%s", feed_async_errmsg(a));
+    }
+    if (--u->left == 0)
+        unknown_write_end(u, a);
+}
+
+static int unknown_write_start(feed_async *a, const char *name, const char *what, int fam,
+                               const int64_t *ids, size_t n, feed_async_done_cb *cb, void *arg)
+{
+    unknown_write *u;
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(&a->core, a->errmsg, name)) != FEED_OK)
+        return rc;
+    if (!ids && n > 0)
+        return feed__msg(a->errmsg, FEED_EINVAL, "%s: %s is NULL", name, what);
+    if (n == 0)     /* nothing to do, but the callback still comes, from the loop */
+        return hook(a, name, FEED_HOOK_NONE, fam, 0, 0, 0, cb, arg);
+    if (!(u = calloc(1, sizeof *u)))
+        return feed__msg(a->errmsg, FEED_ENOMEM, "%s: out of memory", name);
+    u->cb = cb;
+    u->arg = arg;
+    u->left = 1;    /* held while starting, so no callback can end u early */
+    for (size_t i = 0; i < n; i++) {
+        u->left++;
+        if ((rc = hook(a, name, FEED_HOOK_INVALIDATE, fam, ids[i], 0, 0, unknown_write_one,
+                       u)) != FEED_OK) {
+            u->left--;                       /* no callback comes for it: */
+            for (; i < n; i++)               /* it and the rest wait for Redis */
+                feed__repair_remember(&a->core, fam, ids[i]);
+            if (u->left == 1) {              /* nothing started */
+                free(u);
+                return rc;
+            }
+            u->rc = rc;
+            snprintf(u->err, sizeof u->err, "%s", a->errmsg);
+            break;
+        }
+    }
+    u->left--;      /* callbacks come from the loop, never from inside this call */
+    return FEED_OK;
+}
+
+int feed_async_on_unknown_write(feed_async *a, const int64_t *uids, size_t n,
+                                feed_async_done_cb *cb, void *arg)
+{
+    return unknown_write_start(a, "feed_async_on_unknown_write", "uids", FEED_FAM_FEED, uids, n,
+                               cb, arg);
+}
+
+int feed_async_author_on_unknown_write(feed_async *a, const int64_t *authors, size_t n,
+                                       feed_async_done_cb *cb, void *arg)
+{
+    return unknown_write_start(a, "feed_async_author_on_unknown_write", "authors",
+                               FEED_FAM_AUTHOR, authors, n, cb, arg);
 }

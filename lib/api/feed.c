@@ -297,6 +297,41 @@ static int invalidate_all(feed *f, const char *name, int fam, uint64_t *dropped)
     return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, fam, dropped, &rc), &rc);
 }
 
+/* Step 3 of the write protocol, ids of family fam: one plain DEL each (what
+ * an ACL refusing the hooks' scripts may still allow), in order; after the
+ * first that fails, the rest go on the repair list unasked, since Redis is
+ * away or refusing. The first failure's message stays on f. */
+static int unknown_write(feed *f, const char *name, const char *what, int fam,
+                         const int64_t *ids, size_t n)
+{
+    int rc = FEED_OK;
+    size_t i = 0;
+
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(&f->core, f->errmsg, name)) != FEED_OK)
+        return rc;
+    if (!ids && n > 0)
+        return feed__msg(f->errmsg, FEED_EINVAL, "%s: %s is NULL", name, what);
+    while (i < n && (rc = hook(f, name, FEED_HOOK_INVALIDATE, fam, ids[i], 0, 0)) == FEED_OK)
+        i++;
+    for (i++; i < n; i++)
+        feed__repair_remember(&f->core, fam, ids[i]);
+    return rc;
+}
+
+int feed_on_unknown_write(feed *f, const int64_t *uids, size_t n)
+{
+    return unknown_write(f, "feed_on_unknown_write", "uids", FEED_FAM_FEED, uids, n);
+}
+
+int feed_author_on_unknown_write(feed *f, const int64_t *authors, size_t n)
+{
+    return unknown_write(f, "feed_author_on_unknown_write", "authors", FEED_FAM_AUTHOR, authors,
+                         n);
+}
+
 int feed_invalidate_many(feed *f, const int64_t *uids, size_t n)
 {
     return invalidate_many(f, "feed_invalidate_many", "uids", FEED_FAM_FEED, uids, n);

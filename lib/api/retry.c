@@ -1,6 +1,8 @@
-/* retry.c -- feed_retry_after_ms and its async twin: how long until a
- * handle tries again a store it lost, read off its connections (the retry
- * rule itself is core/'s: feed__retry_left). */
+/* retry.c -- what a handle's connections say about a failure: when it
+ * tries a lost store again (feed_retry_after_ms; the retry rule itself is
+ * core/'s: feed__retry_left), and whether a store's failure was "down" or
+ * "refused" (feed_error_kind). Both read the connections as the last call
+ * left them, and both have an async twin. */
 #include "drive/drive.h"
 #include "drive/async.h"
 
@@ -27,4 +29,45 @@ uint32_t feed_retry_after_ms(const feed *f)
 uint32_t feed_async_retry_after_ms(const feed_async *a)
 {
     return a ? retry_after(&a->core, &a->pg) : 0;
+}
+
+/* 1 when some Redis node of c has no connection (or none is known yet). A
+ * request that met an error reply keeps its connection; one that met no
+ * answer (refused connect, reset, timeout) has dropped it. */
+static int redis_down(const feed_core *c)
+{
+    if (c->topo.nnodes == 0)
+        return 1;
+    for (size_t i = 0; i < c->topo.nnodes; i++)
+        if (c->topo.nodes[i]->state == FEED_NODE_DOWN)
+            return 1;
+    return 0;
+}
+
+/* The kind of rc; c and pg NULL: no handle (feed_open's codes). The codes
+ * whose kind never depends on the store come first; FEED_EREDIS and
+ * FEED_EPG are then "down" when that store's connection is. */
+static feed_kind error_kind(const feed_core *c, const feed_pg *pg, int rc)
+{
+    switch (rc) {
+    case FEED_OK:           return FEED_KIND_OK;
+    case FEED_EINVAL:
+    case FEED_ERANGE:       return FEED_KIND_INPUT;
+    case FEED_EUNAVAILABLE: return FEED_KIND_RETRY;
+    case FEED_EREDIS:
+        return c && redis_down(c) ? FEED_KIND_RETRY : FEED_KIND_CONFIG;
+    case FEED_EPG:
+        return pg && !pg->side[FEED_PG_PRIMARY].conn ? FEED_KIND_RETRY : FEED_KIND_CONFIG;
+    default:                return FEED_KIND_INTERNAL;  /* ENOMEM, ECANCELED, unknown */
+    }
+}
+
+feed_kind feed_error_kind(const feed *f, int rc)
+{
+    return f ? error_kind(&f->core, &f->pg, rc) : error_kind(NULL, NULL, rc);
+}
+
+feed_kind feed_async_error_kind(const feed_async *a, int rc)
+{
+    return a ? error_kind(&a->core, &a->pg, rc) : error_kind(NULL, NULL, rc);
 }
