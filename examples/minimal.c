@@ -21,7 +21,6 @@ static const char *env(const char *name, const char *dflt)
  * cursor (next_score, next_id), as a "load more" button would. */
 static int print_feed(feed *f, int64_t uid)
 {
-    static const char *source[] = { "?", "cache", "rebuild", "sql" };
     int64_t last_score = FEED_FIRST, last_id = 0;
     int more = 1;
 
@@ -32,7 +31,7 @@ static int print_feed(feed *f, int64_t uid)
             fprintf(stderr, "feed_page: %s: %s\n", feed_strerror(rc), feed_errmsg(f));
             return rc;
         }
-        printf("page (%s):", source[page.source]);
+        printf("page (%s):", feed_source_name(page.source));  /* cache, rebuild, db */
         for (size_t i = 0; i < page.count; i++)
             printf(" %" PRId64 ":%" PRId64, page.items[i].score, page.items[i].id);
         printf("\n");
@@ -65,8 +64,10 @@ int main(int argc, char **argv)
     if (print_feed(f, uid) != FEED_OK)
         return 1;
 
-    /* A write: the application changes SQL, the statement commits (no BEGIN:
-     * it commits when it returns), and only then the hook tells the cache. */
+    /* A write, by the library's write protocol: the statement commits (no
+     * BEGIN: it commits when it returns), only then the hook tells the cache;
+     * a failed hook, or a commit whose outcome is unknown (the connection
+     * broke), drops the cached copy: feed_on_unknown_write. */
     pg = PQconnectdb(cfg.pg_conninfo);
     res = PQexecParams(pg, "INSERT INTO feed_entry (uid, score, id)"
                        " SELECT $1, coalesce(max(score), 0) + 1, coalesce(max(id), 0) + 1"
@@ -74,14 +75,18 @@ int main(int argc, char **argv)
                        1, NULL, &uid_text, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         fprintf(stderr, "INSERT: %s", PQerrorMessage(pg));
+        if (PQstatus(pg) != CONNECTION_OK)        /* it may have committed */
+            feed_on_unknown_write(f, &uid, 1);
         return 1;
     }
     int64_t score = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
     int64_t id = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
     PQclear(res);
     PQfinish(pg);
-    if ((rc = feed_on_insert(f, uid, score, id)) != FEED_OK)   /* Redis down: the */
-        fprintf(stderr, "feed_on_insert: %s\n", feed_errmsg(f)); /* row is safe in SQL */
+    if (feed_on_insert(f, uid, score, id) != FEED_OK) {       /* the row is safe in SQL */
+        fprintf(stderr, "feed_on_insert: %s\n", feed_errmsg(f));
+        feed_on_unknown_write(f, &uid, 1);  /* dropped, or on the repair list */
+    }
     printf("inserted %" PRId64 ":%" PRId64 "\n", score, id);
 
     rc = print_feed(f, uid);                      /* the new row on top */

@@ -222,84 +222,25 @@ static void loop_author_on_delete(void *be, request *rq, int64_t author, int64_t
         hook_started(l, c, feed_async_author_on_delete(l->fa, author, id, on_hook, c));
 }
 
-/* ---- dropping copies after a failed hook ---- */
+/* ---- the write protocol's last step ---- */
 
-/* At most this many feed_async_invalidate in flight for one request: a
- * fan-out of thousands of feeds does not make thousands of requests at
- * once, and after the first refusal no more are started (Redis refuses or
- * is away: the library keeps those feeds on its repair list). */
-#define DROP_WINDOW 32
-
-typedef struct drop {
-    loop_be       *l;
-    request       *rq;
-    drop_done     *done;
-    const int64_t *uids;     /* the request's: valid until done is called */
-    size_t         n, next, in_flight, dropped;
-    int            failed;
-    int            authors;  /* authors' copies (feed_async_author_invalidate) */
-} drop;
-
-static void drop_more(drop *d);
-
-static void on_dropped(feed_async *a, int rc, void *arg)
+static void loop_drop(void *be, request *rq, const int64_t *uids, size_t n, hook_done *done)
 {
-    drop *d = arg;
+    loop_be *l = be;
+    call *c = hook_call(rq, done);
 
-    (void)a;
-    d->in_flight--;
-    if (rc == FEED_OK)
-        d->dropped++;
-    else
-        d->failed = 1;
-    drop_more(d);
-}
-
-/* Start what the window allows; complete when nothing is left in flight. */
-static void drop_more(drop *d)
-{
-    while (!d->failed && d->next < d->n && d->in_flight < DROP_WINDOW) {
-        if ((d->authors ? feed_async_author_invalidate : feed_async_invalidate)
-                (d->l->fa, d->uids[d->next], on_dropped, d) != FEED_OK) {
-            d->failed = 1;
-            break;
-        }
-        d->next++;
-        d->in_flight++;
-    }
-    if (d->in_flight == 0) {
-        d->done(d->rq, d->dropped);
-        free(d);
-    }
-}
-
-static void start_drop(void *be, request *rq, int authors, const int64_t *uids, size_t n,
-                       drop_done *done)
-{
-    drop *d = calloc(1, sizeof *d);
-
-    if (!d) {
-        done(rq, 0);
-        return;
-    }
-    d->l = be;
-    d->rq = rq;
-    d->done = done;
-    d->uids = uids;
-    d->n = n;
-    d->authors = authors;
-    drop_more(d);
-}
-
-static void loop_drop(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done)
-{
-    start_drop(be, rq, 0, uids, n, done);
+    if (c)
+        hook_started(l, c, feed_async_on_unknown_write(l->fa, uids, n, on_hook, c));
 }
 
 static void loop_author_drop(void *be, request *rq, const int64_t *authors, size_t n,
-                             drop_done *done)
+                             hook_done *done)
 {
-    start_drop(be, rq, 1, authors, n, done);
+    loop_be *l = be;
+    call *c = hook_call(rq, done);
+
+    if (c)
+        hook_started(l, c, feed_async_author_on_unknown_write(l->fa, authors, n, on_hook, c));
 }
 
 /* ---- the rest ---- */
@@ -319,6 +260,12 @@ static int loop_stats(void *be, feed_stats *out)
 static uint32_t loop_retry_after(void *be)
 {
     return feed_async_retry_after_ms(((loop_be *)be)->fa);
+}
+
+/* Called from a completion, so inside the library's callback. */
+static feed_kind loop_kind(void *be, int rc)
+{
+    return feed_async_error_kind(((loop_be *)be)->fa, rc);
 }
 
 /* Transactions first: their completions may still call hooks. Then the
@@ -341,5 +288,6 @@ const backend_ops backend_loop_ops = {
     .on_insert = loop_on_insert, .on_delete = loop_on_delete, .fanout = loop_fanout,
     .drop = loop_drop, .author_on_insert = loop_author_on_insert,
     .author_on_delete = loop_author_on_delete, .author_drop = loop_author_drop,
-    .tx = loop_tx, .stats = loop_stats, .retry_after = loop_retry_after, .close = loop_close
+    .tx = loop_tx, .stats = loop_stats, .retry_after = loop_retry_after, .kind = loop_kind,
+    .close = loop_close
 };

@@ -105,9 +105,12 @@ static void sync_fanout(void *be, request *rq, const int64_t *uids, size_t n, in
          f ? feed_errmsg(f) : "no handle");
 }
 
-static void sync_drop(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done)
+static void sync_drop(void *be, request *rq, const int64_t *uids, size_t n, hook_done *done)
 {
-    done(rq, policy_drop(((sync_be *)be)->feed, uids, n));
+    feed *f = handle(be);
+
+    done(rq, f ? feed_on_unknown_write(f, uids, n) : FEED_EUNAVAILABLE,
+         f ? feed_errmsg(f) : "no handle");
 }
 
 static void sync_author_on_insert(void *be, request *rq, int64_t author, int64_t score,
@@ -129,9 +132,12 @@ static void sync_author_on_delete(void *be, request *rq, int64_t author, int64_t
 }
 
 static void sync_author_drop(void *be, request *rq, const int64_t *authors, size_t n,
-                             drop_done *done)
+                             hook_done *done)
 {
-    done(rq, policy_drop_authors(((sync_be *)be)->feed, authors, n));
+    feed *f = handle(be);
+
+    done(rq, f ? feed_author_on_unknown_write(f, authors, n) : FEED_EUNAVAILABLE,
+         f ? feed_errmsg(f) : "no handle");
 }
 
 /* ---- the write transaction, blocking ---- */
@@ -236,6 +242,11 @@ static uint32_t sync_retry_after(void *be)
     return left > 0 ? (uint32_t)left : 0;
 }
 
+static feed_kind sync_kind(void *be, int rc)
+{
+    return feed_error_kind(((sync_be *)be)->feed, rc);
+}
+
 static void sync_close_be(void *be)
 {
     sync_be *s = be;
@@ -251,5 +262,6 @@ const backend_ops backend_sync_ops = {
     .on_insert = sync_on_insert, .on_delete = sync_on_delete, .fanout = sync_fanout,
     .drop = sync_drop, .author_on_insert = sync_author_on_insert,
     .author_on_delete = sync_author_on_delete, .author_drop = sync_author_drop,
-    .tx = sync_tx, .stats = sync_stats, .retry_after = sync_retry_after, .close = sync_close_be
+    .tx = sync_tx, .stats = sync_stats, .retry_after = sync_retry_after, .kind = sync_kind,
+    .close = sync_close_be
 };

@@ -29,7 +29,7 @@ int policy_probe(const feed_config *cfg, const char *prog)
     feed *probe;
     int rc = feed_open(&probe, cfg);
 
-    if (rc == FEED_EINVAL || rc == FEED_EREDIS || rc == FEED_EPG || rc == FEED_ENOMEM) {
+    if (rc != FEED_OK && feed_error_kind(NULL, rc) != FEED_KIND_RETRY) {
         fprintf(stderr, "%s: %s: %s\n", prog, feed_strerror(rc), feed_errmsg(NULL));
         return 1;
     }
@@ -48,33 +48,4 @@ int policy_probe(const feed_config *cfg, const char *prog)
     }
     feed_close(probe);
     return 0;
-}
-
-unsigned policy_status(int rc)
-{
-    switch (rc) {
-    case FEED_EINVAL:
-    case FEED_ERANGE:       return 400;
-    case FEED_EUNAVAILABLE:
-    case FEED_EPG:          return 503;   /* the page needed SQL, and SQL was down */
-    default:                return 500;
-    }
-}
-
-size_t policy_drop(feed *f, const int64_t *uids, size_t n)
-{
-    size_t done = 0;
-
-    while (f && done < n && feed_invalidate(f, uids[done]) == FEED_OK)
-        done++;
-    return done;
-}
-
-size_t policy_drop_authors(feed *f, const int64_t *authors, size_t n)
-{
-    size_t done = 0;
-
-    while (f && done < n && feed_author_invalidate(f, authors[done]) == FEED_OK)
-        done++;
-    return done;
 }

@@ -186,9 +186,12 @@ static void page_json(request *rq, feed_result *res, int64_t next_rank,
     respond_json(rq, 200, obj, NULL);
 }
 
+/* A library error as HTTP: the caller's mistake 400, a store down 503
+ * (Retry-After), anything else (a store refusing, out of memory) 500. */
 static void library_error(request *rq, int rc, const char *errmsg)
 {
-    unsigned st = policy_status(rc);
+    feed_kind kind = rq->w->ops->kind(rq->w->be, rc);
+    unsigned st = kind == FEED_KIND_INPUT ? 400 : kind == FEED_KIND_RETRY ? 503 : 500;
 
     snprintf(rq->err, sizeof rq->err, "%s", errmsg);
     respond_error(rq, st, "%s", st >= 500 ? feed_strerror(rc) : rq->err);

@@ -17,7 +17,7 @@
  *               bodies, the SQL, commit then hook
  *   metrics.c   GET /metrics (Prometheus text)
  *   options.c   flags and environment, shared by both servers
- *   policy.c    what the library could take over one day, kept apart
+ *   policy.c    what the application decides around the library, kept apart
  *   page.html   the page GET / serves, embedded at build time
  *
  * Continuation style. A handler checks its request, starts one backend
@@ -235,7 +235,6 @@ typedef void page_done(request *rq, int rc, feed_result *page, int64_t next_rank
 typedef void health_done(request *rq, const feed_health_info *h, const char *errmsg);
                                                           /* h NULL: no check made */
 typedef void hook_done(request *rq, int rc, const char *errmsg);
-typedef void drop_done(request *rq, size_t dropped);
 typedef void tx_done(request *rq, const tx_outcome *tx);
 
 /* The operations, each on a backend state be (worker.be). */
@@ -257,18 +256,18 @@ struct backend_ops {
     void (*on_delete)(void *be, request *rq, int64_t uid, int64_t id, hook_done *done);
     void (*fanout)(void *be, request *rq, const int64_t *uids, size_t n, int64_t score,
                    int64_t id, hook_done *done);
-    /* After a failed hook: drop the cached copies (feed_invalidate each,
-     * stopping once one is refused); dropped counts those that went. */
-    void (*drop)(void *be, request *rq, const int64_t *uids, size_t n, drop_done *done);
+    /* After a failed hook, or a commit whose outcome is unknown: the write
+     * protocol's last step, feed_on_unknown_write (FEED_OK: every copy
+     * dropped; else the library's repair list has them). */
+    void (*drop)(void *be, request *rq, const int64_t *uids, size_t n, hook_done *done);
     /* feed_author_on_insert, feed_author_on_delete */
     void (*author_on_insert)(void *be, request *rq, int64_t author, int64_t score, int64_t id,
                              hook_done *done);
     void (*author_on_delete)(void *be, request *rq, int64_t author, int64_t id,
                              hook_done *done);
-    /* After a failed author hook: drop those authors' copies
-     * (feed_author_invalidate each, as drop does). */
+    /* The same for authors' copies: feed_author_on_unknown_write. */
     void (*author_drop)(void *be, request *rq, const int64_t *authors, size_t n,
-                        drop_done *done);
+                        hook_done *done);
     /* BEGIN; sql with params; COMMIT, on the worker's write connection.
      * params stay valid until done is called. */
     void (*tx)(void *be, request *rq, const char *sql, int nparams,
@@ -278,6 +277,9 @@ struct backend_ops {
     int  (*stats)(void *be, feed_stats *out);
     /* feed_retry_after_ms: ms until the handle tries a lost store again. */
     uint32_t (*retry_after)(void *be);
+    /* feed_error_kind of a code this backend's handle just returned: call it
+     * from the completion, before the next operation. */
+    feed_kind (*kind)(void *be, int rc);
     /* Free the state, once the transport has stopped. */
     void (*close)(void *be);
 };

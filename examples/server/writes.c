@@ -7,14 +7,13 @@
  * completion starts the hook, whose completion answers (or, when the hook
  * failed, first drops the cached copies).
  *
- * When a hook fails, PostgreSQL has the row but the cached copy may lack
- * it. If Redis could not be reached, the library remembers the feed and the
- * first handle to reach Redis again drops that copy (feedcache.h, "Write
- * hooks"). If Redis answered and refused, this server drops the copy itself
- * (policy_drop: feed_invalidate, or feed_author_invalidate for an
- * author's copy), at once; when that is refused too, the
- * answer says "repair-pending" and the library keeps the feed on its repair
- * list. Either way the answer's "cache" field says which: "ok",
+ * This is the library's write protocol (feedcache.h, feed_on_unknown_write):
+ * COMMIT, then the hook; when the hook fails, or COMMIT's outcome is
+ * unknown, feed_on_unknown_write (feed_author_on_unknown_write for an
+ * author's copy) with the feeds the write may have touched. It drops their
+ * copies at once with a plain DEL (which an ACL refusing the hooks' scripts
+ * may still allow); what it cannot drop stays on the library's repair list
+ * until Redis takes it. The answer's "cache" field says which: "ok",
  * "invalidated" or "repair-pending".
  */
 #include <inttypes.h>
@@ -233,25 +232,28 @@ static void tx_error(request *rq, enum tx_result tx, const char *conflict)
     }
 }
 
-/* The copies of the hook that failed are dropped (or not): count, answer. */
-static void dropped(request *rq, size_t done)
+/* The copies the write may have touched are dropped (FEED_OK) or on the
+ * library's repair list: count, answer. */
+static void dropped(request *rq, int rc, const char *errmsg)
 {
     worker *w = rq->w;
 
+    (void)errmsg;
     pthread_mutex_lock(&w->lock);
     w->c.hook_failures++;
-    w->c.invalidations += done;
+    w->c.invalidations += rc == FEED_OK ? rq->n : 0;
     pthread_mutex_unlock(&w->lock);
     if (rq->tx == TX_UNKNOWN) {
         tx_error(rq, TX_UNKNOWN, "");
         return;
     }
-    rq->cache = done == rq->n ? "invalidated" : "repair-pending";
+    rq->cache = rc == FEED_OK ? "invalidated" : "repair-pending";
     reply(rq);
 }
 
 /* A hook for rq's feeds failed (what, msg) after its row committed, or the
- * commit's outcome is unknown: drop the copies, then answer. */
+ * commit's outcome is unknown: the write protocol's last step
+ * (feed_on_unknown_write, feed_author_on_unknown_write), then answer. */
 static void hook_failed(request *rq, const char *what, const char *msg)
 {
     if (rq->n == 1)
