@@ -505,5 +505,7 @@ int main(void)
     freeReplyObject(rep);
     event_base_free(base);
     tu_sql(pg, "TRUNCATE author_post");
+    redisFree(r);
+    PQfinish(pg);
     return tap_done();
 }
