@@ -17,7 +17,9 @@
  *
  * Errors: every function that can fail returns FEED_OK (0) or a negative
  * FEED_E* code; functions that take a handle also leave a message on it,
- * read with feed_errmsg(). Nothing here aborts or prints.
+ * read with feed_errmsg(), and feed_error_kind() says what to do about the
+ * code: fix the call, retry later, or fix the configuration. Nothing here
+ * aborts or prints.
  */
 #ifndef FEEDCACHE_H
 #define FEEDCACHE_H
@@ -477,13 +479,15 @@ FEED_API int feed_invalidate(feed *f, int64_t uid);
  * missed a committed change would be served until its TTL runs out.
  *
  * feed_on_unknown_write drops the cached copy and the lease of each of n
- * feeds, pipelined (one round trip per pipeline), so the next read rebuilds
- * each from SQL, whatever the transaction did; a rebuild in flight that read
- * SQL earlier cannot install. It is a plain DEL, which an ACL that refuses
- * the hooks' scripts may still allow. Every feed it cannot drop (Redis down,
- * timed out, or refusing) goes on the repair list (see "Write hooks" above),
- * all n of them, not only the first: the first handle that reaches Redis
- * drops it. Idempotent; n == 0 is a no-op.
+ * feeds, so the next read rebuilds each from SQL, whatever the transaction
+ * did; a rebuild in flight that read SQL earlier cannot install. It is one
+ * plain DEL per feed, which an ACL that refuses the hooks' scripts may
+ * still allow: one round trip each, in order (the async twin starts them
+ * all at once, pipelined). After the first DEL that fails (Redis down,
+ * timed out, or refusing) no more are sent, and every feed not dropped,
+ * that one and all after it, goes on the repair list (see "Write hooks"
+ * above): the first handle that reaches Redis drops them. Idempotent;
+ * n == 0 is a no-op.
  *
  * Returns FEED_OK when every copy is dropped; FEED_EREDIS when some could
  * not be (the repair list has them: nothing more to call; feed_errmsg says
@@ -966,9 +970,12 @@ FEED_API uint32_t feed_async_retry_after_ms(const feed_async *a);
 FEED_API feed_kind feed_async_error_kind(const feed_async *a, int rc);
 
 /* feed_on_unknown_write and feed_author_on_unknown_write on the loop (step 3
- * of the write protocol): same arguments, drops, repair list and result
- * codes. uids (authors) is copied: the caller's array may go once the call
- * returns. n == 0: the callback still comes, with FEED_OK. */
+ * of the write protocol): same arguments, drops and result codes, but every
+ * DEL is started at once (pipelined) and each feed whose DEL fails goes on
+ * the repair list. The callback comes once, after the last DEL, with the
+ * first failure's code and message (FEED_OK: every copy dropped). The
+ * caller's array may go once the call returns. n == 0: the callback still
+ * comes, with FEED_OK. */
 FEED_API int feed_async_on_unknown_write(feed_async *a, const int64_t *uids, size_t n,
                                          feed_async_done_cb *cb, void *arg);
 FEED_API int feed_async_author_on_unknown_write(feed_async *a, const int64_t *authors,

@@ -109,6 +109,12 @@ static void page_cb(feed_async *a, int rc, feed_result *page, void *arg)
     feed_result_free(page);
 }
 
+static void health_cb(feed_async *a, int rc, const feed_health_info *h, void *arg)
+{
+    (void)h;
+    done_cb(a, rc, arg);
+}
+
 static void wait_for(waited *w)
 {
     for (int i = 0; i < 100000 && !w->called; i++)
@@ -332,6 +338,11 @@ static void kinds_async(void)
     wait_for(&w);
     ok(w.called == 1 && w.rc == FEED_EREDIS && w.kind == FEED_KIND_RETRY,
        "  FEED_EREDIS, retry (%s)", w.msg);
+    memset(&w, 0, sizeof w);
+    is_int(feed_async_health(a, health_cb, &w), FEED_OK, "async health, Redis down:");
+    wait_for(&w);
+    ok(w.called == 1 && w.rc == FEED_EREDIS && w.kind == FEED_KIND_RETRY,
+       "  FEED_EREDIS, retry");
     feed_async_close(a);
 
     a = async_open(cfg_pg_down);
