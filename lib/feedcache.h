@@ -237,8 +237,9 @@ typedef enum feed_kind {
  * later call may reconnect. From feed_open() (f NULL) both are
  * FEED_KIND_CONFIG, since feed_open() fails only when a store refused or
  * none answered (FEED_EUNAVAILABLE: FEED_KIND_RETRY). A refusal met while
- * reconnecting a lost connection (a password changed under a running
- * handle) leaves it down, and reads as FEED_KIND_RETRY; a WAIT answered by
+ * a connection is made or set up (a password changed under a running
+ * handle, an ACL that denies the restart fence's key) leaves it down, and
+ * reads as FEED_KIND_RETRY; a WAIT answered by
  * fewer than redis_wait_replicas replicas keeps the connection, and reads
  * as FEED_KIND_CONFIG; feed_errmsg() has the store's words. Makes no round
  * trip; never fails. */
