@@ -21,7 +21,6 @@ static const char *env(const char *name, const char *dflt)
  * cursor (next_score, next_id), as a "load more" button would. */
 static int print_feed(feed *f, int64_t uid)
 {
-    static const char *source[] = { "?", "cache", "rebuild", "sql" };
     int64_t last_score = FEED_FIRST, last_id = 0;
     int more = 1;
 
@@ -32,7 +31,7 @@ static int print_feed(feed *f, int64_t uid)
             fprintf(stderr, "feed_page: %s: %s\n", feed_strerror(rc), feed_errmsg(f));
             return rc;
         }
-        printf("page (%s):", source[page.source]);
+        printf("page (%s):", feed_source_name(page.source));   /* cache, rebuild, db */
         for (size_t i = 0; i < page.count; i++)
             printf(" %" PRId64 ":%" PRId64, page.items[i].score, page.items[i].id);
         printf("\n");
