@@ -12,8 +12,10 @@
  * is not complete comes from a keyset query. Write paths call the hooks below
  * after their SQL transaction commits. See docs/internals.md.
  *
- * Threads: a handle is one Redis connection and one PostgreSQL connection.
- * Use each handle from one thread at a time; open one handle per thread.
+ * Threads: a handle holds its own connections, none shared with another
+ * handle: one to Redis (one per node it uses on a Redis Cluster) and one to
+ * PostgreSQL (and one to pg_replica_conninfo when set). Use each handle from
+ * one thread at a time; open one handle per thread.
  *
  * Errors: every function that can fail returns FEED_OK (0) or a negative
  * FEED_E* code; functions that take a handle also leave a message on it,

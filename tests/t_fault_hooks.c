@@ -15,7 +15,9 @@
  *     to reach Redis again drops their cached copy.
  *   - Redis up but refusing the hook's script and DEL (an ACL): the feed is
  *     remembered too, and dropped by the first command after Redis accepts
- *     again. */
+ *     again. The control runs it once with the repair list forgotten (as a
+ *     process that restarted would): the stale copy is then served, so the
+ *     case fails if it stops leaving a stale copy behind. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,8 @@
 #include "tap.h"
 #include "testutil.h"
 #include "fault.h"
+
+void feed__redis_forget_repairs(void);   /* the repair list, tests only */
 
 #define MAX_LEN 20
 #define TIMEOUT 200
@@ -214,16 +218,19 @@ static void acl(const char *script_rule, const char *del_rule)
     redisFree(r);
 }
 
-/* Redis answers but refuses: the write's feed is remembered all the same. */
-static void refused(void)
+/* Redis answers but refuses: the write's feed is remembered all the same.
+ * repair 0 is the control: the list forgotten before the walk, which must
+ * then serve the stale copy. */
+static void refused(int repair)
 {
     feed *w = tu_open_with(settings), *reader = tu_open_with(settings);
     feed_stats before, after;
-    int64_t uid = 730;
-    int rc;
+    int64_t uid = repair ? 730 : 731;
+    int rc, same;
 
     tu_insert_rows(pg, uid, 40, tu_score_by10, tu_id_seq);
-    ok(tu_walks_equal_sql(reader, pg, uid) && cached_in_redis(uid), "feed 730 cached, equal to SQL");
+    ok(tu_walks_equal_sql(reader, pg, uid) && cached_in_redis(uid), "feed %lld cached, equal"
+       " to SQL", (long long)uid);
     acl("-evalsha", "-del");
     tu_insert(pg, uid, 100000, 1000);
     rc = feed_on_insert(w, uid, 100000, 1000);
@@ -232,11 +239,19 @@ static void refused(void)
     ok(feed_invalidate(w, uid) == FEED_EREDIS && cached_in_redis(uid),
        "  feed_invalidate is refused too: the stale copy stays in Redis");
     acl("+evalsha", "+del");
+    if (!repair)
+        feed__redis_forget_repairs();
     feed_stats_get(reader, &before);
-    ok(tu_walks_equal_sql(reader, pg, uid), "Redis accepts again: walks through another handle equal SQL");
+    same = tu_walks_equal_sql(reader, pg, uid);
     feed_stats_get(reader, &after);
-    is_int((long long)(after.repairs - before.repairs), 1,
-           "  that handle dropped the copy first, once");
+    if (repair) {
+        ok(same, "Redis accepts again: walks through another handle equal SQL");
+        is_int((long long)(after.repairs - before.repairs), 1,
+               "  that handle dropped the copy first, once");
+    } else {
+        ok(!same && after.repairs == before.repairs, "control, the repair list forgotten:"
+           " the stale copy is served (the fault bites)");
+    }
     feed_close(w);
     feed_close(reader);
 }
@@ -252,7 +267,8 @@ int main(void)
     stale_rebuild("redis-stop", "redis-start", 720, 1);
     stale_rebuild("redis-freeze", "redis-thaw", 721, 0);
     frozen();
-    refused();
+    refused(0);
+    refused(1);
 
     tap_diag("faults injected: %d (Redis kills and freezes)", fault_count);
     PQfinish(pg);

@@ -6,16 +6,26 @@
  *     primary, so the write cannot even sit in its socket buffer); a hook
  *     writes a new top item to the primary, which acknowledges it; the
  *     primary is SIGKILLed; the replica, thawed, is promoted by the
- *     Sentinels. Without the guarantee the hook returned FEED_OK and the
- *     promoted copy misses the item: a walk differs from SQL (the loss is
- *     real). With it (redis_wait_replicas = 1, redis_restart_fence = 1) the
- *     hook reports FEED_EREDIS (WAIT: 0 of 1), and a handle with no memory
- *     of that failure (another process: the repair list forgotten) still
- *     walks a feed equal to SQL, because the promoted node's run_id is not
- *     the one the fence recorded.
+ *     Sentinels. Three configurations, each on its own prefix:
+ *       none   redis_restart_fence = 0, redis_wait_replicas = 0: the hook
+ *              returned FEED_OK and the promoted copy misses the item: a
+ *              walk differs from SQL (the loss is real: the control);
+ *       fence  the defaults (the fence on, WAIT off): the hook "succeeds"
+ *              on the old primary, but a handle with no memory of it
+ *              (another process: the repair list forgotten) walks a feed
+ *              equal to SQL, because the promoted node's run_id is not the
+ *              one the fence recorded;
+ *       both   redis_wait_replicas = 1 as well: the hook itself reports
+ *              FEED_EREDIS (WAIT: 0 of 1), and the other process's walk
+ *              equals SQL.
  *   - Restart from disk, no replica: SAVE, a hook write, SIGKILL, restart
  *     (the RDB is loaded, older than the write). Without the fence the copy
  *     misses the write; with it, the walk equals SQL.
+ *   - SENTINEL FAILOVER with a reader in another process: the old primary
+ *     stays a primary until the Sentinels reconfigure it. A reader with
+ *     WAIT (its reads checked by ROLE) walks equal to SQL; the control, a
+ *     reader with the defaults, goes on serving the old primary's copy,
+ *     which misses the writes made on the new one.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +40,8 @@ void feed__redis_forget_repairs(void);   /* lib/core/exchange.c, tests only */
 #define UID   7001
 #define ROWS  40
 #define LIMIT 10
+
+enum { NONE, FENCE, BOTH };
 
 static PGconn *pg;
 
@@ -72,9 +84,11 @@ static void drop_copy(feed *f)
     }
 }
 
-static void failover_case(int guard)
+static void failover_case(int mode)
 {
-    const char *name = guard ? "with the guarantee" : "without it";
+    const char *name = mode == BOTH ? "with the fence and WAIT" :
+                       mode == FENCE ? "with the fence (the defaults)" : "without either";
+    int guard = mode != NONE;
     feed_config cfg;
     feed_stats st;
     tu_walk_info info;
@@ -84,12 +98,12 @@ static void failover_case(int guard)
     char prefix[16];
 
     ha_start();
-    snprintf(prefix, sizeof prefix, "hf%d", guard);
+    snprintf(prefix, sizeof prefix, "hf%d", mode);
     ha_config(&cfg);
     cfg.key_prefix = prefix;
     cfg.redis_timeout_ms = 2000;   /* well above an answer on a loaded machine */
     cfg.retry_ms = 100;
-    cfg.redis_wait_replicas = guard ? 1 : 0;
+    cfg.redis_wait_replicas = mode == BOTH ? 1 : 0;
     cfg.redis_restart_fence = guard;
     f = tu_open(&cfg);
 
@@ -110,7 +124,7 @@ static void failover_case(int guard)
     tu_insert(pg, UID, 100000, 5000);
     rc = feed_on_insert(f, UID, 100000, 5000);
     feed_stats_get(f, &st);
-    if (guard)
+    if (mode == BOTH)
         ok(rc == FEED_EREDIS && st.wait_failures == 1,
            "%s: the hook reports that no replica has its write (%s; %s)", name,
            feed_strerror(rc), feed_errmsg(f));
@@ -150,29 +164,34 @@ static void failover_case(int guard)
 
 /* SENTINEL FAILOVER leaves the old primary a primary (without its
  * replica) until the Sentinels reconfigure it, about 10 s here. A writer
- * moves to the new primary (its WAIT fails); a handle in another process
- * that only reads must not go on serving the old primary's copy, which
- * misses the writes made since. */
-static void reader_case(void)
+ * with WAIT moves to the new primary (its WAIT fails); a handle in another
+ * process that only reads must not go on serving the old primary's copy,
+ * which misses the writes made since. guard: the reader has WAIT (its
+ * reads followed by ROLE); 0, the control: the reader has the defaults,
+ * and its walk must differ from SQL, or this case shows nothing. */
+static void reader_case(int guard)
 {
+    const char *name = guard ? "reader with WAIT" : "reader with the defaults";
     feed_config cfg;
     tu_walk_info info;
     feed *reader, *writer;
+    int same;
 
     ha_start();
     ha_config(&cfg);
-    cfg.key_prefix = "hm";
+    cfg.key_prefix = guard ? "hm1" : "hm0";
     cfg.redis_timeout_ms = 2000;   /* well above an answer on a loaded machine */
     cfg.retry_ms = 100;
     cfg.redis_wait_replicas = 1;
     cfg.redis_restart_fence = 1;
-    reader = tu_open(&cfg);
     writer = tu_open(&cfg);
+    cfg.redis_wait_replicas = guard ? 1 : 0;
+    reader = tu_open(&cfg);
     tu_sql(pg, "DELETE FROM feed_entry WHERE uid = %d", UID);
     tu_insert_rows(pg, UID, ROWS, score_of, id_of);
     drop_copy(reader);
     ok(tu_walk_equals_sql(reader, pg, UID, LIMIT, &info) &&
-       info.sources[FEED_SOURCE_REBUILD] == 1, "reader: the feed is cached (%s)", info.why);
+       info.sources[FEED_SOURCE_REBUILD] == 1, "%s: the feed is cached (%s)", name, info.why);
     fault_inject("ha-failover");
     for (int k = 1; k <= 3; k++) {        /* the first may still land on the old one */
         tu_insert(pg, UID, 100000 + k, 5000 + k);
@@ -180,8 +199,13 @@ static void reader_case(void)
         fault_sleep_ms(150);              /* > retry_ms: the writer reconnects */
     }
     feed__redis_forget_repairs();         /* the reader is another process */
-    ok(tu_walk_equals_sql(reader, pg, UID, LIMIT, &info),
-       "reader: its walk equals SQL after the manual failover (%s)", info.why);
+    same = tu_walk_equals_sql(reader, pg, UID, LIMIT, &info);
+    if (guard)
+        ok(same, "%s: its walk equals SQL after the manual failover (%s)", name, info.why);
+    else
+        ok(!same && info.sources[FEED_SOURCE_CACHE] > 0, "%s: its walk serves the old"
+           " primary's copy, which misses the new primary's writes: the loss is real (%s)",
+           name, info.why);
     feed_close(writer);
     feed_close(reader);
     ha_start();                           /* the old primary is a replica again */
@@ -238,9 +262,11 @@ int main(void)
     fault_setup();
     restart_case(0);
     restart_case(1);
-    failover_case(0);
-    failover_case(1);
-    reader_case();
+    failover_case(NONE);
+    failover_case(FENCE);
+    failover_case(BOTH);
+    reader_case(0);
+    reader_case(1);
     PQfinish(pg);
     return tap_done();
 }

@@ -12,6 +12,11 @@
  *   - pg_replica_max_lag_ms: with replay paused, pages past the cache come
  *     from the primary (the replica cannot be proven caught up) and show
  *     every write; replay resumed, the replica answers them again;
+ *   - the default bound (1000 ms) against a replica behind by a known
+ *     amount: proven caught up, then replay paused, a row committed, and
+ *     BEHIND ms later the pages past the cache come from the primary and
+ *     show it; the control, a handle whose bound (60 s) still covers the
+ *     proof it took before the pause, serves the replica's rows: stale;
  *   - replica frozen (SIGSTOP): a page past the cache comes from the primary
  *     within 2 x pg_timeout_ms (one timeout on the replica), the next ones
  *     at once while the replica waits out retry_ms; thawed, it serves again;
@@ -286,6 +291,71 @@ static void bounded(feed *f)
     feed_close(h);
 }
 
+/* A deep page on h until one is answered by the replica with no probe
+ * failing (a probe fails if the primary writes WAL between its two
+ * statements): the handle then holds a proof taken now. */
+static int proven(feed *h)
+{
+    for (int i = 0; i < 10; i++) {
+        feed_stats s0, d;
+        feed_result res;
+        int rc = (feed_stats_get(h, &s0), deep_page(h, &res));
+
+        d = tu_stats_since(h, &s0);
+        if (rc == FEED_OK)
+            feed_result_free(&res);
+        if (rc == FEED_OK && d.replica_queries > 0 && d.replica_lagging == 0 &&
+            d.replica_fallbacks == 0)
+            return 1;
+        fault_sleep_ms(100);
+    }
+    return 0;
+}
+
+#define BEHIND 1500     /* ms the replica is behind when the pages are read */
+#define LOOSE  60000    /* the control's bound: far past BEHIND */
+
+static void behind(void)
+{
+    feed *h = open_handle(1000), *loose = open_handle(LOOSE);
+    tu_walk_info info;
+    feed_stats s0, d;
+    double committed, lag;
+    int same;
+
+    ok(caught_up() && proven(h) && proven(loose), "the replica is caught up; a handle with"
+       " the default bound (1000 ms) and one with %d ms proved it", LOOSE);
+    tu_sql(rep, "SELECT pg_wal_replay_pause()");
+    tu_insert(pg, A, -9, 9997);
+    committed = fault_now_ms();
+    is_int(feed_on_insert(h, A, -9, 9997), FEED_OK, "replay paused; a row below the cache,"
+           " committed and hooked");
+    fault_sleep_ms(BEHIND);
+    lag = fault_now_ms() - committed;
+
+    feed_stats_get(h, &s0);
+    same = tu_walk_equals_sql(h, pg, A, LIMIT, &info);
+    d = tu_stats_since(h, &s0);
+    ok(same, "the replica %.0f ms behind: with the default bound a walk equals the primary's"
+       " SQL", lag);
+    ok(info.sources[FEED_SOURCE_DB] > 0 && d.replica_lagging == (uint64_t)info.sources[FEED_SOURCE_DB],
+       "  its %d pages past the cache came from the primary (%llu counted lagging)",
+       info.sources[FEED_SOURCE_DB], (unsigned long long)d.replica_lagging);
+
+    feed_stats_get(loose, &s0);
+    same = tu_walk_equals_sql(loose, pg, A, LIMIT, &info);
+    d = tu_stats_since(loose, &s0);
+    ok(!same && d.replica_queries > 0 && d.replica_lagging == 0,
+       "  control, bound %d ms: its pages past the cache came from the replica (%llu) and"
+       " the walk misses the row: stale (%s)", LOOSE, (unsigned long long)d.replica_queries,
+       info.why);
+
+    tu_sql(rep, "SELECT pg_wal_replay_resume()");
+    ok(caught_up(), "replay resumed: the replica caught up");
+    feed_close(loose);
+    feed_close(h);
+}
+
 static void frozen(feed *f)
 {
     feed_result res;
@@ -387,6 +457,7 @@ int main(void)
     reads(f);
     paused(f);
     bounded(f);
+    behind();
     frozen(f);
     stopped(f);
     feed_close(f);
