@@ -60,4 +60,42 @@ void  simr_set_role(simr *r, int replica, int replicas_acked);
 char *simr_dump(simr *r, int64_t now);
 size_t simr_keys(const simr *r);
 
+/* ------------------------------------------------------------------------
+ * simpg: PostgreSQL's side as the library sees it: two tables of
+ * (owner, score, id) rows, the feed table and the authors' posts, every
+ * commit a new version, and every statement the library sends answered by
+ * its meaning at a version the caller names (a replica that lags is an
+ * older version). The text of the statements, types, prepares and
+ * connections are libpq's and PostgreSQL's: the real-server tests cover
+ * them.
+ * ------------------------------------------------------------------------ */
+
+enum { SIMPG_FEED, SIMPG_AUTHORS };
+
+typedef struct simpg simpg;
+
+typedef struct simpg_row {
+    int64_t score, id;
+} simpg_row;
+
+simpg   *simpg_new(void);
+void     simpg_free(simpg *p);
+/* The version after the last commit (0: nothing committed yet). */
+uint64_t simpg_version(const simpg *p);
+/* Commit one write: insert (or move to a new score) / delete row id of
+ * owner's in table. Returns the new version, 0 when out of memory. */
+uint64_t simpg_upsert(simpg *p, int table, int64_t owner, int64_t score, int64_t id);
+uint64_t simpg_delete(simpg *p, int table, int64_t owner, int64_t id);
+/* owner's rows at version v, in (score DESC, id DESC) order; *n rows. The
+ * array belongs to p (valid until p is freed). */
+const simpg_row *simpg_rows(const simpg *p, int table, int64_t owner, uint64_t v, size_t *n);
+
+/* Answer statement q (lib/core/core.h: feed_sql) at version v as
+ * PostgreSQL would: rows in q->rows (or q->tagged), probes' text in
+ * q->text. FEED_OK, or FEED_ENOMEM. The probes see lsn as the primary's
+ * position and replayed as the replica's. */
+struct feed_sql;
+int simpg_answer(const simpg *p, struct feed_sql *q, uint64_t v, uint64_t lsn,
+                 uint64_t replayed);
+
 #endif /* FEED_SIM_H */

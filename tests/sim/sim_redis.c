@@ -45,6 +45,7 @@ typedef struct simr_key {
 typedef struct simr_script {
     char  sha[41];
     char *body;
+    int   fn;                   /* the compiled chunk in the registry; LUA_NOREF: not yet */
 } simr_script;
 
 struct simr {
@@ -858,7 +859,7 @@ static void simr_sha1hex(const char *p, size_t len, char out[41])
         snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-static const simr_script *simr_script_find(const simr *r, const char *sha, size_t len)
+static simr_script *simr_script_find(const simr *r, const char *sha, size_t len)
 {
     for (size_t i = 0; i < r->nsc; i++)
         if (len == 40 && strncasecmp(r->sc[i].sha, sha, 40) == 0)
@@ -866,13 +867,46 @@ static const simr_script *simr_script_find(const simr *r, const char *sha, size_
     return NULL;
 }
 
-static const simr_script *simr_script_add(simr *r, const char *body, size_t len)
+/* Forget every script (SCRIPT FLUSH, a restart). */
+static void simr_scripts_flush(simr *r)
+{
+    for (size_t i = 0; i < r->nsc; i++) {
+        luaL_unref(r->L, LUA_REGISTRYINDEX, r->sc[i].fn);
+        free(r->sc[i].body);
+    }
+    r->nsc = 0;
+}
+
+/* The SHA1 of a script body, remembered for the last few bodies: the same
+ * six scripts are loaded on every connection of every schedule. */
+static void simr_script_sha(const char *body, size_t len, char sha[41])
+{
+    static struct { char *body; size_t len; char sha[41]; } memo[16];
+    static unsigned next;
+
+    for (unsigned i = 0; i < 16; i++)
+        if (memo[i].body && memo[i].len == len && memcmp(memo[i].body, body, len) == 0) {
+            memcpy(sha, memo[i].sha, 41);
+            return;
+        }
+    simr_sha1hex(body, len, sha);
+    free(memo[next].body);
+    memo[next].body = malloc(len ? len : 1);
+    if (memo[next].body) {
+        memcpy(memo[next].body, body, len);
+        memo[next].len = len;
+        memcpy(memo[next].sha, sha, 41);
+        next = (next + 1) % 16;
+    }
+}
+
+static simr_script *simr_script_add(simr *r, const char *body, size_t len)
 {
     char sha[41];
-    const simr_script *have;
+    simr_script *have;
     simr_script *more;
 
-    simr_sha1hex(body, len, sha);
+    simr_script_sha(body, len, sha);
     have = simr_script_find(r, sha, 40);
     if (have)
         return have;
@@ -886,6 +920,7 @@ static const simr_script *simr_script_add(simr *r, const char *body, size_t len)
         return NULL;
     memcpy(more[r->nsc].body, body, len);
     more[r->nsc].body[len] = '\0';
+    more[r->nsc].fn = LUA_NOREF;
     return &r->sc[r->nsc++];
 }
 
@@ -1097,7 +1132,7 @@ static void simr_lua_array(lua_State *L, const char *name, const simr_args *a, i
 static void simr_cmd_eval(simr *r, const simr_args *a, int by_sha)
 {
     long long nkeys;
-    const simr_script *s;
+    simr_script *s;
     lua_State *L = r->L;
 
     if (a->argc < 3 || simr_parse_ll(a->v[2], a->l[2], &nkeys) < 0 || nkeys < 0 ||
@@ -1115,11 +1150,16 @@ static void simr_cmd_eval(simr *r, const simr_args *a, int by_sha)
     }
     simr_lua_array(L, "KEYS", a, 3, (int)nkeys);
     simr_lua_array(L, "ARGV", a, 3 + (int)nkeys, a->argc - 3 - (int)nkeys);
-    if (luaL_loadbuffer(L, s->body, strlen(s->body), "@user_script") != 0) {
-        simr_putf(r, "-ERR Error compiling script (new function): %s\r\n", lua_tostring(L, -1));
-        lua_settop(L, 0);
-        return;
+    /* Compiled once per script and kept, as Redis keeps its functions. */
+    if (s->fn == LUA_NOREF) {
+        if (luaL_loadbuffer(L, s->body, strlen(s->body), "@user_script") != 0) {
+            simr_putf(r, "-ERR Error compiling script (new function): %s\r\n", lua_tostring(L, -1));
+            lua_settop(L, 0);
+            return;
+        }
+        s->fn = luaL_ref(L, LUA_REGISTRYINDEX);
     }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->fn);
     r->in_script = 1;
     if (lua_pcall(L, 0, 1, 0) != 0) {
         /* A redis.call that failed raised the command's error; Redis
@@ -1147,9 +1187,7 @@ static void simr_cmd_script(simr *r, const simr_args *a)
         for (int i = 2; i < a->argc; i++)
             simr_int(r, simr_script_find(r, a->v[i], a->l[i]) != NULL);
     } else if (simr_is(a, 1, "FLUSH")) {
-        for (size_t i = 0; i < r->nsc; i++)
-            free(r->sc[i].body);
-        r->nsc = 0;
+        simr_scripts_flush(r);
         simr_ok(r);
     } else {
         simr_err(r, "ERR unknown subcommand for 'script'");
@@ -1287,8 +1325,8 @@ void simr_free(simr *r)
     if (!r)
         return;
     simr_clear(r);
-    for (size_t i = 0; i < r->nsc; i++)
-        free(r->sc[i].body);
+    if (r->L)
+        simr_scripts_flush(r);
     free(r->sc);
     if (r->L)
         lua_close(r->L);
@@ -1389,9 +1427,7 @@ simr *simr_snapshot(const simr *r)
 int simr_restart(simr *r, const simr *from, uint64_t seed)
 {
     simr_clear(r);
-    for (size_t i = 0; i < r->nsc; i++)
-        free(r->sc[i].body);
-    r->nsc = 0;
+    simr_scripts_flush(r);
     r->authed = 0;
     r->offset = 0;
     simr_ids(r, seed, 1, 1);
