@@ -9,6 +9,8 @@
  *                         is the same every time
  *   SIM_OPS, SIM_MASK     a shrunk schedule: operations per client, and the
  *                         fault draws that do not strike ("3,17,40")
+ *   SIM_FIRST, SIM_STRIDE the seeds first, first + stride, ... (tests/sim/run.sh
+ *                         runs one process per core so)
  *
  * MODE: default (the default config: restart fence on, no writer dies),
  * nofence (the fence off), kills (writers die between commit and hook),
@@ -126,6 +128,7 @@ int main(int argc, char **argv)
     long budget = getenv("SIM_SCHEDULES") ? atol(getenv("SIM_SCHEDULES")) : 100000;
     double seconds = getenv("SIM_SECONDS") ? atof(getenv("SIM_SECONDS")) : 0, t0 = wall();
     uint64_t first = getenv("SIM_FIRST") ? strtoull(getenv("SIM_FIRST"), NULL, 10) : 1;
+    uint64_t stride = getenv("SIM_STRIDE") ? strtoull(getenv("SIM_STRIDE"), NULL, 10) : 1;
     int want_violation = expect && strcmp(expect, "violation") == 0;
     sim_world *w = malloc(sizeof *w);
     long runs = 0, faults = 0, pages = 0;
@@ -155,7 +158,9 @@ int main(int argc, char **argv)
         return rc ? 1 : 0;
     }
 
-    for (uint64_t seed = first;; seed++) {
+    if (stride < 1)
+        stride = 1;
+    for (uint64_t seed = first;; seed += stride) {
         int rc = sim_one(w, seed, &o, NULL);
         runs++;
         faults += (long)w->faults;

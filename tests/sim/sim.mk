@@ -6,7 +6,9 @@
 #                     100000; SIM_SECONDS=n instead runs n seconds) of the
 #                     default config, each checked; prints "N schedules"
 #   SIM_SEED=n make sim   replay seed n with a readable trace
-#   make sim-controls the same with a protection off, expected to break
+#   make sim-controls the fence off, and writers killed between commit and
+#                     hook: each expected to break; with the log follower not
+#   make sim-mutants  tests/sim/mutants.txt: broken builds the simulation must catch
 #
 # tests/t_sim_redis.c checks the simulated Redis against the real one.
 
@@ -16,7 +18,7 @@ SIM_INC  := $(shell pkg-config --cflags lua5.1 2>/dev/null || echo -I/usr/includ
 SIM_LIBS := $(shell pkg-config --libs lua5.1 2>/dev/null || echo -llua5.1) -lcrypto
 FEEDSIM  := $(BUILD)/tests/feedsim
 
-.PHONY: sim sim-controls
+.PHONY: sim sim-controls sim-mutants
 
 $(SIM_OBJ) $(BUILD)/tests/sim/feedsim.o: $(BUILD)/tests/sim/%.o: tests/sim/%.c tests/sim/*.h $(LIB_HDR)
 	@mkdir -p $(dir $@)
@@ -32,4 +34,12 @@ $(BUILD)/tests/t_sim_%: tests/t_sim_%.c $(SIM_OBJ) $(BUILD)/tests/testutil.o $(B
 	    $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(STATIC) $(SIM_LIBS) $(LIBS)
 
 sim: $(FEEDSIM)
-	$(FEEDSIM) default
+	BUILD=$(BUILD) tests/sim/run.sh default
+
+sim-controls: $(FEEDSIM)
+	SIM_EXPECT=violation SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} BUILD=$(BUILD) tests/sim/run.sh nofence
+	SIM_EXPECT=violation SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} BUILD=$(BUILD) tests/sim/run.sh kills
+	BUILD=$(BUILD) SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} tests/sim/run.sh kills-sync
+
+sim-mutants:
+	BUILD=$(BUILD) tests/sim/mutants.sh

@@ -421,6 +421,8 @@ static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
     cfg.redis_restart_fence = w->fence;
     if (w->replica)
         cfg.pg_replica_conninfo = "sim-replica";
+    if (w->authors)
+        cfg.author_table = "authors";
     if (feed__core_init(&cl->core, &cfg) != FEED_OK || feed__topo_init(&cl->core) != FEED_OK) {
         fprintf(stderr, "sim: cannot make a handle\n");
         exit(3);
@@ -475,9 +477,11 @@ static void *sim_alloc(size_t n)
  * posts each have one author: two writers never race on one row. */
 static void sim_writer_next(sim_world *w, sim_client *cl)
 {
-    int64_t uid = 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
+    int table = w->authors && sim_pick(w, 3) == 0 ? SIMPG_AUTHORS : SIMPG_FEED;
+    int64_t uid = table == SIMPG_FEED ? 1 + (int64_t)sim_pick(w, (uint64_t)w->uids)
+                                      : 101 + (int64_t)sim_pick(w, (uint64_t)w->authors);
     size_t n, mine = 0;
-    const simpg_row *rows = simpg_rows(w->pg, SIMPG_FEED, uid, simpg_version(w->pg), &n);
+    const simpg_row *rows = simpg_rows(w->pg, table, uid, simpg_version(w->pg), &n);
     int64_t id, score, pick[64];
     feed_hook_op *h;
     int del, rc;
@@ -493,20 +497,22 @@ static void sim_writer_next(sim_world *w, sim_client *cl)
     if (del) {
         id = pick[sim_pick(w, mine)];
         score = 0;
-        simpg_delete(w->pg, SIMPG_FEED, uid, id);
+        simpg_delete(w->pg, table, uid, id);
     } else {
         /* A new row or a new score for an old one; few scores, so ties */
         id = mine > 0 && sim_pick(w, 4) == 0 ? pick[sim_pick(w, mine)]
-                                             : (int64_t)sim_pick(w, 20) * w->writers + cl->wid;
+                                             : (int64_t)sim_pick(w, 20) * w->writers + cl->wid +
+                                                 ((int64_t)sim_pick(w, 2) << 33);
         score = (int64_t)sim_pick(w, 12) * 10;
         if (sim_pick(w, 8) == 0)
             score = sim_pick(w, 2) ? FEED_SCORE_MAX - (int64_t)sim_pick(w, 3) : -FEED_SCORE_MAX;
-        simpg_upsert(w->pg, SIMPG_FEED, uid, score, id);
+        simpg_upsert(w->pg, table, uid, score, id);
     }
     cl->write = w->nwrites;
-    w->writes[w->nwrites++] = (struct sim_write){ uid, id, score, del, INT64_MAX };
-    sim_trace(w, "c%d  COMMIT %s uid %" PRId64 " id %" PRId64 " score %" PRId64 " -> v%" PRIu64,
-              cl->id, del ? "delete" : "upsert", uid, id, score, simpg_version(w->pg));
+    w->writes[w->nwrites++] = (struct sim_write){ table, uid, id, score, del, INT64_MAX };
+    sim_trace(w, "c%d  COMMIT %s %s %" PRId64 " id %" PRId64 " score %" PRId64 " -> v%" PRIu64,
+              cl->id, del ? "delete" : "upsert", table ? "author" : "uid", uid, id, score,
+              simpg_version(w->pg));
     if (w->kills && sim_fault(w, SIM_F_KILL, "the writer dies between its commit and its hook")) {
         cl->ops_left--;
         cl->ready_at = w->now + 1;
@@ -515,13 +521,13 @@ static void sim_writer_next(sim_world *w, sim_client *cl)
     }
     h = sim_alloc(feed__hook_op_size());
     rc = feed__hook_init(h, &cl->core, cl->err, del ? FEED_HOOK_DELETE : FEED_HOOK_INSERT,
-                         FEED_FAM_FEED, uid, score, id);
+                         table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, uid, score, id);
     if (rc != FEED_OK) {
         fprintf(stderr, "sim: hook_init: %s\n", cl->err);
         exit(3);
     }
-    sim_trace(w, "c%d  HOOK %s uid %" PRId64 " id %" PRId64, cl->id, del ? "delete" : "insert",
-              uid, id);
+    sim_trace(w, "c%d  HOOK %s %s %" PRId64 " id %" PRId64, cl->id, del ? "delete" : "insert",
+              table ? "author" : "uid", uid, id);
     sim_start(w, cl, (feed_op *)h, (int64_t)sim_pick(w, 3));
 }
 
@@ -538,19 +544,23 @@ static void sim_sync_next(sim_world *w, sim_client *cl)
     }
     cl->write = w->sync_done;       /* every write up to here is committed */
     cl->sync_uid = w->writes[w->sync_done].uid;
+    cl->sync_table = w->writes[w->sync_done].table;
     h = sim_alloc(feed__hook_op_size());
-    if (feed__hook_init(h, &cl->core, cl->err, FEED_HOOK_INVALIDATE, FEED_FAM_FEED, cl->sync_uid,
+    if (feed__hook_init(h, &cl->core, cl->err, FEED_HOOK_INVALIDATE,
+                        cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, cl->sync_uid,
                         0, 0) != FEED_OK)
         exit(3);
-    sim_trace(w, "c%d  SYNC invalidate uid %" PRId64, cl->id, cl->sync_uid);
+    sim_trace(w, "c%d  SYNC invalidate %s %" PRId64, cl->id, cl->sync_table ? "author" : "uid",
+              cl->sync_uid);
     sim_start(w, cl, (feed_op *)h, (int64_t)sim_pick(w, 20));
 }
 
-/* The reader's next page: the first of a new walk, or the next one. */
+/* The reader's next page: the first of a new walk, or the next one; a
+ * walk of one feed, or of a feed merged with some authors. */
 static void sim_reader_next(sim_world *w, sim_client *cl)
 {
-    feed_page_op *p;
-    int rc;
+    feed_op *op;
+    int rc = FEED_OK;
 
     if (!cl->walking) {
         cl->uid = 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
@@ -558,66 +568,107 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
         cl->score = FEED_FIRST;
         cl->last_id = 0;
         cl->walking = 1;
+        cl->nauthors = 0;
+        if (w->authors && sim_pick(w, 2))
+            for (int a = 0; a < w->authors; a++)
+                if (sim_pick(w, 3))
+                    cl->authors[cl->nauthors++] = 101 + a;
     }
-    p = sim_alloc(feed__page_op_size());
-    rc = feed__page_init(p, &cl->core, cl->err, cl->uid, cl->score, cl->last_id, -1, cl->limit,
-                         &cl->page);
-    if (rc != FEED_OK) {
-        fprintf(stderr, "sim: page_init: %s\n", cl->err);
-        exit(3);
+    if (cl->nauthors) {
+        op = feed__merged_op(&cl->core, cl->err, cl->uid, cl->authors, cl->nauthors, cl->score,
+                             cl->last_id, cl->limit, &cl->page, &rc);
+        if (!op) {
+            fprintf(stderr, "sim: merged_op: %s\n", cl->err);
+            exit(3);
+        }
+    } else {
+        op = sim_alloc(feed__page_op_size());
+        rc = feed__page_init((feed_page_op *)op, &cl->core, cl->err, cl->uid, cl->score,
+                             cl->last_id, -1, cl->limit, &cl->page);
+        if (rc != FEED_OK) {
+            fprintf(stderr, "sim: page_init: %s\n", cl->err);
+            exit(3);
+        }
     }
-    sim_trace(w, "c%d  PAGE uid %" PRId64 " after (%" PRId64 ", %" PRId64 ") limit %zu", cl->id,
-              cl->uid, cl->score, cl->last_id, cl->limit);
-    sim_start(w, cl, (feed_op *)p, (int64_t)sim_pick(w, 3));
+    sim_trace(w, "c%d  PAGE uid %" PRId64 "%s after (%" PRId64 ", %" PRId64 ") limit %zu", cl->id,
+              cl->uid, cl->nauthors ? " merged" : "", cl->score, cl->last_id, cl->limit);
+    sim_start(w, cl, op, (int64_t)sim_pick(w, 3));
+    cl->frames[0].heap = cl->nauthors > 0;
 }
 
-/* uid's rows after the writes of the log up to `upto` that are certain
- * or chosen (bit k of choose: the k-th uncertain one), into rows. */
-static size_t sim_state(const sim_world *w, int64_t uid, size_t upto, int64_t start,
-                        uint32_t choose, simpg_row *rows, size_t cap)
+/* Is write wr one of the walk's sources? */
+static int sim_in_walk(const sim_client *cl, const struct sim_write *wr)
 {
-    size_t n = 0, k = 0;
+    if (wr->table == SIMPG_FEED)
+        return wr->uid == cl->uid;
+    for (size_t a = 0; a < cl->nauthors; a++)
+        if (wr->uid == cl->authors[a])
+            return 1;
+    return 0;
+}
 
-    for (size_t i = 0; i < upto; i++) {
+/* Insert (score, id) into rows (n of them, cap at most) in order, unless
+ * the pair is there. */
+static size_t sim_put_row(simpg_row *rows, size_t n, size_t cap, int64_t score, int64_t id)
+{
+    size_t at = 0;
+
+    while (at < n && (rows[at].score > score || (rows[at].score == score && rows[at].id > id)))
+        at++;
+    if ((at < n && rows[at].score == score && rows[at].id == id) || n == cap)
+        return n;
+    memmove(&rows[at + 1], &rows[at], (n - at) * sizeof *rows);
+    rows[at] = (simpg_row){ score, id };
+    return n + 1;
+}
+
+/* The walk's rows (the union of its sources, each pair once) after the
+ * writes of the log that are certain at start or chosen (bit k of choose:
+ * the k-th uncertain one of the walk's sources). */
+static size_t sim_state(const sim_world *w, const sim_client *cl, int64_t start, uint32_t choose,
+                        simpg_row *rows, size_t cap)
+{
+    enum { SRC = 5, ROWS = 128 };
+    static simpg_row src[SRC][ROWS];
+    size_t n = 0, k = 0, ns[SRC] = { 0 };
+
+    for (size_t i = 0; i < w->nwrites; i++) {
         const struct sim_write *wr = &w->writes[i];
-        size_t at = 0;
-        if (wr->uid != uid)
+        size_t s = wr->table == SIMPG_FEED ? 0 : (size_t)(wr->uid - 100), at = 0;
+        if (!sim_in_walk(cl, wr) || s >= SRC)
             continue;
         if (wr->certain_at >= start && !(choose >> k++ & 1))
             continue;
-        while (at < n && rows[at].id != wr->id)
+        while (at < ns[s] && src[s][at].id != wr->id)
             at++;
-        if (at < n) {
-            memmove(&rows[at], &rows[at + 1], (n - at - 1) * sizeof *rows);
-            n--;
+        if (at < ns[s]) {
+            memmove(&src[s][at], &src[s][at + 1], (ns[s] - at - 1) * sizeof **src);
+            ns[s]--;
         }
-        if (wr->del || n == cap)
-            continue;
-        for (at = 0; at < n && (rows[at].score > wr->score ||
-                                (rows[at].score == wr->score && rows[at].id > wr->id)); at++)
-            ;
-        memmove(&rows[at + 1], &rows[at], (n - at) * sizeof *rows);
-        rows[at] = (simpg_row){ wr->score, wr->id };
-        n++;
+        if (!wr->del)
+            ns[s] = sim_put_row(src[s], ns[s], ROWS, wr->score, wr->id);
     }
+    for (size_t s = 0; s < SRC; s++)
+        for (size_t i = 0; i < ns[s]; i++)
+            n = sim_put_row(rows, n, cap, src[s][i].score, src[s][i].id);
     return n;
 }
 
-/* Does the page equal SQL's page of a state the feed may have had while it
- * was served: the certain writes, and any of those that were not yet
- * certain when the request began? (-1: too many of those to try.) */
+/* Does the page equal SQL's page of a state the walk's sources may have
+ * had while it was served: the certain writes, and any of those that were
+ * not yet certain when the request began? (-1: too many of those to try.) */
 static int sim_page_exact(sim_world *w, sim_client *cl)
 {
     const feed_result *r = &cl->page;
     int uncertain = 0;
-    simpg_row rows[256];
+    simpg_row rows[512];
 
     for (size_t i = 0; i < w->nwrites; i++)
-        uncertain += w->writes[i].uid == cl->uid && w->writes[i].certain_at >= cl->started_ms;
+        uncertain += sim_in_walk(cl, &w->writes[i]) && w->writes[i].certain_at >= cl->started_ms;
     if (uncertain > 12)
         return -1;
     for (uint32_t choose = 0; choose < (1u << uncertain); choose++) {
-        size_t n = sim_state(w, cl->uid, w->nwrites, cl->started_ms, choose, rows, 256), at = 0, k;
+        size_t n = sim_state(w, cl, cl->started_ms, choose, rows, 512), at = 0, k;
         if (cl->score != FEED_FIRST)
             while (at < n && !(rows[at].score < cl->score ||
                                (rows[at].score == cl->score && rows[at].id < cl->last_id)))
@@ -664,10 +715,11 @@ static void sim_request_done(sim_world *w, sim_client *cl)
             exact = sim_page_exact(w, cl);
             w->unchecked += exact < 0;
             if (exact == 0)
-                sim_violation(w, "c%d: page of uid %" PRId64 " after (%" PRId64 ", %" PRId64
+                sim_violation(w, "c%d: %spage of uid %" PRId64 " after (%" PRId64 ", %" PRId64
                                  ") limit %zu is %s (from %s): SQL's page of no state of the "
                                  "feed while it was served",
-                              cl->id, cl->uid, cl->score, cl->last_id, cl->limit, text,
+                              cl->id, cl->nauthors ? "merged " : "", cl->uid, cl->score,
+                              cl->last_id, cl->limit, text,
                               feed_source_name(cl->page.source));
             if (cl->page.has_more && cl->page.count > 0) {
                 cl->score = cl->page.items[cl->page.count - 1].score;
@@ -690,7 +742,8 @@ static void sim_request_done(sim_world *w, sim_client *cl)
     } else {
         /* The copy was dropped after every write up to cl->write committed. */
         for (size_t i = 0; i <= cl->write; i++)
-            if (w->writes[i].uid == cl->sync_uid && w->writes[i].certain_at > w->now)
+            if (w->writes[i].uid == cl->sync_uid && w->writes[i].table == cl->sync_table &&
+                w->writes[i].certain_at > w->now)
                 w->writes[i].certain_at = w->now;
         while (w->sync_done < w->nwrites && w->writes[w->sync_done].certain_at <= w->now)
             w->sync_done++;
@@ -760,9 +813,14 @@ static void sim_world_faults(sim_world *w)
     }
     if (sim_fault(w, SIM_F_EVICT, "Redis evicts a key")) {
         char key[128], lease[128];
-        int64_t uid = 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
-        feed__keys_of(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap, uid, key, lease);
-        simr_evict(w->redis, sim_pick(w, 2) ? key : lease, strlen(sim_pick(w, 2) ? key : lease));
+        int author = w->authors && sim_pick(w, 3) == 0;
+        int64_t owner = author ? 101 + (int64_t)sim_pick(w, (uint64_t)w->authors)
+                               : 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
+        const char *which;
+        feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+                          author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
+        which = sim_pick(w, 2) ? key : lease;
+        simr_evict(w->redis, which, strlen(which));
     }
     if (sim_fault(w, SIM_F_PGDOWN, "PostgreSQL goes away for a while"))
         w->pg_down_until = w->now + (int64_t)sim_pick(w, 300);
@@ -776,12 +834,14 @@ static void sim_world_faults(sim_world *w)
 
 static void sim_seed_data(sim_world *w)
 {
-    for (int64_t uid = 1; uid <= w->uids; uid++) {
-        int n = (int)sim_pick(w, 14);
+    for (int64_t o = 1; o <= w->uids + w->authors; o++) {
+        int table = o <= w->uids ? SIMPG_FEED : SIMPG_AUTHORS, n = (int)sim_pick(w, 14);
+        int64_t owner = o <= w->uids ? o : 100 + o - w->uids;
         for (int i = 0; i < n; i++) {
-            int64_t score = (int64_t)sim_pick(w, 12) * 10, id = (int64_t)sim_pick(w, 40);
-            simpg_upsert(w->pg, SIMPG_FEED, uid, score, id);
-            w->writes[w->nwrites++] = (struct sim_write){ uid, id, score, 0, -1 };
+            int64_t score = (int64_t)sim_pick(w, 12) * 10,
+                    id = (int64_t)sim_pick(w, 40) + ((int64_t)sim_pick(w, 2) << 33);
+            simpg_upsert(w->pg, table, owner, score, id);
+            w->writes[w->nwrites++] = (struct sim_write){ table, owner, id, score, 0, -1 };
         }
     }
     w->sync_done = w->nwrites;
@@ -791,15 +851,18 @@ static void sim_seed_data(sim_world *w)
 /* Every cached copy an exact prefix of SQL's rows (or absent). */
 static void sim_check_copies(sim_world *w)
 {
-    for (int64_t uid = 1; uid <= w->uids; uid++) {
+    for (int64_t o = 1; o <= w->uids + w->authors; o++) {
+        int table = o <= w->uids ? SIMPG_FEED : SIMPG_AUTHORS;
+        int64_t owner = o <= w->uids ? o : 100 + o - w->uids;
         char key[128], lease[128];
         const char *argv[] = { "ZREVRANGE", key, "0", "-1", "WITHSCORES", NULL };
         redisReply *r;
         size_t n, items = 0;
-        const simpg_row *rows = simpg_rows(w->pg, SIMPG_FEED, uid, simpg_version(w->pg), &n);
+        const simpg_row *rows = simpg_rows(w->pg, table, owner, simpg_version(w->pg), &n);
         int end = 0, bad = 0;
 
-        feed__keys_of(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap, uid, key, lease);
+        feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+                          table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, owner, key, lease);
         r = simr_execv(w->redis, w->now, argv);
         for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
             feed_item it;
@@ -807,8 +870,8 @@ static void sim_check_copies(sim_world *w)
                 end = 1;
                 continue;
             }
-            if (feed__reply_pair(r, i, &it) != FEED_OK || items >= n || rows[items].score != it.score ||
-                rows[items].id != it.id)
+            if (feed__reply_pair(r, i, &it) != FEED_OK || items >= n ||
+                rows[items].score != it.score || rows[items].id != it.id)
                 bad = 1;
             items++;
         }
@@ -817,8 +880,9 @@ static void sim_check_copies(sim_world *w)
         if (!bad && items > w->max_len)
             bad = 1;
         if (bad)
-            sim_violation(w, "the copy of uid %" PRId64 " (%zu items%s) is not a prefix of SQL's %zu rows",
-                          uid, items, end ? " and the end marker" : "", n);
+            sim_violation(w, "the copy of %s %" PRId64 " (%zu items%s) is not a prefix of SQL's "
+                             "%zu rows", table ? "author" : "uid", owner, items,
+                          end ? " and the end marker" : "", n);
         freeReplyObject(r);
     }
 }
@@ -829,6 +893,7 @@ int sim_run(sim_world *w)
     int64_t settle_until = 0;
 
     w->uids = 1 + (int)sim_pick(w, 3);
+    w->authors = (int)sim_pick(w, 4);
     w->writers = writers;
     w->max_len = 2 + (uint32_t)sim_pick(w, 7);
     w->ttl_seconds = sim_pick(w, 3) ? 0 : 1;

@@ -68,12 +68,15 @@ typedef struct sim_client {
     int          ops_left;
     size_t       write;         /* a writer's write in flight; a sync's first write covered */
     int64_t      sync_uid;
+    int          sync_table;
     uint64_t     started_v;
     int64_t      started_ms;
     /* a reader's walk */
     int          walking;
     int64_t      uid, score, last_id;
     size_t       limit;
+    int64_t      authors[4];    /* a merged walk's authors */
+    size_t       nauthors;
     feed_result  page;
 } sim_client;
 
@@ -81,7 +84,7 @@ typedef struct sim_world {
     uint64_t   seed, rng;
     int64_t    now;
     /* the schedule's shape (sim_run draws it) and options */
-    int        uids, ops, writers;
+    int        uids, ops, writers, authors;   /* feeds 1..uids, authors 101..100+authors */
     uint32_t   max_len, ttl_seconds, lease_ms;
     int        fence, sync, kills, replica, expect_errors;
     unsigned   rate[SIM_F_COUNT];
@@ -100,6 +103,7 @@ typedef struct sim_world {
      * follower dropped its feed after the commit. Until then a page may
      * show the feed with or without it. */
     struct sim_write {
+        int     table;          /* SIMPG_FEED (owner: a reader), SIMPG_AUTHORS (an author) */
         int64_t uid, id, score;
         int     del;
         int64_t certain_at;     /* INT64_MAX: not yet */
