@@ -28,12 +28,14 @@ typedef struct repair_entry {
     uint64_t store;
     int64_t  uid;
     int      fam;               /* enum feed_family */
+    uint64_t gen;               /* repair_gen when last remembered */
 } repair_entry;
 
 static pthread_mutex_t repair_lock = PTHREAD_MUTEX_INITIALIZER;
 static repair_entry   *repair_list;
 static size_t          repair_count, repair_cap;
 static atomic_size_t   repair_pending;   /* repair_count, read without the lock */
+static uint64_t        repair_gen;       /* remembers so far */
 
 /* FNV-1a over host, port and key prefix: which copies an entry names.
  * Under Sentinel the store is the master name, wherever it now runs; a
@@ -76,9 +78,12 @@ static int remember_locked(repair_entry e)
         else
             hi = mid;
     }
+    e.gen = ++repair_gen;
     if (lo < repair_count && repair_list[lo].store == e.store && repair_list[lo].uid == e.uid &&
-        repair_list[lo].fam == e.fam)
+        repair_list[lo].fam == e.fam) {
+        repair_list[lo].gen = e.gen;    /* a newer loss: a repair under way keeps it */
         return 1;
+    }
     if (repair_count == FEED_REPAIR_MAX)
         return 0;
     if (repair_count == repair_cap) {
@@ -98,7 +103,7 @@ static int remember_locked(repair_entry e)
 
 int feed__repair_remember(const feed_core *c, int fam, int64_t owner)
 {
-    repair_entry e = { c->topo.store, owner, fam };
+    repair_entry e = { c->topo.store, owner, fam, 0 };
     int done;
 
     pthread_mutex_lock(&repair_lock);
@@ -123,11 +128,14 @@ void feed__redis_forget_repairs(void)
     pthread_mutex_unlock(&repair_lock);
 }
 
-/* Take this store's entries off the list: *n of them in a new array. */
+/* Copy this store's entries: *n of them in a new array. They stay on the
+ * list until their copies are known dropped (repair_done): until then every
+ * request of the process that reaches Redis drops them again first, so no
+ * page anywhere in the process is read between a handle taking the list
+ * and its DELs landing. */
 static repair_entry *take_repairs(uint64_t store, size_t *n)
 {
     repair_entry *uids = NULL;
-    size_t kept = 0;
 
     *n = 0;
     pthread_mutex_lock(&repair_lock);
@@ -135,19 +143,30 @@ static repair_entry *take_repairs(uint64_t store, size_t *n)
         *n += repair_list[i].store == store;
     if (*n > 0 && (uids = malloc(*n * sizeof *uids)) != NULL) {
         *n = 0;
-        for (size_t i = 0; i < repair_count; i++) {
+        for (size_t i = 0; i < repair_count; i++)
             if (repair_list[i].store == store)
                 uids[(*n)++] = repair_list[i];
-            else
-                repair_list[kept++] = repair_list[i];
-        }
-        repair_count = kept;
-        atomic_store(&repair_pending, repair_count);
     } else {
         *n = 0;                 /* none, or no memory: try again next call */
     }
     pthread_mutex_unlock(&repair_lock);
     return uids;
+}
+
+/* e's copy is dropped: off the list, unless a loss was remembered for it
+ * after the copy of the list was taken (its gen is newer). */
+static void repair_done(repair_entry e)
+{
+    size_t kept = 0;
+
+    pthread_mutex_lock(&repair_lock);
+    for (size_t i = 0; i < repair_count; i++)
+        if (repair_list[i].store != e.store || repair_list[i].uid != e.uid ||
+            repair_list[i].fam != e.fam || repair_list[i].gen != e.gen)
+            repair_list[kept++] = repair_list[i];
+    repair_count = kept;
+    atomic_store(&repair_pending, repair_count);
+    pthread_mutex_unlock(&repair_lock);
 }
 
 /* ---- The repair request ----------------------------------------------
@@ -215,13 +234,11 @@ static enum feed_want repair_step(feed_op *op, int64_t now)
                                   .slot = 0, .build = repair_build, .reply = repair_reply };
         return FEED_W_REDIS;
     }
-    for (size_t i = 0; i < r->n; i++) {
-        if (op->redis_rc == FEED_OK && r->ok[i] == 3)
+    for (size_t i = 0; i < r->n; i++)
+        if (op->redis_rc == FEED_OK && r->ok[i] == 3) {
             c->stats.repairs++;
-        else
-            feed__repair_remember(c, r->uids[i].fam, r->uids[i].uid);   /* dropped here, maybe not
-                                                                          everywhere */
-    }
+            repair_done(r->uids[i]);
+        }
     op->rc = op->redis_rc;
     return FEED_W_DONE;
 }
@@ -246,8 +263,6 @@ feed_op *feed__repair_op(feed_core *c)
         return NULL;
     r->uids = take_repairs(c->topo.store, &r->n);
     if (!r->uids || !(r->ok = calloc(r->n, 1)) || !(r->keys = malloc(2 * c->key_cap))) {
-        for (size_t i = 0; r->uids && i < r->n; i++)
-            feed__repair_remember(c, r->uids[i].fam, r->uids[i].uid);
         free(r->uids);
         free(r->ok);
         free(r);

@@ -1,0 +1,195 @@
+/* feedsim.c -- run simulated schedules (sim_world.c) by seed.
+ *
+ *   feedsim [MODE]        seeds 1, 2, ... until SIM_SCHEDULES schedules
+ *                         (default 100000) or SIM_SECONDS seconds have run;
+ *                         prints "N schedules" and the rate, exit 1 on a
+ *                         violation (after shrinking it and printing the
+ *                         shrunk schedule's trace)
+ *   SIM_SEED=n feedsim    replay seed n with a readable trace; the last line
+ *                         is the same every time
+ *   SIM_OPS, SIM_MASK     a shrunk schedule: operations per client, and the
+ *                         fault draws that do not strike ("3,17,40")
+ *   SIM_FIRST, SIM_STRIDE the seeds first, first + stride, ... (tests/sim/run.sh
+ *                         runs one process per core so)
+ *
+ * MODE: default (the default config: restart fence on, no writer dies),
+ * nofence (the fence off), kills (writers die between commit and hook),
+ * kills-sync (the same with a log follower dropping each written feed
+ * late), replica (pages past the cache from a lagging replica).
+ * With SIM_EXPECT=violation the exit status is inverted: 0 when some
+ * schedule breaks the invariant (a control, or a mutant found).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim/sim_world.h"
+
+typedef struct sim_opts {
+    const char *mode;
+    int         ops;
+    size_t      mask[SIM_MASK_MAX], nmask;
+} sim_opts;
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The world for seed under opts: the fault rates come from the seed too
+ * (a stream of their own), so a third of the schedules run without faults,
+ * the rest with few or many. */
+static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
+{
+    uint64_t r = seed * 0x2545f4914f6cdd1dULL + 1;
+
+    memset(w, 0, sizeof *w);
+    w->seed = seed;
+    w->rng = seed;
+    w->ops = o->ops;
+    w->fence = 1;
+    if (strcmp(o->mode, "nofence") == 0)
+        w->fence = 0;
+    if (strncmp(o->mode, "kills", 5) == 0)
+        w->kills = 1;
+    if (strcmp(o->mode, "kills-sync") == 0)
+        w->sync = 1;
+    if (strcmp(o->mode, "replica") == 0)
+        w->replica = 1;
+    for (int k = 0; k < SIM_F_COUNT; k++) {
+        static const unsigned levels[] = { 0, 0, 5, 20, 60 };
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        w->rate[k] = (seed % 3 == 0) ? 0 : levels[r % 5];
+    }
+    if (w->kills)
+        w->rate[SIM_F_KILL] = 150;
+    memcpy(w->mask, o->mask, o->nmask * sizeof *o->mask);
+    w->nmask = o->nmask;
+}
+
+static int sim_one(sim_world *w, uint64_t seed, const sim_opts *o, FILE *trace)
+{
+    int rc;
+
+    sim_setup(w, seed, o);
+    w->trace = trace;
+    rc = sim_run(w);
+    if (rc < 0) {
+        fprintf(stderr, "feedsim: out of memory\n");
+        exit(3);
+    }
+    return rc;
+}
+
+/* Fewer faults and operations that still break the invariant. */
+static void sim_shrink(uint64_t seed, sim_opts *o)
+{
+    sim_world *w = malloc(sizeof *w);
+    size_t struck[SIM_FAULT_LOG], n;
+
+    if (!w)
+        exit(3);
+    for (int ops = 1; ops < o->ops; ops++) {
+        int was = o->ops;
+        o->ops = ops;
+        if (sim_one(w, seed, o, NULL) == 1)
+            break;
+        o->ops = was;
+    }
+    sim_one(w, seed, o, NULL);
+    n = w->last_faults_n;
+    memcpy(struck, w->last_faults, n * sizeof *struck);
+    for (size_t i = 0; i < n && o->nmask < SIM_MASK_MAX; i++) {
+        o->mask[o->nmask++] = struck[i];
+        if (sim_one(w, seed, o, NULL) != 1)
+            o->nmask--;                  /* that fault is needed */
+    }
+    free(w);
+}
+
+static void print_replay(uint64_t seed, const sim_opts *o)
+{
+    printf("# replay: SIM_SEED=%llu SIM_OPS=%d SIM_MASK=", (unsigned long long)seed, o->ops);
+    for (size_t i = 0; i < o->nmask; i++)
+        printf("%s%zu", i ? "," : "", o->mask[i]);
+    printf(" %s/tests/feedsim %s\n", getenv("BUILD") ? getenv("BUILD") : "build", o->mode);
+}
+
+int main(int argc, char **argv)
+{
+    sim_opts o = { argc > 1 ? argv[1] : "default", 4, { 0 }, 0 };
+    const char *seed_env = getenv("SIM_SEED"), *mask = getenv("SIM_MASK");
+    const char *expect = getenv("SIM_EXPECT");
+    long budget = getenv("SIM_SCHEDULES") ? atol(getenv("SIM_SCHEDULES")) : 100000;
+    double seconds = getenv("SIM_SECONDS") ? atof(getenv("SIM_SECONDS")) : 0, t0 = wall();
+    uint64_t first = getenv("SIM_FIRST") ? strtoull(getenv("SIM_FIRST"), NULL, 10) : 1;
+    uint64_t stride = getenv("SIM_STRIDE") ? strtoull(getenv("SIM_STRIDE"), NULL, 10) : 1;
+    int want_violation = expect && strcmp(expect, "violation") == 0;
+    sim_world *w = malloc(sizeof *w);
+    long runs = 0, faults = 0, pages = 0;
+
+    if (!w)
+        return 3;
+    if (getenv("SIM_OPS"))
+        o.ops = atoi(getenv("SIM_OPS"));
+    for (const char *p = mask; p && *p && o.nmask < SIM_MASK_MAX;) {
+        o.mask[o.nmask++] = strtoul(p, (char **)&p, 10);
+        if (*p == ',')
+            p++;
+    }
+    if (strcmp(o.mode, "default") && strcmp(o.mode, "nofence") && strcmp(o.mode, "kills") &&
+        strcmp(o.mode, "kills-sync") && strcmp(o.mode, "replica")) {
+        fprintf(stderr, "feedsim: unknown mode %s\n", o.mode);
+        return 2;
+    }
+
+    if (seed_env) {                     /* replay one seed, traced */
+        uint64_t seed = strtoull(seed_env, NULL, 10);
+        int rc = sim_one(w, seed, &o, stdout);
+        printf("seed %llu (%s): %ld steps, %ld requests, %ld pages, %zu faults, %s\n",
+               (unsigned long long)seed, o.mode, w->steps, w->requests, w->pages, w->faults,
+               rc ? w->why : "no violation");
+        free(w);
+        return rc ? 1 : 0;
+    }
+
+    if (stride < 1)
+        stride = 1;
+    for (uint64_t seed = first;; seed += stride) {
+        int rc = sim_one(w, seed, &o, NULL);
+        runs++;
+        faults += (long)w->faults;
+        pages += w->pages;
+        if (rc == 1) {
+            double dt = wall() - t0;
+            printf("# seed %llu (%s) breaks the invariant after %ld schedules (%.1f s): %s\n",
+                   (unsigned long long)seed, o.mode, runs, dt, w->why);
+            if (!getenv("SIM_NO_SHRINK")) {
+                sim_shrink(seed, &o);
+                printf("# shrunk to %d operations per client, %zu fault draws masked; its trace:\n",
+                       o.ops, o.nmask);
+                sim_one(w, seed, &o, stdout);
+                printf("# %s\n", w->why);
+            }
+            print_replay(seed, &o);
+            printf("%ld schedules, 1 violation\n", runs);
+            free(w);
+            return want_violation ? 0 : 1;
+        }
+        if ((budget > 0 && runs >= budget && seconds == 0) || (seconds > 0 && wall() - t0 >= seconds))
+            break;
+    }
+    {
+        double dt = wall() - t0;
+        printf("# mode %s: %ld pages checked, %ld faults injected, %.0f schedules/s\n", o.mode,
+               pages, faults, runs / (dt > 0 ? dt : 1));
+        printf("%ld schedules, 0 violations\n", runs);
+    }
+    free(w);
+    return want_violation ? 1 : 0;
+}

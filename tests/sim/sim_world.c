@@ -1,0 +1,998 @@
+/* sim_world.c -- the deterministic simulation: the library's request
+ * machines (lib/core/) run against a simulated Redis and PostgreSQL on a
+ * simulated clock, every choice drawn from one seed.
+ *
+ * The driver here is the third one beside lib/drive/sync.c and async.c.
+ * It runs the same machines in the same order sync.c does (a request's
+ * step, its batch's exchange, a node's set-up, the repairs first), but each
+ * place where sync.c would block is an await: a connect, one command of a
+ * trip reaching Redis, the replies coming back, a statement, a wake-up.
+ * The scheduler completes one await of one client at a time, so the
+ * commands of other clients land between any two commands of a pipeline,
+ * a writer's commit and hook land between a rebuild's SQL read and its
+ * install, and so on: every interleaving a seed can choose. At each await
+ * a fault may strike (sim_fault_*).
+ *
+ * The invariant is checked on every page a reader gets (it equals the SQL
+ * page of some state of the table between the request's start and end) and
+ * at the end, after the faults heal and the writers stop (every cached copy
+ * is an exact prefix of SQL's rows, or absent).
+ */
+#include "sim_world.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Choices
+ * ------------------------------------------------------------------------ */
+
+static uint64_t sim_next(sim_world *w)
+{
+    /* splitmix64: every draw depends only on the seed and the draws before */
+    uint64_t z = (w->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t sim_pick(sim_world *w, uint64_t n) { return n ? sim_next(w) % n : 0; }
+
+/* A fault of kind k strikes here with probability w->rate[k] per mille?
+ * Each such draw is numbered; the shrinker masks draws by number. */
+static int sim_fault(sim_world *w, int k, const char *what)
+{
+    uint64_t draw = sim_pick(w, 1000);
+    size_t i = w->fault_draws++;
+
+    if (draw >= w->rate[k] || w->healed)
+        return 0;
+    for (size_t j = 0; j < w->nmask; j++)
+        if (w->mask[j] == i)
+            return 0;
+    w->faults++;
+    if (w->last_faults_n < SIM_FAULT_LOG)
+        w->last_faults[w->last_faults_n++] = i;
+    sim_trace(w, "    fault #%zu: %s", i, what);
+    return 1;
+}
+
+void sim_trace(sim_world *w, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!w->trace)
+        return;
+    fprintf(w->trace, "%8" PRId64 " ms  ", w->now);
+    va_start(ap, fmt);
+    vfprintf(w->trace, fmt, ap);
+    va_end(ap);
+    fputc('\n', w->trace);
+}
+
+static void sim_violation(sim_world *w, const char *fmt, ...)
+{
+    va_list ap;
+
+    w->violations++;
+    if (w->violations > 1)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(w->why, sizeof w->why, fmt, ap);
+    va_end(ap);
+    sim_trace(w, "VIOLATION: %s", w->why);
+}
+
+/* ------------------------------------------------------------------------
+ * Redis: connections and trips
+ * ------------------------------------------------------------------------ */
+
+/* A connection is the server's incarnation it was opened on (>= 1): a
+ * restart closes every older one. */
+static void *sim_conn(sim_world *w) { return (void *)(uintptr_t)w->epoch; }
+static int   sim_conn_live(sim_world *w, void *io) { return io && (uintptr_t)io == w->epoch; }
+
+static void sim_close_if_down(feed_node *n)
+{
+    if (n->state == FEED_NODE_DOWN)
+        n->io = NULL;
+}
+
+static void sim_words(const sim_world *w, char *out, size_t cap, int argc, const char **argv, const size_t *lens)
+{
+    size_t used = 0;
+
+    out[0] = '\0';
+    for (int i = 0; i < argc && used + 4 < cap; i++) {
+        size_t len = lens[i];
+        int text = 1;
+        for (size_t j = 0; j < len; j++)
+            text &= argv[i][j] >= 0x20 && argv[i][j] < 0x7f;
+        if (i == 1 && argc > 1 && strncmp(argv[0], "EVALSHA", 7) == 0) {
+            const char *name = "?";
+            for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
+                if (len == 40 && memcmp(argv[1], w->shas[s], 40) == 0)
+                    name = feed__script_name(s);
+            used += (size_t)snprintf(out + used, cap - used, " <%s>", name);
+        } else if (text) {
+            used += (size_t)snprintf(out + used, cap - used, " %.*s", (int)(len > 24 ? 24 : len),
+                                     argv[i]);
+        } else {
+            int64_t id;
+            if (feed__member_decode(argv[i], len, &id) == 0)
+                used += (size_t)snprintf(out + used, cap - used, " #%" PRId64, id);
+            else
+                used += (size_t)snprintf(out + used, cap - used, " <%zu bytes>", len);
+        }
+        if (used >= cap)
+            used = cap - 1;
+    }
+}
+
+static void sim_reply_text(char *out, size_t cap, const redisReply *r)
+{
+    switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+        snprintf(out, cap, "%lld", r->integer);
+        break;
+    case REDIS_REPLY_NIL:
+        snprintf(out, cap, "nil");
+        break;
+    case REDIS_REPLY_ARRAY:
+        snprintf(out, cap, "[%zu]", r->elements);
+        break;
+    case REDIS_REPLY_ERROR:
+        snprintf(out, cap, "-%.60s", r->str);
+        break;
+    default:
+        snprintf(out, cap, "\"%.30s\"", r->str);
+        break;
+    }
+    for (char *p = out; *p; p++)
+        if (*p == '\r' || *p == '\n')
+            *p = ' ';
+}
+
+/* Command k of trip t reaches the server: run it, keep its reply. */
+static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k)
+{
+    const char **argv;
+    const size_t *lens;
+    int argc = t->cmd(t->arg, k, &argv, &lens);
+    redisReply *r = simr_exec(w->redis, argc, argv, lens, w->now);
+
+    if (!r) {
+        fprintf(stderr, "sim: out of memory\n");
+        exit(3);
+    }
+    if (w->trace) {
+        char words[200], rep[80];
+        sim_words(w, words, sizeof words, argc, argv, lens);
+        sim_reply_text(rep, sizeof rep, r);
+        sim_trace(w, "c%d  redis%s -> %s", cl->id, words, rep);
+    }
+    cl->replies[cl->napplied++] = r;
+}
+
+/* The replies of trip t come back: the first `got` are handed over, and
+ * the trip ends with io. */
+static void sim_deliver(sim_world *w, sim_client *cl, feed_trip *t, size_t got, int io,
+                        const char *why)
+{
+    for (size_t k = 0; k < got; k++)
+        t->reply(t->arg, k, cl->replies[k]);
+    for (size_t k = 0; k < cl->napplied; k++)
+        freeReplyObject(cl->replies[k]);
+    cl->napplied = 0;
+    t->got = got;
+    t->io = io;
+    snprintf(t->why, sizeof t->why, "%s", why);
+    (void)w;
+}
+
+/* ------------------------------------------------------------------------
+ * The driver: frames of requests, their exchanges and set-ups
+ * ------------------------------------------------------------------------ */
+
+static sim_frame *sim_top(sim_client *cl) { return &cl->frames[cl->depth - 1]; }
+
+/* A request's free: one the core made on the heap frees itself; one the
+ * simulation allocated for an init call (page, hook) is freed here. */
+static void sim_op_free(sim_frame *f)
+{
+    f->op->free(f->op);
+    if (!f->heap)
+        free(f->op);
+    f->op = NULL;
+}
+
+/* Run cl's machines until they wait for something; the await is in
+ * cl->aw. Returns 1 when cl's top request is done. */
+static int sim_advance(sim_world *w, sim_client *cl)
+{
+    for (;;) {
+        sim_frame *f = sim_top(cl);
+        feed_core *c = &cl->core;
+
+        if (f->setup) {
+            feed_setup *s = f->setup;
+            switch (feed__setup_next(s, w->now)) {
+            case FEED_S_DONE: {
+                int rc = s->rc;
+                char why[FEED_ERRMSG];
+                memcpy(why, s->err, FEED_ERRMSG);
+                sim_close_if_down(c->topo.nodes[s->index]);
+                feed__setup_end(s);
+                free(s);
+                f->setup = NULL;
+                feed__xchg_setup_done(&f->x, rc, why, w->now);
+                continue;
+            }
+            case FEED_S_CONNECT:
+                cl->aw = SIM_AW_CONNECT;
+                return 0;
+            case FEED_S_TRIP:
+                cl->aw = SIM_AW_TRIP;
+                cl->trip = &s->trip;
+                cl->io = c->topo.nodes[s->index]->io;
+                cl->cmd_k = 0;
+                return 0;
+            case FEED_S_PROBE:          /* no Sentinel in the simulation */
+            default:
+                s->trip.io = FEED_IO_FAILED;
+                snprintf(s->trip.why, sizeof s->trip.why, "no Sentinel in the simulation");
+                feed__setup_tripped(s, w->now);
+                continue;
+            }
+        }
+        if (f->in_batch) {
+            switch (feed__xchg_next(&f->x, w->now)) {
+            case FEED_X_REPAIR: {
+                feed_op *r = feed__repair_op(c);
+                if (r) {
+                    sim_frame *nf = &cl->frames[cl->depth++];
+                    memset(nf, 0, sizeof *nf);
+                    nf->op = r;
+                    nf->heap = 1;
+                }
+                continue;
+            }
+            case FEED_X_SETUP:
+                f->setup = malloc(sizeof *f->setup);
+                if (!f->setup) {
+                    fprintf(stderr, "sim: out of memory\n");
+                    exit(3);
+                }
+                feed__setup_begin(f->setup, c, f->x.setup_node, f->x.setup_kind, f->x.setup_slot,
+                                  w->now);
+                continue;
+            case FEED_X_PASS:
+                cl->aw = SIM_AW_PASS;
+                cl->trip_i = 0;
+                cl->cmd_k = 0;
+                return 0;
+            case FEED_X_WAKE:
+                cl->aw = SIM_AW_WAKE;
+                cl->ready_at = f->x.wake_at;
+                return 0;
+            case FEED_X_DONE:
+                f->op->redis_rc = f->x.rc;
+                feed__xchg_end(&f->x);
+                f->in_batch = 0;
+                continue;
+            }
+        }
+        switch (f->op->step(f->op, w->now)) {
+        case FEED_W_REDIS:
+            feed__xchg_begin(&f->x, c, &f->op->batch, f->op->err, w->now);
+            f->in_batch = 1;
+            continue;
+        case FEED_W_SQL:
+            cl->aw = SIM_AW_SQL;
+            return 0;
+        case FEED_W_WAKE:
+            cl->aw = SIM_AW_WAKE;
+            cl->ready_at = f->op->wake_at;
+            return 0;
+        case FEED_W_DONE:
+            if (cl->depth > 1) {        /* the repairs ran: back to the exchange */
+                sim_op_free(f);
+                cl->depth--;
+                continue;
+            }
+            cl->aw = SIM_AW_NONE;
+            return 1;
+        }
+    }
+}
+
+/* The node a setup or pass works on, by the core's index. */
+static feed_node *sim_node(sim_client *cl, int i) { return cl->core.topo.nodes[i]; }
+
+/* A timeout: the client waited redis_timeout_ms for nothing. */
+static void sim_timeout(sim_world *w, sim_client *cl)
+{
+    w->now += cl->core.cfg.redis_timeout_ms;
+}
+
+/* Complete cl's await, faults included. */
+static void sim_complete(sim_world *w, sim_client *cl)
+{
+    sim_frame *f = sim_top(cl);
+
+    switch (cl->aw) {
+    case SIM_AW_CONNECT: {
+        feed_node *n = sim_node(cl, f->setup->index);
+        if (w->now < w->redis_down_until || sim_fault(w, SIM_F_REFUSE, "connection refused")) {
+            sim_trace(w, "c%d  connect refused", cl->id);
+            n->io = NULL;
+            feed__setup_connected(f->setup, 0, "Connection refused (simulated)", w->now);
+        } else {
+            n->io = sim_conn(w);
+            sim_trace(w, "c%d  connected", cl->id);
+            feed__setup_connected(f->setup, 1, "", w->now);
+        }
+        sim_close_if_down(n);
+        break;
+    }
+    case SIM_AW_TRIP:
+    case SIM_AW_PASS: {
+        feed_trip *t = cl->aw == SIM_AW_TRIP ? cl->trip : &f->x.trips[cl->trip_i].trip;
+        void *io = cl->aw == SIM_AW_TRIP ? cl->io : sim_node(cl, t->node)->io;
+        int last;
+
+        if (!sim_conn_live(w, io)) {
+            sim_trace(w, "c%d  connection closed by the server", cl->id);
+            sim_deliver(w, cl, t, 0, FEED_IO_CLOSED, "Connection reset by peer (simulated)");
+        } else if (cl->cmd_k < t->n && sim_fault(w, SIM_F_DROP, "connection lost before a command")) {
+            sim_deliver(w, cl, t, 0, FEED_IO_CLOSED, "Connection reset by peer (simulated)");
+        } else if (cl->cmd_k < t->n) {
+            sim_apply(w, cl, t, cl->cmd_k++);
+            return;                     /* one command per step: others may land between */
+        } else if (sim_fault(w, SIM_F_LOST, "replies lost after the commands ran")) {
+            size_t got = sim_pick(w, t->n);
+            sim_timeout(w, cl);
+            sim_deliver(w, cl, t, got, FEED_IO_FAILED, "Resource temporarily unavailable (simulated timeout)");
+        } else {
+            sim_deliver(w, cl, t, t->n, FEED_IO_OK, "");
+        }
+        if (cl->aw == SIM_AW_TRIP) {
+            feed__setup_tripped(f->setup, w->now);
+            sim_close_if_down(sim_node(cl, f->setup->index));
+            break;
+        }
+        last = ++cl->trip_i >= f->x.ntrips;
+        cl->cmd_k = 0;
+        if (!last)
+            return;
+        feed__xchg_pass_done(&f->x, w->now);
+        for (size_t k = 0; k < cl->core.topo.nnodes; k++)
+            sim_close_if_down(sim_node(cl, (int)k));
+        break;
+    }
+    case SIM_AW_SQL: {
+        feed_op *op = f->op;
+        int replica = op->sql.server == FEED_PG_REPLICA;
+        uint64_t v = replica ? w->replica_v : simpg_version(w->pg);
+        if (w->now < w->pg_down_until || sim_fault(w, SIM_F_PG, "PostgreSQL fails a statement")) {
+            op->sql.rows = (feed_rows){ NULL, 0 };
+            op->sql_rc = feed__msg(op->err, FEED_EUNAVAILABLE,
+                                   "PostgreSQL%s: server closed the connection (simulated)",
+                                   replica ? " replica" : "");
+            sim_trace(w, "c%d  sql %d on the %s: failed", cl->id, op->sql.stmt,
+                      replica ? "replica" : "primary");
+        } else {
+            op->sql_rc = simpg_answer(w->pg, &op->sql, v, simpg_version(w->pg), w->replica_v);
+            sim_trace(w, "c%d  sql %d on the %s at v%" PRIu64 ": %zu rows", cl->id, op->sql.stmt,
+                      replica ? "replica" : "primary", v, op->sql.rows.count);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    cl->aw = SIM_AW_NONE;
+}
+
+/* ------------------------------------------------------------------------
+ * Clients: the handles and what the applications do with them
+ * ------------------------------------------------------------------------ */
+
+static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
+{
+    feed_config cfg;
+
+    memset(cl, 0, sizeof *cl);
+    cl->id = id;
+    cl->kind = kind;
+    feed_config_init(&cfg);
+    cfg.redis_host = "sim-redis";
+    cfg.pg_conninfo = "sim-postgresql";
+    cfg.max_len = w->max_len;
+    cfg.max_page = 20;
+    cfg.ttl_seconds = w->ttl_seconds;
+    cfg.empty_ttl_seconds = 1;
+    cfg.lease_ms = w->lease_ms;
+    cfg.lease_wait_ms = 20;
+    cfg.retry_ms = 50;
+    cfg.redis_restart_fence = w->fence;
+    if (w->replica)
+        cfg.pg_replica_conninfo = "sim-replica";
+    if (w->authors)
+        cfg.author_table = "authors";
+    if (feed__core_init(&cl->core, &cfg) != FEED_OK || feed__topo_init(&cl->core) != FEED_OK) {
+        fprintf(stderr, "sim: cannot make a handle\n");
+        exit(3);
+    }
+    cl->core.token_seed = sim_next(w);
+    memcpy(w->shas, cl->core.sha, sizeof w->shas);
+}
+
+static void sim_client_free(sim_client *cl)
+{
+    while (cl->depth > 0) {
+        sim_frame *f = sim_top(cl);
+        if (f->setup) {
+            feed__setup_end(f->setup);
+            free(f->setup);
+        }
+        if (f->in_batch)
+            feed__xchg_end(&f->x);
+        if (f->op)
+            sim_op_free(f);
+        cl->depth--;
+    }
+    for (size_t k = 0; k < cl->napplied; k++)
+        freeReplyObject(cl->replies[k]);
+    feed__core_free(&cl->core);
+}
+
+/* Start request op on cl (op on the heap, freed when done). */
+static void sim_start(sim_world *w, sim_client *cl, feed_op *op, int64_t think)
+{
+    cl->frames[0] = (sim_frame){ 0 };
+    cl->frames[0].op = op;
+    cl->depth = 1;
+    cl->started_v = simpg_version(w->pg);
+    cl->started_ms = w->now;
+    cl->ready_at = (cl->ready_at > w->now ? cl->ready_at : w->now) + think;
+    cl->aw = SIM_AW_START;
+}
+
+static void *sim_alloc(size_t n)
+{
+    void *p = calloc(1, n);
+    if (!p) {
+        fprintf(stderr, "sim: out of memory\n");
+        exit(3);
+    }
+    return p;
+}
+
+/* The writer's next write: commit to SQL, then (unless killed) its hook.
+ * Each writer writes its own ids (id % writers), as an application's
+ * posts each have one author: two writers never race on one row. */
+static void sim_writer_next(sim_world *w, sim_client *cl)
+{
+    int table = w->authors && sim_pick(w, 3) == 0 ? SIMPG_AUTHORS : SIMPG_FEED;
+    int64_t uid = table == SIMPG_FEED ? 1 + (int64_t)sim_pick(w, (uint64_t)w->uids)
+                                      : 101 + (int64_t)sim_pick(w, (uint64_t)w->authors);
+    size_t n, mine = 0;
+    const simpg_row *rows = simpg_rows(w->pg, table, uid, simpg_version(w->pg), &n);
+    int64_t id, score, pick[64];
+    feed_hook_op *h;
+    int del, rc;
+
+    for (size_t i = 0; i < n && mine < 64; i++)
+        if (rows[i].id % w->writers == cl->wid)
+            pick[mine++] = rows[i].id;
+    del = mine > 0 && sim_pick(w, 3) == 0;
+    if (w->nwrites == SIM_WRITES) {
+        cl->ops_left = 0;
+        return;
+    }
+    if (del) {
+        id = pick[sim_pick(w, mine)];
+        score = 0;
+        simpg_delete(w->pg, table, uid, id);
+    } else {
+        /* A new row or a new score for an old one; few scores, so ties */
+        id = mine > 0 && sim_pick(w, 4) == 0 ? pick[sim_pick(w, mine)]
+                                             : (int64_t)sim_pick(w, 20) * w->writers + cl->wid +
+                                                 ((int64_t)sim_pick(w, 2) << 33);
+        score = (int64_t)sim_pick(w, 12) * 10;
+        if (sim_pick(w, 8) == 0)
+            score = sim_pick(w, 2) ? FEED_SCORE_MAX - (int64_t)sim_pick(w, 3) : -FEED_SCORE_MAX;
+        simpg_upsert(w->pg, table, uid, score, id);
+    }
+    cl->write = w->nwrites;
+    w->writes[w->nwrites++] = (struct sim_write){ table, uid, id, score, del, INT64_MAX };
+    sim_trace(w, "c%d  COMMIT %s %s %" PRId64 " id %" PRId64 " score %" PRId64 " -> v%" PRIu64,
+              cl->id, del ? "delete" : "upsert", table ? "author" : "uid", uid, id, score,
+              simpg_version(w->pg));
+    if (w->kills && sim_fault(w, SIM_F_KILL, "the writer dies between its commit and its hook")) {
+        cl->ops_left--;
+        cl->ready_at = w->now + 1;
+        cl->aw = SIM_AW_IDLE;
+        return;
+    }
+    h = sim_alloc(feed__hook_op_size());
+    rc = feed__hook_init(h, &cl->core, cl->err, del ? FEED_HOOK_DELETE : FEED_HOOK_INSERT,
+                         table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, uid, score, id);
+    if (rc != FEED_OK) {
+        fprintf(stderr, "sim: hook_init: %s\n", cl->err);
+        exit(3);
+    }
+    sim_trace(w, "c%d  HOOK %s %s %" PRId64 " id %" PRId64, cl->id, del ? "delete" : "insert",
+              table ? "author" : "uid", uid, id);
+    sim_start(w, cl, (feed_op *)h, (int64_t)sim_pick(w, 3));
+}
+
+/* The log follower (feedcache-sync): the feed of every committed write is
+ * dropped, late, in commit order; a drop that fails is tried again. */
+static void sim_sync_next(sim_world *w, sim_client *cl)
+{
+    feed_hook_op *h;
+
+    if (w->sync_done == w->nwrites) {
+        cl->ready_at = w->now + 5;
+        cl->aw = SIM_AW_IDLE;
+        return;
+    }
+    cl->write = w->sync_done;       /* every write up to here is committed */
+    cl->sync_uid = w->writes[w->sync_done].uid;
+    cl->sync_table = w->writes[w->sync_done].table;
+    h = sim_alloc(feed__hook_op_size());
+    if (feed__hook_init(h, &cl->core, cl->err, FEED_HOOK_INVALIDATE,
+                        cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, cl->sync_uid,
+                        0, 0) != FEED_OK)
+        exit(3);
+    sim_trace(w, "c%d  SYNC invalidate %s %" PRId64, cl->id, cl->sync_table ? "author" : "uid",
+              cl->sync_uid);
+    sim_start(w, cl, (feed_op *)h, (int64_t)sim_pick(w, 20));
+}
+
+/* The reader's next page: the first of a new walk, or the next one; a
+ * walk of one feed, or of a feed merged with some authors. */
+static void sim_reader_next(sim_world *w, sim_client *cl)
+{
+    feed_op *op;
+    int rc = FEED_OK;
+
+    if (!cl->walking) {
+        cl->uid = 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
+        cl->limit = 1 + (size_t)sim_pick(w, 5);
+        cl->score = FEED_FIRST;
+        cl->last_id = 0;
+        cl->walking = 1;
+        cl->nauthors = 0;
+        if (w->authors && sim_pick(w, 2))
+            for (int a = 0; a < w->authors; a++)
+                if (sim_pick(w, 3))
+                    cl->authors[cl->nauthors++] = 101 + a;
+    }
+    if (cl->nauthors) {
+        op = feed__merged_op(&cl->core, cl->err, cl->uid, cl->authors, cl->nauthors, cl->score,
+                             cl->last_id, cl->limit, &cl->page, &rc);
+        if (!op) {
+            fprintf(stderr, "sim: merged_op: %s\n", cl->err);
+            exit(3);
+        }
+    } else {
+        op = sim_alloc(feed__page_op_size());
+        rc = feed__page_init((feed_page_op *)op, &cl->core, cl->err, cl->uid, cl->score,
+                             cl->last_id, -1, cl->limit, &cl->page);
+        if (rc != FEED_OK) {
+            fprintf(stderr, "sim: page_init: %s\n", cl->err);
+            exit(3);
+        }
+    }
+    sim_trace(w, "c%d  PAGE uid %" PRId64 "%s after (%" PRId64 ", %" PRId64 ") limit %zu", cl->id,
+              cl->uid, cl->nauthors ? " merged" : "", cl->score, cl->last_id, cl->limit);
+    sim_start(w, cl, op, (int64_t)sim_pick(w, 3));
+    cl->frames[0].heap = cl->nauthors > 0;
+}
+
+/* Is write wr one of the walk's sources? */
+static int sim_in_walk(const sim_client *cl, const struct sim_write *wr)
+{
+    if (wr->table == SIMPG_FEED)
+        return wr->uid == cl->uid;
+    for (size_t a = 0; a < cl->nauthors; a++)
+        if (wr->uid == cl->authors[a])
+            return 1;
+    return 0;
+}
+
+/* Insert (score, id) into rows (n of them, cap at most) in order, unless
+ * the pair is there. */
+static size_t sim_put_row(simpg_row *rows, size_t n, size_t cap, int64_t score, int64_t id)
+{
+    size_t at = 0;
+
+    while (at < n && (rows[at].score > score || (rows[at].score == score && rows[at].id > id)))
+        at++;
+    if ((at < n && rows[at].score == score && rows[at].id == id) || n == cap)
+        return n;
+    memmove(&rows[at + 1], &rows[at], (n - at) * sizeof *rows);
+    rows[at] = (simpg_row){ score, id };
+    return n + 1;
+}
+
+/* The walk's rows (the union of its sources, each pair once) after the
+ * writes of the log that are certain at start or chosen (bit k of choose:
+ * the k-th uncertain one of the walk's sources). */
+static size_t sim_state(const sim_world *w, const sim_client *cl, int64_t start, uint32_t choose,
+                        simpg_row *rows, size_t cap)
+{
+    enum { SRC = 5, ROWS = 128 };
+    static simpg_row src[SRC][ROWS];
+    size_t n = 0, k = 0, ns[SRC] = { 0 };
+
+    for (size_t i = 0; i < w->nwrites; i++) {
+        const struct sim_write *wr = &w->writes[i];
+        size_t s = wr->table == SIMPG_FEED ? 0 : (size_t)(wr->uid - 100), at = 0;
+        if (!sim_in_walk(cl, wr) || s >= SRC)
+            continue;
+        if (wr->certain_at >= start && !(choose >> k++ & 1))
+            continue;
+        while (at < ns[s] && src[s][at].id != wr->id)
+            at++;
+        if (at < ns[s]) {
+            memmove(&src[s][at], &src[s][at + 1], (ns[s] - at - 1) * sizeof **src);
+            ns[s]--;
+        }
+        if (!wr->del)
+            ns[s] = sim_put_row(src[s], ns[s], ROWS, wr->score, wr->id);
+    }
+    for (size_t s = 0; s < SRC; s++)
+        for (size_t i = 0; i < ns[s]; i++)
+            n = sim_put_row(rows, n, cap, src[s][i].score, src[s][i].id);
+    return n;
+}
+
+/* Does the page equal SQL's page of a state the walk's sources may have
+ * had while it was served: the certain writes, and any of those that were
+ * not yet certain when the request began? (-1: too many of those to try.) */
+static int sim_page_exact(sim_world *w, sim_client *cl)
+{
+    const feed_result *r = &cl->page;
+    int uncertain = 0;
+    simpg_row rows[512];
+
+    for (size_t i = 0; i < w->nwrites; i++)
+        uncertain += sim_in_walk(cl, &w->writes[i]) && w->writes[i].certain_at >= cl->started_ms;
+    if (uncertain > 12)
+        return -1;
+    for (uint32_t choose = 0; choose < (1u << uncertain); choose++) {
+        size_t n = sim_state(w, cl, cl->started_ms, choose, rows, 512), at = 0, k;
+        if (cl->score != FEED_FIRST)
+            while (at < n && !(rows[at].score < cl->score ||
+                               (rows[at].score == cl->score && rows[at].id < cl->last_id)))
+                at++;
+        for (k = 0; k < r->count && at + k < n; k++)
+            if (r->items[k].score != rows[at + k].score || r->items[k].id != rows[at + k].id)
+                break;
+        if (k == r->count && r->count <= cl->limit &&
+            (r->count == cl->limit || at + k == n) && r->has_more == (at + k < n))
+            return 1;
+    }
+    return 0;
+}
+
+static void sim_page_text(char *out, size_t cap, const feed_result *r)
+{
+    size_t used = (size_t)snprintf(out, cap, "[");
+    for (size_t i = 0; i < r->count && used + 30 < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%s(%" PRId64 ",%" PRId64 ")",
+                                 i ? " " : "", r->items[i].score, r->items[i].id);
+    snprintf(out + used, cap - used, "] more=%d", r->has_more);
+}
+
+/* A request of cl ended with rc: check it, then plan the next one. */
+static void sim_request_done(sim_world *w, sim_client *cl)
+{
+    sim_frame *f = sim_top(cl);
+    int rc = f->op->rc;
+
+    sim_op_free(f);
+    cl->depth = 0;
+    w->requests++;
+    if (cl->kind == SIM_READER) {
+        char text[400];
+        int exact;
+        if (rc != FEED_OK) {
+            sim_trace(w, "c%d  page failed: %s", cl->id, cl->err);
+            if (w->faults == 0 && !w->expect_errors)
+                sim_violation(w, "c%d: a page failed with no fault: %s", cl->id, cl->err);
+            cl->walking = 0;
+        } else {
+            sim_page_text(text, sizeof text, &cl->page);
+            sim_trace(w, "c%d  page %s from %s", cl->id, text, feed_source_name(cl->page.source));
+            exact = sim_page_exact(w, cl);
+            w->unchecked += exact < 0;
+            if (exact == 0)
+                sim_violation(w, "c%d: %spage of uid %" PRId64 " after (%" PRId64 ", %" PRId64
+                                 ") limit %zu is %s (from %s): SQL's page of no state of the "
+                                 "feed while it was served",
+                              cl->id, cl->nauthors ? "merged " : "", cl->uid, cl->score,
+                              cl->last_id, cl->limit, text,
+                              feed_source_name(cl->page.source));
+            if (cl->page.has_more && cl->page.count > 0) {
+                cl->score = cl->page.items[cl->page.count - 1].score;
+                cl->last_id = cl->page.items[cl->page.count - 1].id;
+            } else {
+                cl->walking = 0;
+            }
+            w->pages++;
+        }
+        feed_result_free(&cl->page);
+        if (!cl->walking)
+            cl->ops_left--;
+    } else if (cl->kind == SIM_WRITER) {
+        if (rc != FEED_OK)
+            sim_trace(w, "c%d  hook failed: %s", cl->id, cl->err);
+        w->writes[cl->write].certain_at = w->now;
+        cl->ops_left--;
+    } else if (rc != FEED_OK) {
+        sim_trace(w, "c%d  drop failed, tried again: %s", cl->id, cl->err);
+    } else {
+        /* The copy was dropped after every write up to cl->write committed. */
+        for (size_t i = 0; i <= cl->write; i++)
+            if (w->writes[i].uid == cl->sync_uid && w->writes[i].table == cl->sync_table &&
+                w->writes[i].certain_at > w->now)
+                w->writes[i].certain_at = w->now;
+        while (w->sync_done < w->nwrites && w->writes[w->sync_done].certain_at <= w->now)
+            w->sync_done++;
+        if (w->sync_done <= cl->write)
+            w->sync_done = cl->write + 1;
+    }
+}
+
+/* After the writers stopped and the faults healed: have the repairs and
+ * the log follower settled? Until then the readers go on reading, which
+ * is what makes each handle reach Redis again and run the repairs. */
+static int sim_settled(sim_world *w)
+{
+    int ready = 0;
+
+    /* Some handle set up on the server as it now runs (its fence done). */
+    for (int i = 0; i < w->ncl; i++) {
+        feed_node *n = w->cl[i].core.topo.nodes[0];
+        ready |= n->state == FEED_NODE_READY && sim_conn_live(w, n->io);
+    }
+    return ready && !feed__repairs_pending(&w->cl[0].core) &&
+           (!w->sync || w->sync_done == w->nwrites);
+}
+
+/* Give cl its next request, if it has one. */
+static void sim_plan(sim_world *w, sim_client *cl)
+{
+    if (cl->kind == SIM_SYNC) {
+        if (w->sync)
+            sim_sync_next(w, cl);
+        return;
+    }
+    if (w->healed && cl->kind == SIM_READER && !cl->walking) {
+        if (sim_settled(w) || w->now > w->healed_at + 5000) {
+            cl->aw = SIM_AW_NONE;
+            return;
+        }
+        cl->ops_left = 1;
+        cl->ready_at = w->now + 10;     /* a page now and then, until settled */
+    }
+    if (cl->ops_left <= 0) {
+        cl->aw = SIM_AW_NONE;
+        return;
+    }
+    if (cl->kind == SIM_READER)
+        sim_reader_next(w, cl);
+    else
+        sim_writer_next(w, cl);
+}
+
+/* ------------------------------------------------------------------------
+ * Faults of the world (not of one await)
+ * ------------------------------------------------------------------------ */
+
+static void sim_world_faults(sim_world *w)
+{
+    if (sim_fault(w, SIM_F_SNAPSHOT, "Redis saves a snapshot")) {
+        simr_free(w->snap);
+        w->snap = simr_snapshot(w->redis);
+    }
+    if (sim_fault(w, SIM_F_RESTART, "Redis restarts")) {
+        int old = w->snap && sim_pick(w, 2);
+        w->epoch++;
+        simr_restart(w->redis, old ? w->snap : NULL, sim_next(w));
+        w->redis_down_until = w->now + (int64_t)sim_pick(w, 100);
+        sim_trace(w, "    Redis restarted %s", old ? "from an older snapshot" : "empty");
+    }
+    if (sim_fault(w, SIM_F_EVICT, "Redis evicts a key")) {
+        char key[128], lease[128];
+        int author = w->authors && sim_pick(w, 3) == 0;
+        int64_t owner = author ? 101 + (int64_t)sim_pick(w, (uint64_t)w->authors)
+                               : 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
+        const char *which;
+        feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+                          author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
+        which = sim_pick(w, 2) ? key : lease;
+        simr_evict(w->redis, which, strlen(which));
+    }
+    if (sim_fault(w, SIM_F_PGDOWN, "PostgreSQL goes away for a while"))
+        w->pg_down_until = w->now + (int64_t)sim_pick(w, 300);
+    if (w->replica && sim_pick(w, 4) == 0 && w->replica_v < simpg_version(w->pg))
+        w->replica_v++;                 /* the replica replays one more commit */
+}
+
+/* ------------------------------------------------------------------------
+ * One schedule
+ * ------------------------------------------------------------------------ */
+
+static void sim_seed_data(sim_world *w)
+{
+    for (int64_t o = 1; o <= w->uids + w->authors; o++) {
+        int table = o <= w->uids ? SIMPG_FEED : SIMPG_AUTHORS, n = (int)sim_pick(w, 14);
+        int64_t owner = o <= w->uids ? o : 100 + o - w->uids;
+        for (int i = 0; i < n; i++) {
+            int64_t score = (int64_t)sim_pick(w, 12) * 10,
+                    id = (int64_t)sim_pick(w, 40) + ((int64_t)sim_pick(w, 2) << 33);
+            simpg_upsert(w->pg, table, owner, score, id);
+            w->writes[w->nwrites++] = (struct sim_write){ table, owner, id, score, 0, -1 };
+        }
+    }
+    w->sync_done = w->nwrites;
+    w->replica_v = simpg_version(w->pg);
+}
+
+/* Every cached copy an exact prefix of SQL's rows (or absent). */
+static void sim_check_copies(sim_world *w)
+{
+    for (int64_t o = 1; o <= w->uids + w->authors; o++) {
+        int table = o <= w->uids ? SIMPG_FEED : SIMPG_AUTHORS;
+        int64_t owner = o <= w->uids ? o : 100 + o - w->uids;
+        char key[128], lease[128];
+        const char *argv[] = { "ZREVRANGE", key, "0", "-1", "WITHSCORES", NULL };
+        redisReply *r;
+        size_t n, items = 0;
+        const simpg_row *rows = simpg_rows(w->pg, table, owner, simpg_version(w->pg), &n);
+        int end = 0, bad = 0;
+
+        feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+                          table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, owner, key, lease);
+        r = simr_execv(w->redis, w->now, argv);
+        for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+            feed_item it;
+            if (feed__reply_end(r, i)) {
+                end = 1;
+                continue;
+            }
+            if (feed__reply_pair(r, i, &it) != FEED_OK || items >= n ||
+                rows[items].score != it.score || rows[items].id != it.id)
+                bad = 1;
+            items++;
+        }
+        if (!bad && end && items != n)
+            bad = 1;
+        if (!bad && items > w->max_len)
+            bad = 1;
+        if (bad)
+            sim_violation(w, "the copy of %s %" PRId64 " (%zu items%s) is not a prefix of SQL's "
+                             "%zu rows", table ? "author" : "uid", owner, items,
+                          end ? " and the end marker" : "", n);
+        freeReplyObject(r);
+    }
+}
+
+int sim_run(sim_world *w)
+{
+    int readers = 1 + (int)sim_pick(w, 3), writers = 1 + (int)sim_pick(w, 2), active, wid = 0;
+    int64_t settle_until = 0;
+
+    w->uids = 1 + (int)sim_pick(w, 3);
+    w->authors = (int)sim_pick(w, 4);
+    w->writers = writers;
+    w->max_len = 2 + (uint32_t)sim_pick(w, 7);
+    w->ttl_seconds = sim_pick(w, 3) ? 0 : 1;
+    w->lease_ms = 30 + (uint32_t)sim_pick(w, 100);
+    w->redis = simr_new(sim_next(w), NULL);
+    w->pg = simpg_new();
+    w->epoch = 1;
+    if (!w->redis || !w->pg)
+        return -1;
+    feed__redis_forget_repairs();
+    sim_seed_data(w);
+    w->ncl = 0;
+    for (int i = 0; i < readers + writers + 1; i++, w->ncl++)
+        sim_client_init(w, &w->cl[w->ncl], w->ncl,
+                        i < readers ? SIM_READER : i < readers + writers ? SIM_WRITER : SIM_SYNC);
+    for (int i = 0; i < w->ncl; i++) {
+        w->cl[i].ops_left = w->cl[i].kind == SIM_READER ? w->ops : w->ops * 2;
+        if (w->cl[i].kind == SIM_WRITER)
+            w->cl[i].wid = wid++;
+        sim_plan(w, &w->cl[i]);
+    }
+
+    for (long step = 0; step < 200000; step++) {
+        sim_client *cand[SIM_CLIENTS];
+        int ncand = 0;
+        int64_t soonest = INT64_MAX;
+
+        active = 0;
+        for (int i = 0; i < w->ncl; i++) {
+            sim_client *cl = &w->cl[i];
+            if (cl->aw == SIM_AW_NONE)
+                continue;
+            if (cl->kind != SIM_SYNC || cl->aw != SIM_AW_IDLE)
+                active++;
+            if (cl->ready_at <= w->now)
+                cand[ncand++] = cl;
+            else if (cl->ready_at < soonest)
+                soonest = cl->ready_at;
+        }
+        if (active == 0) {
+            /* The writers are done: heal, let the log follower catch up and
+             * every handle run its repairs, then look at the copies. */
+            if (!w->healed) {
+                w->healed = 1;
+                w->healed_at = w->now;
+                w->redis_down_until = w->pg_down_until = 0;
+                settle_until = w->now + 1;
+                sim_trace(w, "    writers done: faults heal");
+                for (int i = 0; i < w->ncl; i++)
+                    if (w->cl[i].kind != SIM_SYNC) {
+                        w->cl[i].kind = SIM_READER;
+                        w->cl[i].ops_left = 1;
+                        w->cl[i].walking = 0;
+                        w->cl[i].ready_at = settle_until;
+                        sim_plan(w, &w->cl[i]);
+                    }
+                continue;
+            }
+            break;
+        }
+        if (ncand == 0) {
+            w->now = soonest;
+            continue;
+        }
+        sim_client *cl = cand[sim_pick(w, (uint64_t)ncand)];
+        w->steps++;
+        if (!w->healed)
+            sim_world_faults(w);
+        if (cl->aw == SIM_AW_IDLE) {
+            sim_plan(w, cl);
+            continue;
+        }
+        if (cl->aw != SIM_AW_START)
+            sim_complete(w, cl);
+        else
+            cl->aw = SIM_AW_NONE;
+        if (cl->aw == SIM_AW_NONE && sim_advance(w, cl)) {
+            sim_request_done(w, cl);
+            sim_plan(w, cl);
+        } else if (cl->aw != SIM_AW_WAKE) {
+            /* A pause: the client (or its network) is slow this time. */
+            cl->ready_at = w->now + (sim_fault(w, SIM_F_PAUSE, "a client pauses")
+                                         ? (int64_t)sim_pick(w, 3 * w->lease_ms)
+                                         : (int64_t)sim_pick(w, 2));
+        }
+        w->now += (int64_t)sim_pick(w, 2);
+        if (w->violations)
+            break;
+    }
+    if (!w->violations) {
+        /* Drain the log follower, then the final look. */
+        sim_check_copies(w);
+    }
+    for (int i = 0; i < w->ncl; i++)
+        sim_client_free(&w->cl[i]);
+    simr_free(w->redis);
+    simr_free(w->snap);
+    simpg_free(w->pg);
+    w->redis = w->snap = NULL;
+    w->pg = NULL;
+    return w->violations ? 1 : 0;
+}

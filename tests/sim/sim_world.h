@@ -1,0 +1,132 @@
+/* sim_world.h -- one simulated world: servers, clients, clock, faults
+ * (sim_world.c). Test-only. */
+#ifndef FEED_SIM_WORLD_H
+#define FEED_SIM_WORLD_H
+
+#include <stdio.h>
+
+#include "core/core.h"
+#include "sim/sim.h"
+
+#define SIM_CLIENTS   8
+#define SIM_WRITES    4096
+#define SIM_MASK_MAX  256
+#define SIM_FAULT_LOG 256
+
+/* What an application client is. */
+enum { SIM_READER, SIM_WRITER, SIM_SYNC };
+
+/* What a client waits for. */
+enum {
+    SIM_AW_NONE,        /* nothing: its program is over */
+    SIM_AW_START,       /* a request to begin at ready_at */
+    SIM_AW_IDLE,        /* the log follower with nothing to do: look again at ready_at */
+    SIM_AW_CONNECT,     /* a node's connect */
+    SIM_AW_TRIP,        /* a set-up's trip: its commands one by one, then the replies */
+    SIM_AW_PASS,        /* an exchange's pass: each trip's commands, then its replies */
+    SIM_AW_SQL,         /* a statement */
+    SIM_AW_WAKE         /* the clock to reach ready_at */
+};
+
+/* The faults, each with its own rate (per mille of the draws for it). */
+enum {
+    SIM_F_REFUSE,       /* a connect refused */
+    SIM_F_DROP,         /* the connection drops before a command reaches Redis */
+    SIM_F_LOST,         /* the commands ran, their replies are lost (a timeout) */
+    SIM_F_PG,           /* a statement fails */
+    SIM_F_PGDOWN,       /* PostgreSQL away for up to 300 ms */
+    SIM_F_SNAPSHOT,     /* Redis saves a snapshot (for a later restart from it) */
+    SIM_F_RESTART,      /* Redis restarts, empty or from the last snapshot */
+    SIM_F_EVICT,        /* Redis evicts a feed's copy or its lease */
+    SIM_F_PAUSE,        /* a client stalls (up to 3 lease lifetimes) */
+    SIM_F_KILL,         /* a writer dies between its commit and its hook */
+    SIM_F_COUNT
+};
+
+/* One request in progress, with its exchange and a node's set-up. */
+typedef struct sim_frame {
+    feed_op    *op;
+    int         heap;           /* a repair request the driver made */
+    int         in_batch;
+    feed_xchg   x;
+    feed_setup *setup;
+} sim_frame;
+
+typedef struct sim_client {
+    int          id, kind, wid;
+    feed_core    core;
+    char         err[FEED_ERRMSG];
+    sim_frame    frames[4];
+    int          depth;
+    int          aw;
+    int64_t      ready_at;
+    feed_trip   *trip;          /* SIM_AW_TRIP */
+    void        *io;
+    size_t       trip_i, cmd_k;
+    redisReply  *replies[64];
+    size_t       napplied;
+    int          ops_left;
+    size_t       write;         /* a writer's write in flight; a sync's first write covered */
+    int64_t      sync_uid;
+    int          sync_table;
+    uint64_t     started_v;
+    int64_t      started_ms;
+    /* a reader's walk */
+    int          walking;
+    int64_t      uid, score, last_id;
+    size_t       limit;
+    int64_t      authors[4];    /* a merged walk's authors */
+    size_t       nauthors;
+    feed_result  page;
+} sim_client;
+
+typedef struct sim_world {
+    uint64_t   seed, rng;
+    int64_t    now;
+    /* the schedule's shape (sim_run draws it) and options */
+    int        uids, ops, writers, authors;   /* feeds 1..uids, authors 101..100+authors */
+    uint32_t   max_len, ttl_seconds, lease_ms;
+    int        fence, sync, kills, replica, expect_errors;
+    unsigned   rate[SIM_F_COUNT];
+    /* servers */
+    simr      *redis, *snap;
+    uintptr_t  epoch;
+    int64_t    redis_down_until, pg_down_until;
+    simpg     *pg;
+    uint64_t   replica_v;
+    /* clients */
+    sim_client cl[SIM_CLIENTS];
+    int        ncl;
+    /* Every write, in commit order. A write is certain once the cache must
+     * show it: its hook returned (a failed hook's feed is on the repair
+     * list, dropped before the process's next request), or the log
+     * follower dropped its feed after the commit. Until then a page may
+     * show the feed with or without it. */
+    struct sim_write {
+        int     table;          /* SIMPG_FEED (owner: a reader), SIMPG_AUTHORS (an author) */
+        int64_t uid, id, score;
+        int     del;
+        int64_t certain_at;     /* INT64_MAX: not yet */
+    } writes[SIM_WRITES];
+    size_t     nwrites, sync_done;
+    int        healed;
+    int64_t    healed_at;
+    /* faults: draws numbered; masked ones never strike (shrinking) */
+    size_t     fault_draws, faults;
+    size_t     mask[SIM_MASK_MAX], nmask;
+    size_t     last_faults[SIM_FAULT_LOG], last_faults_n;
+    /* results */
+    long       steps, requests, pages, unchecked;
+    int        violations;
+    char       why[600];
+    FILE      *trace;
+    char       shas[FEED_SCRIPT_COUNT][41];
+} sim_world;
+
+void sim_trace(sim_world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Run one schedule of w (seed, options, rates and mask set by the
+ * caller; the rest zeroed). 0: no violation; 1: w->why says the first;
+ * -1: out of memory. */
+int  sim_run(sim_world *w);
+
+#endif /* FEED_SIM_WORLD_H */
