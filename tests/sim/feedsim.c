@@ -138,9 +138,13 @@ int main(int argc, char **argv)
     if (getenv("SIM_OPS"))
         o.ops = atoi(getenv("SIM_OPS"));
     for (const char *p = mask; p && *p && o.nmask < SIM_MASK_MAX;) {
-        o.mask[o.nmask++] = strtoul(p, (char **)&p, 10);
-        if (*p == ',')
-            p++;
+        char *end;
+        o.mask[o.nmask++] = strtoul(p, &end, 10);
+        if (end == p || (*end && *end != ',')) {
+            fprintf(stderr, "feedsim: SIM_MASK is a list of numbers: \"3,17,40\"\n");
+            return 2;
+        }
+        p = *end ? end + 1 : end;
     }
     if (strcmp(o.mode, "default") && strcmp(o.mode, "nofence") && strcmp(o.mode, "kills") &&
         strcmp(o.mode, "kills-sync") && strcmp(o.mode, "replica")) {

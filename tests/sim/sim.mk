@@ -43,3 +43,6 @@ sim-controls: $(FEEDSIM)
 
 sim-mutants:
 	BUILD=$(BUILD) tests/sim/mutants.sh
+
+# make (and make check) builds the simulation too: tests/t_sim.t runs it.
+tests: $(FEEDSIM)
