@@ -35,12 +35,15 @@ like "$(tail -n1 <<<"$out")" '^400 schedules, 0 violations$' "400 schedules of t
 
 # The controls: with the restart fence off, a restart from an older
 # snapshot leaves a stale copy; writers killed between commit and hook
-# leave one too; the log follower (feedcache-sync) repairs those.
-for mode in nofence kills; do
+# leave one too; a replica with no lag bound serves old pages. The log
+# follower (feedcache-sync) repairs the second, the bound the third.
+for mode in nofence kills replica-unbounded; do
     out=$(SIM_NO_SHRINK=1 SIM_SCHEDULES=20000 "$sim" "$mode" 2>&1 | tail -n1)
     like "$out" ' 1 violation$' "control $mode: the simulation finds the stale copy ($out)"
 done
 out=$(SIM_SCHEDULES=400 BUILD=$BUILD tests/sim/run.sh kills-sync 2>&1)
 like "$(tail -n1 <<<"$out")" '^400 schedules, 0 violations$' "writers killed, with the log follower: 400 schedules hold"
+out=$(SIM_SCHEDULES=400 BUILD=$BUILD tests/sim/run.sh replica 2>&1)
+like "$(tail -n1 <<<"$out")" '^400 schedules, 0 violations$' "a lagging replica within pg_replica_max_lag_ms: 400 schedules hold"
 echo "1..$n"
 ((failed == 0))

@@ -15,7 +15,9 @@
  * MODE: default (the default config: restart fence on, no writer dies),
  * nofence (the fence off), kills (writers die between commit and hook),
  * kills-sync (the same with a log follower dropping each written feed
- * late), replica (pages past the cache from a lagging replica).
+ * late), replica (pages past the cache from a replica that lags, within
+ * pg_replica_max_lag_ms), replica-unbounded (the same with no bound: pages
+ * may be as old as the replica).
  * With SIM_EXPECT=violation the exit status is inverted: 0 when some
  * schedule breaks the invariant (a control, or a mutant found).
  */
@@ -59,6 +61,8 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         w->sync = 1;
     if (strcmp(o->mode, "replica") == 0)
         w->replica = 1;
+    if (strcmp(o->mode, "replica-unbounded") == 0)
+        w->replica = 2;
     for (int k = 0; k < SIM_F_COUNT; k++) {
         static const unsigned levels[] = { 0, 0, 5, 20, 60 };
         r ^= r << 13;
@@ -147,7 +151,8 @@ int main(int argc, char **argv)
         p = *end ? end + 1 : end;
     }
     if (strcmp(o.mode, "default") && strcmp(o.mode, "nofence") && strcmp(o.mode, "kills") &&
-        strcmp(o.mode, "kills-sync") && strcmp(o.mode, "replica")) {
+        strcmp(o.mode, "kills-sync") && strcmp(o.mode, "replica") &&
+        strcmp(o.mode, "replica-unbounded")) {
         fprintf(stderr, "feedsim: unknown mode %s\n", o.mode);
         return 2;
     }

@@ -6,8 +6,9 @@
 #                     100000; SIM_SECONDS=n instead runs n seconds) of the
 #                     default config, each checked; prints "N schedules"
 #   SIM_SEED=n make sim   replay seed n with a readable trace
-#   make sim-controls the fence off, and writers killed between commit and
-#                     hook: each expected to break; with the log follower not
+#   make sim-controls the fence off, writers killed between commit and hook,
+#                     a replica with no lag bound: each expected to break;
+#                     with the log follower, and with the bound, not
 #   make sim-mutants  tests/sim/mutants.txt: broken builds the simulation must catch
 #
 # tests/t_sim_redis.c checks the simulated Redis against the real one.
@@ -39,7 +40,9 @@ sim: $(FEEDSIM)
 sim-controls: $(FEEDSIM)
 	SIM_EXPECT=violation SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} BUILD=$(BUILD) tests/sim/run.sh nofence
 	SIM_EXPECT=violation SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} BUILD=$(BUILD) tests/sim/run.sh kills
+	SIM_EXPECT=violation SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} BUILD=$(BUILD) tests/sim/run.sh replica-unbounded
 	BUILD=$(BUILD) SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} tests/sim/run.sh kills-sync
+	BUILD=$(BUILD) SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} tests/sim/run.sh replica
 
 sim-mutants:
 	BUILD=$(BUILD) tests/sim/mutants.sh

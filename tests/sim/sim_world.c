@@ -419,8 +419,10 @@ static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
     cfg.lease_wait_ms = 20;
     cfg.retry_ms = 50;
     cfg.redis_restart_fence = w->fence;
-    if (w->replica)
+    if (w->replica) {
         cfg.pg_replica_conninfo = "sim-replica";
+        cfg.pg_replica_max_lag_ms = w->replica > 1 ? 0 : (uint32_t)w->max_lag_ms;   /* 0: unbounded */
+    }
     if (w->authors)
         cfg.author_table = "authors";
     if (feed__core_init(&cl->core, &cfg) != FEED_OK || feed__topo_init(&cl->core) != FEED_OK) {
@@ -472,9 +474,74 @@ static void *sim_alloc(size_t n)
     return p;
 }
 
+/* One committed write of cl's: in SQL and in the log. */
+static void sim_commit(sim_world *w, sim_client *cl, int table, int64_t uid, int64_t score,
+                       int64_t id, int del)
+{
+    if (del)
+        simpg_delete(w->pg, table, uid, id);
+    else
+        simpg_upsert(w->pg, table, uid, score, id);
+    if (cl->nwrite == 0)
+        cl->first_write = w->nwrites;
+    cl->nwrite++;
+    w->writes[w->nwrites++] = (struct sim_write){ table, uid, id, score, del, INT64_MAX };
+    sim_trace(w, "c%d  COMMIT %s %s %" PRId64 " id %" PRId64 " score %" PRId64 " -> v%" PRIu64,
+              cl->id, del ? "delete" : "upsert", table ? "author" : "uid", uid, id, score,
+              simpg_version(w->pg));
+}
+
+/* A new post of writer cl's: a new id of its own, or one of its rows
+ * rescored; few scores, so ties; sometimes above 2^32 or at the ends. */
+static void sim_new_post(sim_world *w, sim_client *cl, const int64_t *mine, size_t nmine,
+                         int64_t *score, int64_t *id)
+{
+    *id = nmine > 0 && sim_pick(w, 4) == 0 ? mine[sim_pick(w, nmine)]
+                                           : (int64_t)sim_pick(w, 20) * w->writers + cl->wid +
+                                                 ((int64_t)sim_pick(w, 2) << 33);
+    *score = (int64_t)sim_pick(w, 12) * 10;
+    if (sim_pick(w, 8) == 0)
+        *score = sim_pick(w, 2) ? FEED_SCORE_MAX - (int64_t)sim_pick(w, 3) : -FEED_SCORE_MAX;
+}
+
+/* A fan-out: one post of cl's into several feeds, one transaction, then
+ * feed_on_insert_many's request. */
+static void sim_fanout(sim_world *w, sim_client *cl)
+{
+    int64_t uids[4], score, id;
+    size_t n = 0;
+    feed_op *op;
+    int rc = FEED_OK;
+
+    sim_new_post(w, cl, NULL, 0, &score, &id);
+    for (int64_t uid = 1; uid <= w->uids; uid++)
+        if (sim_pick(w, 3))
+            uids[n++] = uid;
+    if (n == 0)
+        uids[n++] = 1;
+    for (size_t i = 0; i < n; i++)
+        sim_commit(w, cl, SIMPG_FEED, uids[i], score, id, 0);
+    if (w->kills && sim_fault(w, SIM_F_KILL, "the writer dies between its commit and its hook")) {
+        cl->nwrite = 0;
+        cl->ops_left--;
+        cl->ready_at = w->now + 1;
+        cl->aw = SIM_AW_IDLE;
+        return;
+    }
+    op = feed__fanout_op(&cl->core, cl->err, uids, n, score, id, &rc);
+    if (!op) {
+        fprintf(stderr, "sim: fanout_op: %s\n", cl->err);
+        exit(3);
+    }
+    sim_trace(w, "c%d  FAN-OUT id %" PRId64 " to %zu feeds", cl->id, id, n);
+    sim_start(w, cl, op, (int64_t)sim_pick(w, 3));
+    cl->frames[0].heap = 1;
+}
+
 /* The writer's next write: commit to SQL, then (unless killed) its hook.
  * Each writer writes its own ids (id % writers), as an application's
- * posts each have one author: two writers never race on one row. */
+ * posts each have one author: two writers never race on one row. Now and
+ * then a fan-out instead, or a reload (feed_reload: no write, a rebuild). */
 static void sim_writer_next(sim_world *w, sim_client *cl)
 {
     int table = w->authors && sim_pick(w, 3) == 0 ? SIMPG_AUTHORS : SIMPG_FEED;
@@ -484,58 +551,62 @@ static void sim_writer_next(sim_world *w, sim_client *cl)
     const simpg_row *rows = simpg_rows(w->pg, table, uid, simpg_version(w->pg), &n);
     int64_t id, score, pick[64];
     feed_hook_op *h;
-    int del, rc;
+    int del, rc, kind;
 
+    if (w->nwrites + 8 >= SIM_WRITES) {
+        cl->ops_left = 0;
+        cl->aw = SIM_AW_NONE;
+        return;
+    }
+    cl->nwrite = 0;
+    if (sim_pick(w, 8) == 0) {
+        sim_fanout(w, cl);
+        return;
+    }
     for (size_t i = 0; i < n && mine < 64; i++)
         if (rows[i].id % w->writers == cl->wid)
             pick[mine++] = rows[i].id;
     del = mine > 0 && sim_pick(w, 3) == 0;
-    if (w->nwrites == SIM_WRITES) {
-        cl->ops_left = 0;
-        return;
-    }
-    if (del) {
+    kind = del ? FEED_HOOK_DELETE : FEED_HOOK_INSERT;
+    if (table == SIMPG_FEED && sim_pick(w, 12) == 0) {
+        kind = FEED_HOOK_RELOAD;
+        id = score = 0;
+    } else if (del) {
         id = pick[sim_pick(w, mine)];
         score = 0;
-        simpg_delete(w->pg, table, uid, id);
+        sim_commit(w, cl, table, uid, 0, id, 1);
     } else {
-        /* A new row or a new score for an old one; few scores, so ties */
-        id = mine > 0 && sim_pick(w, 4) == 0 ? pick[sim_pick(w, mine)]
-                                             : (int64_t)sim_pick(w, 20) * w->writers + cl->wid +
-                                                 ((int64_t)sim_pick(w, 2) << 33);
-        score = (int64_t)sim_pick(w, 12) * 10;
-        if (sim_pick(w, 8) == 0)
-            score = sim_pick(w, 2) ? FEED_SCORE_MAX - (int64_t)sim_pick(w, 3) : -FEED_SCORE_MAX;
-        simpg_upsert(w->pg, table, uid, score, id);
+        sim_new_post(w, cl, pick, mine, &score, &id);
+        sim_commit(w, cl, table, uid, score, id, 0);
     }
-    cl->write = w->nwrites;
-    w->writes[w->nwrites++] = (struct sim_write){ table, uid, id, score, del, INT64_MAX };
-    sim_trace(w, "c%d  COMMIT %s %s %" PRId64 " id %" PRId64 " score %" PRId64 " -> v%" PRIu64,
-              cl->id, del ? "delete" : "upsert", table ? "author" : "uid", uid, id, score,
-              simpg_version(w->pg));
-    if (w->kills && sim_fault(w, SIM_F_KILL, "the writer dies between its commit and its hook")) {
+    if (kind != FEED_HOOK_RELOAD && w->kills &&
+        sim_fault(w, SIM_F_KILL, "the writer dies between its commit and its hook")) {
+        cl->nwrite = 0;
         cl->ops_left--;
         cl->ready_at = w->now + 1;
         cl->aw = SIM_AW_IDLE;
         return;
     }
     h = sim_alloc(feed__hook_op_size());
-    rc = feed__hook_init(h, &cl->core, cl->err, del ? FEED_HOOK_DELETE : FEED_HOOK_INSERT,
+    rc = feed__hook_init(h, &cl->core, cl->err, kind,
                          table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, uid, score, id);
     if (rc != FEED_OK) {
         fprintf(stderr, "sim: hook_init: %s\n", cl->err);
         exit(3);
     }
-    sim_trace(w, "c%d  HOOK %s %s %" PRId64 " id %" PRId64, cl->id, del ? "delete" : "insert",
+    sim_trace(w, "c%d  HOOK %s %s %" PRId64 " id %" PRId64, cl->id,
+              kind == FEED_HOOK_RELOAD ? "reload" : del ? "delete" : "insert",
               table ? "author" : "uid", uid, id);
     sim_start(w, cl, (feed_op *)h, (int64_t)sim_pick(w, 3));
 }
 
 /* The log follower (feedcache-sync): the feed of every committed write is
- * dropped, late, in commit order; a drop that fails is tried again. */
+ * dropped, late, in commit order; a drop that fails is tried again. Now
+ * and then the next few writes' feeds go in one feed_invalidate_many. */
 static void sim_sync_next(sim_world *w, sim_client *cl)
 {
-    feed_hook_op *h;
+    feed_op *op;
+    int rc = FEED_OK;
 
     if (w->sync_done == w->nwrites) {
         cl->ready_at = w->now + 5;
@@ -545,14 +616,38 @@ static void sim_sync_next(sim_world *w, sim_client *cl)
     cl->write = w->sync_done;       /* every write up to here is committed */
     cl->sync_uid = w->writes[w->sync_done].uid;
     cl->sync_table = w->writes[w->sync_done].table;
-    h = sim_alloc(feed__hook_op_size());
-    if (feed__hook_init(h, &cl->core, cl->err, FEED_HOOK_INVALIDATE,
-                        cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, cl->sync_uid,
-                        0, 0) != FEED_OK)
+    cl->bulk = 0;
+    if (sim_pick(w, 3) == 0) {
+        int64_t uids[8];
+        size_t n = 0;
+        for (size_t i = w->sync_done; i < w->nwrites && n < 8; i++)
+            if (w->writes[i].table == cl->sync_table) {
+                uids[n++] = w->writes[i].uid;
+                cl->write = i;
+            } else {
+                break;
+            }
+        op = feed__invalidate_many_op(&cl->core, cl->err,
+                                      cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED
+                                                                   : FEED_FAM_AUTHOR,
+                                      uids, n, &rc);
+        if (!op)
+            exit(3);
+        cl->bulk = 1;
+        sim_trace(w, "c%d  SYNC invalidate_many %zu %s", cl->id, n,
+                  cl->sync_table ? "authors" : "feeds");
+        sim_start(w, cl, op, (int64_t)sim_pick(w, 20));
+        cl->frames[0].heap = 1;
+        return;
+    }
+    op = sim_alloc(feed__hook_op_size());
+    if (feed__hook_init((feed_hook_op *)op, &cl->core, cl->err, FEED_HOOK_INVALIDATE,
+                        cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR,
+                        cl->sync_uid, 0, 0) != FEED_OK)
         exit(3);
     sim_trace(w, "c%d  SYNC invalidate %s %" PRId64, cl->id, cl->sync_table ? "author" : "uid",
               cl->sync_uid);
-    sim_start(w, cl, (feed_op *)h, (int64_t)sim_pick(w, 20));
+    sim_start(w, cl, op, (int64_t)sim_pick(w, 20));
 }
 
 /* The reader's next page: the first of a new walk, or the next one; a
@@ -569,12 +664,27 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
         cl->last_id = 0;
         cl->walking = 1;
         cl->nauthors = 0;
-        if (w->authors && sim_pick(w, 2))
+        cl->newer = sim_pick(w, 5) == 0;
+        if (cl->newer) {                /* from an item, or from between two */
+            size_t n;
+            const simpg_row *rows = simpg_rows(w->pg, SIMPG_FEED, cl->uid, simpg_version(w->pg), &n);
+            cl->score = n && sim_pick(w, 2) ? rows[sim_pick(w, n)].score
+                                            : (int64_t)sim_pick(w, 12) * 10 - 5;
+            cl->last_id = n && sim_pick(w, 2) ? rows[sim_pick(w, n)].id : (int64_t)sim_pick(w, 40);
+        } else if (w->authors && sim_pick(w, 2))
             for (int a = 0; a < w->authors; a++)
                 if (sim_pick(w, 3))
                     cl->authors[cl->nauthors++] = 101 + a;
     }
-    if (cl->nauthors) {
+    if (cl->newer) {
+        op = sim_alloc(feed__newer_op_size());
+        rc = feed__newer_init((feed_newer_op *)op, &cl->core, cl->err, cl->uid, cl->score,
+                              cl->last_id, cl->limit, &cl->page);
+        if (rc != FEED_OK) {
+            fprintf(stderr, "sim: newer_init: %s\n", cl->err);
+            exit(3);
+        }
+    } else if (cl->nauthors) {
         op = feed__merged_op(&cl->core, cl->err, cl->uid, cl->authors, cl->nauthors, cl->score,
                              cl->last_id, cl->limit, &cl->page, &rc);
         if (!op) {
@@ -590,8 +700,9 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
             exit(3);
         }
     }
-    sim_trace(w, "c%d  PAGE uid %" PRId64 "%s after (%" PRId64 ", %" PRId64 ") limit %zu", cl->id,
-              cl->uid, cl->nauthors ? " merged" : "", cl->score, cl->last_id, cl->limit);
+    sim_trace(w, "c%d  PAGE uid %" PRId64 "%s %s (%" PRId64 ", %" PRId64 ") limit %zu", cl->id,
+              cl->uid, cl->nauthors ? " merged" : "", cl->newer ? "newer than" : "after",
+              cl->score, cl->last_id, cl->limit);
     sim_start(w, cl, op, (int64_t)sim_pick(w, 3));
     cl->frames[0].heap = cl->nauthors > 0;
 }
@@ -662,13 +773,31 @@ static int sim_page_exact(sim_world *w, sim_client *cl)
     const feed_result *r = &cl->page;
     int uncertain = 0;
     simpg_row rows[512];
+    /* A page a replica answered may miss what it had not replayed: writes
+     * count as certain only pg_replica_max_lag_ms after they were. */
+    int64_t start = cl->started_ms - (w->replica && r->source == FEED_SOURCE_DB ? w->max_lag_ms : 0);
 
     for (size_t i = 0; i < w->nwrites; i++)
-        uncertain += sim_in_walk(cl, &w->writes[i]) && w->writes[i].certain_at >= cl->started_ms;
+        uncertain += sim_in_walk(cl, &w->writes[i]) && w->writes[i].certain_at >= start;
     if (uncertain > 12)
         return -1;
     for (uint32_t choose = 0; choose < (1u << uncertain); choose++) {
-        size_t n = sim_state(w, cl, cl->started_ms, choose, rows, 512), at = 0, k;
+        size_t n = sim_state(w, cl, start, choose, rows, 512), at = 0, k;
+        if (cl->newer) {
+            /* Pull-to-refresh: the limit items just above the cursor,
+             * newest first; more when still newer ones exist. */
+            size_t above = 0;
+            while (above < n && (rows[above].score > cl->score ||
+                                 (rows[above].score == cl->score && rows[above].id > cl->last_id)))
+                above++;
+            at = above > cl->limit ? above - cl->limit : 0;
+            for (k = 0; k < r->count && at + k < above; k++)
+                if (r->items[k].score != rows[at + k].score || r->items[k].id != rows[at + k].id)
+                    break;
+            if (k == r->count && at + k == above && r->has_more == (above > cl->limit))
+                return 1;
+            continue;
+        }
         if (cl->score != FEED_FIRST)
             while (at < n && !(rows[at].score < cl->score ||
                                (rows[at].score == cl->score && rows[at].id < cl->last_id)))
@@ -721,7 +850,10 @@ static void sim_request_done(sim_world *w, sim_client *cl)
                               cl->id, cl->nauthors ? "merged " : "", cl->uid, cl->score,
                               cl->last_id, cl->limit, text,
                               feed_source_name(cl->page.source));
-            if (cl->page.has_more && cl->page.count > 0) {
+            if (cl->newer && cl->page.has_more) {
+                cl->score = cl->page.next_score;
+                cl->last_id = cl->page.next_id;
+            } else if (!cl->newer && cl->page.has_more && cl->page.count > 0) {
                 cl->score = cl->page.items[cl->page.count - 1].score;
                 cl->last_id = cl->page.items[cl->page.count - 1].id;
             } else {
@@ -735,19 +867,27 @@ static void sim_request_done(sim_world *w, sim_client *cl)
     } else if (cl->kind == SIM_WRITER) {
         if (rc != FEED_OK)
             sim_trace(w, "c%d  hook failed: %s", cl->id, cl->err);
-        w->writes[cl->write].certain_at = w->now;
+        for (size_t i = 0; i < cl->nwrite; i++)
+            w->writes[cl->first_write + i].certain_at = w->now;
+        cl->nwrite = 0;
         cl->ops_left--;
     } else if (rc != FEED_OK) {
         sim_trace(w, "c%d  drop failed, tried again: %s", cl->id, cl->err);
     } else {
-        /* The copy was dropped after every write up to cl->write committed. */
-        for (size_t i = 0; i <= cl->write; i++)
-            if (w->writes[i].uid == cl->sync_uid && w->writes[i].table == cl->sync_table &&
-                w->writes[i].certain_at > w->now)
-                w->writes[i].certain_at = w->now;
+        /* The copies were dropped after every write up to cl->write
+         * committed: those writes' feeds (one, or a bulk drop's) are
+         * certain now. */
+        for (size_t j = w->sync_done; j <= cl->write; j++) {
+            if (!cl->bulk && j > w->sync_done)
+                break;
+            for (size_t i = 0; i <= cl->write; i++)
+                if (w->writes[i].uid == w->writes[j].uid &&
+                    w->writes[i].table == w->writes[j].table && w->writes[i].certain_at > w->now)
+                    w->writes[i].certain_at = w->now;
+        }
         while (w->sync_done < w->nwrites && w->writes[w->sync_done].certain_at <= w->now)
             w->sync_done++;
-        if (w->sync_done <= cl->write)
+        if (w->sync_done <= cl->write && cl->bulk)
             w->sync_done = cl->write + 1;
     }
 }
@@ -822,6 +962,8 @@ static void sim_world_faults(sim_world *w)
         which = sim_pick(w, 2) ? key : lease;
         simr_evict(w->redis, which, strlen(which));
     }
+    if (sim_fault(w, SIM_F_JUMP, "the clock jumps ahead"))
+        w->now += (int64_t)sim_pick(w, 2 * w->lease_ms);
     if (sim_fault(w, SIM_F_PGDOWN, "PostgreSQL goes away for a while"))
         w->pg_down_until = w->now + (int64_t)sim_pick(w, 300);
     if (w->replica && sim_pick(w, 4) == 0 && w->replica_v < simpg_version(w->pg))
@@ -898,6 +1040,7 @@ int sim_run(sim_world *w)
     w->max_len = 2 + (uint32_t)sim_pick(w, 7);
     w->ttl_seconds = sim_pick(w, 3) ? 0 : 1;
     w->lease_ms = 30 + (uint32_t)sim_pick(w, 100);
+    w->max_lag_ms = 20 + (int64_t)sim_pick(w, 100);
     w->redis = simr_new(sim_next(w), NULL);
     w->pg = simpg_new();
     w->epoch = 1;

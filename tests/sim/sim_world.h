@@ -40,6 +40,7 @@ enum {
     SIM_F_EVICT,        /* Redis evicts a feed's copy or its lease */
     SIM_F_PAUSE,        /* a client stalls (up to 3 lease lifetimes) */
     SIM_F_KILL,         /* a writer dies between its commit and its hook */
+    SIM_F_JUMP,         /* the clock jumps ahead (up to 2 lease lifetimes) */
     SIM_F_COUNT
 };
 
@@ -66,7 +67,7 @@ typedef struct sim_client {
     redisReply  *replies[64];
     size_t       napplied;
     int          ops_left;
-    size_t       write;         /* a writer's write in flight; a sync's first write covered */
+    size_t       write;         /* the log follower: the last write its drop covers */
     int64_t      sync_uid;
     int          sync_table;
     uint64_t     started_v;
@@ -77,6 +78,9 @@ typedef struct sim_client {
     size_t       limit;
     int64_t      authors[4];    /* a merged walk's authors */
     size_t       nauthors;
+    int          newer;         /* a pull-to-refresh walk: upwards from (score, last_id) */
+    size_t       first_write, nwrite;   /* a writer's writes in flight (a fan-out: several) */
+    int          bulk;          /* the log follower's last drop was feed_invalidate_many */
     feed_result  page;
 } sim_client;
 
@@ -86,6 +90,7 @@ typedef struct sim_world {
     /* the schedule's shape (sim_run draws it) and options */
     int        uids, ops, writers, authors;   /* feeds 1..uids, authors 101..100+authors */
     uint32_t   max_len, ttl_seconds, lease_ms;
+    int64_t    max_lag_ms;      /* the replica's bound (mode replica) */
     int        fence, sync, kills, replica, expect_errors;
     unsigned   rate[SIM_F_COUNT];
     /* servers */
