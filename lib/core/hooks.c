@@ -111,13 +111,16 @@ static enum feed_want send(feed_hook_op *h, int state, size_t n)
     return FEED_W_REDIS;
 }
 
+/* A script's SHA is 40 bytes, whatever c->sha holds now: a handle whose
+ * node is not set up yet has not read it from SCRIPT LOAD, and the exchange
+ * sets the node up before it builds the command. */
 static void set_args(feed_hook_op *h, int argc, const char *const *argv)
 {
     h->argc = argc;
     for (int i = 0; i < argc; i++) {
         h->argv[i] = argv[i];
         if (argv[i] != h->member)
-            h->lens[i] = strlen(argv[i]);
+            h->lens[i] = i == 1 && strcmp(argv[0], "EVALSHA") == 0 ? 40 : strlen(argv[i]);
     }
 }
 
