@@ -57,7 +57,7 @@ uint64_t feed__store_of(const feed_config *cfg)
     return h;
 }
 
-static int entry_before(repair_entry a, repair_entry b)
+static int repair_entry_before(repair_entry a, repair_entry b)
 {
     if (a.store != b.store)
         return a.store < b.store;
@@ -65,13 +65,13 @@ static int entry_before(repair_entry a, repair_entry b)
 }
 
 /* Lock held. */
-static int remember_locked(repair_entry e)
+static int repair_remember_locked(repair_entry e)
 {
     size_t lo = 0, hi = repair_count;
 
     while (lo < hi) {           /* the first entry not before e */
         size_t mid = lo + (hi - lo) / 2;
-        if (entry_before(repair_list[mid], e))
+        if (repair_entry_before(repair_list[mid], e))
             lo = mid + 1;
         else
             hi = mid;
@@ -102,7 +102,7 @@ int feed__repair_remember(const feed_core *c, int fam, int64_t owner)
     int done;
 
     pthread_mutex_lock(&repair_lock);
-    done = remember_locked(e);
+    done = repair_remember_locked(e);
     pthread_mutex_unlock(&repair_lock);
     return done;
 }
@@ -113,9 +113,9 @@ int feed__repairs_pending(const feed_core *c)
     return atomic_load(&repair_pending) > 0;
 }
 
-/* Tests only (the fuzz targets): forget every pending repair, so that each
+/* Tests only: forget every pending repair, so that each test or fuzz
  * run starts from the same state. */
-void feed__redis_forget_repairs(void)
+void feed__repair_forget(void)
 {
     pthread_mutex_lock(&repair_lock);
     repair_count = 0;
@@ -124,7 +124,7 @@ void feed__redis_forget_repairs(void)
 }
 
 /* Take this store's entries off the list: *n of them in a new array. */
-static repair_entry *take_repairs(uint64_t store, size_t *n)
+static repair_entry *repair_take(uint64_t store, size_t *n)
 {
     repair_entry *uids = NULL;
     size_t kept = 0;
@@ -244,7 +244,7 @@ feed_op *feed__repair_op(feed_core *c)
 
     if (!r)
         return NULL;
-    r->uids = take_repairs(c->topo.store, &r->n);
+    r->uids = repair_take(c->topo.store, &r->n);
     if (!r->uids || !(r->ok = calloc(r->n, 1)) || !(r->keys = malloc(2 * c->key_cap))) {
         for (size_t i = 0; r->uids && i < r->n; i++)
             feed__repair_remember(c, r->uids[i].fam, r->uids[i].uid);
