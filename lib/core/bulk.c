@@ -5,12 +5,12 @@
  * requests are idempotent and commute with every hook, rebuild and with each
  * other: replaying them, late or twice, cannot make a copy wrong.
  *
- * feed_invalidate_all SCANs the keys of the prefix (key format and family) and
- * DELs them page by page. On a Redis Cluster each primary is SCANned on its
- * own connection and the keys of a page are DELed there, one DEL per key
- * (the keys of a page lie on many slots), pipelined: one round trip per
- * page. A key that left the node between its SCAN and its DEL (MOVED, ASK)
- * is kept aside and DELed after the walk, routed. SCAN promises the keys
+ * feed_invalidate_all walks the keys of the prefix (key format and family):
+ * SCAN, then DEL the keys of each reply. On a Redis Cluster each primary is
+ * walked on its own connection and the keys of a reply are DELed there, one
+ * DEL per key (they lie on many slots), in one trip per SCAN reply. A key
+ * that left the node between its SCAN and its DEL (MOVED, ASK) is kept
+ * aside and DELed after the walk, routed. SCAN promises the keys
  * that stay on one node while it runs, not keys that move from a node not
  * yet scanned to one already scanned: a slot migrating (resharding) or a
  * failover during the walk. So after the walk the map is asked again and
@@ -63,13 +63,6 @@ static int many_build(void *arg, size_t i, const char ***argv, const size_t **le
     return 5;
 }
 
-static void many_reply(void *arg, size_t i, const redisReply *r)
-{
-    (void)arg;
-    (void)i;
-    (void)r;
-}
-
 static enum feed_want many_step(feed_op *op, int64_t now)
 {
     many_op *m = (many_op *)op;
@@ -78,7 +71,7 @@ static enum feed_want many_step(feed_op *op, int64_t now)
     if (op->state == 0) {
         op->state = 1;
         op->batch = (feed_batch){ .n = m->n, .flags = FEED_B_EACH, .arg = m,
-                                  .build = many_build, .reply = many_reply };
+                                  .build = many_build };
         return FEED_W_REDIS;
     }
     /* Which feeds were dropped is unknown: each goes on the process-wide
@@ -127,7 +120,7 @@ feed_op *feed__invalidate_many_op(feed_core *c, char *err, int fam, const int64_
 
 enum {
     ALL_SCAN,       /* SCAN the node (single Redis: node 0) at the cursor */
-    ALL_DROP,       /* DEL the page's keys */
+    ALL_DROP,       /* DEL the SCAN reply's keys */
     ALL_MAP,        /* cluster: the map asked afresh before a walk */
     ALL_AWAY,       /* cluster: DEL the keys that moved, routed */
     ALL_SETTLE_MAP, /* cluster: the map again after the walk */
@@ -147,7 +140,7 @@ typedef struct all_op {
     size_t         nprimary;
     size_t         node;        /* the one being walked: primary[node] */
     int            node_lost;
-    char         **keys;        /* a SCAN page's keys */
+    char         **keys;        /* a SCAN reply's keys, "DEL" first */
     size_t        *klens, nkeys;
     char         **away;        /* keys that left their node */
     size_t        *away_len, naway, cap;
@@ -236,7 +229,7 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
         *lens = a->lens;
         return 6;
     case ALL_DROP:
-        if (!a->op.c->topo.cluster) {       /* one DEL of the page */
+        if (!a->op.c->topo.cluster) {       /* one DEL of them all */
             *argv = (const char **)a->keys;
             *lens = a->klens;
             return (int)a->nkeys;

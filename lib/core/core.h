@@ -295,7 +295,8 @@ typedef struct feed_batch {
     void    *arg;
     /* Command i: its argc, *argv and *lens (valid until the next call). */
     int    (*build)(void *arg, size_t i, const char ***argv, const size_t **lens);
-    /* The final reply to command i (error replies included). */
+    /* The final reply to command i (error replies included; NULL: not
+     * wanted, except for FEED_B_NODE). */
     void   (*reply)(void *arg, size_t i, const redisReply *r);
     /* FEED_B_NODE: the node of command i; and why command i got no reply
      * (NULL: not wanted). */

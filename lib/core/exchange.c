@@ -47,6 +47,8 @@
 /* MOVED or ASK followed per batch (between two waits) before giving up. */
 #define MAX_REDIRECTS 5
 
+/* x->state. The rest of the retry machine's state, x->pass, x->met and
+ * x->peer, is named in core.h (FEED_XP_*, FEED_XM_*, feed_xpeer). */
 enum { XCHG_START, XCHG_ROUTE, XCHG_MAP, XCHG_MAP_SETUP, XCHG_MAP_ASK, XCHG_PASS, XCHG_WAKE,
        XCHG_CONNECT, XCHG_DONE };
 
@@ -290,7 +292,8 @@ static void xchg_command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redi
                 return;
             }
         }
-        b->reply(b->arg, i, r);
+        if (b->reply)
+            b->reply(b->arg, i, r);
         return;
     case FEED_V_MOVED:
         k = feed__node_index(topo, &to);

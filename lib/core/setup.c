@@ -5,7 +5,7 @@
  * storm), authenticated, checked to be the primary (under Sentinel), has
  * the scripts loaded (SCRIPT LOAD once per connection, then EVALSHA by
  * SHA), and, with redis_restart_fence, its data set is known to be ours.
- * Each step is one round trip the driver makes; this file only says which,
+ * Each step is at most one trip the driver makes; this file only says which,
  * and what the answers mean. A connection that fails here is dropped, never
  * reused half-read.
  *
@@ -29,15 +29,15 @@
  * persisted with the copies, hence after a restart or a failover it names
  * the old server. A node whose run_id differs serves no cached page (pages
  * come from PostgreSQL) until every "<prefix>:*" key has been dropped (SCAN
- * + UNLINK, resumable, at most redis_timeout_ms of it per run), then the new
- * run_id is written. Write hooks still run meanwhile: they only ever make a
- * copy more right, and the copy is dropped anyway. Several handles may
- * flush at once; each pass first looks whether another finished (the fence
- * then matches). Why every key must go before any page is served: SCAN
- * returns every key present from the start to the end of a pass, and only
- * handles past the fence build copies, so when the pass ends nothing from
- * the old data set is left. The fence key is never dropped by a pass
- * (another handle may have just written it).
+ * + UNLINK, resumable, at most redis_timeout_ms of it per set-up), then the
+ * new run_id is written. Write hooks still run meanwhile: they only ever
+ * make a copy more right, and the copy is dropped anyway. Several handles
+ * may flush at once; each SCAN step first looks whether another finished
+ * (the fence then matches). Why every key must go before any page is
+ * served: SCAN returns every key present from the start to the end of a
+ * flush, and only handles past the fence build copies, so when the flush
+ * ends nothing from the old data set is left. The fence key is never
+ * dropped by a flush (another handle may have just written it).
  *
  * A run_id and master_replid that are the same as when this handle last
  * trusted the node mean the same data set: run_id is new at every start,
@@ -59,7 +59,7 @@
  * primary's run_id in it: the same test, per node. SCAN on a node sees that
  * node's keys only, and its UNLINKs go one key each, each after ASKING:
  * SCAN also returns the keys of a slot the node is importing, which it
- * serves only to a client that said ASKING (without it every pass would
+ * serves only to a client that said ASKING (without it every flush would
  * fail on them until the migration ends). A key that left meanwhile (its
  * slot migrated away: -ASK, -MOVED) is no longer the node's to drop.
  */
@@ -125,8 +125,8 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
     static const size_t asking_len[1] = { 6 };
     feed_setup *s = arg;
 
-    if (s->step == STEP_UNLINK) {     /* the keys of one SCAN batch */
-        if (!setup_cluster(s)) {       /* one UNLINK of them all */
+    if (s->step == STEP_UNLINK) {   /* the keys of one SCAN reply */
+        if (!setup_cluster(s)) {    /* one UNLINK of them all */
             *argv = (const char **)s->keys;
             *lens = s->klens;
             return (int)s->nkeys;
@@ -151,7 +151,7 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
 
 static void setup_reply(void *arg, size_t k, const redisReply *r);
 
-/* Issue the commands added (or the UNLINKs) as one round trip. */
+/* The step's trip: the commands added (or the UNLINKs). */
 static enum feed_swant setup_trip(feed_setup *s, size_t n, enum feed_swant want)
 {
     s->trip = (feed_trip){ .node = s->index, .n = n, .arg = s, .cmd = setup_cmd,
@@ -245,7 +245,7 @@ static int setup_fence_get(feed_setup *s, const redisReply *r)
     return setup_is_str(r) || r->type == REDIS_REPLY_NIL;
 }
 
-/* Keep the keys of a SCAN batch (the fence key left alone) for the
+/* Keep the keys of a SCAN reply (the fence key left alone) for the
  * UNLINK step: keys[0] is "UNLINK"; the reply is freed meanwhile. */
 static int setup_keep_keys(feed_setup *s, const redisReply *keys)
 {
