@@ -26,7 +26,7 @@
 #include "testutil.h"
 #include "fault.h"
 
-void feed__redis_forget_repairs(void);   /* the repair list, tests only */
+void feed__repair_forget(void);   /* the repair list, tests only */
 
 #define MAX_LEN 20
 #define TIMEOUT 200
@@ -240,7 +240,7 @@ static void refused(int repair)
        "  feed_invalidate is refused too: the stale copy stays in Redis");
     acl("+evalsha", "+del");
     if (!repair)
-        feed__redis_forget_repairs();
+        feed__repair_forget();
     feed_stats_get(reader, &before);
     same = tu_walks_equal_sql(reader, pg, uid);
     feed_stats_get(reader, &after);

@@ -249,7 +249,7 @@ int main(void)
         free(in);
     }
     tap_diag("%lu executions in all", total);
-    feed__redis_forget_repairs();
+    feed__repair_forget();
     free(buf);
     return tap_done();
 }

@@ -29,7 +29,7 @@
 #include "testutil.h"
 #include "fault.h"
 
-void feed__redis_forget_repairs(void);   /* lib/core/exchange.c, tests only */
+void feed__repair_forget(void);   /* lib/core/exchange.c, tests only */
 
 #define UID   7101
 #define ROWS  40
@@ -294,7 +294,7 @@ static void failover_case(int mode)
     cl_srv("cluster-wait", 0);
 
     /* Another process: knows nothing of the failed hook. */
-    feed__redis_forget_repairs();
+    feed__repair_forget();
     other = tu_open(&cfg);
     ok(tu_reach_redis(other, uid, LIMIT, 10000), "%s: a new handle reaches the new primary", name);
     if (mode == NONE) {

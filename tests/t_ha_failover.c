@@ -35,7 +35,7 @@
 #include "fault.h"
 #include "ha.h"
 
-void feed__redis_forget_repairs(void);   /* lib/core/exchange.c, tests only */
+void feed__repair_forget(void);   /* lib/core/exchange.c, tests only */
 
 #define UID   7001
 #define ROWS  40
@@ -140,7 +140,7 @@ static void failover_case(int mode)
     ha_start();
 
     /* Another process: knows nothing of the failed hook. */
-    feed__redis_forget_repairs();
+    feed__repair_forget();
     other = tu_open(&cfg);
     ok(tu_reach_redis(other, UID, LIMIT, 10000), "%s: a new handle reaches the new primary", name);
     if (guard) {
@@ -198,7 +198,7 @@ static void reader_case(int guard)
         feed_on_insert(writer, UID, 100000 + k, 5000 + k);
         fault_sleep_ms(150);              /* > retry_ms: the writer reconnects */
     }
-    feed__redis_forget_repairs();         /* the reader is another process */
+    feed__repair_forget(); /* the reader is another process */
     same = tu_walk_equals_sql(reader, pg, UID, LIMIT, &info);
     if (guard)
         ok(same, "%s: its walk equals SQL after the manual failover (%s)", name, info.why);
@@ -241,7 +241,7 @@ static void restart_case(int guard)
     is_int(rc, FEED_OK, "%s: the hook ran after the snapshot", name);
     fault_inject("redis-stop");
     fault_inject("redis-start");
-    feed__redis_forget_repairs();
+    feed__repair_forget();
     ok(tu_reach_redis(f, UID, LIMIT, 10000), "%s: the handle reconnects", name);
     if (guard)
         ok(tu_walk_equals_sql(f, pg, UID, LIMIT, &info), "%s: the walk equals SQL (%s)",

@@ -5,12 +5,12 @@
  * requests are idempotent and commute with every hook, rebuild and with each
  * other: replaying them, late or twice, cannot make a copy wrong.
  *
- * feed_invalidate_all SCANs the keys of the prefix (key format and family) and
- * DELs them page by page. On a Redis Cluster each primary is SCANned on its
- * own connection and the keys of a page are DELed there, one DEL per key
- * (the keys of a page lie on many slots), pipelined: one round trip per
- * page. A key that left the node between its SCAN and its DEL (MOVED, ASK)
- * is kept aside and DELed after the walk, routed. SCAN promises the keys
+ * feed_invalidate_all walks the keys of the prefix (key format and family):
+ * SCAN, then DEL the keys of each reply. On a Redis Cluster each primary is
+ * walked on its own connection and the keys of a reply are DELed there, one
+ * DEL per key (they lie on many slots), in one trip per SCAN reply. A key
+ * that left the node between its SCAN and its DEL (MOVED, ASK) is kept
+ * aside and DELed after the walk, routed. SCAN promises the keys
  * that stay on one node while it runs, not keys that move from a node not
  * yet scanned to one already scanned: a slot migrating (resharding) or a
  * failover during the walk. So after the walk the map is asked again and
@@ -18,7 +18,7 @@
  * NODES, its "myself" line: "[slot->-id]" / "[slot-<-id]"). Same map and
  * nothing migrating: no key changed node during the walk, so each one there
  * before the call was met on its node and dropped. Else the walk runs again
- * (MAX_PASSES in all, then FEED_EREDIS: call again once the resharding is
+ * (MAX_WALKS in all, then FEED_EREDIS: call again once the resharding is
  * over). A primary that fails mid-walk fails the call (the caller calls
  * again once a replica has taken over).
  */
@@ -27,7 +27,7 @@
 
 #include "core/core.h"
 
-#define MAX_PASSES 3
+#define MAX_WALKS 3
 
 /* ---- feed_invalidate_many ---------------------------------------------- */
 
@@ -63,13 +63,6 @@ static int many_build(void *arg, size_t i, const char ***argv, const size_t **le
     return 5;
 }
 
-static void many_reply(void *arg, size_t i, const redisReply *r)
-{
-    (void)arg;
-    (void)i;
-    (void)r;
-}
-
 static enum feed_want many_step(feed_op *op, int64_t now)
 {
     many_op *m = (many_op *)op;
@@ -78,7 +71,7 @@ static enum feed_want many_step(feed_op *op, int64_t now)
     if (op->state == 0) {
         op->state = 1;
         op->batch = (feed_batch){ .n = m->n, .flags = FEED_B_EACH, .arg = m,
-                                  .build = many_build, .reply = many_reply };
+                                  .build = many_build };
         return FEED_W_REDIS;
     }
     /* Which feeds were dropped is unknown: each goes on the process-wide
@@ -126,13 +119,13 @@ feed_op *feed__invalidate_many_op(feed_core *c, char *err, int fam, const int64_
 /* ---- feed_invalidate_all ----------------------------------------------- */
 
 enum {
-    A_SCAN,         /* SCAN the node (single Redis: node 0) at the cursor */
-    A_DROP,         /* DEL the page's keys */
-    A_MAP,          /* cluster: the map asked afresh before a walk */
-    A_AWAY,         /* cluster: DEL the keys that moved, routed */
-    A_SETTLE_MAP,   /* cluster: the map again after the walk */
-    A_SETTLE,       /* cluster: CLUSTER NODES on every primary */
-    A_DONE
+    ALL_SCAN,       /* SCAN the node (single Redis: node 0) at the cursor */
+    ALL_DROP,       /* DEL the SCAN reply's keys */
+    ALL_MAP,        /* cluster: the map asked afresh before a walk */
+    ALL_AWAY,       /* cluster: DEL the keys that moved, routed */
+    ALL_SETTLE_MAP, /* cluster: the map again after the walk */
+    ALL_SETTLE,     /* cluster: CLUSTER NODES on every primary */
+    ALL_DONE
 };
 
 typedef struct all_op {
@@ -141,24 +134,24 @@ typedef struct all_op {
     char          *pattern;
     char           cursor[32];
     uint64_t       count;
-    int            pass;
+    int            walk;        /* walks begun (MAX_WALKS at most) */
     uint64_t       before, after;
-    unsigned char *primary;     /* cluster: the primaries of the walk's map */
-    size_t         nprimary;    /* nodes when it was taken */
-    size_t         node;        /* the node being walked */
+    int           *primary;     /* cluster: the primaries of the walk's map */
+    size_t         nprimary;
+    size_t         node;        /* the one being walked: primary[node] */
     int            node_lost;
-    char         **keys;        /* a SCAN page's keys */
+    char         **keys;        /* a SCAN reply's keys, "DEL" first */
     size_t        *klens, nkeys;
     char         **away;        /* keys that left their node */
     size_t        *away_len, naway, cap;
     int            moving, bad, nomem;
-    int           *targets;     /* A_SETTLE: command i's node */
+    int           *targets;     /* ALL_SETTLE: command i's node */
     size_t         ntargets;
     const char    *argv[6];
     size_t         lens[6];
 } all_op;
 
-static void free_keys(all_op *a)
+static void all_free_keys(all_op *a)
 {
     for (size_t i = 0; i < a->nkeys; i++)
         free(a->keys[i]);
@@ -169,14 +162,14 @@ static void free_keys(all_op *a)
     a->nkeys = 0;
 }
 
-static void free_away(all_op *a)
+static void all_free_away(all_op *a)
 {
     for (size_t i = 0; i < a->naway; i++)
         free(a->away[i]);
     a->naway = 0;
 }
 
-static int keep_away(all_op *a, const char *key, size_t len)
+static int all_keep_away(all_op *a, const char *key, size_t len)
 {
     char *copy;
 
@@ -203,7 +196,7 @@ static int all_node_of(void *arg, size_t i)
 {
     all_op *a = arg;
 
-    return a->op.state == A_SETTLE ? a->targets[i] : (int)a->node;
+    return a->op.state == ALL_SETTLE ? a->targets[i] : a->primary[a->node];
 }
 
 static void all_lost(void *arg, size_t i, const char *why)
@@ -223,7 +216,7 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
     static const size_t nodes_len[2] = { 7, 5 };
 
     switch (a->op.state) {
-    case A_SCAN:
+    case ALL_SCAN:
         a->argv[0] = "SCAN";
         a->argv[1] = a->cursor;
         a->argv[2] = "MATCH";
@@ -235,19 +228,19 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
         *argv = a->argv;
         *lens = a->lens;
         return 6;
-    case A_DROP:
-        if (!a->op.c->topo.cluster) {       /* one DEL of the page */
+    case ALL_DROP:
+        if (!a->op.c->topo.cluster) {       /* one DEL of them all */
             *argv = (const char **)a->keys;
             *lens = a->klens;
             return (int)a->nkeys;
         }
         i++;                                /* keys[0] is "DEL" */
         /* FALLTHROUGH */
-    case A_AWAY:
+    case ALL_AWAY:
         a->argv[0] = "DEL";
         a->lens[0] = 3;
-        a->argv[1] = a->op.state == A_AWAY ? a->away[i] : a->keys[i];
-        a->lens[1] = a->op.state == A_AWAY ? a->away_len[i] : a->klens[i];
+        a->argv[1] = a->op.state == ALL_AWAY ? a->away[i] : a->keys[i];
+        a->lens[1] = a->op.state == ALL_AWAY ? a->away_len[i] : a->klens[i];
         *argv = a->argv;
         *lens = a->lens;
         return 2;
@@ -259,7 +252,7 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
 }
 
 /* One SCAN reply: the next cursor and the keys to DEL ("DEL" first). */
-static void scan_reply(all_op *a, const redisReply *r)
+static void all_scan_reply(all_op *a, const redisReply *r)
 {
     const redisReply *keys;
 
@@ -274,7 +267,7 @@ static void scan_reply(all_op *a, const redisReply *r)
     }
     memcpy(a->cursor, r->element[0]->str, r->element[0]->len + 1);
     keys = r->element[1];
-    free_keys(a);
+    all_free_keys(a);
     a->keys = malloc((keys->elements + 1) * sizeof *a->keys);
     a->klens = malloc((keys->elements + 1) * sizeof *a->klens);
     if (!a->keys || !a->klens) {
@@ -311,16 +304,17 @@ static void all_reply(void *arg, size_t i, const redisReply *r)
     const char *me, *start, *end;
 
     switch (a->op.state) {
-    case A_SCAN:
-        scan_reply(a, r);
+    case ALL_SCAN:
+        all_scan_reply(a, r);
         return;
-    case A_DROP:
-    case A_AWAY:
+    case ALL_DROP:
+    case ALL_AWAY:
         if (r->type == REDIS_REPLY_INTEGER) {
             a->count += (uint64_t)r->integer;
-        } else if (a->op.state == A_DROP && a->op.c->topo.cluster && r->type == REDIS_REPLY_ERROR &&
+        } else if (a->op.state == ALL_DROP && a->op.c->topo.cluster &&
+                   r->type == REDIS_REPLY_ERROR &&
                    (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0)) {
-            if (keep_away(a, a->keys[i + 1], a->klens[i + 1]) != FEED_OK)
+            if (all_keep_away(a, a->keys[i + 1], a->klens[i + 1]) != FEED_OK)
                 a->nomem = 1;
         } else if (!a->bad) {
             a->op.c->stats.redis_errors++;
@@ -329,7 +323,7 @@ static void all_reply(void *arg, size_t i, const redisReply *r)
                       r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         }
         return;
-    default:        /* A_SETTLE: CLUSTER NODES */
+    default:        /* ALL_SETTLE: CLUSTER NODES */
         if (r->type != REDIS_REPLY_STRING || (me = strstr(r->str, "myself")) == NULL) {
             if (!a->bad) {
                 feed_node *n = a->op.c->topo.nodes[a->targets[i]];
@@ -363,23 +357,21 @@ static enum feed_want all_done(all_op *a, int rc)
     if (a->dropped)
         *a->dropped = a->count;
     a->op.rc = rc;
-    a->op.state = A_DONE;
+    a->op.state = ALL_DONE;
     return FEED_W_DONE;
 }
 
-/* The next primary to walk, from node a->node on; or the keys that moved. */
-static enum feed_want next_node(all_op *a)
+/* The next primary to walk, primary[a->node]; or the keys that moved. */
+static enum feed_want all_next_node(all_op *a)
 {
-    while (a->node < a->nprimary && !a->primary[a->node])
-        a->node++;
     if (a->node < a->nprimary) {
         strcpy(a->cursor, "0");
-        return all_ask(a, A_SCAN, 1, FEED_B_NODE);
+        return all_ask(a, ALL_SCAN, 1, FEED_B_NODE);
     }
-    return all_ask(a, A_AWAY, a->naway, FEED_B_EACH);
+    return all_ask(a, ALL_AWAY, a->naway, FEED_B_EACH);
 }
 
-static int failed_here(all_op *a)
+static int all_failed(all_op *a)
 {
     feed_core *c = a->op.c;
 
@@ -404,73 +396,63 @@ static enum feed_want all_step(feed_op *op, int64_t now)
     int rc;
 
     (void)now;
-    if (op->state != A_MAP || a->pass > 0) {    /* the answer to the last batch */
-        if ((rc = failed_here(a)) != FEED_OK)
+    if (op->state != ALL_MAP || a->walk > 0) {  /* the answer to the last batch */
+        if ((rc = all_failed(a)) != FEED_OK)
             return all_done(a, rc);
     }
     switch (op->state) {
-    case A_MAP:
-        if (a->pass == 0) {
-            a->pass = 1;
+    case ALL_MAP:
+        if (a->walk == 0) {
+            a->walk = 1;
             if (!c->topo.cluster) {
                 strcpy(a->cursor, "0");
-                return all_ask(a, A_SCAN, 1, 0);
+                return all_ask(a, ALL_SCAN, 1, 0);
             }
-            return all_ask(a, A_MAP, 0, FEED_B_MAP);
+            return all_ask(a, ALL_MAP, 0, FEED_B_MAP);
         }
         a->before = feed__map_stamp(&c->topo);
         free(a->primary);
-        if (!(a->primary = feed__map_primaries(&c->topo)))
+        if (!(a->primary = feed__map_primaries(&c->topo, &a->nprimary)))
             return all_done(a, feed__msg(op->err, FEED_ENOMEM, "out of memory for the node list"));
-        a->nprimary = c->topo.nnodes;
         a->node = 0;
-        return next_node(a);
-    case A_SCAN:
+        return all_next_node(a);
+    case ALL_SCAN:
         if (a->nkeys <= 1)
             goto page_dropped;
-        return all_ask(a, A_DROP, c->topo.cluster ? a->nkeys - 1 : 1,
+        return all_ask(a, ALL_DROP, c->topo.cluster ? a->nkeys - 1 : 1,
                        c->topo.cluster ? FEED_B_NODE : 0);
-    case A_DROP:
+    case ALL_DROP:
     page_dropped:
         if (strcmp(a->cursor, "0") != 0)
-            return all_ask(a, A_SCAN, 1, c->topo.cluster ? FEED_B_NODE : 0);
+            return all_ask(a, ALL_SCAN, 1, c->topo.cluster ? FEED_B_NODE : 0);
         if (!c->topo.cluster)
             return all_done(a, FEED_OK);
         if (c->test_after_node_scan)
-            c->test_after_node_scan(c->handle, c->topo.nodes[a->node]->addr.port, c->test_arg);
+            c->test_after_node_scan(c->handle, c->topo.nodes[a->primary[a->node]]->addr.port,
+                                    c->test_arg);
         a->node++;
-        return next_node(a);
-    case A_AWAY:
-        free_away(a);
-        return all_ask(a, A_SETTLE_MAP, 0, FEED_B_MAP);
-    case A_SETTLE_MAP: {
-        unsigned char *now_primary = feed__map_primaries(&c->topo);
+        return all_next_node(a);
+    case ALL_AWAY:
+        all_free_away(a);
+        return all_ask(a, ALL_SETTLE_MAP, 0, FEED_B_MAP);
+    case ALL_SETTLE_MAP:
         a->after = feed__map_stamp(&c->topo);
         free(a->targets);
-        a->targets = malloc((c->topo.nnodes + 1) * sizeof *a->targets);
-        if (!now_primary || !a->targets) {
-            free(now_primary);
+        if (!(a->targets = feed__map_primaries(&c->topo, &a->ntargets)))
             return all_done(a, feed__msg(op->err, FEED_ENOMEM, "out of memory for the node list"));
-        }
-        a->ntargets = 0;
-        for (size_t k = 0; k < c->topo.nnodes; k++)
-            if (now_primary[k])
-                a->targets[a->ntargets++] = (int)k;
-        free(now_primary);
         a->moving = 0;
-        return all_ask(a, A_SETTLE, a->ntargets, FEED_B_NODE);
-    }
-    case A_SETTLE:
+        return all_ask(a, ALL_SETTLE, a->ntargets, FEED_B_NODE);
+    case ALL_SETTLE:
         if (a->before == a->after && !a->moving)
             return all_done(a, FEED_OK);
-        if (a->pass == MAX_PASSES) {
+        if (a->walk == MAX_WALKS) {
             c->stats.redis_errors++;
             return all_done(a, feed__msg(op->err, FEED_EREDIS, "Redis Cluster: slots moved "
                                          "during each of %d scans of every primary "
-                                         "(resharding or failover); call again", MAX_PASSES));
+                                         "(resharding or failover); call again", MAX_WALKS));
         }
-        a->pass++;
-        return all_ask(a, A_MAP, 0, FEED_B_MAP);
+        a->walk++;
+        return all_ask(a, ALL_MAP, 0, FEED_B_MAP);
     default:
         return FEED_W_DONE;
     }
@@ -480,8 +462,8 @@ static void all_free(feed_op *op)
 {
     all_op *a = (all_op *)op;
 
-    free_keys(a);
-    free_away(a);
+    all_free_keys(a);
+    all_free_away(a);
     free(a->away);
     free(a->away_len);
     free(a->primary);
@@ -494,7 +476,7 @@ static void all_free(feed_op *op)
  * must match themselves. "<escaped prefix>:2:{*" (2 is FEED_KEY_VERSION:
  * copies in another key format are never read, so they are left to their
  * TTL), or "<escaped prefix>:2:a:{*" for authors' copies (FEED_FAM_AUTHOR). */
-static char *scan_pattern(const char *prefix, int fam)
+static char *all_pattern(const char *prefix, int fam)
 {
     size_t len = strlen(prefix);
     char *pat = malloc(2 * len + sizeof ":" FEED_KEY_VERSION ":a:{*"), *p = pat;
@@ -517,7 +499,7 @@ feed_op *feed__invalidate_all_op(feed_core *c, char *err, int fam, uint64_t *dro
 {
     all_op *a = calloc(1, sizeof *a);
 
-    if (!a || !(a->pattern = scan_pattern(c->cfg.key_prefix, fam))) {
+    if (!a || !(a->pattern = all_pattern(c->cfg.key_prefix, fam))) {
         free(a);
         *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a SCAN pattern");
         return NULL;
@@ -526,7 +508,7 @@ feed_op *feed__invalidate_all_op(feed_core *c, char *err, int fam, uint64_t *dro
     a->op.err = err;
     a->op.step = all_step;
     a->op.free = all_free;
-    a->op.state = A_MAP;
+    a->op.state = ALL_MAP;
     a->dropped = dropped;
     if (dropped)
         *dropped = 0;

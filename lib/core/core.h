@@ -80,7 +80,6 @@ typedef struct feed_node {
                                    up; READY: AUTH, ROLE, scripts done */
     int        fresh;           /* no reply read since connect: a close is not retried */
     unsigned   reload;          /* scripts (1 << feed_script) a NOSCRIPT said are lost */
-    int        busy;            /* a set-up run is under way (async) */
     int64_t    attempt_ms;      /* last connect attempt */
     uint64_t   fenced_by;       /* the batch that last took a step of its fence */
     feed_fence fence;
@@ -157,7 +156,7 @@ int  feed__map_apply(feed_topo *t, int from, const redisReply *r);
 int  feed__map_candidate(feed_topo *t, int *phase, size_t *i);
 int  feed__map_owner(const feed_topo *t, unsigned slot);
 int  feed__fence_slot(const feed_topo *t, int i, unsigned slot);
-unsigned char *feed__map_primaries(const feed_topo *t);
+int *feed__map_primaries(const feed_topo *t, size_t *n);
 uint64_t feed__map_stamp(const feed_topo *t);
 
 /* config.c. The config check: NULL when feed_open may use c, else why (a
@@ -195,11 +194,11 @@ typedef struct feed_rows {
 void feed__rows_free(feed_rows *rows);
 
 /* ------------------------------------------------------------------------
- * Round trips (what the drivers carry out)
+ * Trips (what the drivers carry out)
  * ------------------------------------------------------------------------ */
 
-/* One round trip on one node's connection: n commands written in order,
- * then their n replies read in order. The driver asks for each command
+/* A trip: n commands written in order on one node's connection, then their
+ * n replies read in order. The driver asks for each command
  * with cmd (k = 0 .. n-1, once each, in order; argv valid until the next
  * call) and hands each reply to reply (in order; the reply is freed after
  * the call). Then it sets io and calls the owner's end. */
@@ -218,14 +217,21 @@ typedef struct feed_trip {
     char    why[160];           /* what failed, for messages */
 } feed_trip;
 
-/* A node's set-up, one run of it (setup.c): what the driver must do next. */
+/* The set-up machine (setup.c): a node made ready to serve, step by step.
+ * Its want, what feed__setup_next asks of the driver: */
 enum feed_swant {
     FEED_S_PROBE,       /* connect to s->probe (a Sentinel), run s->trip on it, close */
-    FEED_S_CONNECT,     /* connect node s->node (s->node_ptr->addr) within redis_timeout_ms */
+    FEED_S_CONNECT,     /* connect node s->index (s->node->addr) within redis_timeout_ms */
     FEED_S_TRIP,        /* run s->trip on the node's connection */
     FEED_S_DONE         /* s->rc: FEED_OK, the node may serve; else why in s->err */
 };
 enum { FEED_SETUP_FULL, FEED_SETUP_HELLO };  /* with the fence, or the connection only */
+enum {                  /* s->said, cleared before each step */
+    FEED_SR_BAD   = 1,  /* a reply was not right (why in s->why) */
+    FEED_SR_MATCH = 2,  /* the fence key names the run_id of the server answering */
+    FEED_SR_MOVED = 4,  /* the fence key's slot is not served here (MOVED, ASK) */
+    FEED_SR_NOMEM = 8   /* no memory for the keys of a SCAN reply */
+};
 struct feed_scmd {
     int         argc;
     const char *argv[6];
@@ -240,20 +246,17 @@ typedef struct feed_setup {
                                    ASK target that owns none yet) */
     int        step;
     int        rc;
-    int64_t    deadline;        /* the fence's work per run */
+    int64_t    deadline;        /* the fence's flushing, per set-up */
     feed_addr  probe;           /* FEED_S_PROBE: the Sentinel to ask */
     size_t     sentinel;        /* the next Sentinel to ask */
     feed_addr  found;
     feed_trip  trip;
     struct feed_scmd cmds[FEED_SCRIPT_COUNT + 2];
     size_t     ncmds;
-    int        script_of[FEED_SCRIPT_COUNT];   /* ST_SCRIPTS: command k loads this script */
-    int        bad;             /* replies of the last trip that were not right */
-    int        match;           /* the fence key named this run_id */
-    int        moved;           /* the fence key's slot is not served here (MOVED, ASK) */
-    int        nomem;
+    int        script_of[FEED_SCRIPT_COUNT];   /* the scripts' step: command k loads this */
+    unsigned   said;            /* FEED_SR_*: what the last trip's replies said */
     char       cursor[24];
-    char     **keys;            /* a SCAN batch's keys, "UNLINK" first */
+    char     **keys;            /* a SCAN reply's keys, "UNLINK" first */
     size_t    *klens, nkeys;
     char       key[300], pattern[600];
     char       why[256];        /* the last trip's refusal */
@@ -292,7 +295,8 @@ typedef struct feed_batch {
     void    *arg;
     /* Command i: its argc, *argv and *lens (valid until the next call). */
     int    (*build)(void *arg, size_t i, const char ***argv, const size_t **lens);
-    /* The final reply to command i (error replies included). */
+    /* The final reply to command i (error replies included; NULL: not
+     * wanted, except for FEED_B_NODE). */
     void   (*reply)(void *arg, size_t i, const redisReply *r);
     /* FEED_B_NODE: the node of command i; and why command i got no reply
      * (NULL: not wanted). */
@@ -300,8 +304,10 @@ typedef struct feed_batch {
     void   (*lost)(void *arg, size_t i, const char *why);
 } feed_batch;
 
+/* The exchange machine: one batch carried to its end, pass after pass. Its
+ * want, what feed__xchg_next asks of the driver: */
 enum feed_xwant {
-    FEED_X_REPAIR,      /* run the repairs first (feed__repair_*), then call again */
+    FEED_X_REPAIR,      /* run the repairs first (feed__repair_op), then call again */
     FEED_X_SETUP,       /* set node x->setup_node up (kind x->setup_kind), then
                            feed__xchg_setup_done */
     FEED_X_PASS,        /* run x->trips[0 .. x->ntrips) (write all, then read all),
@@ -326,11 +332,31 @@ typedef struct feed_xtrip {
     int       *map;             /* command k: batch index, or FEED_XK_* */
     int        small[8];
     size_t     applied;         /* commands answered for good (WAIT) */
-    int        checked;         /* a WAIT or ROLE rides at the end */
     int        was_fresh;       /* its connection had answered nothing before */
     int        map_small;       /* map is small */
 } feed_xtrip;
 
+/* The retry machine's state besides x->state. x->pass: what the replies of
+ * this pass asked for (judged by feed__xchg_pass_done, cleared when the
+ * next pass is routed). */
+enum {
+    FEED_XP_MOVED    = 1,   /* MOVED: the slot map was old; send again */
+    FEED_XP_ASK      = 2,   /* ASK: ASKING and the command at the target, next pass */
+    FEED_XP_TRYAGAIN = 4,   /* TRYAGAIN, CLUSTERDOWN, LOADING: back off, send again */
+    FEED_XP_NOSCRIPT = 8,   /* a node lost scripts: set it up again, send again once */
+    FEED_XP_DEMOTED  = 16,  /* READONLY: the primary was demoted; ask the Sentinels */
+    FEED_XP_SHORT    = 32,  /* WAIT or ROLE: too few replicas; the batch fails */
+    FEED_XP_FAILED   = 64   /* a trip failed (why on the request); the batch fails */
+};
+/* x->met: what the batch met, kept to its end. */
+enum {
+    FEED_XM_REFUSED  = 1,   /* FEED_B_EACH: an error reply (the first one's message kept) */
+    FEED_XM_RELOADED = 2    /* sent again after a NOSCRIPT: a second one fails */
+};
+/* x->peer: a connection that had worked, closed by its peer (a restart), is
+ * tried once more per batch on a fresh one. NONE: no such close yet; DUE:
+ * the next pass goes on a fresh one; SPENT: it went, another close fails. */
+enum feed_xpeer { FEED_XPEER_NONE, FEED_XPEER_DUE, FEED_XPEER_SPENT };
 typedef struct feed_xchg {
     feed_core        *c;
     const feed_batch *b;
@@ -338,8 +364,10 @@ typedef struct feed_xchg {
     int               state;
     int               rc;
     int64_t           deadline;
-    int               tries, redirects, reloaded, peer_retried, first_error;
-    int               moved, ask, tryagain, noscript, demoted, wait_short, io_failed;
+    int               tries;        /* back-offs so far */
+    int               redirects;    /* MOVED or ASK followed since the last back-off */
+    unsigned          pass, met;    /* FEED_XP_*, FEED_XM_* */
+    enum feed_xpeer   peer;
     feed_xcmd        *cmds;
     feed_xtrip       *trips;
     size_t            ntrips, trips_cap;
@@ -380,7 +408,7 @@ void feed__xchg_end(feed_xchg *x);      /* free what it holds; any state */
 #define FEED_REPAIR_MAX 65536
 int  feed__repair_remember(const feed_core *c, int fam, int64_t owner);
 int  feed__repairs_pending(const feed_core *c);
-void feed__redis_forget_repairs(void);   /* tests only */
+void feed__repair_forget(void);   /* tests only */
 uint64_t feed__store_of(const feed_config *cfg);
 
 /* ------------------------------------------------------------------------
@@ -436,6 +464,7 @@ typedef struct feed_sqlpage {
  * Requests
  * ------------------------------------------------------------------------ */
 
+/* The request machine's want: what op->step asks of the driver. */
 enum feed_want { FEED_W_REDIS, FEED_W_SQL, FEED_W_WAKE, FEED_W_DONE };
 typedef struct feed_op feed_op;
 struct feed_op {

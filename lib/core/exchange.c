@@ -19,7 +19,7 @@
  *   pass       the commands still owed an answer, one trip per node, every
  *              node at once; a hook's trip ends with WAIT (redis_wait_replicas),
  *              a read's under Sentinel with ROLE (its answer is used only while
- *              the node still has its replicas attached: judge_role);
+ *              the node still has its replicas attached: xchg_judge_role);
  *   replies    final, or: MOVED (the map is old: refresh it, send again),
  *              ASK (migrating: ASKING + the command at the target, once),
  *              TRYAGAIN / CLUSTERDOWN / LOADING (back off: a wake-up, never a
@@ -47,30 +47,32 @@
 /* MOVED or ASK followed per batch (between two waits) before giving up. */
 #define MAX_REDIRECTS 5
 
-enum { XS_START, XS_ROUTE, XS_MAP, XS_MAP_SETUP, XS_MAP_ASK, XS_PASS, XS_WAKE, XS_CONNECT,
-       XS_DONE };
+/* x->state. The rest of the retry machine's state, x->pass, x->met and
+ * x->peer, is named in core.h (FEED_XP_*, FEED_XM_*, feed_xpeer). */
+enum { XCHG_START, XCHG_ROUTE, XCHG_MAP, XCHG_MAP_SETUP, XCHG_MAP_ASK, XCHG_PASS, XCHG_WAKE,
+       XCHG_CONNECT, XCHG_DONE };
 
-static int is_cluster(const feed_xchg *x)
+static int xchg_cluster(const feed_xchg *x)
 {
     return x->c->topo.cluster;
 }
 
-static feed_node *node_at(const feed_xchg *x, int i)
+static feed_node *xchg_node(const feed_xchg *x, int i)
 {
     return x->c->topo.nodes[i];
 }
 
-static enum feed_xwant done(feed_xchg *x, int rc)
+static enum feed_xwant xchg_done(feed_xchg *x, int rc)
 {
     x->rc = rc;
-    x->state = XS_DONE;
+    x->state = XCHG_DONE;
     return FEED_X_DONE;
 }
 
 /* The batch fails: why on the request. On a cluster the words name it. */
-static enum feed_xwant give_up(feed_xchg *x, const char *fmt, ...)
+static enum feed_xwant xchg_give_up(feed_xchg *x, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static enum feed_xwant give_up(feed_xchg *x, const char *fmt, ...)
+static enum feed_xwant xchg_give_up(feed_xchg *x, const char *fmt, ...)
 {
     char why[FEED_ERRMSG];
     va_list ap;
@@ -79,11 +81,11 @@ static enum feed_xwant give_up(feed_xchg *x, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     x->c->stats.redis_errors++;
-    if (is_cluster(x))
+    if (xchg_cluster(x))
         feed__msg(x->err, FEED_EREDIS, "Redis Cluster: %s", why);
     else
         feed__msg(x->err, FEED_EREDIS, "%s", why);
-    return done(x, FEED_EREDIS);
+    return xchg_done(x, FEED_EREDIS);
 }
 
 void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err, int64_t now)
@@ -104,7 +106,7 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
                                                             : calloc(b->n, sizeof *x->cmds);
     if (!x->cmds) {
         feed__msg(err, FEED_ENOMEM, "out of memory for a pipeline of %zu", b->n);
-        done(x, FEED_ENOMEM);
+        xchg_done(x, FEED_ENOMEM);
         return;
     }
     for (size_t i = 0; i < b->n; i++)
@@ -118,10 +120,10 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
         }
     }
     x->map_fail_rc = FEED_EUNAVAILABLE;
-    x->state = b->n == 0 && !(b->flags & FEED_B_MAP) ? XS_DONE : XS_START;
+    x->state = b->n == 0 && !(b->flags & FEED_B_MAP) ? XCHG_DONE : XCHG_START;
 }
 
-static void free_trips(feed_xchg *x)
+static void xchg_free_trips(feed_xchg *x)
 {
     for (size_t t = 0; t < x->ntrips; t++)
         if (x->trips[t].map != x->trips[t].small)
@@ -131,7 +133,7 @@ static void free_trips(feed_xchg *x)
 
 void feed__xchg_end(feed_xchg *x)
 {
-    free_trips(x);
+    xchg_free_trips(x);
     if (x->trips != &x->one_trip)
         free(x->trips);
     x->trips = NULL;
@@ -142,7 +144,7 @@ void feed__xchg_end(feed_xchg *x)
 
 /* ---- Trips: what goes on the wire, what comes back --------------------- */
 
-static int check_kind(const feed_xchg *x)
+static int xchg_check_kind(const feed_xchg *x)
 {
     const feed_config *cfg = &x->c->cfg;
 
@@ -150,12 +152,12 @@ static int check_kind(const feed_xchg *x)
         return 0;
     if (x->b->flags & FEED_B_HOOK)
         return FEED_XK_WAIT;
-    return !is_cluster(x) && cfg->redis_sentinels ? FEED_XK_ROLE : 0;
+    return !xchg_cluster(x) && cfg->redis_sentinels ? FEED_XK_ROLE : 0;
 }
 
 /* The batch's name in messages: its first command, or its script. Only
  * a message needs it: built again then. */
-static const char *what(feed_xchg *x)
+static const char *xchg_what(feed_xchg *x)
 {
     const char **argv;
     const size_t *lens;
@@ -173,7 +175,7 @@ static const char *what(feed_xchg *x)
     return x->what;
 }
 
-static int trip_cmd(void *arg, size_t k, const char ***argv, const size_t **lens)
+static int xchg_trip_cmd(void *arg, size_t k, const char ***argv, const size_t **lens)
 {
     static const char *asking[1] = { "ASKING" }, *role[1] = { "ROLE" },
                       *slots[2] = { "CLUSTER", "SLOTS" };
@@ -210,7 +212,7 @@ static int trip_cmd(void *arg, size_t k, const char ***argv, const size_t **lens
 }
 
 /* WAIT's answer: enough replicas hold what this trip applied? */
-static void judge_wait(feed_xchg *x, const redisReply *r)
+static void xchg_judge_wait(feed_xchg *x, const redisReply *r)
 {
     const feed_config *cfg = &x->c->cfg;
 
@@ -218,7 +220,7 @@ static void judge_wait(feed_xchg *x, const redisReply *r)
         return;
     x->c->stats.wait_failures++;
     x->c->stats.redis_errors++;
-    x->wait_short = 1;
+    x->pass |= FEED_XP_SHORT;
     if (r->type == REDIS_REPLY_INTEGER)
         feed__msg(x->err, FEED_EREDIS, "Redis WAIT: %lld of %u replicas acknowledged the write "
                   "within %u ms", r->integer, cfg->redis_wait_replicas,
@@ -236,7 +238,7 @@ static void judge_wait(feed_xchg *x, const redisReply *r)
  * otherwise go on serving the old primary's copies, which miss the writes
  * made on the new one. A primary answers ["master", offset, [[ip, port,
  * offset], ...]]. */
-static void judge_role(feed_xchg *x, const redisReply *r)
+static void xchg_judge_role(feed_xchg *x, const redisReply *r)
 {
     const feed_config *cfg = &x->c->cfg;
     size_t have = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
@@ -247,23 +249,18 @@ static void judge_role(feed_xchg *x, const redisReply *r)
     if (have >= cfg->redis_wait_replicas)
         return;
     x->c->stats.redis_errors++;
-    x->wait_short = 1;
+    x->pass |= FEED_XP_SHORT;
     feed__msg(x->err, FEED_EREDIS, "Redis primary has %zu of %u replicas attached: it may have "
               "been replaced; the Sentinels are asked again in retry_ms", have,
               cfg->redis_wait_replicas);
 }
 
-static void note_why(feed_xchg *x, const redisReply *r)
-{
-    snprintf(x->why, sizeof x->why, "%s", r->str);
-}
-
 /* One reply of a batch command: final, or what the next pass needs. */
-static void command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisReply *r)
+static void xchg_command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisReply *r)
 {
     const feed_batch *b = x->b;
     feed_topo *topo = &x->c->topo;
-    feed_node *n = node_at(x, t->trip.node);
+    feed_node *n = xchg_node(x, t->trip.node);
     enum feed_verdict v = FEED_V_DONE;
     feed_addr to;
     int k;
@@ -273,7 +270,7 @@ static void command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisRepl
         b->reply(b->arg, i, r);
         return;
     }
-    if (is_cluster(x))
+    if (xchg_cluster(x))
         v = feed__classify(r, n->addr.host, &to);
     else if (feed__is_noscript(r))
         v = FEED_V_NOSCRIPT;
@@ -282,24 +279,25 @@ static void command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisRepl
         x->cmds[i].done = 1;
         t->applied++;
         if (r->type == REDIS_REPLY_ERROR) {
-            x->demoted |= !is_cluster(x) && feed__is_readonly(r);
+            x->pass |= !xchg_cluster(x) && feed__is_readonly(r) ? FEED_XP_DEMOTED : 0;
             if (b->flags & FEED_B_EACH) {
-                if (!x->first_error) {
+                if (!(x->met & FEED_XM_REFUSED)) {
                     x->c->stats.redis_errors++;
-                    if (is_cluster(x))
+                    if (xchg_cluster(x))
                         feed__msg(x->err, FEED_EREDIS, "Redis: %s", r->str);
                     else
-                        feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", what(x), r->str);
-                    x->first_error = 1;
+                        feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", xchg_what(x), r->str);
+                    x->met |= FEED_XM_REFUSED;
                 }
                 return;
             }
         }
-        b->reply(b->arg, i, r);
+        if (b->reply)
+            b->reply(b->arg, i, r);
         return;
     case FEED_V_MOVED:
         k = feed__node_index(topo, &to);
-        x->moved = 1;
+        x->pass |= FEED_XP_MOVED;
         if (k >= 0) {
             topo->owner[x->cmds[i].slot] = (uint16_t)(k + 1);   /* until the refresh says more */
             topo->nodes[k]->fence.state = FEED_FENCE_UNKNOWN;  /* it gained a slot */
@@ -308,17 +306,17 @@ static void command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisRepl
         break;
     case FEED_V_ASK:
         k = feed__node_index(topo, &to);
-        x->ask = 1;
+        x->pass |= FEED_XP_ASK;
         x->cmds[i].ask = k >= 0 ? k + 1 : 0;
         break;
     case FEED_V_TRYAGAIN:
-        x->tryagain = 1;
+        x->pass |= FEED_XP_TRYAGAIN;
         break;
     case FEED_V_NOSCRIPT: {     /* which script: the command's SHA says */
         const char **argv;
         const size_t *lens;
         int argc = b->build(b->arg, i, &argv, &lens);
-        x->noscript = 1;
+        x->pass |= FEED_XP_NOSCRIPT;
         for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
             if (argc > 1 && strncmp(argv[1], x->c->sha[s], 40) == 0)
                 n->reload |= 1u << s;
@@ -327,10 +325,10 @@ static void command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisRepl
         break;
     }
     }
-    note_why(x, r);
+    snprintf(x->why, sizeof x->why, "%s", r->str);
 }
 
-static void trip_reply(void *arg, size_t k, const redisReply *r)
+static void xchg_trip_reply(void *arg, size_t k, const redisReply *r)
 {
     feed_xtrip *t = arg;
     feed_xchg *x = t->x;
@@ -349,33 +347,29 @@ static void trip_reply(void *arg, size_t k, const redisReply *r)
          * TRYAGAIN: nothing applied here) gives WAIT's answer no meaning; a
          * demoted node even refuses it. */
         if (t->applied > 0)
-            judge_wait(x, r);
+            xchg_judge_wait(x, r);
         return;
     case FEED_XK_ROLE:
-        judge_role(x, r);
+        xchg_judge_role(x, r);
         return;
     default:
-        command_reply(x, t, (size_t)t->map[k], r);
+        xchg_command_reply(x, t, (size_t)t->map[k], r);
     }
 }
 
 /* A new trip to node `node` in this pass. */
-static feed_xtrip *trip_new(feed_xchg *x, int node, size_t most)
+static feed_xtrip *xchg_trip_new(feed_xchg *x, int node, size_t most)
 {
     feed_xtrip *t;
 
     if (x->ntrips == x->trips_cap) {
-        size_t cap = x->trips_cap ? 2 * x->trips_cap : 4;
-        feed_xtrip *bigger;
-        if (x->trips == &x->one_trip || !x->trips) {
-            bigger = malloc(cap * sizeof *bigger);
-            if (bigger && x->ntrips)
-                memcpy(bigger, x->trips, x->ntrips * sizeof *bigger);
-        } else {
-            bigger = realloc(x->trips, cap * sizeof *bigger);
-        }
+        size_t cap = 2 * x->trips_cap;
+        feed_xtrip *bigger = x->trips == &x->one_trip ? malloc(cap * sizeof *bigger)
+                                                       : realloc(x->trips, cap * sizeof *bigger);
         if (!bigger)
             return NULL;
+        if (x->trips == &x->one_trip)
+            memcpy(bigger, x->trips, x->ntrips * sizeof *bigger);
         x->trips = bigger;
         x->trips_cap = cap;
         for (size_t k = 0; k < x->ntrips; k++) {   /* they moved: point at their places */
@@ -390,7 +384,6 @@ static feed_xtrip *trip_new(feed_xchg *x, int node, size_t most)
     t->trip.got = 0;
     t->trip.why[0] = '\0';
     t->applied = 0;
-    t->checked = 0;
     t->x = x;
     t->map_small = most <= sizeof t->small / sizeof t->small[0];
     t->map = t->map_small ? t->small : malloc(most * sizeof *t->map);
@@ -398,18 +391,41 @@ static feed_xtrip *trip_new(feed_xchg *x, int node, size_t most)
         return NULL;
     t->trip.node = node;
     t->trip.arg = t;
-    t->trip.cmd = trip_cmd;
-    t->trip.reply = trip_reply;
-    t->was_fresh = node_at(x, node)->fresh;
+    t->trip.cmd = xchg_trip_cmd;
+    t->trip.reply = xchg_trip_reply;
+    t->was_fresh = xchg_node(x, node)->fresh;
     x->ntrips++;
     return t;
 }
 
 /* ---- Routing ----------------------------------------------------------- */
 
+/* Node `node` must be set up (kind FEED_SETUP_*) before the batch goes on
+ * in state `state`. */
+static enum feed_xwant xchg_setup(feed_xchg *x, int node, int kind, unsigned slot, int state)
+{
+    x->setup_node = node;
+    x->setup_kind = kind;
+    x->setup_slot = slot;
+    x->state = state;
+    return FEED_X_SETUP;
+}
+
+/* FEED_B_NODE: the commands of node `node` get no reply (why), the rest go on. */
+static void xchg_lose(feed_xchg *x, int node, const char *why)
+{
+    for (size_t i = 0; i < x->b->n; i++) {
+        if (!x->cmds[i].done && x->cmds[i].node == node) {
+            x->cmds[i].done = 1;
+            if (x->b->lost)
+                x->b->lost(x->b->arg, i, why);
+        }
+    }
+}
+
 /* The node command i goes to this pass; -1: the slot map must be asked
  * first (state set), -2: no node (the batch fails). */
-static int target(feed_xchg *x, size_t i, int64_t now)
+static int xchg_target(feed_xchg *x, size_t i, int64_t now)
 {
     feed_topo *topo = &x->c->topo;
     unsigned slot = x->cmds[i].slot;
@@ -418,13 +434,13 @@ static int target(feed_xchg *x, size_t i, int64_t now)
         return x->b->node_of(x->b->arg, i);
     if (x->cmds[i].ask)
         return x->cmds[i].ask - 1;
-    if (!is_cluster(x))
+    if (!xchg_cluster(x))
         return 0;
     if ((topo->stale || !topo->owner[slot]) && now - topo->map_ms >= REFRESH_MIN_MS) {
         topo->map_ms = now;
         x->map_phase = 0;
         x->map_i = 0;
-        x->state = XS_MAP;
+        x->state = XCHG_MAP;
         return -1;
     }
     if (!topo->owner[slot])
@@ -437,7 +453,7 @@ static int target(feed_xchg *x, size_t i, int64_t now)
  * yet known to be ours: then every batch, hooks too, first takes a step of
  * the fence (setup.c), once per batch. Walks over the nodes (SCAN, PING)
  * only need the connection. */
-static int needs_setup(const feed_xchg *x, const feed_node *n)
+static int xchg_needs_setup(const feed_xchg *x, const feed_node *n)
 {
     if (n->state != FEED_NODE_READY || n->reload)
         return 1;
@@ -447,7 +463,7 @@ static int needs_setup(const feed_xchg *x, const feed_node *n)
 
 /* May node n serve this batch now? Its fence cleared, or being cleared and
  * the batch a hook. */
-static int usable(const feed_xchg *x, const feed_node *n)
+static int xchg_usable(const feed_xchg *x, const feed_node *n)
 {
     return !x->c->cfg.redis_restart_fence || n->fence.state == FEED_FENCE_TRUSTED ||
            (x->b->flags & (FEED_B_HOOK | FEED_B_NODE));
@@ -456,35 +472,33 @@ static int usable(const feed_xchg *x, const feed_node *n)
 /* Route every command still owed an answer; each node it names must be
  * usable. FEED_X_SETUP for the first that is not, FEED_X_PASS once the
  * trips are built. */
-static enum feed_xwant route(feed_xchg *x, int64_t now)
+static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
 {
     const feed_batch *b = x->b;
-    int check = check_kind(x);
+    int check = xchg_check_kind(x);
 
-    free_trips(x);
+    xchg_free_trips(x);
     for (size_t i = 0; i < b->n; i++) {
+        feed_node *n;
         int node;
         if (x->cmds[i].done)
             continue;
-        if ((node = target(x, i, now)) == -1)
+        if ((node = xchg_target(x, i, now)) == -1)
             return feed__xchg_next(x, now);         /* ask for the map first */
         if (node == -2) {
             if (x->map_why[0])
-                return give_up(x, "%s", x->map_why);
-            return give_up(x, "no node serves slot %u", x->cmds[i].slot);
+                return xchg_give_up(x, "%s", x->map_why);
+            return xchg_give_up(x, "no node serves slot %u", x->cmds[i].slot);
         }
         x->cmds[i].node = node;
-        if (!needs_setup(x, node_at(x, node)) && !usable(x, node_at(x, node)))
-            return done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
-                                     "restart or failover: its cached copies are being "
-                                     "dropped", node_at(x, node)->addr.host,
-                                     node_at(x, node)->addr.port));
-        if (needs_setup(x, node_at(x, node))) {
-            x->setup_node = node;
-            x->setup_kind = b->flags & FEED_B_NODE ? FEED_SETUP_HELLO : FEED_SETUP_FULL;
-            x->setup_slot = x->cmds[i].slot;
-            return FEED_X_SETUP;
-        }
+        n = xchg_node(x, node);
+        if (!xchg_needs_setup(x, n) && !xchg_usable(x, n))
+            return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
+                                          "restart or failover: its cached copies are being "
+                                          "dropped", n->addr.host, n->addr.port));
+        if (xchg_needs_setup(x, n))
+            return xchg_setup(x, node, b->flags & FEED_B_NODE ? FEED_SETUP_HELLO
+                              : FEED_SETUP_FULL, x->cmds[i].slot, x->state);
     }
     /* One trip per node, its commands in batch order: ASKING before each
      * one redirected by ASK, and the check at the end. */
@@ -495,64 +509,57 @@ static enum feed_xwant route(feed_xchg *x, int64_t now)
         for (size_t k = 0; k < x->ntrips; k++)
             if (x->trips[k].trip.node == x->cmds[i].node)
                 t = &x->trips[k];
-        if (!t && !(t = trip_new(x, x->cmds[i].node, 2 * b->n + 1)))
-            return done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for a pipeline of "
-                                     "%zu", b->n));
+        if (!t && !(t = xchg_trip_new(x, x->cmds[i].node, 2 * b->n + 1)))
+            return xchg_done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for a "
+                                          "pipeline of %zu", b->n));
         if (x->cmds[i].ask)
             t->map[t->trip.n++] = FEED_XK_ASKING;
         t->map[t->trip.n++] = (int)i;
     }
     for (size_t k = 0; k < x->ntrips; k++) {
-        if (check) {
+        if (check)
             x->trips[k].map[x->trips[k].trip.n++] = check;
-            x->trips[k].checked = 1;
-        }
         x->c->stats.redis_calls++;
     }
-    x->moved = x->ask = x->tryagain = x->noscript = x->demoted = 0;
-    x->state = XS_PASS;
+    x->pass = 0;
+    x->state = XCHG_PASS;
     return FEED_X_PASS;
 }
 
 /* ---- The slot map ------------------------------------------------------ */
 
 /* Ask node x->map_node for CLUSTER SLOTS. */
-static enum feed_xwant map_ask(feed_xchg *x)
+static enum feed_xwant xchg_map_ask(feed_xchg *x)
 {
     feed_xtrip *t;
 
-    free_trips(x);
-    if (!(t = trip_new(x, x->map_node, 1)))
-        return done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for the slot map"));
+    xchg_free_trips(x);
+    if (!(t = xchg_trip_new(x, x->map_node, 1)))
+        return xchg_done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for the slot map"));
     t->map[t->trip.n++] = FEED_XK_SLOTS;
     x->map_rc = FEED_EREDIS;
     x->c->stats.redis_calls++;
-    x->state = XS_MAP_ASK;
+    x->state = XCHG_MAP_ASK;
     return FEED_X_PASS;
 }
 
-static enum feed_xwant map_next(feed_xchg *x, int64_t now)
+static enum feed_xwant xchg_map_next(feed_xchg *x, int64_t now)
 {
     int node = feed__map_candidate(&x->c->topo, &x->map_phase, &x->map_i);
 
     if (node < 0) {                 /* nobody answered: route with what we have */
         if (x->b->flags & FEED_B_MAP) {
             x->c->stats.redis_errors++;
-            return done(x, feed__msg(x->err, x->map_fail_rc, "Redis Cluster: %s",
-                                     x->map_why[0] ? x->map_why : "no node answers"));
+            return xchg_done(x, feed__msg(x->err, x->map_fail_rc, "Redis Cluster: %s",
+                                          x->map_why[0] ? x->map_why : "no node answers"));
         }
-        x->state = XS_ROUTE;
-        return route(x, now);
+        x->state = XCHG_ROUTE;
+        return xchg_route(x, now);
     }
     x->map_node = node;
-    if (node_at(x, node)->state != FEED_NODE_READY || node_at(x, node)->reload) {
-        x->setup_node = node;
-        x->setup_kind = FEED_SETUP_HELLO;
-        x->setup_slot = 0;
-        x->state = XS_MAP_SETUP;
-        return FEED_X_SETUP;
-    }
-    return map_ask(x);
+    if (xchg_node(x, node)->state != FEED_NODE_READY || xchg_node(x, node)->reload)
+        return xchg_setup(x, node, FEED_SETUP_HELLO, 0, XCHG_MAP_SETUP);
+    return xchg_map_ask(x);
 }
 
 /* ---- The machine ------------------------------------------------------- */
@@ -560,223 +567,208 @@ static enum feed_xwant map_next(feed_xchg *x, int64_t now)
 enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
 {
     switch (x->state) {
-    case XS_START:
-        if ((x->b->flags & FEED_B_MAP) && !is_cluster(x)) {    /* node 0 connected */
-            if (node_at(x, 0)->state == FEED_NODE_READY)
-                return done(x, FEED_OK);
-            x->setup_node = 0;
-            x->setup_kind = FEED_SETUP_HELLO;
-            x->setup_slot = 0;
-            x->state = XS_CONNECT;
-            return FEED_X_SETUP;
+    case XCHG_START:
+        if ((x->b->flags & FEED_B_MAP) && !xchg_cluster(x)) {    /* node 0 connected */
+            if (xchg_node(x, 0)->state == FEED_NODE_READY)
+                return xchg_done(x, FEED_OK);
+            return xchg_setup(x, 0, FEED_SETUP_HELLO, 0, XCHG_CONNECT);
         }
         if (x->b->flags & FEED_B_MAP) {     /* the slot map, asked afresh */
             x->c->topo.map_ms = now;
-            x->state = XS_MAP;
-            return map_next(x, now);
+            x->state = XCHG_MAP;
+            return xchg_map_next(x, now);
         }
-        x->state = XS_ROUTE;
+        x->state = XCHG_ROUTE;
         if (!(x->b->flags & (FEED_B_REPAIR | FEED_B_NODE)) && feed__repairs_pending(x->c))
             return FEED_X_REPAIR;
-        return route(x, now);
-    case XS_ROUTE:
-        return route(x, now);
-    case XS_MAP:
-        return map_next(x, now);
-    case XS_MAP_SETUP:              /* set up: ask it */
-        return map_ask(x);
-    case XS_WAKE:
+        return xchg_route(x, now);
+    case XCHG_ROUTE:
+        return xchg_route(x, now);
+    case XCHG_MAP:
+        return xchg_map_next(x, now);
+    case XCHG_MAP_SETUP:              /* set up: ask it */
+        return xchg_map_ask(x);
+    case XCHG_WAKE:
         if (now < x->wake_at)
             return FEED_X_WAKE;
-        x->state = XS_ROUTE;
-        return route(x, now);
-    case XS_DONE:
+        x->state = XCHG_ROUTE;
+        return xchg_route(x, now);
+    case XCHG_DONE:
         return FEED_X_DONE;
     default:
-        return done(x, feed__msg(x->err, FEED_EREDIS, "Redis: exchange misused"));
+        return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis: exchange misused"));
     }
 }
 
 void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
 {
     (void)now;
-    if (x->state == XS_CONNECT) {       /* feed_open's connect: the set-up's word */
+    if (x->state == XCHG_CONNECT) {       /* feed_open's connect: the set-up's word */
         if (rc != FEED_OK)
             feed__msg(x->err, rc, "%s", why);
-        done(x, rc);
+        xchg_done(x, rc);
         return;
     }
     if (rc == FEED_ENOMEM) {
-        done(x, feed__msg(x->err, FEED_ENOMEM, "%s", why));
+        xchg_done(x, feed__msg(x->err, FEED_ENOMEM, "%s", why));
         return;
     }
-    if (x->state == XS_MAP_SETUP) {
+    if (x->state == XCHG_MAP_SETUP) {
         if (rc != FEED_OK) {        /* the next candidate */
             snprintf(x->map_why, sizeof x->map_why, "%s", why);
             if (rc == FEED_EREDIS)
                 x->map_fail_rc = FEED_EREDIS;   /* answered and refused */
-            x->state = XS_MAP;
+            x->state = XCHG_MAP;
         }
         return;
     }
     if (rc == FEED_OK) {
-        node_at(x, x->setup_node)->fenced_by = x->id;   /* a fence step per batch */
+        xchg_node(x, x->setup_node)->fenced_by = x->id;   /* a fence step per batch */
         return;
     }
     if (x->b->flags & FEED_B_NODE) {    /* that node's commands are lost, not the rest */
-        for (size_t i = 0; i < x->b->n; i++) {
-            if (!x->cmds[i].done && x->cmds[i].node == x->setup_node) {
-                x->cmds[i].done = 1;
-                if (x->b->lost)
-                    x->b->lost(x->b->arg, i, why);
-            }
-        }
+        xchg_lose(x, x->setup_node, why);
         return;
     }
     /* The node is down (maybe between two reconnects): the batch fails; on
      * a cluster the map is asked again next time, a replica may have taken
      * over. */
-    if (is_cluster(x)) {
+    if (xchg_cluster(x)) {
         x->c->topo.stale = 1;
-        give_up(x, "%s", why);
+        xchg_give_up(x, "%s", why);
     } else {
-        done(x, feed__msg(x->err, FEED_EREDIS, "%s", why));
+        xchg_done(x, feed__msg(x->err, FEED_EREDIS, "%s", why));
     }
 }
 
 /* A trip that failed: a connection that had worked and was closed by its
  * peer is worth one more try on a fresh one (nothing of the trip answered:
  * no command ran twice, and no WAIT is lost); anything else fails the
- * batch. The driver closes every DOWN node's connection. */
-static void trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
+ * batch, or on a walk over the nodes (FEED_B_NODE) loses that node's
+ * commands only. The driver closes every DOWN node's connection. */
+static void xchg_trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
 {
-    feed_node *n = node_at(x, t->trip.node);
+    feed_node *n = xchg_node(x, t->trip.node);
     n->state = FEED_NODE_DOWN;
-    if (is_cluster(x))
+    if (xchg_cluster(x))
         x->c->topo.stale = 1;
-    if (!t->was_fresh && !x->peer_retried && t->trip.io == FEED_IO_CLOSED && t->trip.got == 0) {
+    if (!t->was_fresh && x->peer == FEED_XPEER_NONE && t->trip.io == FEED_IO_CLOSED &&
+        t->trip.got == 0) {
         n->attempt_ms = 0;          /* the server went away under us: try now */
-        if (is_cluster(x))
+        if (xchg_cluster(x))
             x->c->topo.map_ms = 0;
-        x->peer_retried = 1;
-        return;
-    }
-    n->attempt_ms = now;
-    x->c->stats.redis_errors++;
-    if (!x->io_failed) {
-        if (is_cluster(x))
+        x->peer = FEED_XPEER_DUE;
+    } else {
+        n->attempt_ms = now;
+        x->c->stats.redis_errors++;
+        if (!(x->pass & FEED_XP_FAILED) && xchg_cluster(x))
             feed__msg(x->err, FEED_EREDIS, "Redis Cluster: Redis %s:%d: %s", n->addr.host,
                       n->addr.port, t->trip.why);
-        else
-            feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", what(x), t->trip.why);
+        else if (!(x->pass & FEED_XP_FAILED))
+            feed__msg(x->err, FEED_EREDIS, "Redis %s: %s", xchg_what(x), t->trip.why);
+        x->pass |= FEED_XP_FAILED;
     }
-    x->io_failed = 1;
+    if (x->b->flags & FEED_B_NODE) {
+        xchg_lose(x, t->trip.node, x->err);
+        x->pass &= ~(unsigned)FEED_XP_FAILED;
+    }
 }
 
-void feed__xchg_pass_done(feed_xchg *x, int64_t now)
+/* CLUSTER SLOTS answered (or not): route with the new map, or ask the next
+ * candidate. */
+static void xchg_map_read(feed_xchg *x)
 {
-    feed_config *cfg = &x->c->cfg;
-    size_t left = 0;
-    int64_t pause;
+    if (x->map_rc == FEED_OK) {
+        if (x->b->flags & FEED_B_MAP)
+            xchg_done(x, FEED_OK);
+        else
+            x->state = XCHG_ROUTE;
+    } else if (x->map_rc == FEED_ENOMEM) {
+        xchg_done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for the slot map"));
+    } else {
+        if (x->map_rc == FEED_EINVAL) {
+            feed_node *n = xchg_node(x, x->map_node);
+            x->c->stats.redis_errors++;
+            snprintf(x->map_why, sizeof x->map_why, "Redis %.64s:%d: %.150s", n->addr.host,
+                     n->addr.port, x->why);
+        } else if (x->pass & FEED_XP_FAILED) {
+            snprintf(x->map_why, sizeof x->map_why, "%s", x->err);
+        }
+        x->pass &= ~(unsigned)FEED_XP_FAILED;
+        x->state = XCHG_MAP;        /* the next candidate */
+    }
+}
 
-    for (size_t k = 0; k < x->ntrips; k++) {
-        feed_xtrip *t = &x->trips[k];
-        if (t->trip.got > 0)
-            node_at(x, t->trip.node)->fresh = 0;
-        if (t->trip.io == FEED_IO_OK)
-            continue;
-        trip_failed(x, t, now);
-        if (x->b->flags & FEED_B_NODE) {    /* that node's commands are lost, not the rest */
-            for (size_t j = 0; j < t->trip.n; j++) {
-                size_t i = (size_t)t->map[j];
-                if (t->map[j] >= 0 && !x->cmds[i].done) {
-                    x->cmds[i].done = 1;
-                    if (x->b->lost)
-                        x->b->lost(x->b->arg, i, x->err);
-                }
-            }
-            x->io_failed = 0;
-        }
+/* Does the batch end with this pass? When a trip failed, when too few
+ * replicas hold its writes, or when every command has its final reply. */
+static int xchg_pass_ends(feed_xchg *x, int64_t now)
+{
+    size_t left = 0;
+
+    if (x->pass & FEED_XP_FAILED) {
+        xchg_done(x, FEED_EREDIS);
+        return 1;
     }
-    if (x->state == XS_MAP_ASK) {
-        free_trips(x);
-        if (x->map_rc == FEED_OK) {
-            if (x->b->flags & FEED_B_MAP)
-                done(x, FEED_OK);
-            else
-                x->state = XS_ROUTE;
-        } else if (x->map_rc == FEED_ENOMEM) {
-            done(x, feed__msg(x->err, FEED_ENOMEM, "out of memory for the slot map"));
-        } else {
-            if (x->map_rc == FEED_EINVAL) {
-                feed_node *n = node_at(x, x->map_node);
-                x->c->stats.redis_errors++;
-                snprintf(x->map_why, sizeof x->map_why, "Redis %.64s:%d: %.150s", n->addr.host,
-                         n->addr.port, x->why);
-            } else if (x->io_failed) {
-                snprintf(x->map_why, sizeof x->map_why, "%s", x->err);
-            }
-            x->io_failed = 0;
-            x->state = XS_MAP;      /* the next candidate */
-        }
-        return;
-    }
-    free_trips(x);
-    if (x->io_failed) {
-        done(x, FEED_EREDIS);
-        return;
-    }
-    if (x->wait_short) {
+    if (x->pass & FEED_XP_SHORT) {
         /* Too few replicas: the batch fails. Under Sentinel the primary may
          * have been replaced: ask the Sentinels again after retry_ms (not at
          * once: with no replica at all, every call would reconnect); on a
          * cluster, ask the map again. */
-        if (is_cluster(x)) {
+        if (xchg_cluster(x)) {
             x->c->topo.stale = 1;
-        } else if (cfg->redis_sentinels) {
-            node_at(x, 0)->state = FEED_NODE_DOWN;
-            node_at(x, 0)->attempt_ms = now;
+        } else if (x->c->cfg.redis_sentinels) {
+            xchg_node(x, 0)->state = FEED_NODE_DOWN;
+            xchg_node(x, 0)->attempt_ms = now;
         }
-        done(x, FEED_EREDIS);
-        return;
+        xchg_done(x, FEED_EREDIS);
+        return 1;
     }
-    if (x->demoted) {               /* -READONLY: drop, ask the Sentinels at once */
+    if (x->pass & FEED_XP_DEMOTED) {    /* -READONLY: drop, ask the Sentinels at once */
         x->c->stats.failovers++;
-        node_at(x, 0)->state = FEED_NODE_DOWN;
-        node_at(x, 0)->attempt_ms = 0;
+        xchg_node(x, 0)->state = FEED_NODE_DOWN;
+        xchg_node(x, 0)->attempt_ms = 0;
     }
     for (size_t i = 0; i < x->b->n; i++)
         left += !x->cmds[i].done;
-    if (left == 0) {
-        done(x, x->first_error ? FEED_EREDIS : FEED_OK);
+    if (left > 0)
+        return 0;
+    xchg_done(x, x->met & FEED_XM_REFUSED ? FEED_EREDIS : FEED_OK);
+    return 1;
+}
+
+/* Commands are still owed an answer: send them again now (on a fresh
+ * connection, after a redirect, with the scripts reloaded) or after a
+ * back-off, or give up. */
+static void xchg_again(feed_xchg *x, int64_t now)
+{
+    int64_t pause;
+
+    if (x->peer == FEED_XPEER_DUE) {
+        x->peer = FEED_XPEER_SPENT;
+        x->state = XCHG_ROUTE;
         return;
     }
-    if (x->peer_retried == 1) {     /* send again on a fresh connection */
-        x->peer_retried = 2;
-        x->state = XS_ROUTE;
-        return;
-    }
-    if (x->moved || x->ask) {
+    if (x->pass & (FEED_XP_MOVED | FEED_XP_ASK)) {
         if (++x->redirects <= MAX_REDIRECTS) {
             x->c->stats.redis_redirects++;
-            x->state = XS_ROUTE;
+            x->state = XCHG_ROUTE;
             return;
         }
-        give_up(x, "too many redirects (last: %s)", x->why);
+        xchg_give_up(x, "too many redirects (last: %s)", x->why);
         return;
     }
-    if (x->noscript && !x->reloaded) {
-        x->reloaded = 1;
-        x->state = XS_ROUTE;
+    if ((x->pass & FEED_XP_NOSCRIPT) && !(x->met & FEED_XM_RELOADED)) {
+        x->met |= FEED_XM_RELOADED;
+        x->state = XCHG_ROUTE;
         return;
     }
-    if (x->noscript && !is_cluster(x)) {
-        give_up(x, "Redis %s: NOSCRIPT twice", what(x));
+    if ((x->pass & FEED_XP_NOSCRIPT) && !xchg_cluster(x)) {
+        xchg_give_up(x, "Redis %s: NOSCRIPT twice", xchg_what(x));
         return;
     }
     pause = feed__backoff_ms(++x->tries, now, x->deadline);
-    if (!x->tryagain || pause < 0) {
-        give_up(x, "%s (retried for %u ms)", x->why, cfg->redis_timeout_ms);
+    if (!(x->pass & FEED_XP_TRYAGAIN) || pause < 0) {
+        xchg_give_up(x, "%s (retried for %u ms)", x->why, x->c->cfg.redis_timeout_ms);
         return;
     }
     x->c->stats.redis_retries++;
@@ -787,5 +779,21 @@ void feed__xchg_pass_done(feed_xchg *x, int64_t now)
     if (x->c->topo.stale)
         x->c->topo.map_ms = 0;
     x->wake_at = now + pause;
-    x->state = XS_WAKE;
+    x->state = XCHG_WAKE;
+}
+
+void feed__xchg_pass_done(feed_xchg *x, int64_t now)
+{
+    for (size_t k = 0; k < x->ntrips; k++) {
+        feed_xtrip *t = &x->trips[k];
+        if (t->trip.got > 0)
+            xchg_node(x, t->trip.node)->fresh = 0;
+        if (t->trip.io != FEED_IO_OK)
+            xchg_trip_failed(x, t, now);
+    }
+    xchg_free_trips(x);
+    if (x->state == XCHG_MAP_ASK)
+        xchg_map_read(x);
+    else if (!xchg_pass_ends(x, now))
+        xchg_again(x, now);
 }

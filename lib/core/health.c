@@ -16,7 +16,7 @@
 
 #include "core/core.h"
 
-enum { HS_START, HS_PING, HS_MAPPED, HS_PRIMARIES, HS_PG, HS_DONE };
+enum { HEALTH_START, HEALTH_PING, HEALTH_MAPPED, HEALTH_PRIMARIES, HEALTH_PG, HEALTH_DONE };
 
 typedef struct health_op {
     feed_op           op;
@@ -32,8 +32,10 @@ static int health_node_of(void *arg, size_t i)
     return ((health_op *)arg)->targets[i];
 }
 
-static void first_why(health_op *h, size_t i, const char *msg)
+/* Why primary i failed, kept when it is the first (also the batch's lost). */
+static void health_first_why(void *arg, size_t i, const char *msg)
 {
+    health_op *h = arg;
     const feed_node *n = h->op.c->topo.nodes[h->targets[i]];
     char addr[sizeof n->addr.host + 8];
 
@@ -44,11 +46,6 @@ static void first_why(health_op *h, size_t i, const char *msg)
         snprintf(h->why, sizeof h->why, "%s", msg);
     else
         snprintf(h->why, sizeof h->why, "%.260s: %.240s", addr, msg);
-}
-
-static void health_lost(void *arg, size_t i, const char *why)
-{
-    first_why(arg, i, why);
 }
 
 static int health_build(void *arg, size_t i, const char ***argv, const size_t **lens)
@@ -68,7 +65,7 @@ static void health_reply(void *arg, size_t i, const redisReply *r)
     health_op *h = arg;
     int ok = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
 
-    if (h->op.state == HS_PING) {
+    if (h->op.state == HEALTH_PING) {
         h->pong = ok;
         if (!ok)
             snprintf(h->out->redis_msg, sizeof h->out->redis_msg,
@@ -80,11 +77,11 @@ static void health_reply(void *arg, size_t i, const redisReply *r)
         return;
     }
     h->op.c->stats.redis_errors++;
-    first_why(h, i, r->type == REDIS_REPLY_ERROR ? r->str : "PING: unexpected reply");
+    health_first_why(h, i, r->type == REDIS_REPLY_ERROR ? r->str : "PING: unexpected reply");
 }
 
 /* The handle's message, cut to a field of feed_health_info. */
-static void take_msg(char *dst, size_t cap, const char *msg)
+static void health_take_msg(char *dst, size_t cap, const char *msg)
 {
     size_t len = strnlen(msg, cap - 1);
 
@@ -92,14 +89,14 @@ static void take_msg(char *dst, size_t cap, const char *msg)
     dst[len] = '\0';
 }
 
-static enum feed_want ask_pg(health_op *h)
+static enum feed_want health_ask_pg(health_op *h)
 {
     /* One read of the feed table through the prepared statement every
      * page uses: a server that answers but lost the table or the rights
      * is down for feedcache. A row out of range is still an answer. */
     h->op.err[0] = '\0';
     feed__sql_ask(&h->op, FEED_SQL_TOP, FEED_PG_PRIMARY, 0, (int64_t[]){ 0, 1 }, 2);
-    h->op.state = HS_PG;
+    h->op.state = HEALTH_PG;
     return FEED_W_SQL;
 }
 
@@ -111,68 +108,60 @@ static enum feed_want health_step(feed_op *op, int64_t now)
 
     (void)now;
     switch (op->state) {
-    case HS_START:
-        op->state = HS_PING;
+    case HEALTH_START:
+        op->state = HEALTH_PING;
         op->batch = (feed_batch){ .n = 1, .slot = 0, .arg = h, .build = health_build,
                                   .reply = health_reply };
         return FEED_W_REDIS;
-    case HS_PING:
+    case HEALTH_PING:
         out->redis_up = op->redis_rc == FEED_OK && h->pong;
         if (op->redis_rc != FEED_OK)
-            take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
+            health_take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
         if (!c->topo.cluster)
-            return ask_pg(h);
-        op->state = HS_MAPPED;      /* the primaries by a map asked afresh */
+            return health_ask_pg(h);
+        op->state = HEALTH_MAPPED;      /* the primaries by a map asked afresh */
         op->batch = (feed_batch){ .n = 0, .flags = FEED_B_MAP, .arg = h };
         return FEED_W_REDIS;
-    case HS_MAPPED: {
-        unsigned char *primary = feed__map_primaries(&c->topo);
-        h->targets = malloc((c->topo.nnodes + 1) * sizeof *h->targets);
-        if (!primary || !h->targets) {
-            free(primary);
+    case HEALTH_MAPPED:
+        if (!(h->targets = feed__map_primaries(&c->topo, &h->ntargets))) {
             op->rc = feed__msg(op->err, FEED_ENOMEM, "out of memory for a health check");
-            op->state = HS_DONE;
+            op->state = HEALTH_DONE;
             return FEED_W_DONE;
         }
-        for (size_t k = 0; k < c->topo.nnodes; k++)
-            if (primary[k])
-                h->targets[h->ntargets++] = (int)k;
-        free(primary);
         if (h->ntargets == 0) {
             char why[FEED_ERRMSG];
             snprintf(why, sizeof why, "%s", out->redis_msg[0] ? out->redis_msg : op->err);
             out->redis_up = 0;
             feed__msg(op->err, FEED_EREDIS, "Redis Cluster: no primary known (%.400s)", why);
-            take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
-            return ask_pg(h);
+            health_take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
+            return health_ask_pg(h);
         }
         out->redis_msg[0] = '\0';
         op->err[0] = '\0';
-        op->state = HS_PRIMARIES;
+        op->state = HEALTH_PRIMARIES;
         op->batch = (feed_batch){ .n = h->ntargets, .flags = FEED_B_NODE, .arg = h,
                                   .build = health_build, .reply = health_reply,
-                                  .node_of = health_node_of, .lost = health_lost };
+                                  .node_of = health_node_of, .lost = health_first_why };
         return FEED_W_REDIS;
-    }
-    case HS_PRIMARIES:
+    case HEALTH_PRIMARIES:
         out->redis_up = h->up == h->ntargets;
         if (!out->redis_up)
             feed__msg(op->err, FEED_EREDIS, "Redis Cluster: %zu of %zu primaries answered PING; "
                       "%s", h->up, h->ntargets, h->why);
         if (!out->redis_up)
-            take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
-        return ask_pg(h);
-    case HS_PG:
+            health_take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
+        return health_ask_pg(h);
+    case HEALTH_PG:
         feed__rows_free(&op->sql.rows);
         if (op->sql_rc == FEED_OK || op->sql_rc == FEED_ERANGE)
             out->pg_up = 1;
         else
-            take_msg(out->pg_msg, sizeof out->pg_msg, op->err);
+            health_take_msg(out->pg_msg, sizeof out->pg_msg, op->err);
         feed__msg(op->err, FEED_OK, "%s%s%s", out->redis_msg,
                   *out->redis_msg && *out->pg_msg ? "; " : "", out->pg_msg);
         op->rc = !out->redis_up && !out->pg_up ? FEED_EUNAVAILABLE
                : !out->redis_up ? FEED_EREDIS : out->pg_up ? FEED_OK : FEED_EPG;
-        op->state = HS_DONE;
+        op->state = HEALTH_DONE;
         return FEED_W_DONE;
     default:
         return FEED_W_DONE;

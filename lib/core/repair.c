@@ -59,7 +59,7 @@ uint64_t feed__store_of(const feed_config *cfg)
     return h;
 }
 
-static int entry_before(repair_entry a, repair_entry b)
+static int repair_entry_before(repair_entry a, repair_entry b)
 {
     if (a.store != b.store)
         return a.store < b.store;
@@ -67,13 +67,13 @@ static int entry_before(repair_entry a, repair_entry b)
 }
 
 /* Lock held. */
-static int remember_locked(repair_entry e)
+static int repair_remember_locked(repair_entry e)
 {
     size_t lo = 0, hi = repair_count;
 
     while (lo < hi) {           /* the first entry not before e */
         size_t mid = lo + (hi - lo) / 2;
-        if (entry_before(repair_list[mid], e))
+        if (repair_entry_before(repair_list[mid], e))
             lo = mid + 1;
         else
             hi = mid;
@@ -107,7 +107,7 @@ int feed__repair_remember(const feed_core *c, int fam, int64_t owner)
     int done;
 
     pthread_mutex_lock(&repair_lock);
-    done = remember_locked(e);
+    done = repair_remember_locked(e);
     pthread_mutex_unlock(&repair_lock);
     return done;
 }
@@ -118,9 +118,9 @@ int feed__repairs_pending(const feed_core *c)
     return atomic_load(&repair_pending) > 0;
 }
 
-/* Tests only (the fuzz targets): forget every pending repair, so that each
+/* Tests only: forget every pending repair, so that each test or fuzz
  * run starts from the same state. */
-void feed__redis_forget_repairs(void)
+void feed__repair_forget(void)
 {
     pthread_mutex_lock(&repair_lock);
     repair_count = 0;
@@ -133,7 +133,7 @@ void feed__redis_forget_repairs(void)
  * request of the process that reaches Redis drops them again first, so no
  * page anywhere in the process is read between a handle taking the list
  * and its DELs landing. */
-static repair_entry *take_repairs(uint64_t store, size_t *n)
+static repair_entry *repair_take(uint64_t store, size_t *n)
 {
     repair_entry *uids = NULL;
 
@@ -261,7 +261,7 @@ feed_op *feed__repair_op(feed_core *c)
 
     if (!r)
         return NULL;
-    r->uids = take_repairs(c->topo.store, &r->n);
+    r->uids = repair_take(c->topo.store, &r->n);
     if (!r->uids || !(r->ok = calloc(r->n, 1)) || !(r->keys = malloc(2 * c->key_cap))) {
         free(r->uids);
         free(r->ok);

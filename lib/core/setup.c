@@ -5,7 +5,7 @@
  * storm), authenticated, checked to be the primary (under Sentinel), has
  * the scripts loaded (SCRIPT LOAD once per connection, then EVALSHA by
  * SHA), and, with redis_restart_fence, its data set is known to be ours.
- * Each step is one round trip the driver makes; this file only says which,
+ * Each step is at most one trip the driver makes; this file only says which,
  * and what the answers mean. A connection that fails here is dropped, never
  * reused half-read.
  *
@@ -29,15 +29,15 @@
  * persisted with the copies, hence after a restart or a failover it names
  * the old server. A node whose run_id differs serves no cached page (pages
  * come from PostgreSQL) until every "<prefix>:*" key has been dropped (SCAN
- * + UNLINK, resumable, at most redis_timeout_ms of it per run), then the new
- * run_id is written. Write hooks still run meanwhile: they only ever make a
- * copy more right, and the copy is dropped anyway. Several handles may
- * flush at once; each pass first looks whether another finished (the fence
- * then matches). Why every key must go before any page is served: SCAN
- * returns every key present from the start to the end of a pass, and only
- * handles past the fence build copies, so when the pass ends nothing from
- * the old data set is left. The fence key is never dropped by a pass
- * (another handle may have just written it).
+ * + UNLINK, resumable, at most redis_timeout_ms of it per set-up), then the
+ * new run_id is written. Write hooks still run meanwhile: they only ever
+ * make a copy more right, and the copy is dropped anyway. Several handles
+ * may flush at once; each SCAN step first looks whether another finished
+ * (the fence then matches). Why every key must go before any page is
+ * served: SCAN returns every key present from the start to the end of a
+ * flush, and only handles past the fence build copies, so when the flush
+ * ends nothing from the old data set is left. The fence key is never
+ * dropped by a flush (another handle may have just written it).
  *
  * A run_id and master_replid that are the same as when this handle last
  * trusted the node mean the same data set: run_id is new at every start,
@@ -59,7 +59,7 @@
  * primary's run_id in it: the same test, per node. SCAN on a node sees that
  * node's keys only, and its UNLINKs go one key each, each after ASKING:
  * SCAN also returns the keys of a slot the node is importing, which it
- * serves only to a client that said ASKING (without it every pass would
+ * serves only to a client that said ASKING (without it every flush would
  * fail on them until the migration ends). A key that left meanwhile (its
  * slot migrated away: -ASK, -MOVED) is no longer the node's to drop.
  */
@@ -70,27 +70,27 @@
 #include "core/core.h"
 
 enum {
-    ST_START, ST_SENTINEL, ST_CONNECT, ST_AUTH, ST_ROLE, ST_SCRIPTS, ST_AFTER,
-    ST_LOOK, ST_SCAN, ST_UNLINK, ST_CURSOR, ST_RECORD, ST_DONE
+    STEP_START, STEP_SENTINEL, STEP_CONNECT, STEP_AUTH, STEP_ROLE, STEP_SCRIPTS, STEP_AFTER,
+    STEP_LOOK, STEP_SCAN, STEP_UNLINK, STEP_CURSOR, STEP_RECORD, STEP_DONE
 };
 
-static int is_cluster(const feed_setup *s)
+static int setup_cluster(const feed_setup *s)
 {
     return s->c->topo.cluster;
 }
 
-static enum feed_swant finish(feed_setup *s, int code)
+static enum feed_swant setup_finish(feed_setup *s, int code)
 {
     s->rc = code;
-    s->step = ST_DONE;
+    s->step = STEP_DONE;
     return FEED_S_DONE;
 }
 
 /* The node failed under a step: keep the reason, drop its connection (the
  * driver closes a DOWN node's), and the next connect waits retry_ms. */
-static void fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
+static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
+static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
 {
     va_list ap;
 
@@ -100,25 +100,24 @@ static void fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
     s->c->stats.redis_errors++;
     s->node->state = FEED_NODE_DOWN;
     s->node->attempt_ms = now;
-    if (is_cluster(s))
+    if (setup_cluster(s))
         s->c->topo.stale = 1;
-    finish(s, code);
+    setup_finish(s, code);
 }
 
 /* ---- The commands of a step ------------------------------------------- */
 
-static void add(feed_setup *s, int argc, const char *a0, const char *a1, const char *a2,
-                const char *a3)
+/* One more command of the step's trip: SETUP_ADD(s, "GET", key). */
+static void setup_add(feed_setup *s, const char *const *words)
 {
     struct feed_scmd *c = &s->cmds[s->ncmds++];
-    const char *v[4] = { a0, a1, a2, a3 };
 
-    c->argc = argc;
-    for (int i = 0; i < argc; i++) {
-        c->argv[i] = v[i];
-        c->lens[i] = strlen(v[i]);
+    for (c->argc = 0; words[c->argc]; c->argc++) {
+        c->argv[c->argc] = words[c->argc];
+        c->lens[c->argc] = strlen(words[c->argc]);
     }
 }
+#define SETUP_ADD(s, ...) setup_add(s, (const char *const[]){ __VA_ARGS__, NULL })
 
 static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **lens)
 {
@@ -126,8 +125,8 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
     static const size_t asking_len[1] = { 6 };
     feed_setup *s = arg;
 
-    if (s->step == ST_UNLINK) {     /* the keys of one SCAN batch */
-        if (!is_cluster(s)) {       /* one UNLINK of them all */
+    if (s->step == STEP_UNLINK) {   /* the keys of one SCAN reply */
+        if (!setup_cluster(s)) {    /* one UNLINK of them all */
             *argv = (const char **)s->keys;
             *lens = s->klens;
             return (int)s->nkeys;
@@ -152,8 +151,8 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
 
 static void setup_reply(void *arg, size_t k, const redisReply *r);
 
-/* Issue the commands added (or the UNLINKs) as one round trip. */
-static enum feed_swant trip(feed_setup *s, size_t n, enum feed_swant want)
+/* The step's trip: the commands added (or the UNLINKs). */
+static enum feed_swant setup_trip(feed_setup *s, size_t n, enum feed_swant want)
 {
     s->trip = (feed_trip){ .node = s->index, .n = n, .arg = s, .cmd = setup_cmd,
                            .reply = setup_reply };
@@ -161,7 +160,7 @@ static enum feed_swant trip(feed_setup *s, size_t n, enum feed_swant want)
     return want;
 }
 
-static void free_keys(feed_setup *s)
+static void setup_free_keys(feed_setup *s)
 {
     for (size_t i = 1; i < s->nkeys; i++)
         free(s->keys[i]);
@@ -174,20 +173,20 @@ static void free_keys(feed_setup *s)
 
 /* ---- Replies ----------------------------------------------------------- */
 
-static int is_str(const redisReply *r)
+static int setup_is_str(const redisReply *r)
 {
     return r->type == REDIS_REPLY_STRING;
 }
 
 /* One Sentinel's answer: a two-element array of host and port. */
-static int take_addr(feed_addr *a, const redisReply *r)
+static int setup_take_addr(feed_addr *a, const redisReply *r)
 {
     char num[8];
     char *stop;
     long v;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !is_str(r->element[0]) ||
-        !is_str(r->element[1]) || r->element[0]->len == 0 ||
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !setup_is_str(r->element[0]) ||
+        !setup_is_str(r->element[1]) || r->element[0]->len == 0 ||
         r->element[0]->len >= sizeof a->host || r->element[1]->len == 0 ||
         r->element[1]->len >= sizeof num)
         return 0;
@@ -203,12 +202,12 @@ static int take_addr(feed_addr *a, const redisReply *r)
 }
 
 /* The 40 hex digits after "<field>:" in an INFO reply into out; 0 if absent. */
-static int info_field(const redisReply *info, const char *field, char out[41])
+static int setup_info_field(const redisReply *info, const char *field, char out[41])
 {
     const char *p;
     size_t len = strlen(field);
 
-    if (!is_str(info) || !(p = strstr(info->str, field)) || p[len] != ':' ||
+    if (!setup_is_str(info) || !(p = strstr(info->str, field)) || p[len] != ':' ||
         strspn(p + len + 1, "0123456789abcdef") < 40)
         return 0;
     memcpy(out, p + len + 1, 40);
@@ -218,32 +217,41 @@ static int info_field(const redisReply *info, const char *field, char out[41])
 
 /* A -MOVED or -ASK: on a cluster node, the key's slot is not (or no
  * longer) served here. */
-static int redirected(const redisReply *r)
+static int setup_redirected(const redisReply *r)
 {
     return r->type == REDIS_REPLY_ERROR &&
            (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
 }
 
-static void trust(feed_fence *fc)
+/* The node's data set is ours: its fence is cleared, the set-up done. */
+static void setup_trust(feed_setup *s)
 {
+    feed_fence *fc = &s->node->fence;
+
     fc->state = FEED_FENCE_TRUSTED;
     memcpy(fc->trusted_run_id, fc->run_id, sizeof fc->run_id);
     memcpy(fc->trusted_replid, fc->replid, sizeof fc->replid);
+    setup_finish(s, FEED_OK);
 }
 
-/* The recorded run_id matches the live one? r is GET's reply. */
-static int fence_matches(const feed_fence *fc, const redisReply *r)
+/* GET's reply of the fence key: right, and FEED_SR_MATCH when it names the
+ * run_id of the server answering. */
+static int setup_fence_get(feed_setup *s, const redisReply *r)
 {
-    return is_str(r) && r->len == strlen(fc->run_id) && memcmp(r->str, fc->run_id, r->len) == 0;
+    const char *run_id = s->node->fence.run_id;
+
+    if (setup_is_str(r) && r->len == strlen(run_id) && memcmp(r->str, run_id, r->len) == 0)
+        s->said |= FEED_SR_MATCH;
+    return setup_is_str(r) || r->type == REDIS_REPLY_NIL;
 }
 
-/* Keep the keys of a SCAN batch (the fence key left alone) for the
+/* Keep the keys of a SCAN reply (the fence key left alone) for the
  * UNLINK step: keys[0] is "UNLINK"; the reply is freed meanwhile. */
-static int keep_keys(feed_setup *s, const redisReply *keys)
+static int setup_keep_keys(feed_setup *s, const redisReply *keys)
 {
     size_t klen = strlen(s->key);
 
-    free_keys(s);
+    setup_free_keys(s);
     s->keys = malloc((keys->elements + 1) * sizeof *s->keys);
     s->klens = malloc((keys->elements + 1) * sizeof *s->klens);
     if (!s->keys || !s->klens)
@@ -253,7 +261,7 @@ static int keep_keys(feed_setup *s, const redisReply *keys)
     s->nkeys = 1;
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
-        if (!is_str(k) || (k->len == klen && memcmp(k->str, s->key, klen) == 0))
+        if (!setup_is_str(k) || (k->len == klen && memcmp(k->str, s->key, klen) == 0))
             continue;
         if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
             return FEED_ENOMEM;
@@ -273,59 +281,58 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
     int ok = 0;
 
     switch (s->step) {
-    case ST_SENTINEL:
-        ok = take_addr(&s->found, r);
+    case STEP_SENTINEL:
+        ok = setup_take_addr(&s->found, r);
         if (!ok)
             snprintf(s->why, sizeof s->why, "%s", r->type == REDIS_REPLY_ERROR ? r->str
                      : r->type == REDIS_REPLY_NIL ? "does not know the master name"
                      : "unexpected reply");
         break;
-    case ST_AUTH:
-    case ST_RECORD:
+    case STEP_AUTH:
+    case STEP_RECORD:
         ok = r->type != REDIS_REPLY_ERROR;
         break;
-    case ST_ROLE:
-        ok = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && is_str(r->element[0]) &&
+    case STEP_ROLE:
+        ok = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && setup_is_str(r->element[0]) &&
              strcmp(r->element[0]->str, "master") == 0;
         if (!ok)
             snprintf(s->why, sizeof s->why, "%s", r->type == REDIS_REPLY_ARRAY &&
-                     r->elements > 0 && is_str(r->element[0]) ? r->element[0]->str : "?");
+                     r->elements > 0 && setup_is_str(r->element[0]) ? r->element[0]->str : "?");
         break;
-    case ST_SCRIPTS:
-        if ((ok = is_str(r) && r->len == 40) != 0) {
+    case STEP_SCRIPTS:
+        if ((ok = setup_is_str(r) && r->len == 40) != 0) {
             memcpy(s->c->sha[s->script_of[k]], r->str, 40);
             s->c->sha[s->script_of[k]][40] = '\0';
         }
         break;
-    case ST_LOOK:
+    case STEP_LOOK:
         if (k == 0) {
-            ok = info_field(r, "run_id", n->fence.run_id);
+            ok = setup_info_field(r, "run_id", n->fence.run_id);
         } else if (k == 1) {
-            ok = info_field(r, "master_replid", n->fence.replid);
-        } else if (is_cluster(s) && redirected(r)) {
-            ok = s->moved = 1;
+            ok = setup_info_field(r, "master_replid", n->fence.replid);
+        } else if (setup_cluster(s) && setup_redirected(r)) {
+            ok = 1;
+            s->said |= FEED_SR_MOVED;
         } else {
-            ok = is_str(r) || r->type == REDIS_REPLY_NIL;
-            s->match = ok && fence_matches(&n->fence, r);
+            ok = setup_fence_get(s, r);
         }
         break;
-    case ST_SCAN:
+    case STEP_SCAN:
         if (k == 0) {
-            ok = is_str(r) || r->type == REDIS_REPLY_NIL;
-            s->match = ok && fence_matches(&n->fence, r);
+            ok = setup_fence_get(s, r);
         } else if ((ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-                         is_str(r->element[0]) && r->element[0]->len < sizeof s->cursor &&
+                         setup_is_str(r->element[0]) && r->element[0]->len < sizeof s->cursor &&
                          r->element[1]->type == REDIS_REPLY_ARRAY) != 0) {
             memcpy(s->cursor, r->element[0]->str, r->element[0]->len);
             s->cursor[r->element[0]->len] = '\0';
-            if (keep_keys(s, r->element[1]) != FEED_OK)
-                s->nomem = 1;
+            if (setup_keep_keys(s, r->element[1]) != FEED_OK)
+                s->said |= FEED_SR_NOMEM;
         }
         break;
-    case ST_UNLINK:
-        ok = !is_cluster(s) ? r->type == REDIS_REPLY_INTEGER
+    case STEP_UNLINK:
+        ok = !setup_cluster(s) ? r->type == REDIS_REPLY_INTEGER
            : k % 2 == 0 ? r->type == REDIS_REPLY_STATUS
-           : r->type == REDIS_REPLY_INTEGER || redirected(r);
+           : r->type == REDIS_REPLY_INTEGER || setup_redirected(r);
         break;
     default:
         break;
@@ -335,7 +342,7 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
     if (!ok && !s->why[0])
         snprintf(s->why, sizeof s->why, "unexpected reply");
     if (!ok)
-        s->bad++;
+        s->said |= FEED_SR_BAD;
 }
 
 /* ---- The steps --------------------------------------------------------- */
@@ -344,7 +351,7 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
  * least n whose text hashes to the node's fence slot: the prefix holds no
  * braces, so the tag alone decides the slot. Every slot is reached by some
  * n below 10^6 (about 16384 tries on average, a millisecond). */
-static int fence_key(feed_setup *s, int slot)
+static int setup_fence_key(feed_setup *s, int slot)
 {
     char num[21];
 
@@ -364,7 +371,7 @@ static int fence_key(feed_setup *s, int slot)
 
 /* SCAN's MATCH is a glob: the prefix's own '*', '?', '[', ']' and '\'
  * must match themselves. */
-static void scan_pattern(feed_setup *s)
+static void setup_scan_pattern(feed_setup *s)
 {
     size_t n = 0;
 
@@ -387,23 +394,74 @@ void feed__setup_begin(feed_setup *s, feed_core *c, int node, int kind, unsigned
     s->node = c->topo.nodes[node];
     s->kind = kind;
     s->slot = slot;
-    s->step = ST_START;
+    s->step = STEP_START;
     s->deadline = now + c->cfg.redis_timeout_ms;
 }
 
 void feed__setup_end(feed_setup *s)
 {
-    free_keys(s);
+    setup_free_keys(s);
 }
 
-/* The fence failed: the connection is dropped, its reconnect waits
- * retry_ms. */
-static void fence_fail(feed_setup *s, const char *what, int64_t now)
+/* SETUP_AGAIN: the step changed without a trip, take the next one now. */
+enum { SETUP_AGAIN = -1 };
+
+/* The steps of the restart fence: look at the fence key, flush (SCAN and
+ * UNLINK, resumed at the node's cursor), record the run_id. A feed_swant,
+ * or SETUP_AGAIN. */
+static int setup_fence_step(feed_setup *s, int64_t now)
 {
-    fail(s, FEED_EREDIS, now, "Redis %s (restart fence): %s", what,
-         s->trip.io != FEED_IO_OK ? s->trip.why : s->why);
+    feed_core *c = s->c;
+    feed_node *n = s->node;
+
+    switch (s->step) {
+    case STEP_AFTER:
+        if (n->reload) {
+            s->step = STEP_SCRIPTS;
+            return SETUP_AGAIN;
+        }
+        if (s->kind != FEED_SETUP_FULL || !c->cfg.redis_restart_fence ||
+            n->fence.state == FEED_FENCE_TRUSTED)
+            return setup_finish(s, FEED_OK);
+        if (setup_fence_key(s, feed__fence_slot(&c->topo, s->index, s->slot)) != FEED_OK) {
+            setup_fail(s, FEED_EREDIS, now, "restart fence: no key name for a slot of %s:%d",
+                       n->addr.host, n->addr.port);
+            return FEED_S_DONE;
+        }
+        setup_scan_pattern(s);
+        s->step = n->fence.state == FEED_FENCE_UNKNOWN ? STEP_LOOK : STEP_SCAN;
+        return SETUP_AGAIN;
+    case STEP_LOOK:
+        SETUP_ADD(s, "INFO", "server");
+        SETUP_ADD(s, "INFO", "replication");
+        SETUP_ADD(s, "GET", s->key);
+        return setup_trip(s, 3, FEED_S_TRIP);
+    case STEP_SCAN:
+        if (n->fence.state != FEED_FENCE_FLUSHING || now >= s->deadline)
+            return setup_finish(s, FEED_OK);
+        SETUP_ADD(s, "GET", s->key);
+        SETUP_ADD(s, "SCAN", n->fence.cursor, "MATCH", s->pattern, "COUNT", "1000");
+        return setup_trip(s, 2, FEED_S_TRIP);
+    case STEP_UNLINK:
+        if (s->nkeys <= 1) {
+            s->step = STEP_CURSOR;
+            return SETUP_AGAIN;
+        }
+        return setup_trip(s, setup_cluster(s) ? 2 * (s->nkeys - 1) : 1, FEED_S_TRIP);
+    case STEP_CURSOR:
+        memcpy(n->fence.cursor, s->cursor, sizeof n->fence.cursor);
+        s->step = strcmp(n->fence.cursor, "0") == 0 ? STEP_RECORD : STEP_SCAN;
+        return SETUP_AGAIN;
+    case STEP_RECORD:
+        SETUP_ADD(s, "SET", s->key, n->fence.run_id);
+        return setup_trip(s, 1, FEED_S_TRIP);
+    default:
+        return FEED_S_DONE;
+    }
 }
 
+/* The connection's steps here (a Sentinel asked, connected, AUTH, ROLE,
+ * the scripts loaded), the fence's in setup_fence_step. */
 enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
 {
     feed_core *c = s->c;
@@ -411,108 +469,65 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
     int rc, bad;
 
     s->why[0] = '\0';
-    s->bad = s->match = s->moved = s->nomem = 0;
+    s->said = 0;
     s->ncmds = 0;
     for (;;) {
         switch (s->step) {
-        case ST_START:
+        case STEP_START:
             if (n->state == FEED_NODE_READY) {
-                s->step = ST_AFTER;
+                s->step = STEP_AFTER;
                 continue;
             }
-            rc = feed__retry_due(c, n->attempt_ms, now, is_cluster(s) ? "Redis node" : "Redis",
+            rc = feed__retry_due(c, n->attempt_ms, now, setup_cluster(s) ? "Redis node" : "Redis",
                                  s->err);
             if (rc != FEED_OK)
-                return finish(s, rc);
+                return setup_finish(s, rc);
             n->attempt_ms = now;
             c->stats.redis_connects++;
             n->fence.state = FEED_FENCE_UNKNOWN;
-            s->step = !is_cluster(s) && c->cfg.redis_sentinels ? ST_SENTINEL : ST_CONNECT;
+            s->step = !setup_cluster(s) && c->cfg.redis_sentinels ? STEP_SENTINEL : STEP_CONNECT;
             continue;
-        case ST_SENTINEL:
+        case STEP_SENTINEL:
             if (!feed__addr_at(c->cfg.redis_sentinels, s->sentinel++, &s->probe, &bad)) {
                 c->stats.redis_errors++;
-                return finish(s, feed__msg(s->err, FEED_EUNAVAILABLE,
-                                           "no Sentinel named the primary \"%s\" (last: %s)",
-                                           c->cfg.redis_master_name, s->last));
+                return setup_finish(s, feed__msg(s->err, FEED_EUNAVAILABLE, "no Sentinel named "
+                                                 "the primary \"%s\" (last: %s)",
+                                                 c->cfg.redis_master_name, s->last));
             }
-            add(s, 3, "SENTINEL", "get-master-addr-by-name", c->cfg.redis_master_name, NULL);
-            return trip(s, 1, FEED_S_PROBE);
-        case ST_CONNECT:
+            SETUP_ADD(s, "SENTINEL", "get-master-addr-by-name", c->cfg.redis_master_name);
+            return setup_trip(s, 1, FEED_S_PROBE);
+        case STEP_CONNECT:
             return FEED_S_CONNECT;
-        case ST_AUTH:
+        case STEP_AUTH:
             if (!c->cfg.redis_password) {
-                s->step = ST_ROLE;
+                s->step = STEP_ROLE;
                 continue;
             }
             if (c->cfg.redis_user)
-                add(s, 3, "AUTH", c->cfg.redis_user, c->cfg.redis_password, NULL);
+                SETUP_ADD(s, "AUTH", c->cfg.redis_user, c->cfg.redis_password);
             else
-                add(s, 2, "AUTH", c->cfg.redis_password, NULL, NULL);
-            return trip(s, 1, FEED_S_TRIP);
-        case ST_ROLE:
-            if (is_cluster(s) || !c->cfg.redis_sentinels) {
-                s->step = ST_SCRIPTS;
+                SETUP_ADD(s, "AUTH", c->cfg.redis_password);
+            return setup_trip(s, 1, FEED_S_TRIP);
+        case STEP_ROLE:
+            if (setup_cluster(s) || !c->cfg.redis_sentinels) {
+                s->step = STEP_SCRIPTS;
                 continue;
             }
-            add(s, 1, "ROLE", NULL, NULL, NULL);
-            return trip(s, 1, FEED_S_TRIP);
-        case ST_SCRIPTS:
+            SETUP_ADD(s, "ROLE");
+            return setup_trip(s, 1, FEED_S_TRIP);
+        case STEP_SCRIPTS:
             /* Every script on a new connection; on one that lost some
              * (NOSCRIPT: SCRIPT FLUSH, a restart behind a proxy), those. */
             for (int i = 0; i < FEED_SCRIPT_COUNT; i++) {
                 if (n->state == FEED_NODE_READY && n->reload && !(n->reload & (1u << i)))
                     continue;
                 s->script_of[s->ncmds] = i;
-                add(s, 3, "SCRIPT", "LOAD", feed__script_source(i), NULL);
+                SETUP_ADD(s, "SCRIPT", "LOAD", feed__script_source(i));
             }
-            return trip(s, s->ncmds, FEED_S_TRIP);
-        case ST_AFTER:
-            if (n->reload) {
-                s->step = ST_SCRIPTS;
-                continue;
-            }
-            if (s->kind != FEED_SETUP_FULL || !c->cfg.redis_restart_fence ||
-                n->fence.state == FEED_FENCE_TRUSTED)
-                return finish(s, FEED_OK);
-            if (fence_key(s, feed__fence_slot(&c->topo, s->index, s->slot)) != FEED_OK) {
-                fail(s, FEED_EREDIS, now, "restart fence: no key name for a slot of %s:%d",
-                     n->addr.host, n->addr.port);
-                return FEED_S_DONE;
-            }
-            scan_pattern(s);
-            s->step = n->fence.state == FEED_FENCE_UNKNOWN ? ST_LOOK : ST_SCAN;
-            continue;
-        case ST_LOOK:
-            add(s, 2, "INFO", "server", NULL, NULL);
-            add(s, 2, "INFO", "replication", NULL, NULL);
-            add(s, 2, "GET", s->key, NULL, NULL);
-            return trip(s, 3, FEED_S_TRIP);
-        case ST_SCAN:
-            if (n->fence.state != FEED_FENCE_FLUSHING || now >= s->deadline)
-                return finish(s, FEED_OK);
-            add(s, 2, "GET", s->key, NULL, NULL);
-            s->cmds[1] = (struct feed_scmd){ 6, { "SCAN", n->fence.cursor, "MATCH", s->pattern,
-                                                  "COUNT", "1000" },
-                                             { 4, strlen(n->fence.cursor), 5, strlen(s->pattern),
-                                               5, 4 } };
-            s->ncmds = 2;
-            return trip(s, 2, FEED_S_TRIP);
-        case ST_UNLINK:
-            if (s->nkeys <= 1) {
-                s->step = ST_CURSOR;
-                continue;
-            }
-            return trip(s, is_cluster(s) ? 2 * (s->nkeys - 1) : 1, FEED_S_TRIP);
-        case ST_CURSOR:
-            memcpy(n->fence.cursor, s->cursor, sizeof n->fence.cursor);
-            s->step = strcmp(n->fence.cursor, "0") == 0 ? ST_RECORD : ST_SCAN;
-            continue;
-        case ST_RECORD:
-            add(s, 3, "SET", s->key, n->fence.run_id, NULL);
-            return trip(s, 1, FEED_S_TRIP);
+            return setup_trip(s, s->ncmds, FEED_S_TRIP);
         default:
-            return FEED_S_DONE;
+            if ((rc = setup_fence_step(s, now)) != SETUP_AGAIN)
+                return (enum feed_swant)rc;
         }
     }
 }
@@ -520,117 +535,122 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
 void feed__setup_connected(feed_setup *s, int ok, const char *why, int64_t now)
 {
     if (!ok) {
-        fail(s, FEED_EUNAVAILABLE, now, "Redis connect to %s:%d: %s", s->node->addr.host,
-             s->node->addr.port, why);
+        setup_fail(s, FEED_EUNAVAILABLE, now, "Redis connect to %s:%d: %s", s->node->addr.host,
+                   s->node->addr.port, why);
         return;
     }
     s->node->state = FEED_NODE_UP;
-    s->step = ST_AUTH;
+    s->step = STEP_AUTH;
 }
 
-/* What a step's round trip says. */
+/* What a trip of the fence's steps says. A step whose trip failed, or whose
+ * replies were not right, fails the set-up. */
+static void setup_fence_tripped(feed_setup *s, int64_t now)
+{
+    static const char *const cmd[STEP_RECORD + 1] = {
+        [STEP_LOOK] = "INFO", [STEP_SCAN] = "SCAN", [STEP_UNLINK] = "UNLINK", [STEP_RECORD] = "SET"
+    };
+    feed_core *c = s->c;
+    feed_fence *fc = &s->node->fence;
+    int same = fc->trusted_run_id[0] && strcmp(fc->trusted_run_id, fc->run_id) == 0 &&
+               strcmp(fc->trusted_replid, fc->replid) == 0;
+
+    if (s->step <= STEP_RECORD && cmd[s->step] &&
+        (s->trip.io != FEED_IO_OK || (s->said & FEED_SR_BAD))) {
+        setup_fail(s, FEED_EREDIS, now, "Redis %s (restart fence): %s", cmd[s->step],
+                   s->trip.io != FEED_IO_OK ? s->trip.why : s->why);
+        return;
+    }
+    switch (s->step) {
+    case STEP_LOOK:
+        if ((s->said & FEED_SR_MATCH) || ((s->said & FEED_SR_MOVED) && same)) {
+            setup_trust(s);
+        } else if (s->said & FEED_SR_MOVED) {
+            c->stats.redis_errors++;
+            c->topo.stale = 1;
+            setup_finish(s, feed__msg(s->err, FEED_EREDIS, "Redis restart fence: the fence "
+                                      "key's slot moved; the slot map is asked again"));
+        } else if (same) {
+            s->step = STEP_RECORD;
+        } else {
+            fc->state = FEED_FENCE_FLUSHING;
+            strcpy(fc->cursor, "0");
+            c->stats.fence_flushes++;
+            s->step = STEP_SCAN;
+        }
+        return;
+    case STEP_SCAN:
+        if (s->said & FEED_SR_NOMEM)
+            setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing after a "
+                                      "restart"));
+        else if (s->said & FEED_SR_MATCH)   /* another handle finished the flush */
+            setup_trust(s);
+        else
+            s->step = STEP_UNLINK;
+        return;
+    case STEP_UNLINK:
+        s->step = STEP_CURSOR;
+        return;
+    case STEP_RECORD:
+        setup_trust(s);
+        return;
+    default:
+        return;
+    }
+}
+
+/* What a step's trip says: the connection's steps here, the fence's in
+ * setup_fence_tripped. */
 void feed__setup_tripped(feed_setup *s, int64_t now)
 {
-    feed_core *c = s->c;
     feed_node *n = s->node;
-    int io = s->trip.io != FEED_IO_OK, same;
+    int io = s->trip.io != FEED_IO_OK, bad = (s->said & FEED_SR_BAD) != 0;
 
     switch (s->step) {
-    case ST_SENTINEL:
-        if (!io && !s->bad) {
+    case STEP_SENTINEL:
+        if (!io && !bad) {
             n->addr = s->found;
-            s->step = ST_CONNECT;
+            s->step = STEP_CONNECT;
         } else {
             snprintf(s->last, sizeof s->last, "%.255s:%d: %.200s", s->probe.host, s->probe.port,
                      io ? s->trip.why : s->why);
         }
         return;
-    case ST_AUTH:
+    case STEP_AUTH:
         if (io)
-            fail(s, FEED_EUNAVAILABLE, now, "Redis AUTH: %s", s->trip.why);
-        else if (s->bad)
-            fail(s, FEED_EREDIS, now, "Redis refused AUTH: %s", s->why);
+            setup_fail(s, FEED_EUNAVAILABLE, now, "Redis AUTH: %s", s->trip.why);
+        else if (bad)
+            setup_fail(s, FEED_EREDIS, now, "Redis refused AUTH: %s", s->why);
         else
-            s->step = ST_ROLE;
+            s->step = STEP_ROLE;
         return;
-    case ST_ROLE:
+    case STEP_ROLE:
         if (io) {
-            fail(s, FEED_EUNAVAILABLE, now, "Redis ROLE at %s:%d: %s", n->addr.host,
-                 n->addr.port, s->trip.why);
-        } else if (s->bad) {
-            c->stats.failovers++;
-            fail(s, FEED_EUNAVAILABLE, now, "Redis at %s:%d is not the primary (ROLE %s): "
-                 "a failover is under way", n->addr.host, n->addr.port, s->why);
+            setup_fail(s, FEED_EUNAVAILABLE, now, "Redis ROLE at %s:%d: %s", n->addr.host,
+                       n->addr.port, s->trip.why);
+        } else if (bad) {
+            s->c->stats.failovers++;
+            setup_fail(s, FEED_EUNAVAILABLE, now, "Redis at %s:%d is not the primary (ROLE %s): "
+                       "a failover is under way", n->addr.host, n->addr.port, s->why);
         } else {
-            s->step = ST_SCRIPTS;
+            s->step = STEP_SCRIPTS;
         }
         return;
-    case ST_SCRIPTS:
+    case STEP_SCRIPTS:
         if (io) {
-            fail(s, FEED_EUNAVAILABLE, now, "Redis SCRIPT LOAD: %s", s->trip.why);
-        } else if (s->bad) {
-            fail(s, FEED_EREDIS, now, "Redis SCRIPT LOAD refused: %s", s->why);
+            setup_fail(s, FEED_EUNAVAILABLE, now, "Redis SCRIPT LOAD: %s", s->trip.why);
+        } else if (bad) {
+            setup_fail(s, FEED_EREDIS, now, "Redis SCRIPT LOAD refused: %s", s->why);
         } else {
             n->reload = 0;
             if (n->state != FEED_NODE_READY) {
                 n->state = FEED_NODE_READY;
                 n->fresh = 1;
             }
-            s->step = ST_AFTER;
-        }
-        return;
-    case ST_LOOK:
-        same = n->fence.trusted_run_id[0] && strcmp(n->fence.trusted_run_id, n->fence.run_id) == 0 &&
-               strcmp(n->fence.trusted_replid, n->fence.replid) == 0;
-        if (io || s->bad) {
-            fence_fail(s, "INFO", now);
-        } else if (s->match) {
-            trust(&n->fence);
-            finish(s, FEED_OK);
-        } else if (s->moved && same) {
-            trust(&n->fence);
-            finish(s, FEED_OK);
-        } else if (s->moved) {
-            c->stats.redis_errors++;
-            c->topo.stale = 1;
-            finish(s, feed__msg(s->err, FEED_EREDIS, "Redis restart fence: the fence key's slot "
-                                "moved; the slot map is asked again"));
-        } else if (same) {
-            s->step = ST_RECORD;
-        } else {
-            n->fence.state = FEED_FENCE_FLUSHING;
-            strcpy(n->fence.cursor, "0");
-            c->stats.fence_flushes++;
-            s->step = ST_SCAN;
-        }
-        return;
-    case ST_SCAN:
-        if (io || s->bad) {
-            fence_fail(s, "SCAN", now);
-        } else if (s->nomem) {
-            finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing after a restart"));
-        } else if (s->match) {        /* another handle finished the pass */
-            trust(&n->fence);
-            finish(s, FEED_OK);
-        } else {
-            s->step = ST_UNLINK;
-        }
-        return;
-    case ST_UNLINK:
-        if (io || s->bad)
-            fence_fail(s, "UNLINK", now);
-        else
-            s->step = ST_CURSOR;
-        return;
-    case ST_RECORD:
-        if (io || s->bad) {
-            fence_fail(s, "SET", now);
-        } else {
-            trust(&n->fence);
-            finish(s, FEED_OK);
+            s->step = STEP_AFTER;
         }
         return;
     default:
-        return;
+        setup_fence_tripped(s, now);
     }
 }

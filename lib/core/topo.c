@@ -59,14 +59,14 @@ int feed__topo_init(feed_core *c)
 
 /* ---- The slot map ---------------------------------------------------- */
 
-typedef struct map_build {
+typedef struct topo_map_build {
     feed_topo *t;
     uint16_t  *owner;
-} map_build;
+} topo_map_build;
 
-static int map_range(void *arg, unsigned from, unsigned to, const feed_addr *owner)
+static int topo_map_range(void *arg, unsigned from, unsigned to, const feed_addr *owner)
 {
-    map_build *b = arg;
+    topo_map_build *b = arg;
     int i = feed__node_index(b->t, owner);
 
     if (i < 0)
@@ -85,12 +85,12 @@ static int map_range(void *arg, unsigned from, unsigned to, const feed_addr *own
 int feed__map_apply(feed_topo *t, int from, const redisReply *r)
 {
     uint16_t *owner = calloc(FEED_SLOTS, sizeof *owner);
-    map_build b = { t, owner };
+    topo_map_build b = { t, owner };
     int rc;
 
     if (!owner)
         return FEED_ENOMEM;
-    rc = feed__slot_map_parse(r, t->nodes[from]->addr.host, map_range, &b);
+    rc = feed__slot_map_parse(r, t->nodes[from]->addr.host, topo_map_range, &b);
     if (rc == FEED_OK) {
         if (memcmp(t->owner, owner, FEED_SLOTS * sizeof *owner) != 0)
             for (size_t k = 0; k < t->nnodes; k++)
@@ -154,16 +154,22 @@ int feed__fence_slot(const feed_topo *t, int i, unsigned slot)
     return (int)slot;
 }
 
-/* flags[i] = 1 when node i owns a slot in the map (a primary). The caller
- * frees it; NULL without memory. */
-unsigned char *feed__map_primaries(const feed_topo *t)
+/* The nodes that own a slot in the map (the primaries), in index order:
+ * *n of them, in an array the caller frees; NULL without memory. */
+int *feed__map_primaries(const feed_topo *t, size_t *n)
 {
     unsigned char *flags = calloc(t->nnodes + 1, 1);
+    int *list = flags ? malloc((t->nnodes + 1) * sizeof *list) : NULL;
 
-    for (size_t s = 0; flags && s < FEED_SLOTS; s++)
+    *n = 0;
+    for (size_t s = 0; list && s < FEED_SLOTS; s++)
         if (t->owner[s])
             flags[t->owner[s] - 1] = 1;
-    return flags;
+    for (size_t k = 0; list && k < t->nnodes; k++)
+        if (flags[k])
+            list[(*n)++] = (int)k;
+    free(flags);
+    return list;
 }
 
 /* FNV-1a over the slot -> node table: equal stamps, same map (node indexes

@@ -122,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     limit = 1 + (data[2] & 0x7f) % 20;
     fuzz_pg_down = (data[2] & 0x80) != 0;
     uid = data[3];
-    feed__redis_forget_repairs();
+    feed__repair_forget();
 
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         return 0;

@@ -1046,7 +1046,7 @@ int sim_run(sim_world *w)
     w->epoch = 1;
     if (!w->redis || !w->pg)
         return -1;
-    feed__redis_forget_repairs();
+    feed__repair_forget();
     sim_seed_data(w);
     w->ncl = 0;
     for (int i = 0; i < readers + writers + 1; i++, w->ncl++)
