@@ -58,6 +58,7 @@ const char *feed__script_source(enum feed_script s);
 const char *feed__script_name(enum feed_script s);
 
 #define FEED_HINTS 64               /* page.c: rank hints kept per handle (2-way sets) */
+#define FEED_TTL_SLOTS 256          /* rebuild.c: copies whose TTL the handle knows */
 
 /* The restart fence of one connection (setup.c). */
 enum { FEED_FENCE_UNKNOWN, FEED_FENCE_FLUSHING, FEED_FENCE_TRUSTED };
@@ -120,11 +121,13 @@ typedef struct feed_core {
     } hints[FEED_HINTS];
     uint64_t hint_clock;
     int      hint_slack;        /* ranks read below a hinted page */
-    /* page.c: a first page of uid needs no TTL check before fresh_until. */
+    /* rebuild.c: the copy of (fam, owner) needs no TTL check before
+     * fresh_until (plain and merged first pages alike). Direct-mapped. */
     struct feed_ttl_seen {
-        int64_t uid, fresh_until;
+        int64_t owner, fresh_until;
+        int     fam, used;
         int     empty;          /* the copy then held only the end marker */
-    } ttl_seen[FEED_HINTS];
+    } ttl_seen[FEED_TTL_SLOTS];
 
     feed_topo  topo;
     feed_stats stats;
@@ -453,8 +456,13 @@ struct feed_op {
     int         state;
 };
 
-/* rebuild.c: the install of rows under a lease, one batch of three
- * commands (ZADD staged, PEXPIRE staged, rebuild.lua). */
+/* rebuild.c: a rebuild under a lease, the one machine of page.c, hooks.c
+ * and merged.c. The caller holds the lease of each source and has asked op
+ * for their rows (FEED_W_SQL: feed__rebuild_one asks for one feed's); each
+ * step after that goes through feed__rebuild_step, which reads the rows,
+ * installs them (ZADD staged, PEXPIRE staged, rebuild.lua a source, one
+ * batch), or, when the read failed, gives the leases back (DEL, best
+ * effort) and returns the read's error. The rows stay the caller's. */
 typedef struct feed_install {
     const char **argv;          /* ZADD staged score member ... */
     size_t      *lens, zargc;
@@ -463,14 +471,64 @@ typedef struct feed_install {
     size_t       expire_lens[3], script_lens[8];
     int          failed, installed;
 } feed_install;
+typedef struct feed_rebuild_src {
+    int          fam;
+    int64_t      owner;
+    const char  *key, *lease, *token;
+    feed_rows   *rows;          /* its top max_len + 1 rows, once read */
+    feed_install in;
+    int          installed;     /* out: the copy is the rows now */
+} feed_rebuild_src;
+enum { FEED_RB_READ, FEED_RB_RELEASE, FEED_RB_INSTALL };
+typedef struct feed_rebuild {
+    feed_op          *op;
+    int               state;    /* FEED_RB_*; after FEED_W_DONE, FEED_RB_INSTALL
+                                   says the installs ran (the rows were read) */
+    int               flags;    /* the batches' (FEED_B_*), and their slot */
+    unsigned          slot;
+    feed_rebuild_src *src, one;
+    size_t            n;
+    int               asked;    /* FEED_W_REDIS or FEED_W_SQL: the last thing asked */
+    int               sql_rc;
+    const char       *del[2];
+    size_t            del_lens[2];
+    char              msg[FEED_ERRMSG];   /* the read's error, while the leases go */
+} feed_rebuild;
+/* Begin with n sources in src (zeroed, then filled in by the caller). */
+void feed__rebuild_begin(feed_rebuild *rb, feed_op *op, feed_rebuild_src *src, size_t n,
+                         int flags, unsigned slot);
+/* One feed's rebuild: rb->one, its rows (op->sql.rows) asked from the primary. */
+enum feed_want feed__rebuild_one(feed_rebuild *rb, feed_op *op, int flags, unsigned slot,
+                                 int fam, int64_t owner, const char *key, const char *lease,
+                                 const char *token);
+/* FEED_W_DONE with *rc: FEED_OK (each src's installed says whether it went
+ * in), FEED_EREDIS (an install failed), the read's error, or FEED_ENOMEM. */
+enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc);
+void feed__rebuild_free(feed_rebuild *rb);      /* any state */
+/* The install alone (the machine's part). */
 int  feed__install_prepare(feed_install *in, feed_core *c, const char *key,
                            const char *lease_key, const char *token, const feed_rows *rows,
                            char *err);
-int  feed__install_build(feed_install *in, size_t i, const char ***argv, const size_t **lens);
-void feed__install_reply(feed_install *in, feed_core *c, size_t i, const redisReply *r,
-                         char *err);
-int  feed__install_result(feed_install *in, feed_core *c, int redis_rc);
 void feed__install_free(feed_install *in);
+
+/* rebuild.c: the TTL of a copy (ms, text; "0": none): a feed known to be
+ * empty has its own. A first page reads the PTTL of a copy (plain: page.c,
+ * merged: merged.c) only when the handle does not know it need not: a
+ * PTTL of P read at t means the copy lives until t + P at least (only
+ * rebuilds and refreshes set a TTL, always the full one for the kind of
+ * copy), so no check is due until t + P - TTL/2. */
+const char *feed__ttl_text(const feed_core *c, int empty);
+int  feed__ttl_due(feed_core *c, int fam, int64_t owner, int64_t now);
+/* The handle knows the copy, and knew it empty when it is not, or not when it is. */
+int  feed__ttl_turned(feed_core *c, int fam, int64_t owner, int empty);
+void feed__ttl_forget(feed_core *c, int fam, int64_t owner);
+/* A PTTL read at `at` said pttl: 1 when the copy wants a PEXPIRE (less
+ * than half its TTL left; -1, no TTL, included, as page.lua does); else
+ * what it says is remembered and 0. */
+int  feed__ttl_checked(feed_core *c, int fam, int64_t owner, int64_t at, long long pttl,
+                       int empty);
+/* The copy got its full TTL at `at` (a rebuild, a PEXPIRE). */
+void feed__ttl_full(feed_core *c, int fam, int64_t owner, int64_t at, int empty);
 
 /* sql.c */
 void feed__sql_ask(feed_op *op, int stmt, int server, int64_t uid, const int64_t *params,
@@ -489,6 +547,11 @@ int     feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid,
                         int64_t last_score, int64_t last_id, int64_t rank, size_t limit,
                         feed_result *out);
 int64_t feed__page_next_rank(const feed_page_op *p);
+/* A page served (page.c, newer.c, merged.c): out->items holds avail items
+ * in the page's order; at most limit are shown, has_more and the next
+ * cursor (the last shown) follow, and the statistics count it. */
+void    feed__page_served(feed_core *c, feed_result *out, size_t avail, size_t limit,
+                          feed_source source);
 
 /* newer.c: pull-to-refresh. */
 typedef struct feed_newer_op feed_newer_op;

@@ -21,7 +21,7 @@
 #define H_DELETE     FEED_HOOK_DELETE
 #define H_INVALIDATE FEED_HOOK_INVALIDATE
 #define H_RELOAD     FEED_HOOK_RELOAD
-enum { S_START, S_SENT, S_LEASED, S_READ, S_INSTALL, S_DROP, S_RELEASE, S_DONE };
+enum { S_START, S_SENT, S_LEASED, S_REBUILD, S_DONE };
 
 struct feed_hook_op {
     feed_op      op;
@@ -29,16 +29,13 @@ struct feed_hook_op {
     int          fam;           /* enum feed_family: which copy of uid's number */
     int64_t      uid, score, id;
     int          bad;           /* the reply was not an integer */
-    int          sql_rc;
     char        *key, *lease_key;
     const char  *argv[8];
     size_t       lens[8];
     int          argc;
     char         num[21], member[FEED_MEMBER_MAX], max_len[21], token[33];
-    feed_rows    rows;
-    feed_install install;
+    feed_rebuild rb;
     char         keys[192];
-    char         install_msg[FEED_ERRMSG];
 };
 
 int feed__check_item(char *err, const char *hook, int64_t score, int64_t id)
@@ -70,8 +67,7 @@ static int hook_build(void *arg, size_t i, const char ***argv, const size_t **le
 {
     feed_hook_op *h = arg;
 
-    if (h->op.state == S_INSTALL)
-        return feed__install_build(&h->install, i, argv, lens);
+    (void)i;
     *argv = h->argv;
     *lens = h->lens;
     return h->argc;
@@ -84,10 +80,7 @@ static void hook_reply(void *arg, size_t i, const redisReply *r)
     feed_hook_op *h = arg;
     const char *what;
 
-    if (h->op.state == S_INSTALL) {
-        feed__install_reply(&h->install, h->op.c, i, r, h->op.err);
-        return;
-    }
+    (void)i;
     if (h->op.state == S_LEASED && r->type != REDIS_REPLY_ERROR)
         return;                 /* SET's OK */
     if (r->type == REDIS_REPLY_INTEGER)
@@ -102,12 +95,17 @@ static void hook_reply(void *arg, size_t i, const redisReply *r)
         feed__msg(h->op.err, FEED_EREDIS, "Redis %s: unexpected reply type %d", what, r->type);
 }
 
+static unsigned hook_slot(const feed_hook_op *h)
+{
+    return h->op.c->topo.cluster ? feed__uid_slot(h->uid) : 0;
+}
+
 static enum feed_want send(feed_hook_op *h, int state, size_t n)
 {
     h->op.state = state;
     h->bad = 0;
-    h->op.batch = (feed_batch){ .n = n, .flags = FEED_B_HOOK, .slot = h->op.c->topo.cluster ? feed__uid_slot(h->uid) : 0,
-                                .arg = h, .build = hook_build, .reply = hook_reply };
+    h->op.batch = (feed_batch){ .n = n, .flags = FEED_B_HOOK, .slot = hook_slot(h), .arg = h,
+                                .build = hook_build, .reply = hook_reply };
     return FEED_W_REDIS;
 }
 
@@ -157,10 +155,9 @@ static enum feed_want hook_start(feed_hook_op *h)
 static enum feed_want hook_step(feed_op *op, int64_t now)
 {
     feed_hook_op *h = (feed_hook_op *)op;
-    feed_core *c = op->c;
+    enum feed_want want;
     int rc;
 
-    (void)now;
     switch (op->state) {
     case S_START:
         if (h->kind == FEED_HOOK_NONE)
@@ -171,31 +168,13 @@ static enum feed_want hook_step(feed_op *op, int64_t now)
     case S_LEASED:
         if (op->redis_rc != FEED_OK || h->bad)
             return noted(h, FEED_EREDIS);
-        feed__sql_ask(op, FEED_SQL_TOP, FEED_PG_PRIMARY, h->uid,
-                      (int64_t[]){ h->uid, (int64_t)c->cfg.max_len + 1 }, 2);
-        op->state = S_READ;
-        return FEED_W_SQL;
-    case S_READ:
-        h->rows = op->sql.rows;
-        op->sql.rows.items = NULL;
-        op->sql.rows.count = 0;
-        if (op->sql_rc != FEED_OK) {
-            /* Let the next reader try at once rather than wait out
-             * lease_ms; the SQL error is the reload's. */
-            h->sql_rc = op->sql_rc;
-            memcpy(h->install_msg, op->err, strlen(op->err) + 1);
-            set_args(h, 2, (const char *[]){ "DEL", h->lease_key });
-            return send(h, S_RELEASE, 1);
-        }
-        if (c->test_before_install)
-            c->test_before_install(c->handle, h->uid, c->test_arg);
-        if ((rc = feed__install_prepare(&h->install, c, h->key, h->lease_key, h->token,
-                                        &h->rows, op->err)) != FEED_OK)
-            return noted(h, rc);
-        return send(h, S_INSTALL, 3);
-    case S_INSTALL:
-        rc = feed__install_result(&h->install, c, op->redis_rc);
-        if (rc == FEED_OK && !h->install.installed) {
+        op->state = S_REBUILD;
+        return feed__rebuild_one(&h->rb, op, FEED_B_HOOK, hook_slot(h), h->fam, h->uid, h->key,
+                                 h->lease_key, h->token);
+    case S_REBUILD:
+        if ((want = feed__rebuild_step(&h->rb, now, &rc)) != FEED_W_DONE)
+            return want;
+        if (rc == FEED_OK && !h->rb.one.installed) {
             /* A write cancelled the reload: the cached copy may predate the
              * reload's reason to exist, so it is dropped. An absent feed is
              * always correct. */
@@ -203,9 +182,6 @@ static enum feed_want hook_step(feed_op *op, int64_t now)
             return send(h, S_SENT, 1);
         }
         return noted(h, rc);
-    case S_RELEASE:
-        memcpy(op->err, h->install_msg, strlen(h->install_msg) + 1);
-        return noted(h, h->sql_rc);
     default:
         return FEED_W_DONE;
     }
@@ -215,9 +191,8 @@ static void hook_free(feed_op *op)
 {
     feed_hook_op *h = (feed_hook_op *)op;
 
-    feed__rows_free(&h->rows);
     feed__rows_free(&op->sql.rows);
-    feed__install_free(&h->install);
+    feed__rebuild_free(&h->rb);
     if (h->key != h->keys)
         free(h->key);
     h->key = NULL;

@@ -52,16 +52,11 @@
 
 /* ---- What the handle learns ------------------------------------------- */
 
-/* Direct-mapped by owner: the copy of (fam, owner) needs no TTL check
- * before fresh_until (page.c keeps the same for plain pages, per uid); an
- * author put `items` of the `want` pairs of its last merged page here. */
+/* Direct-mapped by author: it put `items` of the `want` pairs of its last
+ * merged page here. (The TTLs known are rebuild.c's, shared with page.c.) */
 #define HINT_SLOTS 256
 
 struct feed_merge_hints {
-    struct merge_ttl {
-        int64_t owner, fresh_until;
-        int     fam, empty, used;
-    } ttl[HINT_SLOTS];
     struct merge_share {
         int64_t  author;
         uint32_t items, want;
@@ -101,19 +96,17 @@ typedef struct msrc {
 #define PTTL_NONE (-3)
 
 /* The commands of the batch under way. */
-enum { C_READ, C_PTTL, C_PEXPIRE, C_SEEK, C_INSTALL, C_DEL };
+enum { C_READ, C_PTTL, C_PEXPIRE, C_SEEK };
 
 typedef struct mcmd {
     int         kind;
     size_t      src;
-    int         sub;            /* C_INSTALL: which of the install's three */
     int         argc;
     const char *argv[12];
     size_t      lens[12];
 } mcmd;
 
-enum { M_START, M_READ, M_TTL, M_SEEK, M_REBUILD, M_INSTALL, M_RELEASE, M_WAIT, M_SQL,
-       M_DONE };
+enum { M_START, M_READ, M_TTL, M_SEEK, M_REBUILD, M_WAIT, M_SQL, M_DONE };
 
 /* Past MAX_ROUNDS cuts every source not known to its end is read from SQL:
  * each round leaves every blocking source with limit + 1 items or its end,
@@ -132,12 +125,12 @@ typedef struct merged_op {
     int64_t       read_ms;      /* when the first read went out (TTL bookkeeping) */
     int64_t       deadline, pause;      /* lease waits */
     int           redis_failed; /* some source could not be asked of Redis */
-    int           sql_rc;       /* a rebuild's failed read, while the leases go */
     char          score[24], member[FEED_MEMBER_MAX], want[24];
     size_t        member_len;
     mcmd         *cmds;
     size_t        ncmds;
-    feed_install *install;      /* per source, while a rebuild installs */
+    feed_rebuild  rb;           /* the sources whose lease we took */
+    feed_rebuild_src *rebuilt;
     /* The statement's sources: authors, and where its rows go. */
     int64_t      *sql_authors;
     size_t       *sql_idx;      /* tagged[j] is source sql_idx[j]'s */
@@ -169,7 +162,7 @@ static enum feed_want finish(merged_op *m, int rc)
 static void redis_failed(merged_op *m)
 {
     if (!m->redis_failed)
-        snprintf(m->redis_msg, sizeof m->redis_msg, "%s", m->op.err);
+        feed__msg_keep(m->redis_msg, m->op.err);
     m->redis_failed = 1;
 }
 
@@ -195,7 +188,6 @@ static mcmd *cmd_add(merged_op *m, int kind, size_t src, int argc, const char *c
 
     c->kind = kind;
     c->src = src;
-    c->sub = 0;
     c->argc = argc;
     for (int i = 0; i < argc; i++) {
         c->argv[i] = argv[i];
@@ -209,8 +201,6 @@ static int batch_build(void *arg, size_t i, const char ***argv, const size_t **l
     merged_op *m = arg;
     mcmd *c = &m->cmds[i];
 
-    if (c->kind == C_INSTALL)
-        return feed__install_build(&m->install[c->src], (size_t)c->sub, argv, lens);
     *argv = c->argv;
     *lens = c->lens;
     return c->argc;
@@ -232,39 +222,6 @@ static enum feed_want send(merged_op *m, int state)
 
 /* ---- TTL refresh (first pages) ----------------------------------------- */
 
-static struct merge_ttl *ttl_slot(feed_core *c, const msrc *s)
-{
-    uint64_t h = (uint64_t)s->owner * 0x9E3779B97F4A7C15ULL + (uint64_t)s->fam;
-
-    return &c->merge->ttl[(h >> 32) % HINT_SLOTS];
-}
-
-/* The TTL (ms, text) of a copy: a known-empty one has its own. */
-static const char *ttl_text(const feed_core *c, int empty)
-{
-    return empty ? c->empty_ttl_ms : c->ttl_ms;
-}
-
-static int ttl_due(feed_core *c, const msrc *s, int64_t now)
-{
-    const struct merge_ttl *t = ttl_slot(c, s);
-
-    if (strcmp(c->ttl_ms, "0") == 0 && strcmp(c->empty_ttl_ms, "0") == 0)
-        return 0;
-    return !(t->used && t->fam == s->fam && t->owner == s->owner && t->fresh_until > now);
-}
-
-/* The copy lives at least pttl ms more from now (a full TTL after a
- * rebuild or a refresh): no check is due until half the TTL is left. */
-static void ttl_known(feed_core *c, const msrc *s, int64_t now, long long pttl, int empty)
-{
-    struct merge_ttl *t = ttl_slot(c, s);
-    long long ttl = atoll(ttl_text(c, empty));
-
-    *t = (struct merge_ttl){ s->owner, now + (ttl == 0 ? INT64_MAX / 4 : pttl - ttl / 2),
-                             s->fam, empty, 1 };
-}
-
 static int is_empty(const msrc *s)
 {
     return s->ended && s->rows.count == 0;
@@ -283,25 +240,18 @@ static size_t ttl_refreshes(merged_op *m)
     for (size_t k = 0; k < m->n; k++) {
         msrc *s = &m->src[k];
         int empty = is_empty(s);
-        const char *text = ttl_text(c, empty);
-        long long ttl = atoll(text);
-        struct merge_ttl *t = ttl_slot(c, s);
 
         if ((s->state != S_DONE && s->state != S_PART && s->state != S_SHORT) ||
             s->from != FEED_SOURCE_CACHE)
             continue;
         if (!s->ttl_due) {
-            if (t->used && t->fam == s->fam && t->owner == s->owner && t->empty != empty)
-                t->used = 0;
-            continue;
+            if (feed__ttl_turned(c, s->fam, s->owner, empty))
+                feed__ttl_forget(c, s->fam, s->owner);
+        } else if (s->pttl != PTTL_NONE &&
+                   feed__ttl_checked(c, s->fam, s->owner, m->read_ms, s->pttl, empty)) {
+            cmd_add(m, C_PEXPIRE, k, 3, (const char *[]){ "PEXPIRE", s->key,
+                                                          feed__ttl_text(c, empty) }, NULL);
         }
-        if (s->pttl == PTTL_NONE || s->pttl == -2)
-            continue;               /* no answer, or gone meanwhile */
-        if (ttl == 0 || s->pttl >= ttl / 2) {   /* -1 (no TTL) is refreshed, as page.lua does */
-            ttl_known(c, s, m->read_ms, ttl == 0 ? 0 : s->pttl, empty);
-            continue;
-        }
-        cmd_add(m, C_PEXPIRE, k, 3, (const char *[]){ "PEXPIRE", s->key, text }, NULL);
     }
     return m->ncmds;
 }
@@ -367,7 +317,7 @@ static enum feed_want ask_read(merged_op *m, int64_t now)
                                                        "-inf", "WITHSCORES", "LIMIT", "0",
                                                        s->asked }, NULL);
         s->pttl = PTTL_NONE;
-        s->ttl_due = with_ttl && ttl_due(c, s, now);
+        s->ttl_due = with_ttl && feed__ttl_due(c, s->fam, s->owner, now);
         if (s->ttl_due)
             cmd_add(m, C_PTTL, k, 2, (const char *[]){ "PTTL", s->key }, NULL);
     }
@@ -507,47 +457,20 @@ static enum feed_want sql_answered(merged_op *m, int rc, int64_t now)
 static enum feed_want ask_rebuild(merged_op *m)
 {
     feed_core *c = m->op.c;
+    size_t n = 0;
 
     feed__sql_ask(&m->op, FEED_SQL_MERGE, FEED_PG_PRIMARY, m->src[0].owner,
                   (int64_t[]){ m->src[0].owner, INT64_MAX, 0, (int64_t)c->cfg.max_len + 1 }, 4);
     sql_sources(m, S_LEASED);
+    for (size_t j = m->op.sql.with_feed ? 0 : 1; j <= m->sql_n; j++) {
+        const msrc *s = &m->src[m->sql_idx[j]];
+        m->rebuilt[n++] = (feed_rebuild_src){ .fam = s->fam, .owner = s->owner, .key = s->key,
+                                              .lease = s->lease, .token = s->token,
+                                              .rows = &m->tagged[j] };
+    }
+    feed__rebuild_begin(&m->rb, &m->op, m->rebuilt, n, FEED_B_EACH, 0);
     m->op.state = M_REBUILD;
     return FEED_W_SQL;
-}
-
-/* The SQL read failed: free the leases at once rather than make the next
- * readers wait out lease_ms (best effort, without a token check, as page.c
- * does); the SQL error is the page's. */
-static enum feed_want release_leases(merged_op *m)
-{
-    m->ncmds = 0;
-    for (size_t k = 0; k < m->n; k++)
-        if (m->src[k].state == S_LEASED)
-            cmd_add(m, C_DEL, k, 2, (const char *[]){ "DEL", m->src[k].lease }, NULL);
-    return send(m, M_RELEASE);
-}
-
-/* The rows read: each leased source's install (stage, expire, rebuild.lua:
- * rebuild.c's), all in one batch. */
-static enum feed_want ask_install(merged_op *m)
-{
-    feed_core *c = m->op.c;
-    int rc;
-
-    m->ncmds = 0;
-    for (size_t j = m->op.sql.with_feed ? 0 : 1; j <= m->sql_n; j++) {
-        size_t k = m->sql_idx[j];
-        msrc *s = &m->src[k];
-        if (c->test_before_install)
-            c->test_before_install(c->handle, s->owner, c->test_arg);
-        s->from = FEED_SOURCE_DB;           /* unless installed */
-        if ((rc = feed__install_prepare(&m->install[k], c, s->key, s->lease, s->token,
-                                        &m->tagged[j], m->op.err)) != FEED_OK)
-            return finish(m, rc);
-        for (int i = 0; i < 3; i++)
-            cmd_add(m, C_INSTALL, k, 0, NULL, NULL)->sub = i;
-    }
-    return send(m, M_INSTALL);
 }
 
 /* A rebuild's answer for source k: its rows are the source's top, so they
@@ -576,19 +499,12 @@ static enum feed_want after_rebuild(merged_op *m, int64_t now);
 /* The installs are done (or not: the rows answer either way). */
 static enum feed_want installed(merged_op *m, int64_t now)
 {
-    feed_core *c = m->op.c;
     int rc = FEED_OK;
+    size_t i = 0;
 
     for (size_t j = m->op.sql.with_feed ? 0 : 1; j <= m->sql_n; j++) {
         size_t k = m->sql_idx[j];
-        msrc *s = &m->src[k];
-        int empty = m->tagged[j].count == 0;
-        if (m->install[k].installed) {      /* with the full TTL: no check for TTL/2 */
-            s->from = FEED_SOURCE_REBUILD;
-            c->stats.rebuilds++;
-            ttl_known(c, s, now, atoll(ttl_text(c, empty)), empty);
-        }
-        feed__install_free(&m->install[k]);
+        m->src[k].from = m->rebuilt[i++].installed ? FEED_SOURCE_REBUILD : FEED_SOURCE_DB;
         if (rc == FEED_OK)
             rc = answer_from_top(m, k, &m->tagged[j]);
     }
@@ -676,8 +592,6 @@ static void learn_shares(merged_op *m, const feed_item *page, size_t count)
 
 static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
 {
-    feed_core *c = m->op.c;
-    feed_result *out = m->out;
     feed_source source = FEED_SOURCE_CACHE;
 
     for (size_t k = 0; k < m->n; k++) {
@@ -687,19 +601,8 @@ static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
             source = FEED_SOURCE_REBUILD;
     }
     learn_shares(m, items, count);
-    out->items = items;
-    out->count = count < m->limit ? count : m->limit;
-    out->has_more = count > m->limit;
-    if (out->has_more) {
-        out->next_score = items[m->limit - 1].score;
-        out->next_id = items[m->limit - 1].id;
-    }
-    out->source = source;
-    c->stats.pages++;
-    if (source == FEED_SOURCE_CACHE)
-        c->stats.cache_pages++;
-    else if (source == FEED_SOURCE_DB)
-        c->stats.db_pages++;
+    m->out->items = items;
+    feed__page_served(m->op.c, m->out, count, m->limit, source);
     return finish(m, FEED_OK);
 }
 
@@ -765,27 +668,34 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
         return;
     case C_PEXPIRE:
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
-            ttl_known(m->op.c, s, m->read_ms, atoll(ttl_text(m->op.c, is_empty(s))),
-                      is_empty(s));
+            feed__ttl_full(m->op.c, s->fam, s->owner, m->read_ms, is_empty(s));
         return;
-    case C_SEEK:
+    default:
         seek_reply(m, c, r);
         return;
-    case C_INSTALL:
-        feed__install_reply(&m->install[c->src], m->op.c, (size_t)c->sub, r, m->op.err);
-        return;
-    default:        /* C_DEL: best effort */
-        return;
+    }
+}
+
+/* The step follows a Redis batch (whose redis_rc then speaks). */
+static int redis_answered(const merged_op *m)
+{
+    switch (m->op.state) {
+    case M_START: case M_WAIT: case M_SQL:
+        return 0;
+    case M_REBUILD:
+        return m->rb.asked == FEED_W_REDIS;
+    default:
+        return 1;
     }
 }
 
 static enum feed_want merged_step(feed_op *op, int64_t now)
 {
     merged_op *m = (merged_op *)op;
+    enum feed_want want;
     int rc;
 
-    if (op->state != M_START && op->state != M_WAIT && op->state != M_SQL &&
-        op->state != M_REBUILD && op->redis_rc == FEED_ENOMEM)
+    if (redis_answered(m) && op->redis_rc == FEED_ENOMEM)
         return finish(m, FEED_ENOMEM);
     switch (op->state) {
     case M_START:
@@ -804,18 +714,11 @@ static enum feed_want merged_step(feed_op *op, int64_t now)
             return ask_rebuild(m);
         return after_rebuild(m, now);
     case M_REBUILD:
-        if (op->sql_rc != FEED_OK) {
-            m->sql_rc = op->sql_rc;
-            snprintf(m->redis_msg, sizeof m->redis_msg, "%s", op->err);
-            tagged_free(m);
-            return release_leases(m);
-        }
-        return ask_install(m);
-    case M_INSTALL:
+        if ((want = feed__rebuild_step(&m->rb, now, &rc)) != FEED_W_DONE)
+            return want;
+        if (m->rb.state != FEED_RB_INSTALL)
+            return finish(m, rc);   /* the read failed, or no memory to install */
         return installed(m, now);
-    case M_RELEASE:
-        snprintf(op->err, FEED_ERRMSG, "%s", m->redis_msg);
-        return finish(m, m->sql_rc);
     case M_WAIT:
         for (size_t k = 0; k < m->n; k++)
             if (m->src[k].state == S_BUSY)
@@ -834,11 +737,9 @@ static void merged_free(feed_op *op)
 {
     merged_op *m = (merged_op *)op;
 
-    for (size_t k = 0; m->src && k < m->n; k++) {
+    for (size_t k = 0; m->src && k < m->n; k++)
         feed__rows_free(&m->src[k].rows);
-        if (m->install)
-            feed__install_free(&m->install[k]);
-    }
+    feed__rebuild_free(&m->rb);
     if (m->tagged)
         for (size_t j = 0; j < m->n; j++)
             feed__rows_free(&m->tagged[j]);
@@ -846,7 +747,7 @@ static void merged_free(feed_op *op)
     free(m->src);
     free(m->keys);
     free(m->cmds);
-    free(m->install);
+    free(m->rebuilt);
     free(m->sql_authors);
     free(m->sql_idx);
     free(m->tagged);
@@ -901,16 +802,16 @@ static int sources_init(merged_op *m, int64_t uid, const int64_t *authors, size_
         if (u == 0 || who[u - 1] != who[i])
             who[u++] = who[i];
     m->n = u + 1;
-    cmds = 3 * m->n;            /* at most three commands a source (an install) */
+    cmds = 2 * m->n;            /* at most two commands a source (a read and PTTL) */
     m->src = calloc(m->n, sizeof *m->src);
     m->keys = malloc(2 * m->n * c->key_cap);
     m->cmds = malloc(cmds * sizeof *m->cmds);
-    m->install = calloc(m->n, sizeof *m->install);
+    m->rebuilt = calloc(m->n, sizeof *m->rebuilt);
     m->sql_authors = malloc(m->n * sizeof *m->sql_authors);
     m->sql_idx = malloc(m->n * sizeof *m->sql_idx);
     m->tagged = calloc(m->n, sizeof *m->tagged);
     m->blocking = malloc(m->n);
-    if (!m->src || !m->keys || !m->cmds || !m->install || !m->sql_authors || !m->sql_idx ||
+    if (!m->src || !m->keys || !m->cmds || !m->rebuilt || !m->sql_authors || !m->sql_idx ||
         !m->tagged || !m->blocking) {
         free(who);
         return FEED_ENOMEM;

@@ -22,8 +22,8 @@
 #include "core/core.h"
 
 enum {
-    P_START, P_PLAIN, P_TTL_REFRESH, P_TTL_RECHECK, P_SCRIPT, P_WAIT, P_REBUILD,
-    P_INSTALL, P_RELEASE, P_SQL, P_DONE
+    P_START, P_PLAIN, P_TTL_REFRESH, P_TTL_RECHECK, P_SCRIPT, P_WAIT, P_REBUILD, P_SQL,
+    P_DONE
 };
 
 /* What the cache said, by a plain read or by page.lua. */
@@ -57,7 +57,6 @@ struct feed_page_op {
     size_t       ncmds;         /* its commands: the read, and PTTL or not */
     int          nargs, nargs2; /* argc of argv, argv2 */
     int          ttl_empty;     /* the first page's copy held only the end marker */
-    int          sql_rc;        /* a rebuild's failed read, while the lease is released */
     long long    pttl;          /* PTTL's answer, when asked */
     int          pttl_seen;
     int64_t      read_ms;       /* when the first page was read (TTL bookkeeping) */
@@ -75,8 +74,7 @@ struct feed_page_op {
     char         num[4][24];
     char         member[FEED_MEMBER_MAX];
 
-    feed_rows    rows;          /* a rebuild's rows */
-    feed_install install;
+    feed_rebuild rb;
     feed_sqlpage sp;
     char         redis_msg[FEED_ERRMSG];
 };
@@ -338,50 +336,12 @@ static void read_plain_reply(feed_page_op *p, const redisReply *r)
     p->a.rank0 = p->start >= 0 ? p->start + (int64_t)j : -1;
 }
 
-static struct feed_ttl_seen *ttl_seen(feed_core *c, int64_t uid)
-{
-    return &c->ttl_seen[((uint64_t)uid * 0x9E3779B97F4A7C15ULL >> 32) % FEED_HINTS];
-}
-
-/* The TTL of a copy (ms; 0 = none): a feed known to be empty has its own. */
-static const char *ttl_text(const feed_core *c, int empty)
-{
-    return empty ? c->empty_ttl_ms : c->ttl_ms;
-}
-
-/* Must this first page of uid ask for the TTL? Not when no copy expires,
- * nor while the handle knows it need not. */
-static int ttl_check_due(feed_core *c, int64_t uid, int64_t now)
-{
-    const struct feed_ttl_seen *t = ttl_seen(c, uid);
-
-    if (strcmp(c->ttl_ms, "0") == 0 && strcmp(c->empty_ttl_ms, "0") == 0)
-        return 0;
-    return !(t->uid == uid && t->fresh_until > now);
-}
-
-/* Remember until when uid's copy needs no TTL check: it lives at least
- * pttl ms from now. */
-static void ttl_known(feed_core *c, int64_t uid, int64_t now, long long pttl, int empty)
-{
-    struct feed_ttl_seen *t = ttl_seen(c, uid);
-    long long ttl = atoll(ttl_text(c, empty));
-
-    if (ttl == 0)
-        pttl = INT64_MAX / 2;   /* this kind of copy never expires */
-    t->uid = uid;
-    t->fresh_until = now + (pttl - ttl / 2);
-    t->empty = empty;
-}
-
 /* ---- Building the batches ---------------------------------------------- */
 
 static int batch_build(void *arg, size_t i, const char ***argv, const size_t **lens)
 {
     feed_page_op *p = arg;
 
-    if (p->op.state == P_INSTALL)
-        return feed__install_build(&p->install, i, argv, lens);
     if (i == 0) {
         *argv = p->argv;
         *lens = p->lens;
@@ -432,7 +392,7 @@ static enum feed_want ask_plain(feed_page_op *p, int64_t now)
             start = 0;
             stop = (int64_t)p->limit;
             p->read_ms = now;
-            if (ttl_check_due(c, p->uid, now)) {
+            if (feed__ttl_due(c, FEED_FAM_FEED, p->uid, now)) {
                 p->ncmds = 2;
                 p->argv2[0] = "PTTL";
                 p->lens2[0] = 4;
@@ -543,10 +503,7 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
     case P_SCRIPT:
         parse_answer(p, r);
         return;
-    case P_INSTALL:
-        feed__install_reply(&p->install, p->op.c, i, r, p->op.err);
-        return;
-    default:    /* P_RELEASE: best effort */
+    default:
         return;
     }
 }
@@ -557,19 +514,24 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
  * caller knows that nothing follows them unless avail > limit. */
 static int answer(feed_page_op *p, const feed_item *items, size_t avail, feed_source source)
 {
-    feed_core *c = p->op.c;
-    feed_result *out = p->out;
     size_t count = avail < p->limit ? avail : p->limit;
 
-    out->items = malloc((count + 1) * sizeof *out->items);
-    if (!out->items)
+    p->out->items = malloc((count + 1) * sizeof *p->out->items);
+    if (!p->out->items)
         return feed__msg(p->op.err, FEED_ENOMEM, "out of memory for %zu items", count);
-    memcpy(out->items, items, count * sizeof *items);
-    out->count = count;
-    out->has_more = avail > p->limit;
+    memcpy(p->out->items, items, count * sizeof *items);
+    feed__page_served(p->op.c, p->out, avail, p->limit, source);
+    return FEED_OK;
+}
+
+void feed__page_served(feed_core *c, feed_result *out, size_t avail, size_t limit,
+                       feed_source source)
+{
+    out->count = avail < limit ? avail : limit;
+    out->has_more = avail > limit;
     if (out->has_more) {
-        out->next_score = items[count - 1].score;
-        out->next_id = items[count - 1].id;
+        out->next_score = out->items[out->count - 1].score;
+        out->next_id = out->items[out->count - 1].id;
     }
     out->source = source;
     c->stats.pages++;
@@ -577,7 +539,6 @@ static int answer(feed_page_op *p, const feed_item *items, size_t avail, feed_so
         c->stats.cache_pages++;
     else if (source == FEED_SOURCE_DB)
         c->stats.db_pages++;
-    return FEED_OK;
 }
 
 static enum feed_want finish(feed_page_op *p, int rc)
@@ -596,7 +557,7 @@ static enum feed_want ask_db(feed_page_op *p, int redis_failed, int64_t now)
     int rc;
 
     p->redis_failed = redis_failed;
-    memcpy(p->redis_msg, p->op.err, strlen(p->op.err) + 1);
+    feed__msg_keep(p->redis_msg, p->op.err);
     if (p->first) {
         params[1] = (int64_t)p->limit + 1;
         feed__sqlpage_begin(&p->sp, FEED_SQL_TOP, p->uid, params, 2);
@@ -687,7 +648,6 @@ static enum feed_want ask_one(feed_page_op *p, int state, const char *cmd, const
 static enum feed_want plain_done(feed_page_op *p, int64_t now)
 {
     feed_core *c = p->op.c;
-    const struct feed_ttl_seen *t;
     int empty;
 
     if (p->op.redis_rc == FEED_ENOMEM || p->a.nomem)
@@ -701,11 +661,10 @@ static enum feed_want plain_done(feed_page_op *p, int64_t now)
     if (!p->first)
         return hit(p, now);
     empty = p->a.ended && p->a.rows.count == 0;
-    t = ttl_seen(c, p->uid);
     p->ttl_empty = empty;
     if (p->ncmds == 2 && p->pttl_seen)
         return ttl_checked(p, now);
-    if (p->ncmds == 1 && t->uid == p->uid && t->empty != empty)
+    if (p->ncmds == 1 && feed__ttl_turned(c, FEED_FAM_FEED, p->uid, empty))
         /* The copy turned empty or stopped being empty since the handle
          * last checked: its TTL rule changed, so what it knew is void. */
         return ask_one(p, P_TTL_RECHECK, "PTTL", p->key, NULL);
@@ -713,29 +672,24 @@ static enum feed_want plain_done(feed_page_op *p, int64_t now)
 }
 
 /* A PTTL read at p->read_ms said pttl of uid's copy: refresh the TTL if
- * less than half is left (-1, no TTL, included, as page.lua does), and
- * remember until when no check is needed. */
+ * less than half is left, else the handle remembers it. */
 static enum feed_want ttl_checked(feed_page_op *p, int64_t now)
 {
     feed_core *c = p->op.c;
-    const char *text = ttl_text(c, p->ttl_empty);
-    long long ttl = atoll(text);
 
-    if (p->pttl == -2)
-        return hit(p, now);     /* gone meanwhile: the next read rebuilds it */
-    if (ttl != 0 && p->pttl < ttl / 2)
-        return ask_one(p, P_TTL_REFRESH, "PEXPIRE", p->key, text);
-    ttl_known(c, p->uid, p->read_ms, p->pttl, p->ttl_empty);
+    if (feed__ttl_checked(c, FEED_FAM_FEED, p->uid, p->read_ms, p->pttl, p->ttl_empty))
+        return ask_one(p, P_TTL_REFRESH, "PEXPIRE", p->key, feed__ttl_text(c, p->ttl_empty));
     return hit(p, now);
 }
 
-/* We hold the lease: rebuild, then cut the page from the rows read. Those
- * rows are the top of the feed; when they are the whole feed, or reach past
- * the page, they answer it exactly. */
-static enum feed_want rebuilt(feed_page_op *p, int installed, int rc, int64_t now)
+/* We held the lease and rebuilt (rebuild.c): cut the page from the rows
+ * read. Those rows are the top of the feed; when they are the whole feed,
+ * or reach past the page, they answer it exactly. */
+static enum feed_want rebuilt(feed_page_op *p, int rc, int64_t now)
 {
     feed_core *c = p->op.c;
-    feed_rows *rows = &p->rows;
+    feed_rows *rows = &p->op.sql.rows;
+    int installed = p->rb.one.installed;
     int complete = rows->count <= c->cfg.max_len;
     size_t start = feed__rows_after(rows, &(feed_cursor_q){ p->first, p->score, p->id, 0 });
     size_t avail = rows->count - start;
@@ -745,10 +699,6 @@ static enum feed_want rebuilt(feed_page_op *p, int installed, int rc, int64_t no
         if (rc == FEED_OK && installed && p->out->has_more) {   /* rows are ranks 0.. */
             p->next_rank = (int64_t)(start + p->out->count);
             hint_put(c, p->uid, p->out->next_score, p->out->next_id, p->next_rank);
-        }
-        if (installed) {   /* with the full TTL: no check needed for TTL/2 */
-            int empty = complete && rows->count == 0;
-            ttl_known(c, p->uid, now, atoll(ttl_text(c, empty)), empty);
         }
         feed__rows_free(rows);
         return finish(p, rc);
@@ -803,7 +753,8 @@ static enum feed_want page_step(feed_op *op, int64_t now)
 {
     feed_page_op *p = (feed_page_op *)op;
     feed_core *c = op->c;
-    int rc, installed;
+    enum feed_want want;
+    int rc;
 
     switch (op->state) {
     case P_START:
@@ -812,7 +763,7 @@ static enum feed_want page_step(feed_op *op, int64_t now)
         return plain_done(p, now);
     case P_TTL_REFRESH:
         if (op->redis_rc == FEED_OK && p->pttl_seen)   /* refreshed: the full TTL */
-            ttl_known(c, p->uid, p->read_ms, atoll(ttl_text(c, p->ttl_empty)), p->ttl_empty);
+            feed__ttl_full(c, FEED_FAM_FEED, p->uid, p->read_ms, p->ttl_empty);
         return hit(p, now);     /* a failure loses nothing: the next first page tries again */
     case P_TTL_RECHECK:
         if (op->redis_rc == FEED_OK && p->pttl_seen)
@@ -827,46 +778,17 @@ static enum feed_want page_step(feed_op *op, int64_t now)
             return hit(p, now);
         if (!p->a.leased)
             return lease_busy(p, now);
-        /* From the primary, never the replica: a replica may not yet have
-         * replayed a write whose hook already ran (and cancelled the
-         * lease), and rows read from it would install a copy missing that
-         * write. */
-        feed__sql_ask(op, FEED_SQL_TOP, FEED_PG_PRIMARY, p->uid,
-                      (int64_t[]){ p->uid, (int64_t)c->cfg.max_len + 1 }, 2);
         op->state = P_REBUILD;
-        return FEED_W_SQL;
+        return feed__rebuild_one(&p->rb, op, 0, c->topo.cluster ? feed__uid_slot(p->uid) : 0,
+                                 FEED_FAM_FEED, p->uid, p->key, lease_key(p), p->token);
     case P_WAIT:
         return ask_cache(p, now);
     case P_REBUILD:
-        p->rows = op->sql.rows;
-        op->sql.rows.items = NULL;
-        op->sql.rows.count = 0;
-        if (op->sql_rc != FEED_OK) {
-            /* The SQL read failed: let the next reader try at once rather
-             * than wait out lease_ms. Best effort, and without a token
-             * check: if the lease already passed to someone else, their
-             * install fails and their page is still answered. The SQL
-             * error is the page's. */
-            p->sql_rc = op->sql_rc;
-            memcpy(p->redis_msg, op->err, strlen(op->err) + 1);
-            return ask_one(p, P_RELEASE, "DEL", lease_key(p), NULL);
-        }
-        if (c->test_before_install)
-            c->test_before_install(c->handle, p->uid, c->test_arg);
-        if ((rc = feed__install_prepare(&p->install, c, p->key, lease_key(p), p->token, &p->rows,
-                                        op->err)) != FEED_OK) {
-            feed__rows_free(&p->rows);
-            return finish(p, rc);
-        }
-        return ask_redis(p, P_INSTALL, 3);
-    case P_INSTALL:
-        rc = feed__install_result(&p->install, c, op->redis_rc);
-        installed = p->install.installed;
-        feed__install_free(&p->install);
-        return rebuilt(p, installed, rc, now);
-    case P_RELEASE:
-        memcpy(op->err, p->redis_msg, strlen(p->redis_msg) + 1);
-        return finish(p, p->sql_rc);
+        if ((want = feed__rebuild_step(&p->rb, now, &rc)) != FEED_W_DONE)
+            return want;
+        if (p->rb.state != FEED_RB_INSTALL)
+            return finish(p, rc);   /* the read failed, or no memory to install */
+        return rebuilt(p, rc, now);
     case P_SQL:
         if (feed__sqlpage_step(&p->sp, op, now, &rc) == FEED_W_SQL)
             return FEED_W_SQL;
@@ -881,10 +803,8 @@ static void page_free(feed_op *op)
     feed_page_op *p = (feed_page_op *)op;
 
     feed__rows_free(&p->a.rows);
-    feed__rows_free(&p->rows);
     feed__rows_free(&op->sql.rows);
-    if (p->install.argv || p->install.staged)
-        feed__install_free(&p->install);
+    feed__rebuild_free(&p->rb);
     if (p->key != p->keys)
         free(p->key);
     p->key = NULL;
@@ -921,10 +841,7 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
     p->pause = 1;
     p->a.rows.items = NULL;
     p->a.rows.count = 0;
-    p->rows.items = NULL;
-    p->rows.count = 0;
-    p->install.argv = NULL;
-    p->install.staged = NULL;
+    p->rb.n = 0;
     if (c->key_cap <= KEY_INLINE) {
         p->key = p->keys;
         p->lease_key = p->keys + KEY_INLINE;
