@@ -19,7 +19,8 @@
  *   merge.c     read-time merge, the decisions: what a source's reply proves,
  *               the merged page cut from the sources' answers
  *   merged.c    feed_page_merged: the request over many sources
- *   rebuild.c   a miss or a reload: SQL rows installed under a lease
+ *   rebuild.c   a rebuild under a lease (a miss, a reload, merged sources);
+ *               the TTLs the handle knows
  *   hooks.c     the write path: insert, delete, fan-out, reload, invalidate
  *               (of either feed family: readers' feeds, authors' posts)
  *   bulk.c      feed_invalidate_many, feed_invalidate_all
@@ -476,19 +477,17 @@ typedef struct feed_rebuild_src {
     int64_t      owner;
     const char  *key, *lease, *token;
     feed_rows   *rows;          /* its top max_len + 1 rows, once read */
-    feed_install in;
-    int          installed;     /* out: the copy is the rows now */
+    feed_install in;            /* in.installed, at the end: the copy is the rows now */
 } feed_rebuild_src;
 enum { FEED_RB_READ, FEED_RB_RELEASE, FEED_RB_INSTALL };
 typedef struct feed_rebuild {
     feed_op          *op;
-    int               state;    /* FEED_RB_*; after FEED_W_DONE, FEED_RB_INSTALL
-                                   says the installs ran (the rows were read) */
+    int               state;    /* FEED_RB_*: past READ, the last answer was Redis's;
+                                   INSTALL after FEED_W_DONE: the installs ran */
     int               flags;    /* the batches' (FEED_B_*), and their slot */
     unsigned          slot;
     feed_rebuild_src *src, one;
     size_t            n;
-    int               asked;    /* FEED_W_REDIS or FEED_W_SQL: the last thing asked */
     int               sql_rc;
     const char       *del[2];
     size_t            del_lens[2];
@@ -501,22 +500,20 @@ void feed__rebuild_begin(feed_rebuild *rb, feed_op *op, feed_rebuild_src *src, s
 enum feed_want feed__rebuild_one(feed_rebuild *rb, feed_op *op, int flags, unsigned slot,
                                  int fam, int64_t owner, const char *key, const char *lease,
                                  const char *token);
-/* FEED_W_DONE with *rc: FEED_OK (each src's installed says whether it went
+/* FEED_W_DONE with *rc: FEED_OK (each src's in.installed says whether it went
  * in), FEED_EREDIS (an install failed), the read's error, or FEED_ENOMEM. */
 enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc);
 void feed__rebuild_free(feed_rebuild *rb);      /* any state */
-/* The install alone (the machine's part). */
-int  feed__install_prepare(feed_install *in, feed_core *c, const char *key,
-                           const char *lease_key, const char *token, const feed_rows *rows,
-                           char *err);
-void feed__install_free(feed_install *in);
+/* Another handle holds a lease: 1, ask again at op->wake_at (a pause that
+ * doubles); 0, lease_wait_ms has passed. A wait starts as { 0, 1 }. */
+typedef struct feed_wait {
+    int64_t deadline, pause;
+} feed_wait;
+int  feed__lease_wait(feed_op *op, feed_wait *w, int64_t now);
 
 /* rebuild.c: the TTL of a copy (ms, text; "0": none): a feed known to be
- * empty has its own. A first page reads the PTTL of a copy (plain: page.c,
- * merged: merged.c) only when the handle does not know it need not: a
- * PTTL of P read at t means the copy lives until t + P at least (only
- * rebuilds and refreshes set a TTL, always the full one for the kind of
- * copy), so no check is due until t + P - TTL/2. */
+ * empty has its own; and when a first page must read a copy's PTTL
+ * (rebuild.c, "TTL refresh"). */
 const char *feed__ttl_text(const feed_core *c, int empty);
 int  feed__ttl_due(feed_core *c, int fam, int64_t owner, int64_t now);
 /* The handle knows the copy, and knew it empty when it is not, or not when it is. */
@@ -552,6 +549,12 @@ int64_t feed__page_next_rank(const feed_page_op *p);
  * cursor (the last shown) follow, and the statistics count it. */
 void    feed__page_served(feed_core *c, feed_result *out, size_t avail, size_t limit,
                           feed_source source);
+/* page.lua's call: argv and lens (12 entries) for key and its lease, want
+ * items after the cursor (score NULL: a first page), a lease token. */
+int     feed__page_script(const feed_core *c, const char **argv, size_t *lens,
+                          const char *key, const char *lease, const char *want,
+                          const char *score, const char *member, size_t member_len,
+                          const char *token);
 
 /* newer.c: pull-to-refresh. */
 typedef struct feed_newer_op feed_newer_op;

@@ -17,10 +17,6 @@
 
 #include "core/core.h"
 
-#define H_INSERT     FEED_HOOK_INSERT
-#define H_DELETE     FEED_HOOK_DELETE
-#define H_INVALIDATE FEED_HOOK_INVALIDATE
-#define H_RELOAD     FEED_HOOK_RELOAD
 enum { S_START, S_SENT, S_LEASED, S_REBUILD, S_DONE };
 
 struct feed_hook_op {
@@ -87,7 +83,7 @@ static void hook_reply(void *arg, size_t i, const redisReply *r)
         return;
     h->op.c->stats.redis_errors++;
     h->bad = 1;
-    what = h->kind == H_INSERT ? "insert.lua" : h->kind == H_DELETE ? "delete.lua"
+    what = h->kind == FEED_HOOK_INSERT ? "insert.lua" : h->kind == FEED_HOOK_DELETE ? "delete.lua"
          : h->op.state == S_LEASED ? "SET" : "DEL";
     if (r->type == REDIS_REPLY_ERROR)
         feed__msg(h->op.err, FEED_EREDIS, "Redis %s: %s", what, r->str);
@@ -125,7 +121,7 @@ static enum feed_want hook_start(feed_hook_op *h)
     size_t mlen;
 
     switch (h->kind) {
-    case H_INSERT:
+    case FEED_HOOK_INSERT:
         feed__i64_to_str(h->score, h->num);
         mlen = feed__member_encode(h->id, h->member);
         feed__i64_to_str((int64_t)c->cfg.max_len, h->max_len);
@@ -133,14 +129,14 @@ static enum feed_want hook_start(feed_hook_op *h)
                                          h->lease_key, h->num, h->member, h->max_len });
         h->lens[6] = mlen;
         return send(h, S_SENT, 1);
-    case H_DELETE:
+    case FEED_HOOK_DELETE:
         /* The empty TTL: a delete that empties a complete feed. */
         mlen = feed__member_encode(h->id, h->member);
         set_args(h, 7, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_DELETE], "2", h->key,
                                          h->lease_key, h->member, c->empty_ttl_ms });
         h->lens[5] = mlen;
         return send(h, S_SENT, 1);
-    case H_INVALIDATE:
+    case FEED_HOOK_INVALIDATE:
         set_args(h, 3, (const char *[]){ "DEL", h->key, h->lease_key });
         return send(h, S_SENT, 1);
     default:
@@ -174,7 +170,7 @@ static enum feed_want hook_step(feed_op *op, int64_t now)
     case S_REBUILD:
         if ((want = feed__rebuild_step(&h->rb, now, &rc)) != FEED_W_DONE)
             return want;
-        if (rc == FEED_OK && !h->rb.one.installed) {
+        if (rc == FEED_OK && !h->rb.one.in.installed) {
             /* A write cancelled the reload: the cached copy may predate the
              * reload's reason to exist, so it is dropped. An absent feed is
              * always correct. */
@@ -203,7 +199,6 @@ size_t feed__hook_op_size(void)
     return sizeof(feed_hook_op);
 }
 
-/* A hook request, arguments checked by the caller. */
 /* What a hook's arguments must be, checked before any request exists: an
  * author's hook needs author_table, an insert a score and id in range, a
  * delete an id that is not negative. name is the public call, for the
@@ -215,11 +210,7 @@ int feed__hook_check(const feed_core *c, char *err, const char *name, int kind, 
 
     if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(c, err, name)) != FEED_OK)
         return rc;
-    if (kind == FEED_HOOK_INSERT)
-        return feed__check_item(err, name, score, id);
-    if (id < 0)
-        return feed__msg(err, FEED_EINVAL, "%s: id %lld is negative", name, (long long)id);
-    return FEED_OK;
+    return feed__check_item(err, name, kind == FEED_HOOK_INSERT ? score : 0, id);
 }
 
 int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int fam,

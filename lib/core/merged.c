@@ -11,7 +11,7 @@
  *            every source in one batch of independent commands: one
  *            pipeline per Redis node, the nodes at once; on a first page a
  *            PTTL rides along for the copies whose TTL may need a refresh
- *            (page.c, "TTL refresh": the same rule, per source; a PEXPIRE
+ *            (rebuild.c, "TTL refresh": the same rule, per source; a PEXPIRE
  *            batch follows for those with less than half left). The
  *            reader's feed is asked for limit + 1 items, as a plain page
  *            is; an author for as many as it put into its last merged page
@@ -123,7 +123,7 @@ typedef struct merged_op {
     feed_result  *out;
     int           round;
     int64_t       read_ms;      /* when the first read went out (TTL bookkeeping) */
-    int64_t       deadline, pause;      /* lease waits */
+    feed_wait     wait;         /* for other handles' rebuilds */
     int           redis_failed; /* some source could not be asked of Redis */
     char          score[24], member[FEED_MEMBER_MAX], want[24];
     size_t        member_len;
@@ -258,6 +258,26 @@ static size_t ttl_refreshes(merged_op *m)
 
 /* ---- READ: one plain read per source ------------------------------------ */
 
+/* What a source's read (plain, or page.lua: what) proved: its next state. */
+static void took(merged_op *m, msrc *s, int verdict, const char *what)
+{
+    static const int next[] = { [FEED_MERGE_PROVEN] = S_DONE, [FEED_MERGE_SHORT] = S_SHORT,
+                                [FEED_MERGE_UNKNOWN] = S_SEEK, [FEED_MERGE_LEASED] = S_LEASED,
+                                [FEED_MERGE_BUSY] = S_BUSY, [FEED_MERGE_BAD] = S_SQL };
+
+    s->state = next[verdict];
+    if (verdict == FEED_MERGE_PROVEN || verdict == FEED_MERGE_SHORT)
+        s->from = FEED_SOURCE_CACHE;    /* SHORT: the copy ends before the page may */
+    if (verdict == FEED_MERGE_PROVEN && !s->ended && s->want < m->q.want)
+        s->state = S_PART;              /* a plain read asked fewer: the copy may hold more */
+    if (verdict == FEED_MERGE_BAD) {
+        m->op.c->stats.redis_errors++;
+        feed__msg(m->op.err, FEED_EREDIS, "Redis %s: unexpected reply", what);
+        redis_failed(m);
+        feed__rows_free(&s->rows);
+    }
+}
+
 static void read_reply(merged_op *m, const mcmd *c, const redisReply *r)
 {
     msrc *s = &m->src[c->src];
@@ -270,25 +290,7 @@ static void read_reply(merged_op *m, const mcmd *c, const redisReply *r)
         return;
     }
     q.want = s->want;
-    switch (feed__merge_plain(r, &q, asked, &s->rows, &s->ended)) {
-    case FEED_MERGE_PROVEN:
-        s->state = s->ended || s->want == m->q.want ? S_DONE : S_PART;
-        s->from = FEED_SOURCE_CACHE;
-        break;
-    case FEED_MERGE_UNKNOWN:
-        s->state = S_SEEK;
-        break;
-    case FEED_MERGE_SHORT:      /* the copy ends before the page may */
-        s->state = S_SHORT;
-        s->from = FEED_SOURCE_CACHE;
-        break;
-    default:
-        m->op.c->stats.redis_errors++;
-        feed__msg(m->op.err, FEED_EREDIS, "Redis merged page read: unexpected reply");
-        redis_failed(m);
-        feed__rows_free(&s->rows);
-        s->state = S_SQL;
-    }
+    took(m, s, feed__merge_plain(r, &q, asked, &s->rows, &s->ended), "merged page read");
 }
 
 /* One plain read for every source in state S_READ, one batch; on a first
@@ -326,39 +328,14 @@ static enum feed_want ask_read(merged_op *m, int64_t now)
 
 /* ---- SEEK: page.lua ------------------------------------------------------ */
 
-static void seek_reply(merged_op *m, const mcmd *c, const redisReply *r)
-{
-    msrc *s = &m->src[c->src];
-
-    switch (feed__merge_script(r, &m->q, &s->rows, &s->ended)) {
-    case FEED_MERGE_PROVEN:
-        s->state = S_DONE;
-        s->from = FEED_SOURCE_CACHE;
-        break;
-    case FEED_MERGE_LEASED:
-        s->state = S_LEASED;
-        break;
-    case FEED_MERGE_BUSY:
-        s->state = S_BUSY;
-        break;
-    case FEED_MERGE_SHORT:
-        s->state = S_SHORT;
-        s->from = FEED_SOURCE_CACHE;
-        break;
-    default:
-        m->op.c->stats.redis_errors++;
-        feed__msg(m->op.err, FEED_EREDIS, "Redis page.lua: unexpected reply");
-        redis_failed(m);
-        feed__rows_free(&s->rows);
-        s->state = S_SQL;
-    }
-}
-
 /* page.lua for every source in state S_SEEK, one batch (page.c's call:
  * keys, limit + 1, the cursor, a lease token, the TTLs on first pages). */
 static enum feed_want ask_seek(merged_op *m)
 {
     feed_core *c = m->op.c;
+    const char *argv[12];
+    size_t lens[12];
+    int argc;
 
     m->ncmds = 0;
     for (size_t k = 0; k < m->n; k++) {
@@ -367,16 +344,12 @@ static enum feed_want ask_seek(merged_op *m)
             continue;
         feed__rows_free(&s->rows);
         s->ended = 0;
+        s->want = m->q.want;            /* page.lua asks for limit + 1 */
         feed__lease_token(c->token_seed, &c->token_seq, s->token);
-        cmd_add(m, C_SEEK, k, m->q.first ? 12 : 10,
-                (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_PAGE], "2", s->key, s->lease,
-                                  m->want, m->q.first ? "" : m->score,
-                                  m->q.first ? "" : m->member, s->token, c->lease_ms,
-                                  c->ttl_ms, c->empty_ttl_ms },
-                (const size_t[]){ 7, 40, 1, strlen(s->key), strlen(s->lease), strlen(m->want),
-                                  m->q.first ? 0 : strlen(m->score),
-                                  m->q.first ? 0 : m->member_len, 32, strlen(c->lease_ms),
-                                  strlen(c->ttl_ms), strlen(c->empty_ttl_ms) });
+        argc = feed__page_script(c, argv, lens, s->key, s->lease, m->want,
+                                 m->q.first ? NULL : m->score, m->member, m->member_len,
+                                 s->token);
+        cmd_add(m, C_SEEK, k, argc, argv, lens);
     }
     c->stats.plain_fallbacks += m->ncmds;
     return send(m, M_SEEK);
@@ -504,7 +477,7 @@ static enum feed_want installed(merged_op *m, int64_t now)
 
     for (size_t j = m->op.sql.with_feed ? 0 : 1; j <= m->sql_n; j++) {
         size_t k = m->sql_idx[j];
-        m->src[k].from = m->rebuilt[i++].installed ? FEED_SOURCE_REBUILD : FEED_SOURCE_DB;
+        m->src[k].from = m->rebuilt[i++].in.installed ? FEED_SOURCE_REBUILD : FEED_SOURCE_DB;
         if (rc == FEED_OK)
             rc = answer_from_top(m, k, &m->tagged[j]);
     }
@@ -532,22 +505,14 @@ static enum feed_want advance(merged_op *m, int64_t now)
  * doubles, until lease_wait_ms has passed; then SQL answers it. */
 static enum feed_want after_rebuild(merged_op *m, int64_t now)
 {
-    feed_core *c = m->op.c;
-
     if (count_in(m, S_BUSY) == 0)
         return advance(m, now);
-    if (m->deadline == 0) {
-        c->stats.lease_waits++;
-        m->deadline = now + c->cfg.lease_wait_ms;
-    }
-    if (now >= m->deadline) {
+    if (!feed__lease_wait(&m->op, &m->wait, now)) {
         for (size_t k = 0; k < m->n; k++)
             if (m->src[k].state == S_BUSY)
                 m->src[k].state = S_SQL;
         return advance(m, now);
     }
-    m->op.wake_at = now + (m->pause < m->deadline - now ? m->pause : m->deadline - now);
-    m->pause *= 2;
     m->op.state = M_WAIT;
     return FEED_W_WAKE;
 }
@@ -670,8 +635,8 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
             feed__ttl_full(m->op.c, s->fam, s->owner, m->read_ms, is_empty(s));
         return;
-    default:
-        seek_reply(m, c, r);
+    default:        /* C_SEEK */
+        took(m, s, feed__merge_script(r, &m->q, &s->rows, &s->ended), "page.lua");
         return;
     }
 }
@@ -683,7 +648,7 @@ static int redis_answered(const merged_op *m)
     case M_START: case M_WAIT: case M_SQL:
         return 0;
     case M_REBUILD:
-        return m->rb.asked == FEED_W_REDIS;
+        return m->rb.state != FEED_RB_READ;
     default:
         return 1;
     }
@@ -853,7 +818,7 @@ feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *au
     m->op.state = M_START;
     m->limit = limit;
     m->out = out;
-    m->pause = 1;
+    m->wait = (feed_wait){ 0, 1 };
     m->q = (feed_cursor_q){ last_score == FEED_FIRST, last_score, last_id, limit + 1 };
     feed__i64_to_str(last_score == FEED_FIRST ? 0 : last_score, m->score);
     feed__i64_to_str((int64_t)limit + 1, m->want);

@@ -8,8 +8,8 @@
  *   hit      the cache answers when it returned limit + 1 items (so
  *            has_more is known) or reached the end marker; otherwise the
  *            cache is short of the page and a keyset query answers (SQL);
- *   REBUILD  a miss, and page.lua gave us the lease: rebuild from SQL and
- *            cut the page from the same rows (INSTALL);
+ *   REBUILD  a miss, and page.lua gave us the lease: rebuild (rebuild.c)
+ *            and cut the page from the rows it read;
  *   WAIT     a miss while another handle holds the lease: ask again after a
  *            growing pause (a wake-up, never a sleep here), for at most
  *            lease_wait_ms, then a keyset query;
@@ -60,7 +60,7 @@ struct feed_page_op {
     long long    pttl;          /* PTTL's answer, when asked */
     int          pttl_seen;
     int64_t      read_ms;       /* when the first page was read (TTL bookkeeping) */
-    int64_t      deadline, pause;   /* lease waits */
+    feed_wait    wait;          /* for another handle's rebuild */
     int          redis_failed;  /* Redis could not answer: SQL failing is unavailable */
     char         token[33];
     char        *key, *lease_key;
@@ -221,21 +221,8 @@ static void parse_answer(feed_page_op *p, const redisReply *r)
  *                  when limit+1 entries remain or the reply reached the
  *                  set's bottom. A long run of ties falls back.
  *
- * TTL refresh: what page.lua promises, on first pages only: right after a
- * first page, at least half the TTL is left. page.lua reads PTTL on every
- * first page and PEXPIREs when less than half is left. Here a PTTL rides in
- * the same round trip as the ZREVRANGE, and a PEXPIRE follows in a second
- * round trip when less than half is left; both only when the handle does not
- * already know the answer: a PTTL of P read at time t means the key lives
- * until t + P at least (only rebuilds and refreshes set a TTL, always the
- * full one for the kind of copy, and a key deleted and cached again gets a
- * later one), so the next checks can wait until t + P - TTL/2. A copy that
- * turned empty or stopped being empty meanwhile changed its TTL rule (a
- * delete that empties a feed gives it the short empty_ttl): the handle
- * asks again at once. A handle reading a feed thus sends one PTTL per
- * TTL/2 or so, a PEXPIRE about as often, and a plain first page is one
- * command. (This assumes every handle on the key prefix uses the same
- * ttl_seconds, and no one else shortens the TTL.) */
+ * A first page's PTTL rides in the plain read's round trip when the
+ * handle does not know it need not (rebuild.c, "TTL refresh"). */
 
 /* Ranks read above a hinted page (the entry that proves the page: the
  * cursor item, usually), and below it: hint_slack, at least SLACK_DOWN
@@ -375,106 +362,81 @@ static const char *lease_key(feed_page_op *p)
     return p->lease_key;
 }
 
-/* The plain read (and PTTL) for the cursor; hint: its rank hint or -1. */
+/* argv[0 .. argc) = v, their lengths in lens. */
+static int page_args(const char **argv, size_t *lens, int argc, const char *const *v)
+{
+    for (int i = 0; i < argc; i++) {
+        argv[i] = v[i];
+        lens[i] = strlen(v[i]);
+    }
+    return argc;
+}
+
+/* The plain read (and PTTL) for the cursor, by p->hint (its rank, or -1). */
 static enum feed_want ask_plain(feed_page_op *p, int64_t now)
 {
     feed_core *c = p->op.c;
-    int64_t start = -1;
+    int64_t start = p->first ? 0 : p->hint, stop;
 
-    p->argv[1] = p->key;
-    p->lens[1] = strlen(p->key);
     p->ncmds = 1;
     p->start = -1;
-    if (p->first || (start = p->hint) >= 0) {
-        int64_t stop = start + (int64_t)p->limit +
-                       (c->hint_slack > SLACK_DOWN ? c->hint_slack : SLACK_DOWN);
-        if (p->first) {
-            start = 0;
-            stop = (int64_t)p->limit;
-            p->read_ms = now;
-            if (feed__ttl_due(c, FEED_FAM_FEED, p->uid, now)) {
-                p->ncmds = 2;
-                p->argv2[0] = "PTTL";
-                p->lens2[0] = 4;
-                p->argv2[1] = p->key;
-                p->lens2[1] = p->lens[1];
-                p->nargs2 = 2;
-            }
-        } else {
-            start = start > SLACK_UP ? start - SLACK_UP : 0;
-        }
-        p->argv[0] = "ZREVRANGE";
-        p->lens[0] = 9;
-        p->lens[2] = feed__i64_to_str(start, p->num[0]);
-        p->lens[3] = feed__i64_to_str(stop, p->num[1]);
-        p->argv[2] = p->num[0];
-        p->argv[3] = p->num[1];
-        p->argv[4] = "WITHSCORES";
-        p->lens[4] = 10;
-        p->nargs = 5;
-        p->start = start;
-        p->asked = (size_t)(stop - start + 1);
-    } else {
-        p->argv[0] = "ZREVRANGEBYSCORE";
-        p->lens[0] = 16;
-        p->lens[2] = feed__i64_to_str(p->score, p->num[0]);
-        p->argv[2] = p->num[0];
-        p->argv[3] = "-inf";
-        p->lens[3] = 4;
-        p->argv[4] = "WITHSCORES";
-        p->lens[4] = 10;
-        p->argv[5] = "LIMIT";
-        p->lens[5] = 5;
-        p->argv[6] = "0";
-        p->lens[6] = 1;
-        p->asked = p->limit + 2;
-        p->lens[7] = feed__i64_to_str((int64_t)p->asked, p->num[1]);
-        p->argv[7] = p->num[1];
-        p->nargs = 8;
-    }
     p->pttl_seen = 0;
+    if (start < 0) {
+        p->asked = p->limit + 2;
+        feed__i64_to_str(p->score, p->num[0]);
+        feed__i64_to_str((int64_t)p->asked, p->num[1]);
+        p->nargs = page_args(p->argv, p->lens, 8, (const char *[]){
+            "ZREVRANGEBYSCORE", p->key, p->num[0], "-inf", "WITHSCORES", "LIMIT", "0", p->num[1] });
+        return ask_redis(p, P_PLAIN, 1);
+    }
+    stop = start + (int64_t)p->limit + (c->hint_slack > SLACK_DOWN ? c->hint_slack : SLACK_DOWN);
+    if (p->first) {
+        stop = (int64_t)p->limit;
+        p->read_ms = now;
+        if (feed__ttl_due(c, FEED_FAM_FEED, p->uid, now)) {
+            p->nargs2 = page_args(p->argv2, p->lens2, 2, (const char *[]){ "PTTL", p->key });
+            p->ncmds = 2;
+        }
+    } else {
+        start = start > SLACK_UP ? start - SLACK_UP : 0;
+    }
+    feed__i64_to_str(start, p->num[0]);
+    feed__i64_to_str(stop, p->num[1]);
+    p->nargs = page_args(p->argv, p->lens, 5, (const char *[]){ "ZREVRANGE", p->key, p->num[0],
+                                                                p->num[1], "WITHSCORES" });
+    p->start = start;
+    p->asked = (size_t)(stop - start + 1);
     return ask_redis(p, P_PLAIN, p->ncmds);
+}
+
+/* page.lua's call (lua/page.lua): the keys, how many, the cursor (score
+ * NULL: a first page), a lease token, the lease's and (first pages only)
+ * the TTLs. argv and lens hold 12; returns argc. */
+int feed__page_script(const feed_core *c, const char **argv, size_t *lens, const char *key,
+                      const char *lease, const char *want, const char *score,
+                      const char *member, size_t member_len, const char *token)
+{
+    page_args(argv, lens, 12, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_PAGE], "2", key,
+                                                lease, want, score ? score : "",
+                                                score ? member : "", token, c->lease_ms,
+                                                c->ttl_ms, c->empty_ttl_ms });
+    lens[7] = score ? member_len : 0;       /* a member may hold any byte */
+    return score ? 10 : 12;
 }
 
 static enum feed_want ask_script(feed_page_op *p)
 {
     feed_core *c = p->op.c;
+    size_t mlen = 0;
 
     feed__lease_token(c->token_seed, &c->token_seq, p->token);
-    p->lens[7] = feed__i64_to_str((int64_t)p->limit + 1, p->num[2]);
-    if (p->first) {
-        p->argv[8] = p->argv[9] = "";
-        p->lens[8] = p->lens[9] = 0;
-    } else {
-        p->lens[8] = feed__i64_to_str(p->score, p->num[3]);
-        p->argv[8] = p->num[3];
-        p->lens[9] = feed__member_encode(p->id, p->member);
-        p->argv[9] = p->member;
+    feed__i64_to_str((int64_t)p->limit + 1, p->num[2]);
+    if (!p->first) {
+        feed__i64_to_str(p->score, p->num[3]);
+        mlen = feed__member_encode(p->id, p->member);
     }
-    p->argv[0] = "EVALSHA";
-    p->argv[1] = c->sha[FEED_SCRIPT_PAGE];
-    p->argv[2] = "2";
-    p->argv[3] = p->key;
-    p->argv[4] = lease_key(p);
-    p->argv[5] = p->num[2];     /* how many */
-    p->argv[6] = p->argv[8];    /* cursor score */
-    p->argv[7] = p->argv[9];    /* cursor member */
-    p->lens[5] = p->lens[7];
-    p->lens[6] = p->lens[8];
-    p->lens[7] = p->lens[9];
-    p->argv[8] = p->token;
-    p->argv[9] = c->lease_ms;
-    p->argv[10] = c->ttl_ms;        /* read on first pages only: not sent after a cursor */
-    p->argv[11] = c->empty_ttl_ms;
-    p->lens[0] = 7;
-    p->lens[1] = 40;
-    p->lens[2] = 1;
-    p->lens[3] = strlen(p->key);
-    p->lens[4] = strlen(p->argv[4]);
-    p->lens[8] = 32;
-    for (int i = 9; i < 12; i++)
-        p->lens[i] = strlen(p->argv[i]);
-    p->nargs = p->first ? 12 : 10;
+    p->nargs = feed__page_script(c, p->argv, p->lens, p->key, lease_key(p), p->num[2],
+                                 p->first ? NULL : p->num[3], p->member, mlen, p->token);
     return ask_redis(p, P_SCRIPT, 1);
 }
 
@@ -482,29 +444,15 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
 {
     feed_page_op *p = arg;
 
-    switch (p->op.state) {
-    case P_PLAIN:
-        if (i == 0)
-            read_plain_reply(p, r);
-        else if (is_int(r)) {
-            p->pttl = r->integer;
-            p->pttl_seen = 1;
-        }
-        return;
-    case P_TTL_REFRESH:
-        p->pttl_seen = is_int(r) && r->integer == 1;
-        return;
-    case P_TTL_RECHECK:
-        if (is_int(r)) {
-            p->pttl = r->integer;
-            p->pttl_seen = 1;
-        }
-        return;
-    case P_SCRIPT:
+    if (p->op.state == P_SCRIPT)
         parse_answer(p, r);
-        return;
-    default:
-        return;
+    else if (p->op.state == P_PLAIN && i == 0)
+        read_plain_reply(p, r);
+    else if (p->op.state == P_TTL_REFRESH)
+        p->pttl_seen = is_int(r) && r->integer == 1;
+    else if (is_int(r)) {       /* PTTL: the plain read's second command, or alone */
+        p->pttl = r->integer;
+        p->pttl_seen = 1;
     }
 }
 
@@ -625,26 +573,16 @@ static enum feed_want hit(feed_page_op *p, int64_t now)
 
 static enum feed_want ttl_checked(feed_page_op *p, int64_t now);
 
-/* A one-command batch on uid's key: PEXPIRE, PTTL, or DEL of the lease. */
-static enum feed_want ask_one(feed_page_op *p, int state, const char *cmd, const char *key,
-                              const char *arg)
+/* A one-command batch on uid's key: PEXPIRE or PTTL. */
+static enum feed_want ask_one(feed_page_op *p, int state, const char *cmd, const char *arg)
 {
-    p->argv[0] = cmd;
-    p->lens[0] = strlen(cmd);
-    p->argv[1] = key;
-    p->lens[1] = strlen(key);
-    p->nargs = 2;
-    if (arg) {
-        p->argv[2] = arg;
-        p->lens[2] = strlen(arg);
-        p->nargs = 3;
-    }
+    p->nargs = page_args(p->argv, p->lens, arg ? 3 : 2, (const char *[]){ cmd, p->key, arg });
     p->pttl_seen = 0;
     return ask_redis(p, state, 1);
 }
 
 /* The plain read's answer: the page, or page.lua; for a first page, the
- * TTL bookkeeping first (see "TTL refresh" above). */
+ * TTL bookkeeping first (rebuild.c, "TTL refresh"). */
 static enum feed_want plain_done(feed_page_op *p, int64_t now)
 {
     feed_core *c = p->op.c;
@@ -667,7 +605,7 @@ static enum feed_want plain_done(feed_page_op *p, int64_t now)
     if (p->ncmds == 1 && feed__ttl_turned(c, FEED_FAM_FEED, p->uid, empty))
         /* The copy turned empty or stopped being empty since the handle
          * last checked: its TTL rule changed, so what it knew is void. */
-        return ask_one(p, P_TTL_RECHECK, "PTTL", p->key, NULL);
+        return ask_one(p, P_TTL_RECHECK, "PTTL", NULL);
     return hit(p, now);
 }
 
@@ -678,7 +616,7 @@ static enum feed_want ttl_checked(feed_page_op *p, int64_t now)
     feed_core *c = p->op.c;
 
     if (feed__ttl_checked(c, FEED_FAM_FEED, p->uid, p->read_ms, p->pttl, p->ttl_empty))
-        return ask_one(p, P_TTL_REFRESH, "PEXPIRE", p->key, feed__ttl_text(c, p->ttl_empty));
+        return ask_one(p, P_TTL_REFRESH, "PEXPIRE", feed__ttl_text(c, p->ttl_empty));
     return hit(p, now);
 }
 
@@ -689,7 +627,7 @@ static enum feed_want rebuilt(feed_page_op *p, int rc, int64_t now)
 {
     feed_core *c = p->op.c;
     feed_rows *rows = &p->op.sql.rows;
-    int installed = p->rb.one.installed;
+    int installed = p->rb.one.in.installed;
     int complete = rows->count <= c->cfg.max_len;
     size_t start = feed__rows_after(rows, &(feed_cursor_q){ p->first, p->score, p->id, 0 });
     size_t avail = rows->count - start;
@@ -711,16 +649,8 @@ static enum feed_want rebuilt(feed_page_op *p, int rc, int64_t now)
  * after a pause that doubles, until lease_wait_ms has passed. */
 static enum feed_want lease_busy(feed_page_op *p, int64_t now)
 {
-    feed_core *c = p->op.c;
-
-    if (p->deadline == 0) {
-        c->stats.lease_waits++;
-        p->deadline = now + c->cfg.lease_wait_ms;
-    }
-    if (now >= p->deadline)
+    if (!feed__lease_wait(&p->op, &p->wait, now))
         return ask_db(p, 0, now);
-    p->op.wake_at = now + (p->pause < p->deadline - now ? p->pause : p->deadline - now);
-    p->pause *= 2;
     p->op.state = P_WAIT;
     return FEED_W_WAKE;
 }
@@ -837,8 +767,7 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
     p->limit = limit;
     p->next_rank = -1;
     p->out = out;
-    p->deadline = 0;
-    p->pause = 1;
+    p->wait = (feed_wait){ 0, 1 };
     p->a.rows.items = NULL;
     p->a.rows.count = 0;
     p->rb.n = 0;

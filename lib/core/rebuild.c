@@ -29,7 +29,7 @@
 /* Text for "score member" pairs: 21 bytes a score, then a member. */
 #define PAIR_TEXT (21 + FEED_MEMBER_MAX)
 
-void feed__install_free(feed_install *in)
+static void install_free(feed_install *in)
 {
     free(in->argv);
     free(in->lens);
@@ -41,7 +41,7 @@ void feed__install_free(feed_install *in)
     in->staged = NULL;
 }
 
-int feed__install_prepare(feed_install *in, feed_core *c, const char *key,
+static int install_prepare(feed_install *in, feed_core *c, const char *key,
                           const char *lease_key, const char *token, const feed_rows *rows,
                           char *err)
 {
@@ -55,7 +55,7 @@ int feed__install_prepare(feed_install *in, feed_core *c, const char *key,
     in->text = malloc(n * PAIR_TEXT + 1);
     in->staged = malloc(c->key_cap + sizeof ":stage:" + 32);
     if (!in->argv || !in->lens || !in->text || !in->staged) {
-        feed__install_free(in);
+        install_free(in);
         return feed__msg(err, FEED_ENOMEM, "out of memory installing %zu rows", n);
     }
     sprintf(in->staged, "%s:stage:%s", key, token);
@@ -179,7 +179,6 @@ static void rebuild_reply(void *arg, size_t i, const redisReply *r)
 static enum feed_want rebuild_send(feed_rebuild *rb, int state, size_t n)
 {
     rb->state = state;
-    rb->asked = FEED_W_REDIS;
     rb->op->batch = (feed_batch){ .n = n, .flags = rb->flags, .slot = rb->slot, .arg = rb,
                                   .build = rebuild_build, .reply = rebuild_reply };
     return FEED_W_REDIS;
@@ -188,13 +187,8 @@ static enum feed_want rebuild_send(feed_rebuild *rb, int state, size_t n)
 void feed__rebuild_begin(feed_rebuild *rb, feed_op *op, feed_rebuild_src *src, size_t n,
                          int flags, unsigned slot)
 {
-    rb->op = op;
-    rb->state = FEED_RB_READ;
-    rb->asked = FEED_W_SQL;
-    rb->flags = flags;
-    rb->slot = slot;
-    rb->src = src;
-    rb->n = n;
+    *rb = (feed_rebuild){ .op = op, .state = FEED_RB_READ, .flags = flags, .slot = slot,
+                          .src = src, .n = n };
 }
 
 /* From the primary, never the replica: a replica may not yet have replayed
@@ -204,9 +198,9 @@ enum feed_want feed__rebuild_one(feed_rebuild *rb, feed_op *op, int flags, unsig
                                  int fam, int64_t owner, const char *key, const char *lease,
                                  const char *token)
 {
+    feed__rebuild_begin(rb, op, &rb->one, 1, flags, slot);
     rb->one = (feed_rebuild_src){ .fam = fam, .owner = owner, .key = key, .lease = lease,
                                   .token = token, .rows = &op->sql.rows };
-    feed__rebuild_begin(rb, op, &rb->one, 1, flags, slot);
     feed__sql_ask(op, FEED_SQL_TOP, FEED_PG_PRIMARY, owner,
                   (int64_t[]){ owner, (int64_t)op->c->cfg.max_len + 1 }, 2);
     return FEED_W_SQL;
@@ -221,8 +215,8 @@ static enum feed_want rebuild_install(feed_rebuild *rb, int *rc)
         feed_rebuild_src *s = &rb->src[k];
         if (c->test_before_install)
             c->test_before_install(c->handle, s->owner, c->test_arg);
-        if ((*rc = feed__install_prepare(&s->in, c, s->key, s->lease, s->token, s->rows,
-                                         rb->op->err)) != FEED_OK)
+        if ((*rc = install_prepare(&s->in, c, s->key, s->lease, s->token, s->rows,
+                                   rb->op->err)) != FEED_OK)
             return FEED_W_DONE;
     }
     return rebuild_send(rb, FEED_RB_INSTALL, 3 * rb->n);
@@ -239,10 +233,9 @@ static int rebuild_installed(feed_rebuild *rb, int64_t now)
         int r = install_result(&s->in, c, rb->op->redis_rc);
         if (r != FEED_OK)
             rc = r;
-        s->installed = s->in.installed;
-        if (s->installed)
+        if (s->in.installed)
             feed__ttl_full(c, s->fam, s->owner, now, s->rows->count == 0);
-        feed__install_free(&s->in);
+        install_free(&s->in);
     }
     return rc;
 }
@@ -255,6 +248,9 @@ enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc)
     case FEED_RB_READ:
         if (op->sql_rc == FEED_OK)
             return rebuild_install(rb, rc);
+        /* Best effort, and without a token check: if a lease already
+         * passed to someone else, their install fails and their page is
+         * still answered. */
         rb->sql_rc = op->sql_rc;
         feed__msg_keep(rb->msg, op->err);
         return rebuild_send(rb, FEED_RB_RELEASE, rb->n);
@@ -268,14 +264,45 @@ enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc)
     }
 }
 
+/* Another handle holds the lease: its rebuild will serve us too. Ask again
+ * after a pause that doubles, until lease_wait_ms has passed. */
+int feed__lease_wait(feed_op *op, feed_wait *w, int64_t now)
+{
+    if (w->deadline == 0) {
+        op->c->stats.lease_waits++;
+        w->deadline = now + op->c->cfg.lease_wait_ms;
+    }
+    if (now >= w->deadline)
+        return 0;
+    op->wake_at = now + (w->pause < w->deadline - now ? w->pause : w->deadline - now);
+    w->pause *= 2;
+    return 1;
+}
+
 void feed__rebuild_free(feed_rebuild *rb)
 {
     for (size_t k = 0; k < rb->n; k++)
-        feed__install_free(&rb->src[k].in);
+        install_free(&rb->src[k].in);
     rb->n = 0;
 }
 
-/* ---- What the handle knows of TTLs ------------------------------------------ */
+/* ---- TTL refresh -------------------------------------------------------------
+ *
+ * What page.lua promises, on first pages only: right after a first page, at
+ * least half the TTL is left (it reads PTTL and PEXPIREs when less is left).
+ * A plain first page (page.c), and each source of a merged one (merged.c),
+ * sends its PTTL in the read's round trip and a PEXPIRE in a second one when
+ * less than half is left; both only when the handle does not already know
+ * the answer: a PTTL of P read at t means the key lives until t + P at
+ * least (only rebuilds and refreshes set a TTL, always the full one for the
+ * kind of copy, and a key deleted and cached again gets a later one), so the
+ * next check waits until t + P - TTL/2. A copy that turned empty or stopped
+ * being empty changed its TTL rule (a delete that empties a feed gives it
+ * the short empty_ttl): what the handle knew is void (feed__ttl_turned). A
+ * handle reading a feed thus sends one PTTL per TTL/2 or so, and a plain
+ * first page is one command. (This assumes every handle on the key prefix
+ * uses the same ttl_seconds, and no one else shortens the TTL.) One table
+ * per handle, by (family, owner), direct-mapped. */
 
 const char *feed__ttl_text(const feed_core *c, int empty)
 {
