@@ -96,7 +96,7 @@ static unsigned hook_slot(const feed_hook_op *h)
     return h->op.c->topo.cluster ? feed__uid_slot(h->uid) : 0;
 }
 
-static enum feed_want send(feed_hook_op *h, int state, size_t n)
+static enum feed_want hook_send(feed_hook_op *h, int state, size_t n)
 {
     h->op.state = state;
     h->bad = 0;
@@ -128,23 +128,23 @@ static enum feed_want hook_start(feed_hook_op *h)
         set_args(h, 8, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_INSERT], "2", h->key,
                                          h->lease_key, h->num, h->member, h->max_len });
         h->lens[6] = mlen;
-        return send(h, S_SENT, 1);
+        return hook_send(h, S_SENT, 1);
     case FEED_HOOK_DELETE:
         /* The empty TTL: a delete that empties a complete feed. */
         mlen = feed__member_encode(h->id, h->member);
         set_args(h, 7, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_DELETE], "2", h->key,
                                          h->lease_key, h->member, c->empty_ttl_ms });
         h->lens[5] = mlen;
-        return send(h, S_SENT, 1);
+        return hook_send(h, S_SENT, 1);
     case FEED_HOOK_INVALIDATE:
         set_args(h, 3, (const char *[]){ "DEL", h->key, h->lease_key });
-        return send(h, S_SENT, 1);
+        return hook_send(h, S_SENT, 1);
     default:
         /* A reload takes the lease outright (a reader's rebuild in flight
          * then fails to install, harmlessly) and rebuilds as a miss would. */
         feed__lease_token(c->token_seed, &c->token_seq, h->token);
         set_args(h, 5, (const char *[]){ "SET", h->lease_key, h->token, "PX", c->lease_ms });
-        return send(h, S_LEASED, 1);
+        return hook_send(h, S_LEASED, 1);
     }
 }
 
@@ -175,7 +175,7 @@ static enum feed_want hook_step(feed_op *op, int64_t now)
              * reload's reason to exist, so it is dropped. An absent feed is
              * always correct. */
             set_args(h, 2, (const char *[]){ "DEL", h->key });
-            return send(h, S_SENT, 1);
+            return hook_send(h, S_SENT, 1);
         }
         return noted(h, rc);
     default:

@@ -212,7 +212,7 @@ static void batch_reply(void *arg, size_t i, const redisReply *r);
  * routed by its own key, one pipeline per node, the nodes at once. An
  * error reply is not handed over (its source then has no answer, and goes
  * to SQL); the batch's result says the first. */
-static enum feed_want send(merged_op *m, int state)
+static enum feed_want merged_send(merged_op *m, int state)
 {
     m->op.state = state;
     m->op.batch = (feed_batch){ .n = m->ncmds, .flags = FEED_B_EACH, .slot = 0, .arg = m,
@@ -323,7 +323,7 @@ static enum feed_want ask_read(merged_op *m, int64_t now)
         if (s->ttl_due)
             cmd_add(m, C_PTTL, k, 2, (const char *[]){ "PTTL", s->key }, NULL);
     }
-    return send(m, M_READ);
+    return merged_send(m, M_READ);
 }
 
 /* ---- SEEK: page.lua ------------------------------------------------------ */
@@ -352,7 +352,7 @@ static enum feed_want ask_seek(merged_op *m)
         cmd_add(m, C_SEEK, k, argc, argv, lens);
     }
     c->stats.plain_fallbacks += m->ncmds;
-    return send(m, M_SEEK);
+    return merged_send(m, M_SEEK);
 }
 
 /* ---- SQL: one statement for many sources --------------------------------- */
@@ -668,7 +668,7 @@ static enum feed_want merged_step(feed_op *op, int64_t now)
     case M_READ:
         unanswered_to_sql(m, S_READ);
         if (m->round == 0 && m->q.first && ttl_refreshes(m) > 0)
-            return send(m, M_TTL);
+            return merged_send(m, M_TTL);
         return advance(m, now);
     case M_TTL:
         op->err[0] = '\0';      /* the page's outcome is not the refresh's */

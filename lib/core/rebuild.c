@@ -138,14 +138,13 @@ static void install_reply(feed_install *in, feed_core *c, size_t i, const redisR
     }
 }
 
-/* FEED_OK (installed or not), or FEED_EREDIS. */
+/* FEED_OK (installed or not), or FEED_EREDIS. A copy that went in counts
+ * whatever else its batch met (a short WAIT, another node's failure). */
 static int install_result(feed_install *in, feed_core *c, int redis_rc)
 {
-    if (redis_rc != FEED_OK || in->failed)
-        return FEED_EREDIS;
     if (in->installed)
         c->stats.rebuilds++;
-    return FEED_OK;
+    return redis_rc != FEED_OK || in->failed ? FEED_EREDIS : FEED_OK;
 }
 
 /* ---- The machine ---------------------------------------------------------- */
