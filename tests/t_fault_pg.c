@@ -176,6 +176,7 @@ static void reconnect_test_pg(void)
 static void outage(void)
 {
     feed *f = tu_open_with(settings);
+    redisContext *r = tu_redis();
     feed_stats s0, s1;
     feed_result res;
     walk w;
@@ -213,6 +214,14 @@ static void outage(void)
     is_int(rc, FEED_EPG, "  a cold feed (a miss, whose rebuild needs SQL): FEED_EPG");
     ok(strstr(feed_errmsg(f), "PostgreSQL") != NULL, "  with a message: %s", feed_errmsg(f));
     feed_result_free(&res);
+    /* A rebuild whose read failed gives its lease back at once (lease_ms
+     * is 600 here): the next reader need not wait it out. */
+    is_int((int)tu_redis_int(r, "EXISTS feed:2:{%lld}:lease", (long long)COLD), 0,
+           "  its lease is given back at once");
+    is_int(feed_reload(f, COLD), FEED_EPG, "  a reload of it (its read needs SQL): FEED_EPG");
+    ok(strstr(feed_errmsg(f), "PostgreSQL") != NULL, "  with a message: %s", feed_errmsg(f));
+    is_int((int)tu_redis_int(r, "EXISTS feed:2:{%lld}:lease", (long long)COLD), 0,
+           "  its lease is given back too");
 
     /* Keep calling: the handle must not hammer the dead server. */
     feed_stats_get(f, &s0);
@@ -255,6 +264,7 @@ static void outage(void)
         if (!walk_done(&w, uid))
             tap_diag("rc %d wrong %d at %zu: %s", w.rc, w.wrong, w.at, feed_errmsg(f));
     }
+    redisFree(r);
     feed_close(f);
 }
 

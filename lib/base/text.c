@@ -27,6 +27,16 @@ int feed__msg(char *buf, int code, const char *fmt, ...)
     return code;
 }
 
+void feed__msg_keep(char *dst, const char *src)
+{
+    size_t n = strlen(src);
+
+    if (n >= FEED_ERRMSG)
+        n = FEED_ERRMSG - 1;
+    memmove(dst, src, n);
+    dst[n] = '\0';
+}
+
 size_t feed__key_cap(const char *prefix)
 {
     return strlen(prefix) + sizeof ":" FEED_KEY_VERSION ":a:{-9223372036854775808}:lease";

@@ -153,9 +153,9 @@ int feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg)
     if (!redis_failed)
         return rc;
     if (rc == FEED_OK) {
-        snprintf(err, FEED_ERRMSG, "%s", redis_msg);
+        feed__msg_keep(err, redis_msg);
     } else if (rc == FEED_EPG) {
-        snprintf(pg_msg, sizeof pg_msg, "%s", err);
+        feed__msg_keep(pg_msg, err);
         rc = feed__msg(err, FEED_EUNAVAILABLE, "%s; %s", redis_msg, pg_msg);
     }
     return rc;

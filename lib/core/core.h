@@ -19,7 +19,8 @@
  *   merge.c     read-time merge, the decisions: what a source's reply proves,
  *               the merged page cut from the sources' answers
  *   merged.c    feed_page_merged: the request over many sources
- *   rebuild.c   a miss or a reload: SQL rows installed under a lease
+ *   rebuild.c   a rebuild under a lease (a miss, a reload, merged sources);
+ *               the TTLs the handle knows
  *   hooks.c     the write path: insert, delete, fan-out, reload, invalidate
  *               (of either feed family: readers' feeds, authors' posts)
  *   bulk.c      feed_invalidate_many, feed_invalidate_all
@@ -58,6 +59,7 @@ const char *feed__script_source(enum feed_script s);
 const char *feed__script_name(enum feed_script s);
 
 #define FEED_HINTS 64               /* page.c: rank hints kept per handle (2-way sets) */
+#define FEED_TTL_SLOTS 256          /* rebuild.c: copies whose TTL the handle knows */
 
 /* The restart fence of one connection (setup.c). */
 enum { FEED_FENCE_UNKNOWN, FEED_FENCE_FLUSHING, FEED_FENCE_TRUSTED };
@@ -119,11 +121,13 @@ typedef struct feed_core {
     } hints[FEED_HINTS];
     uint64_t hint_clock;
     int      hint_slack;        /* ranks read below a hinted page */
-    /* page.c: a first page of uid needs no TTL check before fresh_until. */
+    /* rebuild.c: the copy of (fam, owner) needs no TTL check before
+     * fresh_until (plain and merged first pages alike). Direct-mapped. */
     struct feed_ttl_seen {
-        int64_t uid, fresh_until;
+        int64_t owner, fresh_until;
+        int     fam, used;
         int     empty;          /* the copy then held only the end marker */
-    } ttl_seen[FEED_HINTS];
+    } ttl_seen[FEED_TTL_SLOTS];
 
     feed_topo  topo;
     feed_stats stats;
@@ -482,8 +486,13 @@ struct feed_op {
     int         state;
 };
 
-/* rebuild.c: the install of rows under a lease, one batch of three
- * commands (ZADD staged, PEXPIRE staged, rebuild.lua). */
+/* rebuild.c: a rebuild under a lease, the one machine of page.c, hooks.c
+ * and merged.c. The caller holds the lease of each source and has asked op
+ * for their rows (FEED_W_SQL: feed__rebuild_one asks for one feed's); each
+ * step after that goes through feed__rebuild_step, which reads the rows,
+ * installs them (ZADD staged, PEXPIRE staged, rebuild.lua a source, one
+ * batch), or, when the read failed, gives the leases back (DEL, best
+ * effort) and returns the read's error. The rows stay the caller's. */
 typedef struct feed_install {
     const char **argv;          /* ZADD staged score member ... */
     size_t      *lens, zargc;
@@ -492,14 +501,60 @@ typedef struct feed_install {
     size_t       expire_lens[3], script_lens[8];
     int          failed, installed;
 } feed_install;
-int  feed__install_prepare(feed_install *in, feed_core *c, const char *key,
-                           const char *lease_key, const char *token, const feed_rows *rows,
-                           char *err);
-int  feed__install_build(feed_install *in, size_t i, const char ***argv, const size_t **lens);
-void feed__install_reply(feed_install *in, feed_core *c, size_t i, const redisReply *r,
-                         char *err);
-int  feed__install_result(feed_install *in, feed_core *c, int redis_rc);
-void feed__install_free(feed_install *in);
+typedef struct feed_rebuild_src {
+    int          fam;
+    int64_t      owner;
+    const char  *key, *lease, *token;
+    feed_rows   *rows;          /* its top max_len + 1 rows, once read */
+    feed_install in;            /* in.installed, at the end: the copy is the rows now */
+} feed_rebuild_src;
+enum { FEED_RB_READ, FEED_RB_RELEASE, FEED_RB_INSTALL };
+typedef struct feed_rebuild {
+    feed_op          *op;
+    int               state;    /* FEED_RB_*: past READ, the last answer was Redis's;
+                                   INSTALL after FEED_W_DONE: the installs ran */
+    int               flags;    /* the batches' (FEED_B_*), and their slot */
+    unsigned          slot;
+    feed_rebuild_src *src, one;
+    size_t            n;
+    int               sql_rc;
+    const char       *del[2];
+    size_t            del_lens[2];
+    char              msg[FEED_ERRMSG];   /* the read's error, while the leases go */
+} feed_rebuild;
+/* Begin with n sources in src (zeroed, then filled in by the caller). */
+void feed__rebuild_begin(feed_rebuild *rb, feed_op *op, feed_rebuild_src *src, size_t n,
+                         int flags, unsigned slot);
+/* One feed's rebuild: rb->one, its rows (op->sql.rows) asked from the primary. */
+enum feed_want feed__rebuild_one(feed_rebuild *rb, feed_op *op, int flags, unsigned slot,
+                                 int fam, int64_t owner, const char *key, const char *lease,
+                                 const char *token);
+/* FEED_W_DONE with *rc: FEED_OK (each src's in.installed says whether it went
+ * in), FEED_EREDIS (an install failed), the read's error, or FEED_ENOMEM. */
+enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc);
+void feed__rebuild_free(feed_rebuild *rb);      /* any state */
+/* Another handle holds a lease: 1, ask again at op->wake_at (a pause that
+ * doubles); 0, lease_wait_ms has passed. A wait starts as { 0, 1 }. */
+typedef struct feed_wait {
+    int64_t deadline, pause;
+} feed_wait;
+int  feed__lease_wait(feed_op *op, feed_wait *w, int64_t now);
+
+/* rebuild.c: the TTL of a copy (ms, text; "0": none): a feed known to be
+ * empty has its own; and when a first page must read a copy's PTTL
+ * (rebuild.c, "TTL refresh"). */
+const char *feed__ttl_text(const feed_core *c, int empty);
+int  feed__ttl_due(feed_core *c, int fam, int64_t owner, int64_t now);
+/* The handle knows the copy, and knew it empty when it is not, or not when it is. */
+int  feed__ttl_turned(feed_core *c, int fam, int64_t owner, int empty);
+void feed__ttl_forget(feed_core *c, int fam, int64_t owner);
+/* A PTTL read at `at` said pttl: 1 when the copy wants a PEXPIRE (less
+ * than half its TTL left; -1, no TTL, included, as page.lua does); else
+ * what it says is remembered and 0. */
+int  feed__ttl_checked(feed_core *c, int fam, int64_t owner, int64_t at, long long pttl,
+                       int empty);
+/* The copy got its full TTL at `at` (a rebuild, a PEXPIRE). */
+void feed__ttl_full(feed_core *c, int fam, int64_t owner, int64_t at, int empty);
 
 /* sql.c */
 void feed__sql_ask(feed_op *op, int stmt, int server, int64_t uid, const int64_t *params,
@@ -518,6 +573,17 @@ int     feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid,
                         int64_t last_score, int64_t last_id, int64_t rank, size_t limit,
                         feed_result *out);
 int64_t feed__page_next_rank(const feed_page_op *p);
+/* A page served (page.c, newer.c, merged.c): out->items holds avail items
+ * in the page's order; at most limit are shown, has_more and the next
+ * cursor (the last shown) follow, and the statistics count it. */
+void    feed__page_served(feed_core *c, feed_result *out, size_t avail, size_t limit,
+                          feed_source source);
+/* page.lua's call: argv and lens (12 entries) for key and its lease, want
+ * items after the cursor (score NULL: a first page), a lease token. */
+int     feed__page_script(const feed_core *c, const char **argv, size_t *lens,
+                          const char *key, const char *lease, const char *want,
+                          const char *score, const char *member, size_t member_len,
+                          const char *token);
 
 /* newer.c: pull-to-refresh. */
 typedef struct feed_newer_op feed_newer_op;

@@ -17,11 +17,7 @@
 
 #include "core/core.h"
 
-#define H_INSERT     FEED_HOOK_INSERT
-#define H_DELETE     FEED_HOOK_DELETE
-#define H_INVALIDATE FEED_HOOK_INVALIDATE
-#define H_RELOAD     FEED_HOOK_RELOAD
-enum { S_START, S_SENT, S_LEASED, S_READ, S_INSTALL, S_DROP, S_RELEASE, S_DONE };
+enum { S_START, S_SENT, S_LEASED, S_REBUILD, S_DONE };
 
 struct feed_hook_op {
     feed_op      op;
@@ -29,16 +25,13 @@ struct feed_hook_op {
     int          fam;           /* enum feed_family: which copy of uid's number */
     int64_t      uid, score, id;
     int          bad;           /* the reply was not an integer */
-    int          sql_rc;
     char        *key, *lease_key;
     const char  *argv[8];
     size_t       lens[8];
     int          argc;
     char         num[21], member[FEED_MEMBER_MAX], max_len[21], token[33];
-    feed_rows    rows;
-    feed_install install;
+    feed_rebuild rb;
     char         keys[192];
-    char         install_msg[FEED_ERRMSG];
 };
 
 int feed__check_item(char *err, const char *hook, int64_t score, int64_t id)
@@ -70,8 +63,7 @@ static int hook_build(void *arg, size_t i, const char ***argv, const size_t **le
 {
     feed_hook_op *h = arg;
 
-    if (h->op.state == S_INSTALL)
-        return feed__install_build(&h->install, i, argv, lens);
+    (void)i;
     *argv = h->argv;
     *lens = h->lens;
     return h->argc;
@@ -84,17 +76,14 @@ static void hook_reply(void *arg, size_t i, const redisReply *r)
     feed_hook_op *h = arg;
     const char *what;
 
-    if (h->op.state == S_INSTALL) {
-        feed__install_reply(&h->install, h->op.c, i, r, h->op.err);
-        return;
-    }
+    (void)i;
     if (h->op.state == S_LEASED && r->type != REDIS_REPLY_ERROR)
         return;                 /* SET's OK */
     if (r->type == REDIS_REPLY_INTEGER)
         return;
     h->op.c->stats.redis_errors++;
     h->bad = 1;
-    what = h->kind == H_INSERT ? "insert.lua" : h->kind == H_DELETE ? "delete.lua"
+    what = h->kind == FEED_HOOK_INSERT ? "insert.lua" : h->kind == FEED_HOOK_DELETE ? "delete.lua"
          : h->op.state == S_LEASED ? "SET" : "DEL";
     if (r->type == REDIS_REPLY_ERROR)
         feed__msg(h->op.err, FEED_EREDIS, "Redis %s: %s", what, r->str);
@@ -102,12 +91,17 @@ static void hook_reply(void *arg, size_t i, const redisReply *r)
         feed__msg(h->op.err, FEED_EREDIS, "Redis %s: unexpected reply type %d", what, r->type);
 }
 
-static enum feed_want send(feed_hook_op *h, int state, size_t n)
+static unsigned hook_slot(const feed_hook_op *h)
+{
+    return h->op.c->topo.cluster ? feed__uid_slot(h->uid) : 0;
+}
+
+static enum feed_want hook_send(feed_hook_op *h, int state, size_t n)
 {
     h->op.state = state;
     h->bad = 0;
-    h->op.batch = (feed_batch){ .n = n, .flags = FEED_B_HOOK, .slot = h->op.c->topo.cluster ? feed__uid_slot(h->uid) : 0,
-                                .arg = h, .build = hook_build, .reply = hook_reply };
+    h->op.batch = (feed_batch){ .n = n, .flags = FEED_B_HOOK, .slot = hook_slot(h), .arg = h,
+                                .build = hook_build, .reply = hook_reply };
     return FEED_W_REDIS;
 }
 
@@ -130,40 +124,39 @@ static enum feed_want hook_start(feed_hook_op *h)
     size_t mlen;
 
     switch (h->kind) {
-    case H_INSERT:
+    case FEED_HOOK_INSERT:
         feed__i64_to_str(h->score, h->num);
         mlen = feed__member_encode(h->id, h->member);
         feed__i64_to_str((int64_t)c->cfg.max_len, h->max_len);
         set_args(h, 8, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_INSERT], "2", h->key,
                                          h->lease_key, h->num, h->member, h->max_len });
         h->lens[6] = mlen;
-        return send(h, S_SENT, 1);
-    case H_DELETE:
+        return hook_send(h, S_SENT, 1);
+    case FEED_HOOK_DELETE:
         /* The empty TTL: a delete that empties a complete feed. */
         mlen = feed__member_encode(h->id, h->member);
         set_args(h, 7, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_DELETE], "2", h->key,
                                          h->lease_key, h->member, c->empty_ttl_ms });
         h->lens[5] = mlen;
-        return send(h, S_SENT, 1);
-    case H_INVALIDATE:
+        return hook_send(h, S_SENT, 1);
+    case FEED_HOOK_INVALIDATE:
         set_args(h, 3, (const char *[]){ "DEL", h->key, h->lease_key });
-        return send(h, S_SENT, 1);
+        return hook_send(h, S_SENT, 1);
     default:
         /* A reload takes the lease outright (a reader's rebuild in flight
          * then fails to install, harmlessly) and rebuilds as a miss would. */
         feed__lease_token(c->token_seed, &c->token_seq, h->token);
         set_args(h, 5, (const char *[]){ "SET", h->lease_key, h->token, "PX", c->lease_ms });
-        return send(h, S_LEASED, 1);
+        return hook_send(h, S_LEASED, 1);
     }
 }
 
 static enum feed_want hook_step(feed_op *op, int64_t now)
 {
     feed_hook_op *h = (feed_hook_op *)op;
-    feed_core *c = op->c;
+    enum feed_want want;
     int rc;
 
-    (void)now;
     switch (op->state) {
     case S_START:
         if (h->kind == FEED_HOOK_NONE)
@@ -174,41 +167,20 @@ static enum feed_want hook_step(feed_op *op, int64_t now)
     case S_LEASED:
         if (op->redis_rc != FEED_OK || h->bad)
             return noted(h, FEED_EREDIS);
-        feed__sql_ask(op, FEED_SQL_TOP, FEED_PG_PRIMARY, h->uid,
-                      (int64_t[]){ h->uid, (int64_t)c->cfg.max_len + 1 }, 2);
-        op->state = S_READ;
-        return FEED_W_SQL;
-    case S_READ:
-        h->rows = op->sql.rows;
-        op->sql.rows.items = NULL;
-        op->sql.rows.count = 0;
-        if (op->sql_rc != FEED_OK) {
-            /* Let the next reader try at once rather than wait out
-             * lease_ms; the SQL error is the reload's. */
-            h->sql_rc = op->sql_rc;
-            memcpy(h->install_msg, op->err, strlen(op->err) + 1);
-            set_args(h, 2, (const char *[]){ "DEL", h->lease_key });
-            return send(h, S_RELEASE, 1);
-        }
-        if (c->test_before_install)
-            c->test_before_install(c->handle, h->uid, c->test_arg);
-        if ((rc = feed__install_prepare(&h->install, c, h->key, h->lease_key, h->token,
-                                        &h->rows, op->err)) != FEED_OK)
-            return noted(h, rc);
-        return send(h, S_INSTALL, 3);
-    case S_INSTALL:
-        rc = feed__install_result(&h->install, c, op->redis_rc);
-        if (rc == FEED_OK && !h->install.installed) {
+        op->state = S_REBUILD;
+        return feed__rebuild_one(&h->rb, op, FEED_B_HOOK, hook_slot(h), h->fam, h->uid, h->key,
+                                 h->lease_key, h->token);
+    case S_REBUILD:
+        if ((want = feed__rebuild_step(&h->rb, now, &rc)) != FEED_W_DONE)
+            return want;
+        if (rc == FEED_OK && !h->rb.one.in.installed) {
             /* A write cancelled the reload: the cached copy may predate the
              * reload's reason to exist, so it is dropped. An absent feed is
              * always correct. */
             set_args(h, 2, (const char *[]){ "DEL", h->key });
-            return send(h, S_SENT, 1);
+            return hook_send(h, S_SENT, 1);
         }
         return noted(h, rc);
-    case S_RELEASE:
-        memcpy(op->err, h->install_msg, strlen(h->install_msg) + 1);
-        return noted(h, h->sql_rc);
     default:
         return FEED_W_DONE;
     }
@@ -218,9 +190,8 @@ static void hook_free(feed_op *op)
 {
     feed_hook_op *h = (feed_hook_op *)op;
 
-    feed__rows_free(&h->rows);
     feed__rows_free(&op->sql.rows);
-    feed__install_free(&h->install);
+    feed__rebuild_free(&h->rb);
     if (h->key != h->keys)
         free(h->key);
     h->key = NULL;
@@ -231,7 +202,6 @@ size_t feed__hook_op_size(void)
     return sizeof(feed_hook_op);
 }
 
-/* A hook request, arguments checked by the caller. */
 /* What a hook's arguments must be, checked before any request exists: an
  * author's hook needs author_table, an insert a score and id in range, a
  * delete an id that is not negative. name is the public call, for the
@@ -243,11 +213,7 @@ int feed__hook_check(const feed_core *c, char *err, const char *name, int kind, 
 
     if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(c, err, name)) != FEED_OK)
         return rc;
-    if (kind == FEED_HOOK_INSERT)
-        return feed__check_item(err, name, score, id);
-    if (id < 0)
-        return feed__msg(err, FEED_EINVAL, "%s: id %lld is negative", name, (long long)id);
-    return FEED_OK;
+    return feed__check_item(err, name, kind == FEED_HOOK_INSERT ? score : 0, id);
 }
 
 int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int fam,

@@ -11,7 +11,7 @@
  *            every source in one batch of independent commands: one
  *            pipeline per Redis node, the nodes at once; on a first page a
  *            PTTL rides along for the copies whose TTL may need a refresh
- *            (page.c, "TTL refresh": the same rule, per source; a PEXPIRE
+ *            (rebuild.c, "TTL refresh": the same rule, per source; a PEXPIRE
  *            batch follows for those with less than half left). The
  *            reader's feed is asked for limit + 1 items, as a plain page
  *            is; an author for as many as it put into its last merged page
@@ -52,16 +52,11 @@
 
 /* ---- What the handle learns ------------------------------------------- */
 
-/* Direct-mapped by owner: the copy of (fam, owner) needs no TTL check
- * before fresh_until (page.c keeps the same for plain pages, per uid); an
- * author put `items` of the `want` pairs of its last merged page here. */
+/* Direct-mapped by author: it put `items` of the `want` pairs of its last
+ * merged page here. (The TTLs known are rebuild.c's, shared with page.c.) */
 #define HINT_SLOTS 256
 
 struct feed_merge_hints {
-    struct merge_ttl {
-        int64_t owner, fresh_until;
-        int     fam, empty, used;
-    } ttl[HINT_SLOTS];
     struct merge_share {
         int64_t  author;
         uint32_t items, want;
@@ -101,19 +96,17 @@ typedef struct msrc {
 #define PTTL_NONE (-3)
 
 /* The commands of the batch under way. */
-enum { C_READ, C_PTTL, C_PEXPIRE, C_SEEK, C_INSTALL, C_DEL };
+enum { C_READ, C_PTTL, C_PEXPIRE, C_SEEK };
 
 typedef struct mcmd {
     int         kind;
     size_t      src;
-    int         sub;            /* C_INSTALL: which of the install's three */
     int         argc;
     const char *argv[12];
     size_t      lens[12];
 } mcmd;
 
-enum { M_START, M_READ, M_TTL, M_SEEK, M_REBUILD, M_INSTALL, M_RELEASE, M_WAIT, M_SQL,
-       M_DONE };
+enum { M_START, M_READ, M_TTL, M_SEEK, M_REBUILD, M_WAIT, M_SQL, M_DONE };
 
 /* Past MAX_ROUNDS cuts every source not known to its end is read from SQL:
  * each round leaves every blocking source with limit + 1 items or its end,
@@ -130,14 +123,14 @@ typedef struct merged_op {
     feed_result  *out;
     int           round;
     int64_t       read_ms;      /* when the first read went out (TTL bookkeeping) */
-    int64_t       deadline, pause;      /* lease waits */
+    feed_wait     wait;         /* for other handles' rebuilds */
     int           redis_failed; /* some source could not be asked of Redis */
-    int           sql_rc;       /* a rebuild's failed read, while the leases go */
     char          score[24], member[FEED_MEMBER_MAX], want[24];
     size_t        member_len;
     mcmd         *cmds;
     size_t        ncmds;
-    feed_install *install;      /* per source, while a rebuild installs */
+    feed_rebuild  rb;           /* the sources whose lease we took */
+    feed_rebuild_src *rebuilt;
     /* The statement's sources: authors, and where its rows go. */
     int64_t      *sql_authors;
     size_t       *sql_idx;      /* tagged[j] is source sql_idx[j]'s */
@@ -169,7 +162,7 @@ static enum feed_want finish(merged_op *m, int rc)
 static void redis_failed(merged_op *m)
 {
     if (!m->redis_failed)
-        snprintf(m->redis_msg, sizeof m->redis_msg, "%s", m->op.err);
+        feed__msg_keep(m->redis_msg, m->op.err);
     m->redis_failed = 1;
 }
 
@@ -195,7 +188,6 @@ static mcmd *cmd_add(merged_op *m, int kind, size_t src, int argc, const char *c
 
     c->kind = kind;
     c->src = src;
-    c->sub = 0;
     c->argc = argc;
     for (int i = 0; i < argc; i++) {
         c->argv[i] = argv[i];
@@ -209,8 +201,6 @@ static int batch_build(void *arg, size_t i, const char ***argv, const size_t **l
     merged_op *m = arg;
     mcmd *c = &m->cmds[i];
 
-    if (c->kind == C_INSTALL)
-        return feed__install_build(&m->install[c->src], (size_t)c->sub, argv, lens);
     *argv = c->argv;
     *lens = c->lens;
     return c->argc;
@@ -222,7 +212,7 @@ static void batch_reply(void *arg, size_t i, const redisReply *r);
  * routed by its own key, one pipeline per node, the nodes at once. An
  * error reply is not handed over (its source then has no answer, and goes
  * to SQL); the batch's result says the first. */
-static enum feed_want send(merged_op *m, int state)
+static enum feed_want merged_send(merged_op *m, int state)
 {
     m->op.state = state;
     m->op.batch = (feed_batch){ .n = m->ncmds, .flags = FEED_B_EACH, .slot = 0, .arg = m,
@@ -231,39 +221,6 @@ static enum feed_want send(merged_op *m, int state)
 }
 
 /* ---- TTL refresh (first pages) ----------------------------------------- */
-
-static struct merge_ttl *ttl_slot(feed_core *c, const msrc *s)
-{
-    uint64_t h = (uint64_t)s->owner * 0x9E3779B97F4A7C15ULL + (uint64_t)s->fam;
-
-    return &c->merge->ttl[(h >> 32) % HINT_SLOTS];
-}
-
-/* The TTL (ms, text) of a copy: a known-empty one has its own. */
-static const char *ttl_text(const feed_core *c, int empty)
-{
-    return empty ? c->empty_ttl_ms : c->ttl_ms;
-}
-
-static int ttl_due(feed_core *c, const msrc *s, int64_t now)
-{
-    const struct merge_ttl *t = ttl_slot(c, s);
-
-    if (strcmp(c->ttl_ms, "0") == 0 && strcmp(c->empty_ttl_ms, "0") == 0)
-        return 0;
-    return !(t->used && t->fam == s->fam && t->owner == s->owner && t->fresh_until > now);
-}
-
-/* The copy lives at least pttl ms more from now (a full TTL after a
- * rebuild or a refresh): no check is due until half the TTL is left. */
-static void ttl_known(feed_core *c, const msrc *s, int64_t now, long long pttl, int empty)
-{
-    struct merge_ttl *t = ttl_slot(c, s);
-    long long ttl = atoll(ttl_text(c, empty));
-
-    *t = (struct merge_ttl){ s->owner, now + (ttl == 0 ? INT64_MAX / 4 : pttl - ttl / 2),
-                             s->fam, empty, 1 };
-}
 
 static int is_empty(const msrc *s)
 {
@@ -283,30 +240,43 @@ static size_t ttl_refreshes(merged_op *m)
     for (size_t k = 0; k < m->n; k++) {
         msrc *s = &m->src[k];
         int empty = is_empty(s);
-        const char *text = ttl_text(c, empty);
-        long long ttl = atoll(text);
-        struct merge_ttl *t = ttl_slot(c, s);
 
         if ((s->state != S_DONE && s->state != S_PART && s->state != S_SHORT) ||
             s->from != FEED_SOURCE_CACHE)
             continue;
         if (!s->ttl_due) {
-            if (t->used && t->fam == s->fam && t->owner == s->owner && t->empty != empty)
-                t->used = 0;
-            continue;
+            if (feed__ttl_turned(c, s->fam, s->owner, empty))
+                feed__ttl_forget(c, s->fam, s->owner);
+        } else if (s->pttl != PTTL_NONE &&
+                   feed__ttl_checked(c, s->fam, s->owner, m->read_ms, s->pttl, empty)) {
+            cmd_add(m, C_PEXPIRE, k, 3, (const char *[]){ "PEXPIRE", s->key,
+                                                          feed__ttl_text(c, empty) }, NULL);
         }
-        if (s->pttl == PTTL_NONE || s->pttl == -2)
-            continue;               /* no answer, or gone meanwhile */
-        if (ttl == 0 || s->pttl >= ttl / 2) {   /* -1 (no TTL) is refreshed, as page.lua does */
-            ttl_known(c, s, m->read_ms, ttl == 0 ? 0 : s->pttl, empty);
-            continue;
-        }
-        cmd_add(m, C_PEXPIRE, k, 3, (const char *[]){ "PEXPIRE", s->key, text }, NULL);
     }
     return m->ncmds;
 }
 
 /* ---- READ: one plain read per source ------------------------------------ */
+
+/* What a source's read (plain, or page.lua: what) proved: its next state. */
+static void took(merged_op *m, msrc *s, int verdict, const char *what)
+{
+    static const int next[] = { [FEED_MERGE_PROVEN] = S_DONE, [FEED_MERGE_SHORT] = S_SHORT,
+                                [FEED_MERGE_UNKNOWN] = S_SEEK, [FEED_MERGE_LEASED] = S_LEASED,
+                                [FEED_MERGE_BUSY] = S_BUSY, [FEED_MERGE_BAD] = S_SQL };
+
+    s->state = next[verdict];
+    if (verdict == FEED_MERGE_PROVEN || verdict == FEED_MERGE_SHORT)
+        s->from = FEED_SOURCE_CACHE;    /* SHORT: the copy ends before the page may */
+    if (verdict == FEED_MERGE_PROVEN && !s->ended && s->want < m->q.want)
+        s->state = S_PART;              /* a plain read asked fewer: the copy may hold more */
+    if (verdict == FEED_MERGE_BAD) {
+        m->op.c->stats.redis_errors++;
+        feed__msg(m->op.err, FEED_EREDIS, "Redis %s: unexpected reply", what);
+        redis_failed(m);
+        feed__rows_free(&s->rows);
+    }
+}
 
 static void read_reply(merged_op *m, const mcmd *c, const redisReply *r)
 {
@@ -320,25 +290,7 @@ static void read_reply(merged_op *m, const mcmd *c, const redisReply *r)
         return;
     }
     q.want = s->want;
-    switch (feed__merge_plain(r, &q, asked, &s->rows, &s->ended)) {
-    case FEED_MERGE_PROVEN:
-        s->state = s->ended || s->want == m->q.want ? S_DONE : S_PART;
-        s->from = FEED_SOURCE_CACHE;
-        break;
-    case FEED_MERGE_UNKNOWN:
-        s->state = S_SEEK;
-        break;
-    case FEED_MERGE_SHORT:      /* the copy ends before the page may */
-        s->state = S_SHORT;
-        s->from = FEED_SOURCE_CACHE;
-        break;
-    default:
-        m->op.c->stats.redis_errors++;
-        feed__msg(m->op.err, FEED_EREDIS, "Redis merged page read: unexpected reply");
-        redis_failed(m);
-        feed__rows_free(&s->rows);
-        s->state = S_SQL;
-    }
+    took(m, s, feed__merge_plain(r, &q, asked, &s->rows, &s->ended), "merged page read");
 }
 
 /* One plain read for every source in state S_READ, one batch; on a first
@@ -367,48 +319,23 @@ static enum feed_want ask_read(merged_op *m, int64_t now)
                                                        "-inf", "WITHSCORES", "LIMIT", "0",
                                                        s->asked }, NULL);
         s->pttl = PTTL_NONE;
-        s->ttl_due = with_ttl && ttl_due(c, s, now);
+        s->ttl_due = with_ttl && feed__ttl_due(c, s->fam, s->owner, now);
         if (s->ttl_due)
             cmd_add(m, C_PTTL, k, 2, (const char *[]){ "PTTL", s->key }, NULL);
     }
-    return send(m, M_READ);
+    return merged_send(m, M_READ);
 }
 
 /* ---- SEEK: page.lua ------------------------------------------------------ */
-
-static void seek_reply(merged_op *m, const mcmd *c, const redisReply *r)
-{
-    msrc *s = &m->src[c->src];
-
-    switch (feed__merge_script(r, &m->q, &s->rows, &s->ended)) {
-    case FEED_MERGE_PROVEN:
-        s->state = S_DONE;
-        s->from = FEED_SOURCE_CACHE;
-        break;
-    case FEED_MERGE_LEASED:
-        s->state = S_LEASED;
-        break;
-    case FEED_MERGE_BUSY:
-        s->state = S_BUSY;
-        break;
-    case FEED_MERGE_SHORT:
-        s->state = S_SHORT;
-        s->from = FEED_SOURCE_CACHE;
-        break;
-    default:
-        m->op.c->stats.redis_errors++;
-        feed__msg(m->op.err, FEED_EREDIS, "Redis page.lua: unexpected reply");
-        redis_failed(m);
-        feed__rows_free(&s->rows);
-        s->state = S_SQL;
-    }
-}
 
 /* page.lua for every source in state S_SEEK, one batch (page.c's call:
  * keys, limit + 1, the cursor, a lease token, the TTLs on first pages). */
 static enum feed_want ask_seek(merged_op *m)
 {
     feed_core *c = m->op.c;
+    const char *argv[12];
+    size_t lens[12];
+    int argc;
 
     m->ncmds = 0;
     for (size_t k = 0; k < m->n; k++) {
@@ -417,19 +344,15 @@ static enum feed_want ask_seek(merged_op *m)
             continue;
         feed__rows_free(&s->rows);
         s->ended = 0;
+        s->want = m->q.want;            /* page.lua asks for limit + 1 */
         feed__lease_token(c->token_seed, &c->token_seq, s->token);
-        cmd_add(m, C_SEEK, k, m->q.first ? 12 : 10,
-                (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_PAGE], "2", s->key, s->lease,
-                                  m->want, m->q.first ? "" : m->score,
-                                  m->q.first ? "" : m->member, s->token, c->lease_ms,
-                                  c->ttl_ms, c->empty_ttl_ms },
-                (const size_t[]){ 7, 40, 1, strlen(s->key), strlen(s->lease), strlen(m->want),
-                                  m->q.first ? 0 : strlen(m->score),
-                                  m->q.first ? 0 : m->member_len, 32, strlen(c->lease_ms),
-                                  strlen(c->ttl_ms), strlen(c->empty_ttl_ms) });
+        argc = feed__page_script(c, argv, lens, s->key, s->lease, m->want,
+                                 m->q.first ? NULL : m->score, m->member, m->member_len,
+                                 s->token);
+        cmd_add(m, C_SEEK, k, argc, argv, lens);
     }
     c->stats.plain_fallbacks += m->ncmds;
-    return send(m, M_SEEK);
+    return merged_send(m, M_SEEK);
 }
 
 /* ---- SQL: one statement for many sources --------------------------------- */
@@ -507,47 +430,20 @@ static enum feed_want sql_answered(merged_op *m, int rc, int64_t now)
 static enum feed_want ask_rebuild(merged_op *m)
 {
     feed_core *c = m->op.c;
+    size_t n = 0;
 
     feed__sql_ask(&m->op, FEED_SQL_MERGE, FEED_PG_PRIMARY, m->src[0].owner,
                   (int64_t[]){ m->src[0].owner, INT64_MAX, 0, (int64_t)c->cfg.max_len + 1 }, 4);
     sql_sources(m, S_LEASED);
+    for (size_t j = m->op.sql.with_feed ? 0 : 1; j <= m->sql_n; j++) {
+        const msrc *s = &m->src[m->sql_idx[j]];
+        m->rebuilt[n++] = (feed_rebuild_src){ .fam = s->fam, .owner = s->owner, .key = s->key,
+                                              .lease = s->lease, .token = s->token,
+                                              .rows = &m->tagged[j] };
+    }
+    feed__rebuild_begin(&m->rb, &m->op, m->rebuilt, n, FEED_B_EACH, 0);
     m->op.state = M_REBUILD;
     return FEED_W_SQL;
-}
-
-/* The SQL read failed: free the leases at once rather than make the next
- * readers wait out lease_ms (best effort, without a token check, as page.c
- * does); the SQL error is the page's. */
-static enum feed_want release_leases(merged_op *m)
-{
-    m->ncmds = 0;
-    for (size_t k = 0; k < m->n; k++)
-        if (m->src[k].state == S_LEASED)
-            cmd_add(m, C_DEL, k, 2, (const char *[]){ "DEL", m->src[k].lease }, NULL);
-    return send(m, M_RELEASE);
-}
-
-/* The rows read: each leased source's install (stage, expire, rebuild.lua:
- * rebuild.c's), all in one batch. */
-static enum feed_want ask_install(merged_op *m)
-{
-    feed_core *c = m->op.c;
-    int rc;
-
-    m->ncmds = 0;
-    for (size_t j = m->op.sql.with_feed ? 0 : 1; j <= m->sql_n; j++) {
-        size_t k = m->sql_idx[j];
-        msrc *s = &m->src[k];
-        if (c->test_before_install)
-            c->test_before_install(c->handle, s->owner, c->test_arg);
-        s->from = FEED_SOURCE_DB;           /* unless installed */
-        if ((rc = feed__install_prepare(&m->install[k], c, s->key, s->lease, s->token,
-                                        &m->tagged[j], m->op.err)) != FEED_OK)
-            return finish(m, rc);
-        for (int i = 0; i < 3; i++)
-            cmd_add(m, C_INSTALL, k, 0, NULL, NULL)->sub = i;
-    }
-    return send(m, M_INSTALL);
 }
 
 /* A rebuild's answer for source k: its rows are the source's top, so they
@@ -576,19 +472,12 @@ static enum feed_want after_rebuild(merged_op *m, int64_t now);
 /* The installs are done (or not: the rows answer either way). */
 static enum feed_want installed(merged_op *m, int64_t now)
 {
-    feed_core *c = m->op.c;
     int rc = FEED_OK;
+    size_t i = 0;
 
     for (size_t j = m->op.sql.with_feed ? 0 : 1; j <= m->sql_n; j++) {
         size_t k = m->sql_idx[j];
-        msrc *s = &m->src[k];
-        int empty = m->tagged[j].count == 0;
-        if (m->install[k].installed) {      /* with the full TTL: no check for TTL/2 */
-            s->from = FEED_SOURCE_REBUILD;
-            c->stats.rebuilds++;
-            ttl_known(c, s, now, atoll(ttl_text(c, empty)), empty);
-        }
-        feed__install_free(&m->install[k]);
+        m->src[k].from = m->rebuilt[i++].in.installed ? FEED_SOURCE_REBUILD : FEED_SOURCE_DB;
         if (rc == FEED_OK)
             rc = answer_from_top(m, k, &m->tagged[j]);
     }
@@ -616,22 +505,14 @@ static enum feed_want advance(merged_op *m, int64_t now)
  * doubles, until lease_wait_ms has passed; then SQL answers it. */
 static enum feed_want after_rebuild(merged_op *m, int64_t now)
 {
-    feed_core *c = m->op.c;
-
     if (count_in(m, S_BUSY) == 0)
         return advance(m, now);
-    if (m->deadline == 0) {
-        c->stats.lease_waits++;
-        m->deadline = now + c->cfg.lease_wait_ms;
-    }
-    if (now >= m->deadline) {
+    if (!feed__lease_wait(&m->op, &m->wait, now)) {
         for (size_t k = 0; k < m->n; k++)
             if (m->src[k].state == S_BUSY)
                 m->src[k].state = S_SQL;
         return advance(m, now);
     }
-    m->op.wake_at = now + (m->pause < m->deadline - now ? m->pause : m->deadline - now);
-    m->pause *= 2;
     m->op.state = M_WAIT;
     return FEED_W_WAKE;
 }
@@ -676,8 +557,6 @@ static void learn_shares(merged_op *m, const feed_item *page, size_t count)
 
 static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
 {
-    feed_core *c = m->op.c;
-    feed_result *out = m->out;
     feed_source source = FEED_SOURCE_CACHE;
 
     for (size_t k = 0; k < m->n; k++) {
@@ -687,19 +566,8 @@ static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
             source = FEED_SOURCE_REBUILD;
     }
     learn_shares(m, items, count);
-    out->items = items;
-    out->count = count < m->limit ? count : m->limit;
-    out->has_more = count > m->limit;
-    if (out->has_more) {
-        out->next_score = items[m->limit - 1].score;
-        out->next_id = items[m->limit - 1].id;
-    }
-    out->source = source;
-    c->stats.pages++;
-    if (source == FEED_SOURCE_CACHE)
-        c->stats.cache_pages++;
-    else if (source == FEED_SOURCE_DB)
-        c->stats.db_pages++;
+    m->out->items = items;
+    feed__page_served(m->op.c, m->out, count, m->limit, source);
     return finish(m, FEED_OK);
 }
 
@@ -765,27 +633,34 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
         return;
     case C_PEXPIRE:
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
-            ttl_known(m->op.c, s, m->read_ms, atoll(ttl_text(m->op.c, is_empty(s))),
-                      is_empty(s));
+            feed__ttl_full(m->op.c, s->fam, s->owner, m->read_ms, is_empty(s));
         return;
-    case C_SEEK:
-        seek_reply(m, c, r);
+    default:        /* C_SEEK */
+        took(m, s, feed__merge_script(r, &m->q, &s->rows, &s->ended), "page.lua");
         return;
-    case C_INSTALL:
-        feed__install_reply(&m->install[c->src], m->op.c, (size_t)c->sub, r, m->op.err);
-        return;
-    default:        /* C_DEL: best effort */
-        return;
+    }
+}
+
+/* The step follows a Redis batch (whose redis_rc then speaks). */
+static int redis_answered(const merged_op *m)
+{
+    switch (m->op.state) {
+    case M_START: case M_WAIT: case M_SQL:
+        return 0;
+    case M_REBUILD:
+        return m->rb.state != FEED_RB_READ;
+    default:
+        return 1;
     }
 }
 
 static enum feed_want merged_step(feed_op *op, int64_t now)
 {
     merged_op *m = (merged_op *)op;
+    enum feed_want want;
     int rc;
 
-    if (op->state != M_START && op->state != M_WAIT && op->state != M_SQL &&
-        op->state != M_REBUILD && op->redis_rc == FEED_ENOMEM)
+    if (redis_answered(m) && op->redis_rc == FEED_ENOMEM)
         return finish(m, FEED_ENOMEM);
     switch (op->state) {
     case M_START:
@@ -793,7 +668,7 @@ static enum feed_want merged_step(feed_op *op, int64_t now)
     case M_READ:
         unanswered_to_sql(m, S_READ);
         if (m->round == 0 && m->q.first && ttl_refreshes(m) > 0)
-            return send(m, M_TTL);
+            return merged_send(m, M_TTL);
         return advance(m, now);
     case M_TTL:
         op->err[0] = '\0';      /* the page's outcome is not the refresh's */
@@ -804,18 +679,11 @@ static enum feed_want merged_step(feed_op *op, int64_t now)
             return ask_rebuild(m);
         return after_rebuild(m, now);
     case M_REBUILD:
-        if (op->sql_rc != FEED_OK) {
-            m->sql_rc = op->sql_rc;
-            snprintf(m->redis_msg, sizeof m->redis_msg, "%s", op->err);
-            tagged_free(m);
-            return release_leases(m);
-        }
-        return ask_install(m);
-    case M_INSTALL:
+        if ((want = feed__rebuild_step(&m->rb, now, &rc)) != FEED_W_DONE)
+            return want;
+        if (m->rb.state != FEED_RB_INSTALL)
+            return finish(m, rc);   /* the read failed, or no memory to install */
         return installed(m, now);
-    case M_RELEASE:
-        snprintf(op->err, FEED_ERRMSG, "%s", m->redis_msg);
-        return finish(m, m->sql_rc);
     case M_WAIT:
         for (size_t k = 0; k < m->n; k++)
             if (m->src[k].state == S_BUSY)
@@ -834,11 +702,9 @@ static void merged_free(feed_op *op)
 {
     merged_op *m = (merged_op *)op;
 
-    for (size_t k = 0; m->src && k < m->n; k++) {
+    for (size_t k = 0; m->src && k < m->n; k++)
         feed__rows_free(&m->src[k].rows);
-        if (m->install)
-            feed__install_free(&m->install[k]);
-    }
+    feed__rebuild_free(&m->rb);
     if (m->tagged)
         for (size_t j = 0; j < m->n; j++)
             feed__rows_free(&m->tagged[j]);
@@ -846,7 +712,7 @@ static void merged_free(feed_op *op)
     free(m->src);
     free(m->keys);
     free(m->cmds);
-    free(m->install);
+    free(m->rebuilt);
     free(m->sql_authors);
     free(m->sql_idx);
     free(m->tagged);
@@ -901,16 +767,16 @@ static int sources_init(merged_op *m, int64_t uid, const int64_t *authors, size_
         if (u == 0 || who[u - 1] != who[i])
             who[u++] = who[i];
     m->n = u + 1;
-    cmds = 3 * m->n;            /* at most three commands a source (an install) */
+    cmds = 2 * m->n;            /* at most two commands a source (a read and PTTL) */
     m->src = calloc(m->n, sizeof *m->src);
     m->keys = malloc(2 * m->n * c->key_cap);
     m->cmds = malloc(cmds * sizeof *m->cmds);
-    m->install = calloc(m->n, sizeof *m->install);
+    m->rebuilt = calloc(m->n, sizeof *m->rebuilt);
     m->sql_authors = malloc(m->n * sizeof *m->sql_authors);
     m->sql_idx = malloc(m->n * sizeof *m->sql_idx);
     m->tagged = calloc(m->n, sizeof *m->tagged);
     m->blocking = malloc(m->n);
-    if (!m->src || !m->keys || !m->cmds || !m->install || !m->sql_authors || !m->sql_idx ||
+    if (!m->src || !m->keys || !m->cmds || !m->rebuilt || !m->sql_authors || !m->sql_idx ||
         !m->tagged || !m->blocking) {
         free(who);
         return FEED_ENOMEM;
@@ -952,7 +818,7 @@ feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *au
     m->op.state = M_START;
     m->limit = limit;
     m->out = out;
-    m->pause = 1;
+    m->wait = (feed_wait){ 0, 1 };
     m->q = (feed_cursor_q){ last_score == FEED_FIRST, last_score, last_id, limit + 1 };
     feed__i64_to_str(last_score == FEED_FIRST ? 0 : last_score, m->score);
     feed__i64_to_str((int64_t)limit + 1, m->want);

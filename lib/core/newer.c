@@ -136,18 +136,11 @@ static int answer(feed_newer_op *n, const feed_rows *rows, feed_source source)
         return feed__msg(n->op.err, FEED_ENOMEM, "out of memory for %zu items", count);
     for (size_t i = 0; i < count; i++)
         out->items[i] = rows->items[count - 1 - i];
-    out->count = count;
-    out->has_more = rows->count > n->limit;
+    feed__page_served(c, out, rows->count, n->limit, source);
     /* The cursor to keep, has_more or not: the newest item the caller now
      * holds, which is the given cursor when nothing is newer. */
     out->next_score = count ? out->items[0].score : n->cursor.score;
     out->next_id = count ? out->items[0].id : n->cursor.id;
-    out->source = source;
-    c->stats.pages++;
-    if (source == FEED_SOURCE_CACHE)
-        c->stats.cache_pages++;
-    else
-        c->stats.db_pages++;
     return FEED_OK;
 }
 
@@ -164,7 +157,7 @@ static enum feed_want done(feed_newer_op *n, int rc)
 static enum feed_want ask_db(feed_newer_op *n, int redis_failed)
 {
     n->redis_failed = redis_failed;
-    memcpy(n->redis_msg, n->op.err, strlen(n->op.err) + 1);
+    feed__msg_keep(n->redis_msg, n->op.err);
     feed__sql_ask(&n->op, FEED_SQL_BEFORE, FEED_PG_PRIMARY, n->uid,
                   (int64_t[]){ n->uid, n->cursor.score, n->cursor.id, (int64_t)n->limit + 1 }, 4);
     n->op.state = N_SQL;

@@ -8,8 +8,8 @@
  *   hit      the cache answers when it returned limit + 1 items (so
  *            has_more is known) or reached the end marker; otherwise the
  *            cache is short of the page and a keyset query answers (SQL);
- *   REBUILD  a miss, and page.lua gave us the lease: rebuild from SQL and
- *            cut the page from the same rows (INSTALL);
+ *   REBUILD  a miss, and page.lua gave us the lease: rebuild (rebuild.c)
+ *            and cut the page from the rows it read;
  *   WAIT     a miss while another handle holds the lease: ask again after a
  *            growing pause (a wake-up, never a sleep here), for at most
  *            lease_wait_ms, then a keyset query;
@@ -22,8 +22,8 @@
 #include "core/core.h"
 
 enum {
-    P_START, P_PLAIN, P_TTL_REFRESH, P_TTL_RECHECK, P_SCRIPT, P_WAIT, P_REBUILD,
-    P_INSTALL, P_RELEASE, P_SQL, P_DONE
+    P_START, P_PLAIN, P_TTL_REFRESH, P_TTL_RECHECK, P_SCRIPT, P_WAIT, P_REBUILD, P_SQL,
+    P_DONE
 };
 
 /* What the cache said, by a plain read or by page.lua. */
@@ -57,11 +57,10 @@ struct feed_page_op {
     size_t       ncmds;         /* its commands: the read, and PTTL or not */
     int          nargs, nargs2; /* argc of argv, argv2 */
     int          ttl_empty;     /* the first page's copy held only the end marker */
-    int          sql_rc;        /* a rebuild's failed read, while the lease is released */
     long long    pttl;          /* PTTL's answer, when asked */
     int          pttl_seen;
     int64_t      read_ms;       /* when the first page was read (TTL bookkeeping) */
-    int64_t      deadline, pause;   /* lease waits */
+    feed_wait    wait;          /* for another handle's rebuild */
     int          redis_failed;  /* Redis could not answer: SQL failing is unavailable */
     char         token[33];
     char        *key, *lease_key;
@@ -75,8 +74,7 @@ struct feed_page_op {
     char         num[4][24];
     char         member[FEED_MEMBER_MAX];
 
-    feed_rows    rows;          /* a rebuild's rows */
-    feed_install install;
+    feed_rebuild rb;
     feed_sqlpage sp;
     char         redis_msg[FEED_ERRMSG];
 };
@@ -223,21 +221,8 @@ static void parse_answer(feed_page_op *p, const redisReply *r)
  *                  when limit+1 entries remain or the reply reached the
  *                  set's bottom. A long run of ties falls back.
  *
- * TTL refresh: what page.lua promises, on first pages only: right after a
- * first page, at least half the TTL is left. page.lua reads PTTL on every
- * first page and PEXPIREs when less than half is left. Here a PTTL rides in
- * the same round trip as the ZREVRANGE, and a PEXPIRE follows in a second
- * round trip when less than half is left; both only when the handle does not
- * already know the answer: a PTTL of P read at time t means the key lives
- * until t + P at least (only rebuilds and refreshes set a TTL, always the
- * full one for the kind of copy, and a key deleted and cached again gets a
- * later one), so the next checks can wait until t + P - TTL/2. A copy that
- * turned empty or stopped being empty meanwhile changed its TTL rule (a
- * delete that empties a feed gives it the short empty_ttl): the handle
- * asks again at once. A handle reading a feed thus sends one PTTL per
- * TTL/2 or so, a PEXPIRE about as often, and a plain first page is one
- * command. (This assumes every handle on the key prefix uses the same
- * ttl_seconds, and no one else shortens the TTL.) */
+ * A first page's PTTL rides in the plain read's round trip when the
+ * handle does not know it need not (rebuild.c, "TTL refresh"). */
 
 /* Ranks read above a hinted page (the entry that proves the page: the
  * cursor item, usually), and below it: hint_slack, at least SLACK_DOWN
@@ -338,50 +323,12 @@ static void read_plain_reply(feed_page_op *p, const redisReply *r)
     p->a.rank0 = p->start >= 0 ? p->start + (int64_t)j : -1;
 }
 
-static struct feed_ttl_seen *ttl_seen(feed_core *c, int64_t uid)
-{
-    return &c->ttl_seen[((uint64_t)uid * 0x9E3779B97F4A7C15ULL >> 32) % FEED_HINTS];
-}
-
-/* The TTL of a copy (ms; 0 = none): a feed known to be empty has its own. */
-static const char *ttl_text(const feed_core *c, int empty)
-{
-    return empty ? c->empty_ttl_ms : c->ttl_ms;
-}
-
-/* Must this first page of uid ask for the TTL? Not when no copy expires,
- * nor while the handle knows it need not. */
-static int ttl_check_due(feed_core *c, int64_t uid, int64_t now)
-{
-    const struct feed_ttl_seen *t = ttl_seen(c, uid);
-
-    if (strcmp(c->ttl_ms, "0") == 0 && strcmp(c->empty_ttl_ms, "0") == 0)
-        return 0;
-    return !(t->uid == uid && t->fresh_until > now);
-}
-
-/* Remember until when uid's copy needs no TTL check: it lives at least
- * pttl ms from now. */
-static void ttl_known(feed_core *c, int64_t uid, int64_t now, long long pttl, int empty)
-{
-    struct feed_ttl_seen *t = ttl_seen(c, uid);
-    long long ttl = atoll(ttl_text(c, empty));
-
-    if (ttl == 0)
-        pttl = INT64_MAX / 2;   /* this kind of copy never expires */
-    t->uid = uid;
-    t->fresh_until = now + (pttl - ttl / 2);
-    t->empty = empty;
-}
-
 /* ---- Building the batches ---------------------------------------------- */
 
 static int batch_build(void *arg, size_t i, const char ***argv, const size_t **lens)
 {
     feed_page_op *p = arg;
 
-    if (p->op.state == P_INSTALL)
-        return feed__install_build(&p->install, i, argv, lens);
     if (i == 0) {
         *argv = p->argv;
         *lens = p->lens;
@@ -415,106 +362,81 @@ static const char *lease_key(feed_page_op *p)
     return p->lease_key;
 }
 
-/* The plain read (and PTTL) for the cursor; hint: its rank hint or -1. */
+/* argv[0 .. argc) = v, their lengths in lens. */
+static int page_args(const char **argv, size_t *lens, int argc, const char *const *v)
+{
+    for (int i = 0; i < argc; i++) {
+        argv[i] = v[i];
+        lens[i] = strlen(v[i]);
+    }
+    return argc;
+}
+
+/* The plain read (and PTTL) for the cursor, by p->hint (its rank, or -1). */
 static enum feed_want ask_plain(feed_page_op *p, int64_t now)
 {
     feed_core *c = p->op.c;
-    int64_t start = -1;
+    int64_t start = p->first ? 0 : p->hint, stop;
 
-    p->argv[1] = p->key;
-    p->lens[1] = strlen(p->key);
     p->ncmds = 1;
     p->start = -1;
-    if (p->first || (start = p->hint) >= 0) {
-        int64_t stop = start + (int64_t)p->limit +
-                       (c->hint_slack > SLACK_DOWN ? c->hint_slack : SLACK_DOWN);
-        if (p->first) {
-            start = 0;
-            stop = (int64_t)p->limit;
-            p->read_ms = now;
-            if (ttl_check_due(c, p->uid, now)) {
-                p->ncmds = 2;
-                p->argv2[0] = "PTTL";
-                p->lens2[0] = 4;
-                p->argv2[1] = p->key;
-                p->lens2[1] = p->lens[1];
-                p->nargs2 = 2;
-            }
-        } else {
-            start = start > SLACK_UP ? start - SLACK_UP : 0;
-        }
-        p->argv[0] = "ZREVRANGE";
-        p->lens[0] = 9;
-        p->lens[2] = feed__i64_to_str(start, p->num[0]);
-        p->lens[3] = feed__i64_to_str(stop, p->num[1]);
-        p->argv[2] = p->num[0];
-        p->argv[3] = p->num[1];
-        p->argv[4] = "WITHSCORES";
-        p->lens[4] = 10;
-        p->nargs = 5;
-        p->start = start;
-        p->asked = (size_t)(stop - start + 1);
-    } else {
-        p->argv[0] = "ZREVRANGEBYSCORE";
-        p->lens[0] = 16;
-        p->lens[2] = feed__i64_to_str(p->score, p->num[0]);
-        p->argv[2] = p->num[0];
-        p->argv[3] = "-inf";
-        p->lens[3] = 4;
-        p->argv[4] = "WITHSCORES";
-        p->lens[4] = 10;
-        p->argv[5] = "LIMIT";
-        p->lens[5] = 5;
-        p->argv[6] = "0";
-        p->lens[6] = 1;
-        p->asked = p->limit + 2;
-        p->lens[7] = feed__i64_to_str((int64_t)p->asked, p->num[1]);
-        p->argv[7] = p->num[1];
-        p->nargs = 8;
-    }
     p->pttl_seen = 0;
+    if (start < 0) {
+        p->asked = p->limit + 2;
+        feed__i64_to_str(p->score, p->num[0]);
+        feed__i64_to_str((int64_t)p->asked, p->num[1]);
+        p->nargs = page_args(p->argv, p->lens, 8, (const char *[]){
+            "ZREVRANGEBYSCORE", p->key, p->num[0], "-inf", "WITHSCORES", "LIMIT", "0", p->num[1] });
+        return ask_redis(p, P_PLAIN, 1);
+    }
+    stop = start + (int64_t)p->limit + (c->hint_slack > SLACK_DOWN ? c->hint_slack : SLACK_DOWN);
+    if (p->first) {
+        stop = (int64_t)p->limit;
+        p->read_ms = now;
+        if (feed__ttl_due(c, FEED_FAM_FEED, p->uid, now)) {
+            p->nargs2 = page_args(p->argv2, p->lens2, 2, (const char *[]){ "PTTL", p->key });
+            p->ncmds = 2;
+        }
+    } else {
+        start = start > SLACK_UP ? start - SLACK_UP : 0;
+    }
+    feed__i64_to_str(start, p->num[0]);
+    feed__i64_to_str(stop, p->num[1]);
+    p->nargs = page_args(p->argv, p->lens, 5, (const char *[]){ "ZREVRANGE", p->key, p->num[0],
+                                                                p->num[1], "WITHSCORES" });
+    p->start = start;
+    p->asked = (size_t)(stop - start + 1);
     return ask_redis(p, P_PLAIN, p->ncmds);
+}
+
+/* page.lua's call (lua/page.lua): the keys, how many, the cursor (score
+ * NULL: a first page), a lease token, the lease's and (first pages only)
+ * the TTLs. argv and lens hold 12; returns argc. */
+int feed__page_script(const feed_core *c, const char **argv, size_t *lens, const char *key,
+                      const char *lease, const char *want, const char *score,
+                      const char *member, size_t member_len, const char *token)
+{
+    page_args(argv, lens, 12, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_PAGE], "2", key,
+                                                lease, want, score ? score : "",
+                                                score ? member : "", token, c->lease_ms,
+                                                c->ttl_ms, c->empty_ttl_ms });
+    lens[7] = score ? member_len : 0;       /* a member may hold any byte */
+    return score ? 10 : 12;
 }
 
 static enum feed_want ask_script(feed_page_op *p)
 {
     feed_core *c = p->op.c;
+    size_t mlen = 0;
 
     feed__lease_token(c->token_seed, &c->token_seq, p->token);
-    p->lens[7] = feed__i64_to_str((int64_t)p->limit + 1, p->num[2]);
-    if (p->first) {
-        p->argv[8] = p->argv[9] = "";
-        p->lens[8] = p->lens[9] = 0;
-    } else {
-        p->lens[8] = feed__i64_to_str(p->score, p->num[3]);
-        p->argv[8] = p->num[3];
-        p->lens[9] = feed__member_encode(p->id, p->member);
-        p->argv[9] = p->member;
+    feed__i64_to_str((int64_t)p->limit + 1, p->num[2]);
+    if (!p->first) {
+        feed__i64_to_str(p->score, p->num[3]);
+        mlen = feed__member_encode(p->id, p->member);
     }
-    p->argv[0] = "EVALSHA";
-    p->argv[1] = c->sha[FEED_SCRIPT_PAGE];
-    p->argv[2] = "2";
-    p->argv[3] = p->key;
-    p->argv[4] = lease_key(p);
-    p->argv[5] = p->num[2];     /* how many */
-    p->argv[6] = p->argv[8];    /* cursor score */
-    p->argv[7] = p->argv[9];    /* cursor member */
-    p->lens[5] = p->lens[7];
-    p->lens[6] = p->lens[8];
-    p->lens[7] = p->lens[9];
-    p->argv[8] = p->token;
-    p->argv[9] = c->lease_ms;
-    p->argv[10] = c->ttl_ms;        /* read on first pages only: not sent after a cursor */
-    p->argv[11] = c->empty_ttl_ms;
-    p->lens[0] = 7;
-    p->lens[1] = 40;
-    p->lens[2] = 1;
-    p->lens[3] = strlen(p->key);
-    p->lens[4] = strlen(p->argv[4]);
-    p->lens[8] = 32;
-    for (int i = 9; i < 12; i++)
-        p->lens[i] = strlen(p->argv[i]);
-    p->nargs = p->first ? 12 : 10;
+    p->nargs = feed__page_script(c, p->argv, p->lens, p->key, lease_key(p), p->num[2],
+                                 p->first ? NULL : p->num[3], p->member, mlen, p->token);
     return ask_redis(p, P_SCRIPT, 1);
 }
 
@@ -522,32 +444,15 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
 {
     feed_page_op *p = arg;
 
-    switch (p->op.state) {
-    case P_PLAIN:
-        if (i == 0)
-            read_plain_reply(p, r);
-        else if (is_int(r)) {
-            p->pttl = r->integer;
-            p->pttl_seen = 1;
-        }
-        return;
-    case P_TTL_REFRESH:
-        p->pttl_seen = is_int(r) && r->integer == 1;
-        return;
-    case P_TTL_RECHECK:
-        if (is_int(r)) {
-            p->pttl = r->integer;
-            p->pttl_seen = 1;
-        }
-        return;
-    case P_SCRIPT:
+    if (p->op.state == P_SCRIPT)
         parse_answer(p, r);
-        return;
-    case P_INSTALL:
-        feed__install_reply(&p->install, p->op.c, i, r, p->op.err);
-        return;
-    default:    /* P_RELEASE: best effort */
-        return;
+    else if (p->op.state == P_PLAIN && i == 0)
+        read_plain_reply(p, r);
+    else if (p->op.state == P_TTL_REFRESH)
+        p->pttl_seen = is_int(r) && r->integer == 1;
+    else if (is_int(r)) {       /* PTTL: the plain read's second command, or alone */
+        p->pttl = r->integer;
+        p->pttl_seen = 1;
     }
 }
 
@@ -557,19 +462,24 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
  * caller knows that nothing follows them unless avail > limit. */
 static int answer(feed_page_op *p, const feed_item *items, size_t avail, feed_source source)
 {
-    feed_core *c = p->op.c;
-    feed_result *out = p->out;
     size_t count = avail < p->limit ? avail : p->limit;
 
-    out->items = malloc((count + 1) * sizeof *out->items);
-    if (!out->items)
+    p->out->items = malloc((count + 1) * sizeof *p->out->items);
+    if (!p->out->items)
         return feed__msg(p->op.err, FEED_ENOMEM, "out of memory for %zu items", count);
-    memcpy(out->items, items, count * sizeof *items);
-    out->count = count;
-    out->has_more = avail > p->limit;
+    memcpy(p->out->items, items, count * sizeof *items);
+    feed__page_served(p->op.c, p->out, avail, p->limit, source);
+    return FEED_OK;
+}
+
+void feed__page_served(feed_core *c, feed_result *out, size_t avail, size_t limit,
+                       feed_source source)
+{
+    out->count = avail < limit ? avail : limit;
+    out->has_more = avail > limit;
     if (out->has_more) {
-        out->next_score = items[count - 1].score;
-        out->next_id = items[count - 1].id;
+        out->next_score = out->items[out->count - 1].score;
+        out->next_id = out->items[out->count - 1].id;
     }
     out->source = source;
     c->stats.pages++;
@@ -577,7 +487,6 @@ static int answer(feed_page_op *p, const feed_item *items, size_t avail, feed_so
         c->stats.cache_pages++;
     else if (source == FEED_SOURCE_DB)
         c->stats.db_pages++;
-    return FEED_OK;
 }
 
 static enum feed_want finish(feed_page_op *p, int rc)
@@ -596,7 +505,7 @@ static enum feed_want ask_db(feed_page_op *p, int redis_failed, int64_t now)
     int rc;
 
     p->redis_failed = redis_failed;
-    memcpy(p->redis_msg, p->op.err, strlen(p->op.err) + 1);
+    feed__msg_keep(p->redis_msg, p->op.err);
     if (p->first) {
         params[1] = (int64_t)p->limit + 1;
         feed__sqlpage_begin(&p->sp, FEED_SQL_TOP, p->uid, params, 2);
@@ -664,30 +573,19 @@ static enum feed_want hit(feed_page_op *p, int64_t now)
 
 static enum feed_want ttl_checked(feed_page_op *p, int64_t now);
 
-/* A one-command batch on uid's key: PEXPIRE, PTTL, or DEL of the lease. */
-static enum feed_want ask_one(feed_page_op *p, int state, const char *cmd, const char *key,
-                              const char *arg)
+/* A one-command batch on uid's key: PEXPIRE or PTTL. */
+static enum feed_want ask_one(feed_page_op *p, int state, const char *cmd, const char *arg)
 {
-    p->argv[0] = cmd;
-    p->lens[0] = strlen(cmd);
-    p->argv[1] = key;
-    p->lens[1] = strlen(key);
-    p->nargs = 2;
-    if (arg) {
-        p->argv[2] = arg;
-        p->lens[2] = strlen(arg);
-        p->nargs = 3;
-    }
+    p->nargs = page_args(p->argv, p->lens, arg ? 3 : 2, (const char *[]){ cmd, p->key, arg });
     p->pttl_seen = 0;
     return ask_redis(p, state, 1);
 }
 
 /* The plain read's answer: the page, or page.lua; for a first page, the
- * TTL bookkeeping first (see "TTL refresh" above). */
+ * TTL bookkeeping first (rebuild.c, "TTL refresh"). */
 static enum feed_want plain_done(feed_page_op *p, int64_t now)
 {
     feed_core *c = p->op.c;
-    const struct feed_ttl_seen *t;
     int empty;
 
     if (p->op.redis_rc == FEED_ENOMEM || p->a.nomem)
@@ -701,41 +599,35 @@ static enum feed_want plain_done(feed_page_op *p, int64_t now)
     if (!p->first)
         return hit(p, now);
     empty = p->a.ended && p->a.rows.count == 0;
-    t = ttl_seen(c, p->uid);
     p->ttl_empty = empty;
     if (p->ncmds == 2 && p->pttl_seen)
         return ttl_checked(p, now);
-    if (p->ncmds == 1 && t->uid == p->uid && t->empty != empty)
+    if (p->ncmds == 1 && feed__ttl_turned(c, FEED_FAM_FEED, p->uid, empty))
         /* The copy turned empty or stopped being empty since the handle
          * last checked: its TTL rule changed, so what it knew is void. */
-        return ask_one(p, P_TTL_RECHECK, "PTTL", p->key, NULL);
+        return ask_one(p, P_TTL_RECHECK, "PTTL", NULL);
     return hit(p, now);
 }
 
 /* A PTTL read at p->read_ms said pttl of uid's copy: refresh the TTL if
- * less than half is left (-1, no TTL, included, as page.lua does), and
- * remember until when no check is needed. */
+ * less than half is left, else the handle remembers it. */
 static enum feed_want ttl_checked(feed_page_op *p, int64_t now)
 {
     feed_core *c = p->op.c;
-    const char *text = ttl_text(c, p->ttl_empty);
-    long long ttl = atoll(text);
 
-    if (p->pttl == -2)
-        return hit(p, now);     /* gone meanwhile: the next read rebuilds it */
-    if (ttl != 0 && p->pttl < ttl / 2)
-        return ask_one(p, P_TTL_REFRESH, "PEXPIRE", p->key, text);
-    ttl_known(c, p->uid, p->read_ms, p->pttl, p->ttl_empty);
+    if (feed__ttl_checked(c, FEED_FAM_FEED, p->uid, p->read_ms, p->pttl, p->ttl_empty))
+        return ask_one(p, P_TTL_REFRESH, "PEXPIRE", feed__ttl_text(c, p->ttl_empty));
     return hit(p, now);
 }
 
-/* We hold the lease: rebuild, then cut the page from the rows read. Those
- * rows are the top of the feed; when they are the whole feed, or reach past
- * the page, they answer it exactly. */
-static enum feed_want rebuilt(feed_page_op *p, int installed, int rc, int64_t now)
+/* We held the lease and rebuilt (rebuild.c): cut the page from the rows
+ * read. Those rows are the top of the feed; when they are the whole feed,
+ * or reach past the page, they answer it exactly. */
+static enum feed_want rebuilt(feed_page_op *p, int rc, int64_t now)
 {
     feed_core *c = p->op.c;
-    feed_rows *rows = &p->rows;
+    feed_rows *rows = &p->op.sql.rows;
+    int installed = p->rb.one.in.installed;
     int complete = rows->count <= c->cfg.max_len;
     size_t start = feed__rows_after(rows, &(feed_cursor_q){ p->first, p->score, p->id, 0 });
     size_t avail = rows->count - start;
@@ -745,10 +637,6 @@ static enum feed_want rebuilt(feed_page_op *p, int installed, int rc, int64_t no
         if (rc == FEED_OK && installed && p->out->has_more) {   /* rows are ranks 0.. */
             p->next_rank = (int64_t)(start + p->out->count);
             hint_put(c, p->uid, p->out->next_score, p->out->next_id, p->next_rank);
-        }
-        if (installed) {   /* with the full TTL: no check needed for TTL/2 */
-            int empty = complete && rows->count == 0;
-            ttl_known(c, p->uid, now, atoll(ttl_text(c, empty)), empty);
         }
         feed__rows_free(rows);
         return finish(p, rc);
@@ -761,16 +649,8 @@ static enum feed_want rebuilt(feed_page_op *p, int installed, int rc, int64_t no
  * after a pause that doubles, until lease_wait_ms has passed. */
 static enum feed_want lease_busy(feed_page_op *p, int64_t now)
 {
-    feed_core *c = p->op.c;
-
-    if (p->deadline == 0) {
-        c->stats.lease_waits++;
-        p->deadline = now + c->cfg.lease_wait_ms;
-    }
-    if (now >= p->deadline)
+    if (!feed__lease_wait(&p->op, &p->wait, now))
         return ask_db(p, 0, now);
-    p->op.wake_at = now + (p->pause < p->deadline - now ? p->pause : p->deadline - now);
-    p->pause *= 2;
     p->op.state = P_WAIT;
     return FEED_W_WAKE;
 }
@@ -803,7 +683,8 @@ static enum feed_want page_step(feed_op *op, int64_t now)
 {
     feed_page_op *p = (feed_page_op *)op;
     feed_core *c = op->c;
-    int rc, installed;
+    enum feed_want want;
+    int rc;
 
     switch (op->state) {
     case P_START:
@@ -812,7 +693,7 @@ static enum feed_want page_step(feed_op *op, int64_t now)
         return plain_done(p, now);
     case P_TTL_REFRESH:
         if (op->redis_rc == FEED_OK && p->pttl_seen)   /* refreshed: the full TTL */
-            ttl_known(c, p->uid, p->read_ms, atoll(ttl_text(c, p->ttl_empty)), p->ttl_empty);
+            feed__ttl_full(c, FEED_FAM_FEED, p->uid, p->read_ms, p->ttl_empty);
         return hit(p, now);     /* a failure loses nothing: the next first page tries again */
     case P_TTL_RECHECK:
         if (op->redis_rc == FEED_OK && p->pttl_seen)
@@ -827,46 +708,17 @@ static enum feed_want page_step(feed_op *op, int64_t now)
             return hit(p, now);
         if (!p->a.leased)
             return lease_busy(p, now);
-        /* From the primary, never the replica: a replica may not yet have
-         * replayed a write whose hook already ran (and cancelled the
-         * lease), and rows read from it would install a copy missing that
-         * write. */
-        feed__sql_ask(op, FEED_SQL_TOP, FEED_PG_PRIMARY, p->uid,
-                      (int64_t[]){ p->uid, (int64_t)c->cfg.max_len + 1 }, 2);
         op->state = P_REBUILD;
-        return FEED_W_SQL;
+        return feed__rebuild_one(&p->rb, op, 0, c->topo.cluster ? feed__uid_slot(p->uid) : 0,
+                                 FEED_FAM_FEED, p->uid, p->key, lease_key(p), p->token);
     case P_WAIT:
         return ask_cache(p, now);
     case P_REBUILD:
-        p->rows = op->sql.rows;
-        op->sql.rows.items = NULL;
-        op->sql.rows.count = 0;
-        if (op->sql_rc != FEED_OK) {
-            /* The SQL read failed: let the next reader try at once rather
-             * than wait out lease_ms. Best effort, and without a token
-             * check: if the lease already passed to someone else, their
-             * install fails and their page is still answered. The SQL
-             * error is the page's. */
-            p->sql_rc = op->sql_rc;
-            memcpy(p->redis_msg, op->err, strlen(op->err) + 1);
-            return ask_one(p, P_RELEASE, "DEL", lease_key(p), NULL);
-        }
-        if (c->test_before_install)
-            c->test_before_install(c->handle, p->uid, c->test_arg);
-        if ((rc = feed__install_prepare(&p->install, c, p->key, lease_key(p), p->token, &p->rows,
-                                        op->err)) != FEED_OK) {
-            feed__rows_free(&p->rows);
-            return finish(p, rc);
-        }
-        return ask_redis(p, P_INSTALL, 3);
-    case P_INSTALL:
-        rc = feed__install_result(&p->install, c, op->redis_rc);
-        installed = p->install.installed;
-        feed__install_free(&p->install);
-        return rebuilt(p, installed, rc, now);
-    case P_RELEASE:
-        memcpy(op->err, p->redis_msg, strlen(p->redis_msg) + 1);
-        return finish(p, p->sql_rc);
+        if ((want = feed__rebuild_step(&p->rb, now, &rc)) != FEED_W_DONE)
+            return want;
+        if (p->rb.state != FEED_RB_INSTALL)
+            return finish(p, rc);   /* the read failed, or no memory to install */
+        return rebuilt(p, rc, now);
     case P_SQL:
         if (feed__sqlpage_step(&p->sp, op, now, &rc) == FEED_W_SQL)
             return FEED_W_SQL;
@@ -881,10 +733,8 @@ static void page_free(feed_op *op)
     feed_page_op *p = (feed_page_op *)op;
 
     feed__rows_free(&p->a.rows);
-    feed__rows_free(&p->rows);
     feed__rows_free(&op->sql.rows);
-    if (p->install.argv || p->install.staged)
-        feed__install_free(&p->install);
+    feed__rebuild_free(&p->rb);
     if (p->key != p->keys)
         free(p->key);
     p->key = NULL;
@@ -917,14 +767,10 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
     p->limit = limit;
     p->next_rank = -1;
     p->out = out;
-    p->deadline = 0;
-    p->pause = 1;
+    p->wait = (feed_wait){ 0, 1 };
     p->a.rows.items = NULL;
     p->a.rows.count = 0;
-    p->rows.items = NULL;
-    p->rows.count = 0;
-    p->install.argv = NULL;
-    p->install.staged = NULL;
+    p->rb.n = 0;
     if (c->key_cap <= KEY_INLINE) {
         p->key = p->keys;
         p->lease_key = p->keys + KEY_INLINE;
