@@ -2,7 +2,7 @@
  *
  * Every command writes its reply as RESP2 into r->out; simr_exec hands the
  * bytes to hiredis's reader, and a script's redis.call does the same and
- * turns the reply into Lua values the way Redis 7.0's script_lua.c does.
+ * turns the reply into Lua values the way Redis 7.0's scripting engine does.
  * Keeping one representation (the bytes) means a reply a script sees and
  * a reply the library sees can never disagree.
  */
@@ -926,7 +926,7 @@ static simr_script *simr_script_add(simr *r, const char *body, size_t len)
 
 static void simr_dispatch(simr *r, const simr_args *a);
 
-/* The RESP reply at r->out + from as a Lua value (script_lua.c's
+/* The RESP reply at r->out + from as a Lua value (Redis's
  * redisProtocolToLuaType): integer -> number, bulk -> string, nil ->
  * false, array -> table, status -> {ok=}, error -> {err=}. */
 static void simr_reply_to_lua(lua_State *L, const redisReply *x)
@@ -991,7 +991,7 @@ static int simr_lua_command(lua_State *L, int raise)
         return luaL_error(L, "Please specify at least one argument for this redis lib call");
     for (int i = 0; i < argc; i++) {
         if (lua_type(L, i + 1) == LUA_TNUMBER) {
-            /* A Lua number goes out as "%.17g" (script_lua.c), not as tostring's 14 digits. */
+            /* A Lua number goes out as "%.17g" (as in Redis), not as tostring's 14 digits. */
             int len = snprintf(nums[i], sizeof nums[i], "%.17g", (double)lua_tonumber(L, i + 1));
             argv[i] = nums[i];
             lens[i] = (size_t)len;
