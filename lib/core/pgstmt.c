@@ -1,33 +1,18 @@
-/* pgstmt.c -- one statement on one PostgreSQL server, decided: the text of
- * the statements, the set-up of a new connection, the parameters, the rows
- * checked, when to connect again, the error code of a failure and the one
- * retry after a restart. lib/io/pg.c carries out each step with libpq and
- * reports what came back (feed_pgio); as on the Redis side, this file
- * decides and never touches a socket. Three prepared statements on each
- * server (four with an authors' table):
+/* pgstmt.c -- one statement on one PostgreSQL server, decided: the texts,
+ * the set-up of a new connection, the parameters, the rows checked, when
+ * to connect again, a failure's error code, the one retry after a restart.
+ * lib/io/pg.c carries out each step with libpq and reports what came of it
+ * (feed_pgio), as the Redis side's sockets do for exchange.c.
  *
- *   feedcache_top    the first rows of a feed:      WHERE owner = $1
- *   feedcache_after  the rows after a cursor:       WHERE owner = $1
- *                                                   AND (score, id) < ($2, $3)
- *   feedcache_before the rows above a cursor (pull-to-refresh):
- *                    (score, id) > ($2, $3) ORDER BY score ASC, id ASC
- * the first two ORDER BY score DESC, id DESC LIMIT n, which the index on
- * (owner, score DESC, id DESC) answers as a seek plus n rows. With an
- * authors' table (read-time merge, lib/core/merged.c) one more:
- *   feedcache_merge  the first $4 rows after ($2, $3) of feed $1 and of
- *                    each author of the array $5, one seek plus $4 rows a
- *                    source (a LATERAL subquery per author), tagged with
- *                    the source: 0 the feed, k the k-th author. Identifiers from
- * the config are quoted here (as PQescapeIdentifier does); values only ever
- * travel as parameters. Parameters and results use the binary format: int8
- * in network order, no text parsing, nothing lost.
- *
- * One statement has one deadline, pg_timeout_ms from its start. When it
- * passes, io cancels the statement and drops the connection, and the next
- * connect waits retry_ms like any other: a frozen server costs one caller
- * one timeout per retry_ms, not every caller every time.
+ * The statements (enum feed_stmt) are prepared on each connection, read
+ * the index on (owner, score DESC, id DESC) as a seek plus n rows (the
+ * merge: one a source), and take values only as parameters, binary: int8
+ * in network order, nothing lost. Identifiers from the config are quoted
+ * as PQescapeIdentifier does. One statement has one deadline,
+ * pg_timeout_ms from its start; past it, the connection is dropped and the
+ * next connect waits retry_ms like any other: a frozen server costs one
+ * caller one timeout per retry_ms, not every caller every time.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,21 +32,8 @@ static const char *const pgstmt_names[FEED_SQL_STMTS] = {
 
 static void pgstmt_put_be64(char *p, int64_t v)
 {
-    uint64_t u = (uint64_t)v;
-
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (char)(u & 0xff);
-        u >>= 8;
-    }
-}
-
-static int64_t pgstmt_get_be64(const char *p)
-{
-    uint64_t u = 0;
-
     for (int i = 0; i < 8; i++)
-        u = (u << 8) | (unsigned char)p[i];
-    return (int64_t)u;
+        p[i] = (char)(((uint64_t)v >> (56 - 8 * i)) & 0xff);
 }
 
 /* libpq's messages end in a newline and, for a failed connect (asked in
@@ -90,10 +62,6 @@ static int pgstmt_error(feed_pgstmt *p, int code, const char *what, const char *
     return feed__msg(p->err, code, "%s %s: %s", p->who, what, text);
 }
 
-/* ------------------------------------------------------------------------
- * The statements' text
- * ------------------------------------------------------------------------ */
-
 /* An identifier in double quotes, each quote doubled: malloc'd, or NULL. */
 static char *pgstmt_quote(const char *name)
 {
@@ -108,25 +76,6 @@ static char *pgstmt_quote(const char *name)
     *o++ = '"';
     *o = '\0';
     return q;
-}
-
-/* printf into a string of its own: malloc'd, or NULL. */
-static char *pgstmt_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *pgstmt_format(const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-    char *s;
-
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || !(s = malloc((size_t)n + 1)))
-        return NULL;
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
 }
 
 #define PGSTMT_COLS "SELECT %s::int8, %s::int8 FROM %s WHERE %s = $1"
@@ -146,46 +95,47 @@ static int pgstmt_texts(feed_pgstmt *p)
                              cfg->id_column, cfg->author_table, cfg->author_column };
     char *q[6] = { NULL, NULL, NULL, NULL, NULL, NULL }, **t = p->texts;
     int n = cfg->author_table ? 6 : 4, ok = 1;
+    size_t cap = 700;       /* the merge's words, and room for its 16 names */
 
     if (t[FEED_SQL_TOP])
         return FEED_OK;
     for (int i = 0; i < n; i++)
-        ok = (q[i] = pgstmt_quote(names[i])) != NULL && ok;
+        if ((ok = ok && (q[i] = pgstmt_quote(names[i])) != NULL))
+            cap += 8 * strlen(q[i]);
+    for (int i = 0; i < FEED_PG_TEXTS; i++)
+        ok = ok && (t[i] = malloc(cap)) != NULL;
     if (ok) {
-        t[FEED_SQL_TOP] = pgstmt_format(PGSTMT_COLS " ORDER BY %s DESC, %s DESC LIMIT $2",
-                                        q[2], q[3], q[0], q[1], q[2], q[3]);
-        t[FEED_SQL_AFTER] = pgstmt_format(PGSTMT_COLS " AND (%s, %s) < ($2, $3)"
-                                          " ORDER BY %s DESC, %s DESC LIMIT $4",
-                                          q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3]);
-        t[FEED_SQL_BEFORE] = pgstmt_format(PGSTMT_COLS " AND (%s, %s) > ($2, $3)"
-                                           " ORDER BY %s ASC, %s ASC LIMIT $4",   /* closest first */
-                                           q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3]);
-        t[FEED_PG_TYPES] = pgstmt_format("SELECT %s, %s FROM %s WHERE false", q[2], q[3], q[0]);
+        snprintf(t[FEED_SQL_TOP], cap, PGSTMT_COLS " ORDER BY %s DESC, %s DESC LIMIT $2",
+                 q[2], q[3], q[0], q[1], q[2], q[3]);
+        snprintf(t[FEED_SQL_AFTER], cap, PGSTMT_COLS " AND (%s, %s) < ($2, $3)"
+                 " ORDER BY %s DESC, %s DESC LIMIT $4",
+                 q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3]);
+        snprintf(t[FEED_SQL_BEFORE], cap, PGSTMT_COLS " AND (%s, %s) > ($2, $3)"
+                 " ORDER BY %s ASC, %s ASC LIMIT $4",   /* closest first */
+                 q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3]);
+        snprintf(t[FEED_PG_TYPES], cap, "SELECT %s, %s FROM %s WHERE false", q[2], q[3], q[0]);
     }
     if (ok && n == 6) {
-        t[FEED_SQL_MERGE] = pgstmt_format(
-            "SELECT 0::int8, s, i FROM (SELECT %s::int8 AS s, %s::int8 AS i FROM %s"
-            " WHERE %s = $1 AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC LIMIT $4) r"
-            " UNION ALL"
-            " SELECT a.k, p.s, p.i FROM unnest($5::int8[]) WITH ORDINALITY AS a(who, k),"
-            " LATERAL (SELECT %s::int8 AS s, %s::int8 AS i FROM %s"
-            " WHERE %s = a.who AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC"
-            " LIMIT $4) p",
-            q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3],
-            q[2], q[3], q[4], q[5], q[2], q[3], q[2], q[3]);
-        t[FEED_PG_AUTHOR_TYPES] = pgstmt_format("SELECT %s, %s FROM %s WHERE false",
-                                                q[2], q[3], q[4]);
-        ok = t[FEED_SQL_MERGE] && t[FEED_PG_AUTHOR_TYPES];
+        snprintf(t[FEED_SQL_MERGE], cap,
+                 "SELECT 0::int8, s, i FROM (SELECT %s::int8 AS s, %s::int8 AS i FROM %s"
+                 " WHERE %s = $1 AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC LIMIT $4) r"
+                 " UNION ALL"
+                 " SELECT a.k, p.s, p.i FROM unnest($5::int8[]) WITH ORDINALITY AS a(who, k),"
+                 " LATERAL (SELECT %s::int8 AS s, %s::int8 AS i FROM %s"
+                 " WHERE %s = a.who AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC"
+                 " LIMIT $4) p",
+                 q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3],
+                 q[2], q[3], q[4], q[5], q[2], q[3], q[2], q[3]);
+        snprintf(t[FEED_PG_AUTHOR_TYPES], cap, "SELECT %s, %s FROM %s WHERE false",
+                 q[2], q[3], q[4]);
     }
     for (int i = 0; i < 6; i++)
         free(q[i]);
-    if (ok && t[FEED_SQL_TOP] && t[FEED_SQL_AFTER] && t[FEED_SQL_BEFORE] && t[FEED_PG_TYPES])
-        return FEED_OK;
-    for (int i = 0; i < FEED_PG_TEXTS; i++) {
+    for (int i = 0; i < FEED_PG_TEXTS && !ok; i++) {
         free(t[i]);
         t[i] = NULL;
     }
-    return feed__msg(p->err, FEED_ENOMEM, "out of memory building SQL");
+    return ok ? FEED_OK : feed__msg(p->err, FEED_ENOMEM, "out of memory building SQL");
 }
 
 /* The statement text for a probe of the replica's lag. */
@@ -195,10 +145,6 @@ static const char *pgstmt_probe_sql(int stmt)
         : "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false),"
           " coalesce(pg_last_wal_replay_lsn() >= $2::pg_lsn, false)";
 }
-
-/* ------------------------------------------------------------------------
- * Checks
- * ------------------------------------------------------------------------ */
 
 /* The score and id columns must be integers. The statements read them as
  * ::int8, which is exact for smallint, integer and bigint but would round a
@@ -252,11 +198,12 @@ static int pgstmt_refused(const feed_pgio *io)
 static int pgstmt_int8(const feed_pgio *io, int row, int col, int64_t *v)
 {
     const feed_pgcell *cell = &io->cells[(size_t)row * (size_t)io->nfields + (size_t)col];
+    uint64_t u = 0;
 
-    if (!cell->v || cell->len != 8)
-        return 0;
-    *v = pgstmt_get_be64(cell->v);
-    return 1;
+    for (int i = 0; cell->v && cell->len == 8 && i < 8; i++)
+        u = (u << 8) | (unsigned char)cell->v[i];
+    *v = (int64_t)u;
+    return cell->v && cell->len == 8;
 }
 
 static int pgstmt_by_order(const void *x, const void *y)
@@ -338,10 +285,6 @@ static int pgstmt_take(feed_pgstmt *p, const feed_pgio *io)
     }
     return pgstmt_take_rows(p, io);
 }
-
-/* ------------------------------------------------------------------------
- * The machine
- * ------------------------------------------------------------------------ */
 
 void feed__pgstmt_begin(feed_pgstmt *p, feed_core *c, feed_sql *q, char *err, char **texts,
                         int64_t *attempt_ms, int64_t now)
@@ -430,18 +373,12 @@ static enum feed_pwant pgstmt_connect(feed_pgstmt *p, int64_t now)
 /* The authors as an int8[] in text, "{1,2,3}": malloc'd, or NULL. */
 static char *pgstmt_int8_array(const int64_t *v, size_t n)
 {
-    char *text = malloc(n * 21 + 3), *o = text;
+    char *text = malloc(n * 22 + 3), *o = text;
 
-    if (!text)
-        return NULL;
-    *o++ = '{';
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0)
-            *o++ = ',';
-        o += feed__i64_to_str(v[i], o);
-    }
-    *o++ = '}';
-    *o = '\0';
+    for (size_t i = 0; text && i < n; i++)
+        o += sprintf(o, "%s%lld", i ? "," : "{", (long long)v[i]);
+    if (text)
+        sprintf(o, "%s}", n ? "" : "{");
     return text;
 }
 

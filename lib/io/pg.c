@@ -27,24 +27,24 @@ void feed__pg_init(feed_pg *pg)
  * does. So it runs on a detached thread of its own, and the caller (maybe an
  * event loop) never waits for it. A cancel reaches a server that is merely
  * slow (a lock wait, a long plan) and frees its backend; a frozen one gets
- * it when it wakes. At most CANCELS_MAX run at once, process-wide: past
+ * it when it wakes. At most PG_CANCELS_MAX run at once, process-wide: past
  * that, the dropped connection alone ends the statement when the server
  * next writes to it.
  * ------------------------------------------------------------------------ */
-#define CANCELS_MAX 16
-static atomic_int cancels_running;
+#define PG_CANCELS_MAX 16
+static atomic_int pg_cancels;
 
-static void *cancel_main(void *arg)
+static void *pg_cancel_main(void *arg)
 {
     char err[256];
 
     PQcancel(arg, err, sizeof err);   /* best effort: nobody waits for it */
     PQfreeCancel(arg);
-    atomic_fetch_sub(&cancels_running, 1);
+    atomic_fetch_sub(&pg_cancels, 1);
     return NULL;
 }
 
-static void cancel_async(PGconn *c)
+static void pg_cancel(PGconn *c)
 {
     PGcancel *k;
     pthread_attr_t attr;
@@ -53,18 +53,18 @@ static void cancel_async(PGconn *c)
 
     if (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_ACTIVE)
         return;   /* nothing running, or a connect still in its start-up */
-    if (atomic_fetch_add(&cancels_running, 1) >= CANCELS_MAX) {
-        atomic_fetch_sub(&cancels_running, 1);
+    if (atomic_fetch_add(&pg_cancels, 1) >= PG_CANCELS_MAX) {
+        atomic_fetch_sub(&pg_cancels, 1);
         return;
     }
     if ((k = PQgetCancel(c)) != NULL && pthread_attr_init(&attr) == 0) {
         if (pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0)
-            started = pthread_create(&th, &attr, cancel_main, k) == 0;
+            started = pthread_create(&th, &attr, pg_cancel_main, k) == 0;
         pthread_attr_destroy(&attr);
     }
     if (!started) {
         PQfreeCancel(k);
-        atomic_fetch_sub(&cancels_running, 1);
+        atomic_fetch_sub(&pg_cancels, 1);
     }
 }
 
@@ -73,7 +73,7 @@ static void pg_drop(PGconn **conn, int cancel)
 {
     if (*conn) {
         if (cancel)
-            cancel_async(*conn);
+            pg_cancel(*conn);
         PQfinish(*conn);
         *conn = NULL;
     }
@@ -81,16 +81,12 @@ static void pg_drop(PGconn **conn, int cancel)
 
 void feed__pg_free(feed_pg *pg)
 {
-    pg_drop(&pg->side[0].conn, 0);
-    pg_drop(&pg->side[1].conn, 0);
     for (int i = 0; i < FEED_PG_TEXTS; i++)
         free(pg->texts[i]);
+    for (int i = 0; i < 2; i++)
+        pg_drop(&pg->side[i].conn, 0);
     memset(pg, 0, sizeof *pg);
 }
-
-/* ------------------------------------------------------------------------
- * The task
- * ------------------------------------------------------------------------ */
 
 void feed__pg_task_begin(feed_pgtask *t, feed_pg *pg, feed_core *c, feed_sql *q, char *err,
                          int64_t now)
@@ -120,46 +116,13 @@ void feed__pg_task_abandon(feed_pgtask *t)
     }
 }
 
-/* Collect the result of what was sent: flush, read, and keep the first
- * error over other results. 1: t->res complete (maybe NULL: broken); 0:
- * wait for t->want. */
-static int pg_collect(feed_pgtask *t, int *broken)
-{
-    PGconn *c = *t->conn;
-
-    *broken = 0;
-    for (;;) {
-        int pending = PQflush(c);
-        PGresult *r;
-        if (pending < 0 || (!pending && !PQconsumeInput(c))) {
-            *broken = 1;
-            return 1;
-        }
-        if (pending || PQisBusy(c)) {
-            t->want = pending ? FEED_PGW_WRITE : FEED_PGW_READ;
-            return 0;
-        }
-        if (!(r = PQgetResult(c))) {
-            *broken = t->res == NULL;
-            return 1;
-        }
-        if (!t->res || (PQresultStatus(r) == PGRES_FATAL_ERROR &&
-                        PQresultStatus(t->res) != PGRES_FATAL_ERROR)) {
-            PQclear(t->res);
-            t->res = r;
-        } else {
-            PQclear(r);
-        }
-    }
-}
-
 /* What became of the connection and of t->res, for pgstmt. */
 static void pg_report(feed_pgtask *t, feed_pgio *io, int how)
 {
     PGconn *c = *t->conn;
     PGresult *r = t->res;
     ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    size_t n;
+    feed_pgcell *cell;
 
     io->how = how;
     io->conn_ok = PQstatus(c) == CONNECTION_OK;
@@ -168,30 +131,30 @@ static void pg_report(feed_pgtask *t, feed_pgio *io, int how)
         return;
     io->status = st == PGRES_COMMAND_OK ? FEED_PGR_COMMAND
                : st == PGRES_TUPLES_OK ? FEED_PGR_TUPLES : FEED_PGR_ERROR;
-    io->types[0] = PQftype(r, 0);
-    io->types[1] = PQftype(r, 1);
     io->ntuples = PQntuples(r);
     io->nfields = PQnfields(r);
-    n = (size_t)io->ntuples * (size_t)io->nfields;
-    if (io->status != FEED_PGR_TUPLES || !(t->cells = malloc((n + 1) * sizeof *t->cells))) {
-        io->how = io->status == FEED_PGR_TUPLES ? FEED_PIO_NOMEM : how;
+    for (int i = 0; i < 2 && i < io->nfields; i++)
+        io->types[i] = PQftype(r, i);
+    if (io->status != FEED_PGR_TUPLES)
         return;
-    }
-    for (int i = 0; i < io->ntuples; i++)
-        for (int k = 0; k < io->nfields; k++) {
-            feed_pgcell *cell = &t->cells[(size_t)i * (size_t)io->nfields + (size_t)k];
+    if (!(io->cells = cell = t->cells = malloc(((size_t)io->ntuples * (size_t)io->nfields + 1)
+                                                  * sizeof *cell)))
+        io->how = FEED_PIO_NOMEM;
+    for (int i = 0; cell && i < io->ntuples; i++)
+        for (int k = 0; k < io->nfields; k++, cell++) {
             cell->v = PQgetisnull(r, i, k) ? NULL : PQgetvalue(r, i, k);
             cell->len = PQgetlength(r, i, k);
         }
-    io->cells = t->cells;
 }
 
-/* Carry on with what t->doing started. FEED_PGW_DONE: over, *io says how;
- * else what to wait for. */
+/* Carry on with what t->doing started; a statement's results are
+ * flushed, read, and the first error kept over other results.
+ * FEED_PGW_DONE: over, *io says how; else what to wait for. */
 static int pg_progress(feed_pgtask *t, feed_pgio *io)
 {
     PGconn *c = *t->conn;
-    int broken;
+    PGresult *r;
+    int pending, broken;
 
     if (t->doing == FEED_P_CONNECT) {
         PostgresPollingStatusType st = PQstatus(c) == CONNECTION_BAD
@@ -204,9 +167,23 @@ static int pg_progress(feed_pgtask *t, feed_pgio *io)
                          ? FEED_PIO_DONE : FEED_PIO_BROKEN);
         io->needs_password = PQconnectionNeedsPassword(c);
     } else {
-        if (!pg_collect(t, &broken))
-            return t->want;
-        pg_report(t, io, broken ? FEED_PIO_BROKEN : FEED_PIO_DONE);
+        for (;;) {
+            pending = PQflush(c);
+            if ((broken = pending < 0 || (!pending && !PQconsumeInput(c))))
+                break;
+            if (pending || PQisBusy(c))
+                return t->want = pending ? FEED_PGW_WRITE : FEED_PGW_READ;
+            if (!(r = PQgetResult(c)))
+                break;
+            if (!t->res || (PQresultStatus(r) == PGRES_FATAL_ERROR &&
+                            PQresultStatus(t->res) != PGRES_FATAL_ERROR)) {
+                PQclear(t->res);
+                t->res = r;
+            } else {
+                PQclear(r);
+            }
+        }
+        pg_report(t, io, broken || !t->res ? FEED_PIO_BROKEN : FEED_PIO_DONE);
     }
     t->doing = FEED_P_DONE;
     return FEED_PGW_DONE;
