@@ -138,14 +138,6 @@ static int pgstmt_texts(feed_pgstmt *p)
     return ok ? FEED_OK : feed__msg(p->err, FEED_ENOMEM, "out of memory building SQL");
 }
 
-/* The statement text for a probe of the replica's lag. */
-static const char *pgstmt_probe_sql(int stmt)
-{
-    return stmt == FEED_SQL_PROBE_PRIMARY ? "SELECT pg_current_wal_insert_lsn()::text"
-        : "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false),"
-          " coalesce(pg_last_wal_replay_lsn() >= $2::pg_lsn, false)";
-}
-
 /* The score and id columns must be integers. The statements read them as
  * ::int8, which is exact for smallint, integer and bigint but would round a
  * numeric or double score (1.5 -> 2) and so order the cache differently from
@@ -182,10 +174,8 @@ static int pgstmt_refused(const feed_pgio *io)
 {
     const char *m = io->message ? io->message : "";
 
-    if (io->conn_ok)
-        return 0;
-    if (io->needs_password)
-        return 1;
+    if (io->conn_ok || io->needs_password)
+        return !io->conn_ok;
     for (const char *p = strstr(m, ":  "); p; p = strstr(p + 1, ":  ")) {
         const char *code = p + 3;
         if (strspn(code, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") == 5 && code[5] == ':')
@@ -297,8 +287,7 @@ void feed__pgstmt_begin(feed_pgstmt *p, feed_core *c, feed_sql *q, char *err, ch
     p->attempt_ms = attempt_ms;
     p->who = q->server == FEED_PG_REPLICA ? "PostgreSQL replica" : "PostgreSQL";
     p->deadline = now + c->cfg.pg_timeout_ms;
-    q->rows.items = NULL;
-    q->rows.count = 0;
+    q->rows = (feed_rows){ NULL, 0 };
     if (q->stmt == FEED_SQL_MERGE)
         for (size_t k = 0; k <= q->nauthors; k++)
             q->tagged[k] = (feed_rows){ NULL, 0 };
@@ -333,11 +322,9 @@ static enum feed_pwant pgstmt_fail(feed_pgstmt *p, int rc)
  * next connect wait retry_ms. */
 static enum feed_pwant pgstmt_timed_out(feed_pgstmt *p, int64_t now)
 {
-    const char *what = p->state == PS_CONNECT ? "connect"
-                     : p->state == PS_QUERY ? "query" : "prepare";
+    const char *what = p->q->stmt >= FEED_SQL_STMTS ? "lag probe" : p->state == PS_CONNECT
+                     ? "connect" : p->state == PS_QUERY ? "query" : "prepare";
 
-    if (p->q->stmt >= FEED_SQL_STMTS)
-        what = "lag probe";
     p->cancel = 1;
     *p->attempt_ms = now;
     p->c->stats.pg_timeouts++;
@@ -393,7 +380,9 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
     p->state = PS_QUERY;
     if (q->stmt >= FEED_SQL_STMTS) {            /* a lag probe: text in, text out */
         p->name = NULL;
-        p->text = pgstmt_probe_sql(q->stmt);
+        p->text = q->stmt == FEED_SQL_PROBE_PRIMARY ? "SELECT pg_current_wal_insert_lsn()::text"
+                : "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false),"
+                  " coalesce(pg_last_wal_replay_lsn() >= $2::pg_lsn, false)";
         p->nparams = q->stmt == FEED_SQL_PROBE_PRIMARY ? 0 : 2;
         p->values[0] = q->text[0];
         p->values[1] = q->text[1];
@@ -504,7 +493,6 @@ static enum feed_pwant pgstmt_answered(feed_pgstmt *p, const feed_pgio *io, int6
     if (!p->was_up || p->retried || probe)
         return pgstmt_fail(p, rc);
     p->retried = 1;
-    p->was_up = 0;
     *p->attempt_ms = 0;
     return pgstmt_connect(p, now);
 }

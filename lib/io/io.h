@@ -56,8 +56,7 @@ typedef struct feed_pgtask {
     feed_pgstmt  m;
     PGconn     **conn;          /* the server's connection */
     enum feed_pwant doing;      /* the step under way; FEED_P_DONE: none */
-    int          want;          /* FEED_PGW_* */
-    int          done, rc;
+    int          want, done, rc;    /* want: FEED_PGW_* */
     int64_t      deadline;
     PGresult    *res;           /* the result collected so far */
     feed_pgcell *cells;         /* res's values, for pgstmt */

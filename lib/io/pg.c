@@ -1,13 +1,10 @@
-/* pg.c -- PostgreSQL's sockets, without ever blocking: the primary and,
- * when pg_replica_conninfo is set, a read replica. What to send and what a
- * result means is decided by lib/core/pgstmt.c; this file carries each of
- * its steps out (PQconnectStart and PQconnectPoll, PQsendPrepare and
- * PQsend*, PQconsumeInput and PQgetResult) and hands back what came of it.
- * Each step says which socket event it waits for and until when; the
- * blocking driver waits with poll(), the async driver with its loop, so
- * both run this one code. When the deadline passes, the statement is
- * cancelled (off the caller's thread: libpq 15's PQcancel blocks) and the
- * connection dropped.
+/* pg.c -- PostgreSQL's sockets, never blocking: the primary and, when
+ * pg_replica_conninfo is set, a read replica. lib/core/pgstmt.c decides
+ * what to send and what a result means; this file carries out each step
+ * with libpq and hands back what came of it, waiting for the socket event
+ * libpq names: with poll() in the blocking driver, with the loop in the
+ * async one. A statement past its deadline is cancelled off the caller's
+ * thread (libpq 15's PQcancel blocks) and its connection dropped.
  */
 #include <pthread.h>
 #include <stdatomic.h>
