@@ -435,8 +435,8 @@ typedef struct feed_sqlpage {
 } feed_sqlpage;
 
 /* One statement on one server (pgstmt.c): decided there, carried out by
- * io/pg.c, which reports each outcome (feed_pgio) to feed__pgstmt_next and
- * does what it returns. The fields marked "to io" say how; before it,
+ * lib/io/pg.c, which reports each outcome (feed_pgio) to feed__pgstmt_next
+ * and does what it returns. The fields marked "to io" say how; before it,
  * drop: close the connection (cancel: first cancel what runs on it); then
  * wait for the outcome until deadline. No libpq state is read in core. */
 enum feed_pwant {
