@@ -26,6 +26,8 @@
  *   bulk.c      feed_invalidate_many, feed_invalidate_all
  *   health.c    feed_health
  *   sql.c       which PostgreSQL server reads what, the replica's lag proof
+ *   pgstmt.c    one statement on one PostgreSQL server: its text, the set-up
+ *               of a connection, the rows checked, retries, the error code
  *   policy.c    a source's name; when a lost store is tried again
  *
  * A request's state lives in the request, never on the handle, so an
@@ -463,6 +465,59 @@ typedef struct feed_sqlpage {
     int64_t probe_ms;           /* the previous probe's time */
     char    why[FEED_ERRMSG];   /* the replica's failure, kept */
 } feed_sqlpage;
+
+/* One statement on one server (pgstmt.c): decided there, carried out by
+ * lib/io/pg.c, which reports each outcome (feed_pgio) to feed__pgstmt_next
+ * and does what it returns. The fields marked "to io" say how; before it,
+ * drop: close the connection (cancel: first cancel what runs on it); then
+ * wait for the outcome until deadline. No libpq state is read in core. */
+enum feed_pwant {
+    FEED_P_CONNECT,     /* connect to conninfo text, errors in verbose mode */
+    FEED_P_PREPARE,     /* prepare text as name: nparams of types (NULL: none) */
+    FEED_P_DESCRIBE,    /* describe the prepared statement name */
+    FEED_P_QUERY,       /* run prepared name (NULL: text) with nparams values,
+                           lengths, formats (NULL: text); results binary or text */
+    FEED_P_DONE         /* rc; the rows in the feed_sql, or why in err */
+};
+/* How a step went: START the first call (conn_ok, had_conn); DONE connected,
+ * or the server's result; BROKEN the connect or the connection failed
+ * (needs_password after a connect); TIMEOUT the deadline passed; NOMEM no
+ * memory to connect, or for ntuples rows' cells. */
+enum { FEED_PIO_START, FEED_PIO_DONE, FEED_PIO_BROKEN, FEED_PIO_TIMEOUT, FEED_PIO_NOMEM };
+enum { FEED_PGR_COMMAND, FEED_PGR_TUPLES, FEED_PGR_ERROR };   /* a result's status */
+typedef struct feed_pgcell { const char *v; int len; } feed_pgcell;  /* v NULL: SQL NULL */
+typedef struct feed_pgio {
+    int how;                    /* FEED_PIO_* */
+    int conn_ok, had_conn;      /* the connection is up (PQstatus); one exists */
+    int needs_password, status; /* status: DONE's FEED_PGR_* */
+    const char *message;        /* libpq's error text (NULL: none) */
+    unsigned types[2];          /* DONE: the first two columns' type oids (0: none) */
+    int ntuples, nfields;
+    const feed_pgcell *cells;   /* DONE, FEED_PGR_TUPLES: ntuples x nfields, by row */
+} feed_pgio;
+/* The handle's texts (built on its first connect): the statements, then
+ * the type checks (SELECT score, id FROM table WHERE false). */
+enum { FEED_PG_TYPES = FEED_SQL_STMTS, FEED_PG_AUTHOR_TYPES, FEED_PG_TEXTS };
+typedef struct feed_pgstmt {
+    feed_core  *c;
+    feed_sql   *q;
+    char       *err, **texts;   /* the request's message; the handle's FEED_PG_TEXTS */
+    int64_t    *attempt_ms;     /* the server's last connect (the handle's): retry_ms */
+    const char *who;            /* "PostgreSQL" or "PostgreSQL replica" */
+    int         state, step, was_up, retried, rc;
+    int64_t     deadline;       /* pg_timeout_ms after begin: to io, as are the fields below */
+    int         drop, cancel, nparams, binary;
+    const char *name, *text, *values[5];
+    const unsigned *types;
+    const int  *lengths, *formats;
+    char        buf[4][8];      /* the int8 parameters, in network order */
+    char       *array;          /* FEED_SQL_MERGE: the authors as an int8[] in text */
+} feed_pgstmt;
+void feed__pgstmt_begin(feed_pgstmt *p, feed_core *c, feed_sql *q, char *err, char **texts,
+                        int64_t *attempt_ms, int64_t now);
+/* What to do next, having done the last (first: FEED_PIO_START). */
+enum feed_pwant feed__pgstmt_next(feed_pgstmt *p, const feed_pgio *io, int64_t now);
+void feed__pgstmt_end(feed_pgstmt *p);      /* free what it holds; any state */
 
 /* ------------------------------------------------------------------------
  * Requests

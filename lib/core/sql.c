@@ -59,13 +59,6 @@ static enum feed_want read_on(feed_sqlpage *sp, feed_op *op, int server, int sta
     return FEED_W_SQL;
 }
 
-static enum feed_want probe(feed_sqlpage *sp, feed_op *op, int stmt, int server, int state)
-{
-    feed__sql_ask(op, stmt, server, sp->uid, NULL, 0);
-    sp->state = state;
-    return FEED_W_SQL;
-}
-
 /* Is the replica proven fresh now? 1 yes, 0 no, -1: probe first (op->sql
  * set). */
 static int replica_fresh(feed_sqlpage *sp, feed_op *op, int64_t now)
@@ -78,7 +71,8 @@ static int replica_fresh(feed_sqlpage *sp, feed_op *op, int64_t now)
     if (now - c->replica_tried_ms < max / 4 + 1)
         return 0;
     c->replica_tried_ms = now;
-    probe(sp, op, FEED_SQL_PROBE_PRIMARY, FEED_PG_PRIMARY, SP_PROBED_PRIMARY);
+    feed__sql_ask(op, FEED_SQL_PROBE_PRIMARY, FEED_PG_PRIMARY, sp->uid, NULL, 0);
+    sp->state = SP_PROBED_PRIMARY;
     return -1;
 }
 

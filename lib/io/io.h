@@ -2,9 +2,9 @@
  *
  *   redis_sync.c   blocking hiredis connections (lib/drive/sync.c)
  *   redis_async.c  hiredis async contexts on the caller's loop (lib/drive/async.c)
- *   pg.c           PostgreSQL, non-blocking: one statement machine that the
- *                  blocking driver waits for with poll() and the async driver
- *                  with the loop
+ *   pg.c           PostgreSQL, non-blocking: the steps of lib/core/pgstmt.c
+ *                  carried out, waited for with poll() by the blocking driver
+ *                  and with the loop by the async driver
  *
  * No decision is made here that core/ could make: these files carry out a
  * round trip, a connect, a statement, and report what happened. Not
@@ -38,38 +38,28 @@ void feed__rs_read(redisContext *c, feed_trip *t);
 typedef struct feed_pgside {
     PGconn  *conn;              /* NULL while disconnected */
     int64_t  attempt_ms;
-    int      replica;
 } feed_pgside;
 
-/* A handle's PostgreSQL side: the primary and the replica, and the
- * statements' text (identifiers quoted once). */
+/* A handle's PostgreSQL side: the primary and the replica, and the texts
+ * of lib/core/pgstmt.c (built once). */
 typedef struct feed_pg {
     feed_pgside side[2];        /* FEED_PG_PRIMARY, FEED_PG_REPLICA */
-    char       *sql[FEED_SQL_STMTS];
+    char       *texts[FEED_PG_TEXTS];
 } feed_pg;
 
 /* What a statement task waits for. */
 enum { FEED_PGW_DONE, FEED_PGW_READ, FEED_PGW_WRITE };
 
-/* One statement on one server, within pg_timeout_ms, reconnecting and
- * preparing first when needed; a connection that dies under the statement
- * is reconnected and the statement sent once more (a PostgreSQL restart
- * between two calls then costs the caller nothing); a timeout is not
- * retried. */
+/* One statement on one server, within pg_timeout_ms: the steps that
+ * lib/core/pgstmt.c asks for (connect, prepare, send) carried out. */
 typedef struct feed_pgtask {
-    feed_pg     *pg;
-    feed_core   *c;
-    feed_sql    *q;
-    char        *err;
-    feed_pgside *s;
-    const char  *name;          /* "PostgreSQL" or "PostgreSQL replica" */
-    int          state, step, attempt, was_up, late;
+    feed_pgstmt  m;
+    PGconn     **conn;          /* the server's connection */
+    enum feed_pwant doing;      /* the step under way; FEED_P_DONE: none */
+    int          want, done, rc;    /* want: FEED_PGW_* */
     int64_t      deadline;
-    int          want;          /* FEED_PGW_* */
-    int          rc, setup_rc;
-    PGresult    *res;
-    char         buf[4][8];     /* binary parameters */
-    char        *array;         /* FEED_SQL_MERGE: the authors as an int8[] in text */
+    PGresult    *res;           /* the result collected so far */
+    feed_pgcell *cells;         /* res's values, for pgstmt */
 } feed_pgtask;
 
 void feed__pg_init(feed_pg *pg);

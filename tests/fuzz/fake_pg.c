@@ -107,11 +107,8 @@ void feed__pg_task_begin(feed_pgtask *t, feed_pg *pg, feed_core *c, feed_sql *q,
                          int64_t now)
 {
     (void)now;
+    (void)pg;
     memset(t, 0, sizeof *t);
-    t->pg = pg;
-    t->c = c;
-    t->q = q;
-    t->err = err;
     if (q->stmt == FEED_SQL_MERGE)
         for (size_t k = 0; k <= q->nauthors; k++)
             q->tagged[k] = (feed_rows){ NULL, 0 };

@@ -1,0 +1,532 @@
+/* pgstmt.c -- one statement on one PostgreSQL server, decided: the texts,
+ * the set-up of a new connection, the parameters, the rows checked, when
+ * to connect again, a failure's error code, the one retry after a restart.
+ * lib/io/pg.c carries out each step with libpq and reports what came of it
+ * (feed_pgio), as the Redis side's sockets do for exchange.c.
+ *
+ * The statements (enum feed_stmt) are prepared on each connection, read
+ * the index on (owner, score DESC, id DESC) as a seek plus n rows (the
+ * merge: one a source), and take values only as parameters, binary: int8
+ * in network order, nothing lost. Identifiers from the config are quoted
+ * as PQescapeIdentifier does. One statement has one deadline,
+ * pg_timeout_ms from its start; past it, the connection is dropped and the
+ * next connect waits retry_ms like any other: a frozen server costs one
+ * caller one timeout per retry_ms, not every caller every time.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+enum { PS_START, PS_CONNECT, PS_SETUP, PS_QUERY, PS_DONE };
+/* Set-up steps on a new connection: the type check (a prepare, then a
+ * describe) of the feed table, then of the authors' table (if any), then
+ * the statements prepared (feedcache_merge only with an authors' table). */
+enum { SU_TYPES, SU_DESCRIBE, SU_AUTHOR_TYPES, SU_AUTHOR_DESCRIBE, SU_PREPARE,
+       SU_END = SU_PREPARE + FEED_SQL_STMTS };
+
+static const char *const pgstmt_names[FEED_SQL_STMTS] = {
+    "feedcache_top", "feedcache_after", "feedcache_before", "feedcache_merge"
+};
+
+static void pgstmt_put_be64(char *p, int64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (char)(((uint64_t)v >> (56 - 8 * i)) & 0xff);
+}
+
+/* libpq's messages end in a newline and, for a failed connect (asked in
+ * verbose mode, see pgstmt_refused), carry a LOCATION line (the server
+ * source line that raised the error); ours are one line with neither. */
+static int pgstmt_error(feed_pgstmt *p, int code, const char *what, const char *detail)
+{
+    char text[FEED_ERRMSG];
+    size_t len = 0;
+
+    while (detail && *detail && len + 1 < sizeof text) {
+        size_t line = strcspn(detail, "\n");
+        if (strncmp(detail, "LOCATION:", 9) != 0) {
+            size_t n = line < sizeof text - 1 - len ? line : sizeof text - 1 - len;
+            memcpy(text + len, detail, n);
+            len += n;
+            if (len + 1 < sizeof text && detail[line])
+                text[len++] = ' ';
+        }
+        detail += line + (detail[line] != '\0');
+    }
+    while (len > 0 && text[len - 1] == ' ')
+        len--;
+    text[len] = '\0';
+    p->c->stats.pg_errors++;
+    return feed__msg(p->err, code, "%s %s: %s", p->who, what, text);
+}
+
+/* An identifier in double quotes, each quote doubled: malloc'd, or NULL. */
+static char *pgstmt_quote(const char *name)
+{
+    char *q = malloc(2 * strlen(name) + 3), *o = q;
+
+    if (!q)
+        return NULL;
+    *o++ = '"';
+    for (; *name; name++)
+        if ((*o++ = *name) == '"')
+            *o++ = '"';
+    *o++ = '"';
+    *o = '\0';
+    return q;
+}
+
+#define PGSTMT_COLS "SELECT %s::int8, %s::int8 FROM %s WHERE %s = $1"
+
+/* Build the texts once for the handle (the first connect), with the
+ * identifiers quoted. The read-time merge's statement: the reader's feed
+ * ($1; NULL for none) and each author of $5, up to $4 rows after ($2, $3)
+ * each, every source one index seek (the LATERAL keeps the authors' scans
+ * apart: author = ANY($5) alone would read every row of every author after
+ * the cursor and sort them). Rows come tagged with their source; their
+ * order is checked when they are taken. A type check reads no row: SELECT
+ * score, id FROM table WHERE false. */
+static int pgstmt_texts(feed_pgstmt *p)
+{
+    const feed_config *cfg = &p->c->cfg;
+    const char *names[6] = { cfg->table, cfg->owner_column, cfg->score_column,
+                             cfg->id_column, cfg->author_table, cfg->author_column };
+    char *q[6] = { NULL, NULL, NULL, NULL, NULL, NULL }, **t = p->texts;
+    int n = cfg->author_table ? 6 : 4, ok = 1;
+    size_t cap = 700;       /* the merge's words, and room for its 16 names */
+
+    if (t[FEED_SQL_TOP])
+        return FEED_OK;
+    for (int i = 0; i < n; i++)
+        if ((ok = ok && (q[i] = pgstmt_quote(names[i])) != NULL))
+            cap += 8 * strlen(q[i]);
+    for (int i = 0; i < FEED_PG_TEXTS; i++)
+        ok = ok && (t[i] = malloc(cap)) != NULL;
+    if (ok) {
+        snprintf(t[FEED_SQL_TOP], cap, PGSTMT_COLS " ORDER BY %s DESC, %s DESC LIMIT $2",
+                 q[2], q[3], q[0], q[1], q[2], q[3]);
+        snprintf(t[FEED_SQL_AFTER], cap, PGSTMT_COLS " AND (%s, %s) < ($2, $3)"
+                 " ORDER BY %s DESC, %s DESC LIMIT $4",
+                 q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3]);
+        snprintf(t[FEED_SQL_BEFORE], cap, PGSTMT_COLS " AND (%s, %s) > ($2, $3)"
+                 " ORDER BY %s ASC, %s ASC LIMIT $4",   /* closest first */
+                 q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3]);
+        snprintf(t[FEED_PG_TYPES], cap, "SELECT %s, %s FROM %s WHERE false", q[2], q[3], q[0]);
+    }
+    if (ok && n == 6) {
+        snprintf(t[FEED_SQL_MERGE], cap,
+                 "SELECT 0::int8, s, i FROM (SELECT %s::int8 AS s, %s::int8 AS i FROM %s"
+                 " WHERE %s = $1 AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC LIMIT $4) r"
+                 " UNION ALL"
+                 " SELECT a.k, p.s, p.i FROM unnest($5::int8[]) WITH ORDINALITY AS a(who, k),"
+                 " LATERAL (SELECT %s::int8 AS s, %s::int8 AS i FROM %s"
+                 " WHERE %s = a.who AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC"
+                 " LIMIT $4) p",
+                 q[2], q[3], q[0], q[1], q[2], q[3], q[2], q[3],
+                 q[2], q[3], q[4], q[5], q[2], q[3], q[2], q[3]);
+        snprintf(t[FEED_PG_AUTHOR_TYPES], cap, "SELECT %s, %s FROM %s WHERE false",
+                 q[2], q[3], q[4]);
+    }
+    for (int i = 0; i < 6; i++)
+        free(q[i]);
+    for (int i = 0; i < FEED_PG_TEXTS && !ok; i++) {
+        free(t[i]);
+        t[i] = NULL;
+    }
+    return ok ? FEED_OK : feed__msg(p->err, FEED_ENOMEM, "out of memory building SQL");
+}
+
+/* The score and id columns must be integers. The statements read them as
+ * ::int8, which is exact for smallint, integer and bigint but would round a
+ * numeric or double score (1.5 -> 2) and so order the cache differently from
+ * SQL: refuse such a table (or view) at once, with its column types named.
+ * Costs one prepare and one describe per connection. */
+static int pgstmt_check_types(feed_pgstmt *p, const unsigned types[2], const char *table)
+{
+    const feed_config *cfg = &p->c->cfg;
+
+    for (int i = 0; i < 2; i++) {
+        unsigned ty = types[i];
+        const char *name = ty == 1700 ? "numeric" : ty == 700 ? "real" :
+                           ty == 701 ? "double precision" : ty == 25 ? "text" :
+                           ty == 1043 ? "varchar" : "another type";
+        if (ty != 20 && ty != 21 && ty != 23) {   /* int8, int2, int4 */
+            p->c->stats.pg_errors++;
+            return feed__msg(p->err, FEED_EPG, "%s: column \"%s\" of \"%s\" is %s (oid %u);"
+                             " the score and id columns must be integer types"
+                             " (smallint, integer or bigint)", p->who,
+                             i == 0 ? cfg->score_column : cfg->id_column, table, name, ty);
+        }
+    }
+    return FEED_OK;
+}
+
+/* Did a failed connect reach a server that refused us (bad password, no
+ * such database or user: a configuration error, FEED_EPG), rather than no
+ * server, or one not accepting connections now (FEED_EUNAVAILABLE)? libpq
+ * keeps the SQLSTATE of a start-up error to itself, but in verbose mode
+ * writes it into the message: "FATAL:  3D000: database ...". 57P03 is
+ * "cannot connect now": starting up, shutting down, in recovery. A
+ * connection that came up and failed after was not refused. */
+static int pgstmt_refused(const feed_pgio *io)
+{
+    const char *m = io->message ? io->message : "";
+
+    if (io->conn_ok || io->needs_password)
+        return !io->conn_ok;
+    for (const char *p = strstr(m, ":  "); p; p = strstr(p + 1, ":  ")) {
+        const char *code = p + 3;
+        if (strspn(code, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") == 5 && code[5] == ':')
+            return strncmp(code, "57P03", 5) != 0;
+    }
+    return 0;
+}
+
+/* Is cell (row, col) a non-NULL int8? Then *v is its value. */
+static int pgstmt_int8(const feed_pgio *io, int row, int col, int64_t *v)
+{
+    const feed_pgcell *cell = &io->cells[(size_t)row * (size_t)io->nfields + (size_t)col];
+    uint64_t u = 0;
+
+    for (int i = 0; cell->v && cell->len == 8 && i < 8; i++)
+        u = (u << 8) | (unsigned char)cell->v[i];
+    *v = (int64_t)u;
+    return cell->v && cell->len == 8;
+}
+
+static int pgstmt_by_order(const void *x, const void *y)
+{
+    const feed_item *a = x, *b = y;
+
+    if (a->score != b->score)
+        return a->score > b->score ? -1 : 1;
+    return a->id > b->id ? -1 : a->id < b->id;
+}
+
+/* Copy a result into rows, checking every value: a score outside the
+ * range Redis holds exactly, or a negative id, is an error, never a wrong
+ * page. FEED_SQL_MERGE's rows (source, score, id) go to q->tagged[source],
+ * each in (score DESC, id DESC) order (sorted when the server sent them
+ * otherwise); the others' (score, id) to q->rows, as they came. */
+static int pgstmt_take_rows(feed_pgstmt *p, const feed_pgio *io)
+{
+    feed_sql *q = p->q;
+    int tag = q->stmt == FEED_SQL_MERGE, n = io->ntuples, rc = FEED_OK;
+    size_t nsrc = tag ? q->nauthors + 1 : 1, *count = calloc(nsrc, sizeof *count);
+    feed_rows *rows = tag ? q->tagged : &q->rows;
+    int64_t src = 0, v;
+    char owner[40] = "";
+
+    if (!tag)
+        snprintf(owner, sizeof owner, " of owner %lld", (long long)q->uid);
+    if (!count)
+        return feed__msg(p->err, FEED_ENOMEM, "out of memory for %d rows", n);
+    if (io->nfields != 2 + tag)
+        rc = pgstmt_error(p, FEED_EPG, "query", "unexpected result shape");
+    for (int i = 0; i < n && rc == FEED_OK; i++) {
+        for (int c = 0; c < 2 + tag && rc == FEED_OK; c++)
+            if (!pgstmt_int8(io, i, c, tag && c == 0 ? &src : &v))
+                rc = pgstmt_error(p, FEED_EPG, "query", tag ? "NULL or non-int8 source, score"
+                                  " or id" : "NULL or non-int8 score or id");
+        if (rc == FEED_OK && (src < 0 || (uint64_t)src >= nsrc))
+            rc = pgstmt_error(p, FEED_EPG, "query", "a row of no source asked for");
+        if (rc == FEED_OK)
+            count[src]++;
+    }
+    for (size_t k = 0; k < nsrc && rc == FEED_OK; k++)
+        if (!(rows[k].items = malloc((count[k] + 1) * sizeof *rows[k].items)))
+            rc = feed__msg(p->err, FEED_ENOMEM, "out of memory for %d rows", n);
+    for (int i = 0; i < n && rc == FEED_OK; i++) {
+        feed_rows *r = &rows[tag && pgstmt_int8(io, i, 0, &src) ? src : 0];
+        feed_item *it = &r->items[r->count++];
+        pgstmt_int8(io, i, tag, &it->score);    /* each cell checked above */
+        pgstmt_int8(io, i, tag + 1, &it->id);
+        if (!feed__score_ok(it->score) || it->id < 0)
+            rc = feed__msg(p->err, FEED_ERANGE, "row%s in SQL has id %lld, score %lld: scores"
+                           " must lie within +/-(2^53-1), ids >= 0", owner,
+                           (long long)it->id, (long long)it->score);
+    }
+    for (size_t k = 0; k < nsrc && rc == FEED_OK && tag; k++)
+        for (size_t i = 1; i < rows[k].count; i++)
+            if (pgstmt_by_order(&rows[k].items[i - 1], &rows[k].items[i]) >= 0) {
+                qsort(rows[k].items, rows[k].count, sizeof *rows[k].items, pgstmt_by_order);
+                break;
+            }
+    for (size_t k = 0; k < nsrc && rc != FEED_OK; k++)
+        feed__rows_free(&rows[k]);
+    free(count);
+    return rc;
+}
+
+/* The statement's result, checked. A probe answers one row of text. */
+static int pgstmt_take(feed_pgstmt *p, const feed_pgio *io)
+{
+    feed_sql *q = p->q;
+
+    if (q->stmt >= FEED_SQL_STMTS) {
+        if (io->ntuples != 1)
+            return pgstmt_error(p, FEED_EPG, "lag probe", "not one row");
+        for (int i = 0; i < io->nfields && i < 2; i++)
+            snprintf(q->text[i], sizeof q->text[i], "%.*s", io->cells[i].len,
+                     io->cells[i].v ? io->cells[i].v : "");
+        return FEED_OK;
+    }
+    return pgstmt_take_rows(p, io);
+}
+
+void feed__pgstmt_begin(feed_pgstmt *p, feed_core *c, feed_sql *q, char *err, char **texts,
+                        int64_t *attempt_ms, int64_t now)
+{
+    memset(p, 0, sizeof *p);
+    p->c = c;
+    p->q = q;
+    p->err = err;
+    p->texts = texts;
+    p->attempt_ms = attempt_ms;
+    p->who = q->server == FEED_PG_REPLICA ? "PostgreSQL replica" : "PostgreSQL";
+    p->deadline = now + c->cfg.pg_timeout_ms;
+    q->rows = (feed_rows){ NULL, 0 };
+    if (q->stmt == FEED_SQL_MERGE)
+        for (size_t k = 0; k <= q->nauthors; k++)
+            q->tagged[k] = (feed_rows){ NULL, 0 };
+}
+
+void feed__pgstmt_end(feed_pgstmt *p)
+{
+    free(p->array);
+    p->array = NULL;
+}
+
+static enum feed_pwant pgstmt_finish(feed_pgstmt *p, int rc)
+{
+    /* A statement that could not run is PostgreSQL's failure (FEED_EPG);
+     * only a connect (feed_open) tells "no answer" from "refused". */
+    if (rc == FEED_EUNAVAILABLE && p->q->stmt >= 0 && p->q->stmt < FEED_SQL_STMTS)
+        rc = FEED_EPG;
+    feed__pgstmt_end(p);
+    p->rc = rc;
+    p->state = PS_DONE;
+    return FEED_P_DONE;
+}
+
+/* Fail with the connection dropped. */
+static enum feed_pwant pgstmt_fail(feed_pgstmt *p, int rc)
+{
+    p->drop = 1;
+    return pgstmt_finish(p, rc);
+}
+
+/* pg_timeout_ms ran out: cancel whatever runs, count it, and make the
+ * next connect wait retry_ms. */
+static enum feed_pwant pgstmt_timed_out(feed_pgstmt *p, int64_t now)
+{
+    const char *what = p->q->stmt >= FEED_SQL_STMTS ? "lag probe" : p->state == PS_CONNECT
+                     ? "connect" : p->state == PS_QUERY ? "query" : "prepare";
+
+    p->cancel = 1;
+    *p->attempt_ms = now;
+    p->c->stats.pg_timeouts++;
+    p->c->stats.pg_errors++;
+    feed__msg(p->err, FEED_EUNAVAILABLE, "%s %s: no answer within pg_timeout_ms (%u ms); "
+              "connection dropped", p->who, what, p->c->cfg.pg_timeout_ms);
+    return pgstmt_fail(p, FEED_EUNAVAILABLE);
+}
+
+/* No connection up: drop what is left of one and connect, once retry_ms
+ * has passed since the last attempt. */
+static enum feed_pwant pgstmt_connect(feed_pgstmt *p, int64_t now)
+{
+    feed_core *c = p->c;
+    int rc = feed__retry_due(c, *p->attempt_ms, now, p->who, p->err);
+
+    p->drop = 1;
+    if (rc != FEED_OK)
+        return pgstmt_finish(p, rc);
+    *p->attempt_ms = now;
+    c->stats.pg_connects++;
+    if (p->q->server == FEED_PG_REPLICA) {
+        /* A lag proof holds for the server it was taken on: a new
+         * connection may reach another (a multi-host conninfo). */
+        c->replica_fresh_until = 0;
+        c->replica_probe_ms = 0;
+    }
+    p->text = p->q->server == FEED_PG_REPLICA ? c->cfg.pg_replica_conninfo : c->cfg.pg_conninfo;
+    p->state = PS_CONNECT;
+    return FEED_P_CONNECT;
+}
+
+/* The authors as an int8[] in text, "{1,2,3}": malloc'd, or NULL. */
+static char *pgstmt_int8_array(const int64_t *v, size_t n)
+{
+    char *text = malloc(n * 22 + 3), *o = text;
+
+    for (size_t i = 0; text && i < n; i++)
+        o += sprintf(o, "%s%lld", i ? "," : "{", (long long)v[i]);
+    if (text)
+        sprintf(o, "%s}", n ? "" : "{");
+    return text;
+}
+
+/* The statement itself: its parameters, binary int8 (a probe's: text). */
+static enum feed_pwant pgstmt_send(feed_pgstmt *p)
+{
+    static const int lengths[5] = { 8, 8, 8, 8, 0 }, formats[5] = { 1, 1, 1, 1, 0 };
+    feed_sql *q = p->q;
+
+    p->c->stats.sql_queries++;
+    p->c->stats.replica_queries += q->server == FEED_PG_REPLICA;
+    p->state = PS_QUERY;
+    if (q->stmt >= FEED_SQL_STMTS) {            /* a lag probe: text in, text out */
+        p->name = NULL;
+        p->text = q->stmt == FEED_SQL_PROBE_PRIMARY ? "SELECT pg_current_wal_insert_lsn()::text"
+                : "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false),"
+                  " coalesce(pg_last_wal_replay_lsn() >= $2::pg_lsn, false)";
+        p->nparams = q->stmt == FEED_SQL_PROBE_PRIMARY ? 0 : 2;
+        p->values[0] = q->text[0];
+        p->values[1] = q->text[1];
+        p->lengths = p->formats = NULL;
+        p->binary = 0;
+        return FEED_P_QUERY;
+    }
+    for (int i = 0; i < q->nparams; i++) {
+        pgstmt_put_be64(p->buf[i], q->params[i]);
+        p->values[i] = p->buf[i];
+    }
+    p->name = pgstmt_names[q->stmt];
+    p->nparams = q->nparams;
+    p->lengths = lengths;
+    p->formats = formats;
+    p->binary = 1;
+    if (q->stmt == FEED_SQL_MERGE) {
+        if (!p->array && !(p->array = pgstmt_int8_array(q->authors, q->nauthors)))
+            return pgstmt_finish(p, feed__msg(p->err, FEED_ENOMEM,
+                                              "out of memory for %zu authors", q->nauthors));
+        if (!q->with_feed)
+            p->values[0] = NULL;    /* the feed is no source: no rows of it */
+        p->values[4] = p->array;
+        p->nparams = 5;
+    }
+    return FEED_P_QUERY;
+}
+
+/* The set-up step after step: those of the authors' table only with one. */
+static int pgstmt_next_step(const feed_pgstmt *p, int step)
+{
+    step++;
+    if (!p->c->cfg.author_table && (step == SU_AUTHOR_TYPES || step == SU_AUTHOR_DESCRIBE ||
+                                    step == SU_PREPARE + FEED_SQL_MERGE))
+        return pgstmt_next_step(p, step);
+    return step;
+}
+
+/* Ask for set-up step p->step, or go on once it is all done. A refused
+ * prepare is the schema's (no such table or column): retrying will not
+ * help (FEED_EPG). A dead connection is an outage. */
+static enum feed_pwant pgstmt_setup(feed_pgstmt *p)
+{
+    static const unsigned types[5] = { 20, 20, 20, 20, 1016 };   /* int8, int8[] */
+    static const int nparams[FEED_SQL_STMTS] = { 2, 4, 4, 5 };
+    int i = p->step - SU_PREPARE;
+
+    p->state = PS_SETUP;
+    p->name = "";
+    switch (p->step) {
+    case SU_END:
+        return p->q->stmt < 0 ? pgstmt_finish(p, FEED_OK) : pgstmt_send(p);
+    case SU_TYPES:
+    case SU_AUTHOR_TYPES:
+        p->text = p->texts[p->step == SU_TYPES ? FEED_PG_TYPES : FEED_PG_AUTHOR_TYPES];
+        p->nparams = 0;
+        p->types = NULL;
+        return FEED_P_PREPARE;
+    case SU_DESCRIBE:
+    case SU_AUTHOR_DESCRIBE:
+        return FEED_P_DESCRIBE;
+    default:
+        p->c->stats.sql_queries++;
+        p->name = pgstmt_names[i];
+        p->text = p->texts[i];
+        p->nparams = nparams[i];
+        p->types = types;
+        return FEED_P_PREPARE;
+    }
+}
+
+/* What a set-up step came back with. */
+static enum feed_pwant pgstmt_set_up(feed_pgstmt *p, const feed_pgio *io)
+{
+    const feed_config *cfg = &p->c->cfg;
+    int rc, answered = io->how == FEED_PIO_DONE;
+
+    if (!answered || io->status != FEED_PGR_COMMAND)
+        return pgstmt_fail(p, pgstmt_error(p, answered && io->conn_ok ? FEED_EPG
+                                                                      : FEED_EUNAVAILABLE,
+                                           "prepare", io->message));
+    if ((p->step == SU_DESCRIBE || p->step == SU_AUTHOR_DESCRIBE) &&
+        (rc = pgstmt_check_types(p, io->types, p->step == SU_DESCRIBE ? cfg->table
+                                                                      : cfg->author_table))
+        != FEED_OK)
+        return pgstmt_fail(p, rc);
+    p->step = pgstmt_next_step(p, p->step);
+    return pgstmt_setup(p);
+}
+
+/* What the statement came back with. A server that answered with an error
+ * keeps its connection; one that went away under the statement (a restart)
+ * is connected again and the statement sent once more, at once, when its
+ * connection had been up before. */
+static enum feed_pwant pgstmt_answered(feed_pgstmt *p, const feed_pgio *io, int64_t now)
+{
+    int answered = io->how == FEED_PIO_DONE, probe = p->q->stmt >= FEED_SQL_STMTS, rc;
+
+    if (io->how == FEED_PIO_NOMEM)
+        return pgstmt_finish(p, feed__msg(p->err, FEED_ENOMEM, "out of memory for %d rows",
+                                          io->ntuples));
+    if (answered && io->status == FEED_PGR_TUPLES)
+        return pgstmt_finish(p, pgstmt_take(p, io));
+    rc = pgstmt_error(p, answered && io->conn_ok ? FEED_EPG : FEED_EUNAVAILABLE,
+                      probe ? "lag probe" : "query", io->message);
+    if (rc == FEED_EPG)
+        return pgstmt_finish(p, rc);
+    if (!p->was_up || p->retried || probe)
+        return pgstmt_fail(p, rc);
+    p->retried = 1;
+    *p->attempt_ms = 0;
+    return pgstmt_connect(p, now);
+}
+
+enum feed_pwant feed__pgstmt_next(feed_pgstmt *p, const feed_pgio *io, int64_t now)
+{
+    int rc;
+
+    p->drop = p->cancel = 0;
+    if (p->state == PS_DONE)
+        return FEED_P_DONE;
+    if (io->how == FEED_PIO_TIMEOUT && p->state != PS_START)
+        return pgstmt_timed_out(p, now);
+    switch (p->state) {
+    case PS_START:
+        p->was_up = io->had_conn;
+        if (!io->conn_ok)
+            return pgstmt_connect(p, now);
+        return p->q->stmt < 0 ? pgstmt_finish(p, FEED_OK) : pgstmt_send(p);
+    case PS_CONNECT:
+        if (io->how == FEED_PIO_NOMEM)
+            return pgstmt_finish(p, feed__msg(p->err, FEED_ENOMEM, "%s connect: out of memory",
+                                              p->who));
+        if (io->how != FEED_PIO_DONE)
+            return pgstmt_fail(p, pgstmt_error(p, pgstmt_refused(io) ? FEED_EPG
+                                                                     : FEED_EUNAVAILABLE,
+                                               "connect", io->message));
+        if ((rc = pgstmt_texts(p)) != FEED_OK)
+            return pgstmt_fail(p, rc);
+        p->step = SU_TYPES;
+        return pgstmt_setup(p);
+    case PS_SETUP:
+        return pgstmt_set_up(p, io);
+    default:
+        return pgstmt_answered(p, io, now);
+    }
+}
