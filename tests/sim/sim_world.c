@@ -199,6 +199,8 @@ static void sim_deliver(sim_world *w, sim_client *cl, feed_trip *t, size_t got, 
 
 static sim_frame *sim_top(sim_client *cl) { return &cl->frames[cl->depth - 1]; }
 
+static int sim_pg_begin(sim_world *w, sim_client *cl);
+
 /* A request's free: one the core made on the heap frees itself; one the
  * simulation allocated for an init call (page, hook) is freed here. */
 static void sim_op_free(sim_frame *f)
@@ -291,8 +293,9 @@ static int sim_advance(sim_world *w, sim_client *cl)
             f->in_batch = 1;
             continue;
         case FEED_W_SQL:
-            cl->aw = SIM_AW_SQL;
-            return 0;
+            if (sim_pg_begin(w, cl))
+                return 0;               /* a step to carry out */
+            continue;
         case FEED_W_WAKE:
             cl->aw = SIM_AW_WAKE;
             cl->ready_at = f->op->wake_at;
@@ -307,6 +310,142 @@ static int sim_advance(sim_world *w, sim_client *cl)
             return 1;
         }
     }
+}
+
+/* ------------------------------------------------------------------------
+ * PostgreSQL: the statement machine (lib/core/pgstmt.c), each of its steps
+ * an await, answered by the simulated server
+ * ------------------------------------------------------------------------ */
+
+static int sim_pg_live(const sim_world *w, const sim_client *cl, int server)
+{
+    return cl->pg_conn[server] != 0 && cl->pg_conn[server] == w->pg_epoch &&
+           w->now >= w->pg_down_until;
+}
+
+/* Feed io to the machine; 1 when it wants another step (cl->pwant), 0
+ * when the statement is done (op->sql_rc set). */
+static int sim_pg_next(sim_world *w, sim_client *cl, const feed_pgio *io)
+{
+    feed_op *op = sim_top(cl)->op;
+    int server = op->sql.server;
+
+    cl->pwant = feed__pgstmt_next(&cl->pgm, io, w->now);
+    if (cl->pgm.drop)
+        cl->pg_conn[server] = 0;
+    if (cl->pwant != FEED_P_DONE) {
+        cl->aw = SIM_AW_PG;
+        return 1;
+    }
+    op->sql_rc = cl->pgm.rc;
+    sim_trace(w, "c%d  sql %d on the %s: %s%s", cl->id, op->sql.stmt,
+              server == FEED_PG_REPLICA ? "replica" : "primary",
+              op->sql_rc == FEED_OK ? "ok" : "failed: ", op->sql_rc == FEED_OK ? "" : op->err);
+    return 0;
+}
+
+static int sim_pg_begin(sim_world *w, sim_client *cl)
+{
+    feed_op *op = sim_top(cl)->op;
+    int server = op->sql.server;
+    feed_pgio io = { .how = FEED_PIO_START };
+
+    feed__pgstmt_begin(&cl->pgm, &cl->core, &op->sql, op->err, cl->pg_texts,
+                       &cl->pg_attempt[server], w->now);
+    io.had_conn = cl->pg_conn[server] != 0;
+    io.conn_ok = sim_pg_live(w, cl, server);
+    return sim_pg_next(w, cl, &io);
+}
+
+/* The rows of a statement's answer as PostgreSQL sends them: int8 binary
+ * cells, (source,) score, id; a probe's text. */
+static void sim_pg_cells(sim_client *cl, const feed_sql *q, feed_pgio *io)
+{
+    size_t n = 0;
+
+    io->status = FEED_PGR_TUPLES;
+    if (q->stmt >= FEED_SQL_STMTS) {
+        io->nfields = q->stmt == FEED_SQL_PROBE_PRIMARY ? 1 : 2;
+        io->ntuples = 1;
+        for (int i = 0; i < io->nfields; i++) {
+            snprintf(cl->cellbuf[i], sizeof cl->cellbuf[i], "%s", q->text[i]);
+            cl->cells[i] = (feed_pgcell){ cl->cellbuf[i], (int)strlen(cl->cellbuf[i]) };
+        }
+        io->cells = cl->cells;
+        return;
+    }
+    io->nfields = q->stmt == FEED_SQL_MERGE ? 3 : 2;
+    for (size_t k = 0; k <= (q->stmt == FEED_SQL_MERGE ? q->nauthors : 0); k++) {
+        const feed_rows *r = q->stmt == FEED_SQL_MERGE ? &q->tagged[k] : &q->rows;
+        for (size_t i = 0; i < r->count && n + 3 <= sizeof cl->cells / sizeof *cl->cells; i++) {
+            int64_t v[3] = { (int64_t)k, r->items[i].score, r->items[i].id };
+            for (int f = 3 - io->nfields; f < 3; f++, n++) {
+                for (int b = 0; b < 8; b++)
+                    cl->cellbuf[n][b] = (char)(((uint64_t)v[f] >> (56 - 8 * b)) & 0xff);
+                cl->cells[n] = (feed_pgcell){ cl->cellbuf[n], 8 };
+            }
+        }
+    }
+    io->ntuples = (int)(n / (size_t)io->nfields);
+    io->cells = cl->cells;
+}
+
+/* Carry out the step cl->pwant; 1 when another step is awaited. */
+static int sim_pg_step(sim_world *w, sim_client *cl)
+{
+    feed_op *op = sim_top(cl)->op;
+    int server = op->sql.server, replica = server == FEED_PG_REPLICA;
+    feed_pgio io = { .how = FEED_PIO_DONE, .status = FEED_PGR_COMMAND };
+    feed_sql answer;
+    int rc;
+
+    if (w->now >= cl->pgm.deadline) {          /* the client paused past pg_timeout_ms */
+        io.how = FEED_PIO_TIMEOUT;
+        return sim_pg_next(w, cl, &io);
+    }
+    if (cl->pwant == FEED_P_CONNECT) {
+        if (w->now < w->pg_down_until || sim_fault(w, SIM_F_PG, "PostgreSQL refuses a connection")) {
+            io.how = FEED_PIO_BROKEN;
+            io.message = "connection to server on socket \"/sim/.s.PGSQL.5432\" failed: "
+                         "Connection refused (simulated)";
+            return sim_pg_next(w, cl, &io);
+        }
+        cl->pg_conn[server] = w->pg_epoch;
+        io.conn_ok = 1;
+        return sim_pg_next(w, cl, &io);
+    }
+    io.had_conn = 1;
+    if (!sim_pg_live(w, cl, server) ||
+        sim_fault(w, SIM_F_PG, "PostgreSQL's connection drops under a statement")) {
+        cl->pg_conn[server] = 0;
+        io.how = FEED_PIO_BROKEN;
+        io.message = "server closed the connection unexpectedly (simulated)";
+        return sim_pg_next(w, cl, &io);
+    }
+    io.conn_ok = 1;
+    if (cl->pwant == FEED_P_DESCRIBE) {
+        io.types[0] = io.types[1] = 20;       /* int8 */
+        return sim_pg_next(w, cl, &io);
+    }
+    if (cl->pwant != FEED_P_QUERY)           /* a prepare */
+        return sim_pg_next(w, cl, &io);
+    /* The query: answered by its meaning at this moment's version (the
+     * replica's: what it has replayed). */
+    answer = op->sql;
+    rc = simpg_answer(w->pg, &answer, replica ? w->replica_v : simpg_version(w->pg),
+                      simpg_version(w->pg), w->replica_v);
+    if (rc != FEED_OK)
+        exit(3);
+    sim_trace(w, "c%d  sql %d on the %s at v%" PRIu64 ": %zu rows", cl->id, op->sql.stmt,
+              replica ? "replica" : "primary", replica ? w->replica_v : simpg_version(w->pg),
+              answer.stmt == FEED_SQL_MERGE ? (size_t)0 : answer.rows.count);
+    sim_pg_cells(cl, &answer, &io);
+    if (answer.stmt == FEED_SQL_MERGE)
+        for (size_t k = 0; k <= answer.nauthors; k++)
+            feed__rows_free(&answer.tagged[k]);
+    else
+        feed__rows_free(&answer.rows);
+    return sim_pg_next(w, cl, &io);
 }
 
 /* The node a setup or pass works on, by the core's index. */
@@ -373,24 +512,10 @@ static void sim_complete(sim_world *w, sim_client *cl)
             sim_close_if_down(sim_node(cl, (int)k));
         break;
     }
-    case SIM_AW_SQL: {
-        feed_op *op = f->op;
-        int replica = op->sql.server == FEED_PG_REPLICA;
-        uint64_t v = replica ? w->replica_v : simpg_version(w->pg);
-        if (w->now < w->pg_down_until || sim_fault(w, SIM_F_PG, "PostgreSQL fails a statement")) {
-            op->sql.rows = (feed_rows){ NULL, 0 };
-            op->sql_rc = feed__msg(op->err, FEED_EUNAVAILABLE,
-                                   "PostgreSQL%s: server closed the connection (simulated)",
-                                   replica ? " replica" : "");
-            sim_trace(w, "c%d  sql %d on the %s: failed", cl->id, op->sql.stmt,
-                      replica ? "replica" : "primary");
-        } else {
-            op->sql_rc = simpg_answer(w->pg, &op->sql, v, simpg_version(w->pg), w->replica_v);
-            sim_trace(w, "c%d  sql %d on the %s at v%" PRIu64 ": %zu rows", cl->id, op->sql.stmt,
-                      replica ? "replica" : "primary", v, op->sql.rows.count);
-        }
+    case SIM_AW_PG:
+        if (sim_pg_step(w, cl))
+            return;                     /* the next step is awaited */
         break;
-    }
     default:
         break;
     }
@@ -449,6 +574,10 @@ static void sim_client_free(sim_client *cl)
     }
     for (size_t k = 0; k < cl->napplied; k++)
         freeReplyObject(cl->replies[k]);
+    if (cl->aw == SIM_AW_PG)
+        feed__pgstmt_end(&cl->pgm);
+    for (int i = 0; i < FEED_PG_TEXTS; i++)
+        free(cl->pg_texts[i]);
     feed__core_free(&cl->core);
 }
 
@@ -964,8 +1093,10 @@ static void sim_world_faults(sim_world *w)
     }
     if (sim_fault(w, SIM_F_JUMP, "the clock jumps ahead"))
         w->now += (int64_t)sim_pick(w, 2 * w->lease_ms);
-    if (sim_fault(w, SIM_F_PGDOWN, "PostgreSQL goes away for a while"))
+    if (sim_fault(w, SIM_F_PGDOWN, "PostgreSQL restarts, away for a while")) {
         w->pg_down_until = w->now + (int64_t)sim_pick(w, 300);
+        w->pg_epoch++;
+    }
     if (w->replica && sim_pick(w, 4) == 0 && w->replica_v < simpg_version(w->pg))
         w->replica_v++;                 /* the replica replays one more commit */
 }
@@ -1044,6 +1175,7 @@ int sim_run(sim_world *w)
     w->redis = simr_new(sim_next(w), NULL);
     w->pg = simpg_new();
     w->epoch = 1;
+    w->pg_epoch = 1;
     if (!w->redis || !w->pg)
         return -1;
     feed__repair_forget();

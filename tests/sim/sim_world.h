@@ -24,7 +24,7 @@ enum {
     SIM_AW_CONNECT,     /* a node's connect */
     SIM_AW_TRIP,        /* a set-up's trip: its commands one by one, then the replies */
     SIM_AW_PASS,        /* an exchange's pass: each trip's commands, then its replies */
-    SIM_AW_SQL,         /* a statement */
+    SIM_AW_PG,          /* a step of a statement: connect, prepare, describe, query */
     SIM_AW_WAKE         /* the clock to reach ready_at */
 };
 
@@ -33,8 +33,8 @@ enum {
     SIM_F_REFUSE,       /* a connect refused */
     SIM_F_DROP,         /* the connection drops before a command reaches Redis */
     SIM_F_LOST,         /* the commands ran, their replies are lost (a timeout) */
-    SIM_F_PG,           /* a statement fails */
-    SIM_F_PGDOWN,       /* PostgreSQL away for up to 300 ms */
+    SIM_F_PG,           /* PostgreSQL's connection drops under a step */
+    SIM_F_PGDOWN,       /* PostgreSQL away for up to 300 ms (restarted: connections drop) */
     SIM_F_SNAPSHOT,     /* Redis saves a snapshot (for a later restart from it) */
     SIM_F_RESTART,      /* Redis restarts, empty or from the last snapshot */
     SIM_F_EVICT,        /* Redis evicts a feed's copy or its lease */
@@ -66,6 +66,16 @@ typedef struct sim_client {
     size_t       trip_i, cmd_k;
     redisReply  *replies[64];
     size_t       napplied;
+    /* PostgreSQL: the statement machine in progress, each server's
+     * connection (the server's incarnation it was made on; 0: none), last
+     * connect and the handle's statement texts */
+    feed_pgstmt  pgm;
+    int          pwant;
+    unsigned     pg_conn[2];
+    int64_t      pg_attempt[2];
+    char        *pg_texts[FEED_PG_TEXTS];
+    feed_pgcell  cells[3 * 256];
+    char         cellbuf[3 * 256][24];
     int          ops_left;
     size_t       write;         /* the log follower: the last write its drop covers */
     int64_t      sync_uid;
@@ -97,6 +107,7 @@ typedef struct sim_world {
     simr      *redis, *snap;
     uintptr_t  epoch;
     int64_t    redis_down_until, pg_down_until;
+    unsigned   pg_epoch;        /* PostgreSQL's incarnation: a restart drops connections */
     simpg     *pg;
     uint64_t   replica_v;
     /* clients */
