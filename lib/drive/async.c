@@ -221,13 +221,10 @@ static int req_end(feed_areq *r, int rc)
     a->cur_err = r->err;
     switch (r->api) {
     case FEED_API_PAGE:
+    case FEED_API_RANKED:
         if (r->cb.page)
             r->cb.page(a, rc, page, r->arg);
-        else
-            feed_result_free(page);
-        break;
-    case FEED_API_RANKED:
-        if (r->cb.ranked)
+        else if (r->cb.ranked)
             r->cb.ranked(a, rc, page, rc == FEED_OK && r->result.has_more
                          ? feed__page_next_rank((feed_page_op *)r->op) : -1, r->arg);
         else
@@ -682,12 +679,10 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
     int rc;
 
     open_errmsg[0] = '\0';
-    if (!out || !cfg) {
-        if (out)
-            *out = NULL;
+    if (out)
+        *out = NULL;
+    if (!out || !cfg)
         return feed__async_refuse("feed_async_open: out or cfg is NULL");
-    }
-    *out = NULL;
     if ((bad = feed__config_check(cfg, why, sizeof why)) != NULL) {
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %s", bad);
         return FEED_EINVAL;
@@ -732,19 +727,13 @@ int feed__async_busy(const feed_async *a)
 
 const char *feed_async_errmsg(const feed_async *a)
 {
-    if (!a)
-        return open_errmsg;
-    return a->cur_err ? a->cur_err : a->errmsg;
+    return !a ? open_errmsg : a->cur_err ? a->cur_err : a->errmsg;
 }
 
 void feed_async_stats_get(const feed_async *a, feed_stats *out)
 {
-    if (!out)
-        return;
-    if (a)
-        *out = a->core.stats;
-    else
-        memset(out, 0, sizeof *out);
+    if (out)
+        *out = a ? a->core.stats : (feed_stats){ 0 };
 }
 
 /* Every task ends: a finished request gets its callback with its result,
