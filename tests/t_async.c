@@ -830,6 +830,54 @@ static void close_from_callback(int uv)
     is_int(re.calls, 51, "  no callback after the handle went");
 }
 
+/* ---- Connections killed under requests in flight ------------------------ */
+
+static int killed_left, killed_ok;
+
+static void on_killed_page(feed_async *a, int rc, feed_result *page, void *arg)
+{
+    (void)arg;
+    if (rc != FEED_OK)
+        tap_diag("a page: rc %d (%s)", rc, feed_async_errmsg(a));
+    killed_ok += rc == FEED_OK;
+    killed_left--;
+    feed_result_free(page);
+}
+
+/* Redis closes the handle's connection (CLIENT KILL) with 50 pages on it:
+ * the first whose trip ends reconnects the node, and the others, whose
+ * trips end after, must not drop that new connection while it connects
+ * (they would wait for its set-up for ever). Each is retried once on the
+ * fresh connection and comes from the cache. */
+static void killed_in_flight(void)
+{
+    feed_config cfg;
+    loop l;
+    redisReply *rep;
+    double t0;
+
+    tu_insert_rows(pg, 5200, 30, tu_score_pairs, tu_id_seq);
+    tu_config(&cfg);
+    loop_open(&l, 0, &cfg);
+    killed_left = 1;
+    feed_async_page(l.a, 5200, FEED_FIRST, 0, 10, on_killed_page, NULL);    /* warm */
+    while (killed_left > 0)
+        loop_once(&l);
+    killed_left = 50;
+    killed_ok = 0;
+    for (int i = 0; i < 50; i++)
+        feed_async_page(l.a, 5200, FEED_FIRST, 0, 10, on_killed_page, NULL);
+    rep = tu_redis_cmd(r, "CLIENT KILL TYPE normal SKIPME yes");
+    freeReplyObject(rep);
+    t0 = now_ms();
+    while (killed_left > 0 && now_ms() - t0 < 5000)
+        event_base_loop(l.base, EVLOOP_NONBLOCK), fault_sleep_ms(1);
+    is_int(50 - killed_left, 50, "connection killed under 50 pages in flight: every callback "
+           "came (%.0f ms)", now_ms() - t0);
+    is_int(killed_ok, 50, "  each page served on the fresh connection");
+    loop_close(&l);
+}
+
 /* ---- Faults on the loop ------------------------------------------------- */
 
 static int ticks;
@@ -945,6 +993,7 @@ int main(void)
     close_pending(1);
     close_from_callback(0);
     close_from_callback(1);
+    killed_in_flight();
     frozen(0);
     frozen(1);
     redisFree(r);

@@ -132,12 +132,15 @@ static int frame_leave(feed_async *a, int was)
     return 1;
 }
 
-/* A DOWN node loses its connection (the core dropped it). */
+/* A DOWN node loses its connection (the core dropped it), unless its
+ * set-up is under way: that connection is the set-up's, maybe still
+ * connecting, and a trip of the old one that failed late must not drop it
+ * (the set-up would wait for ever). setup_done looks again. */
 static void close_down_nodes(feed_async *a)
 {
     for (size_t i = 0; i < a->core.topo.nnodes; i++) {
         feed_node *n = a->core.topo.nodes[i];
-        if (n->state == FEED_NODE_DOWN && n->io)
+        if (n->state == FEED_NODE_DOWN && n->io && !(i < a->nsetups && a->setups[i]))
             feed__ra_close(n->io, FEED_IO_FAILED, "connection dropped");
     }
 }
