@@ -289,13 +289,6 @@ static int wait_until(feed_areq *r, int64_t at, int64_t now)
 
 /* ---- SQL: one statement at a time on the handle's connection ------------ */
 
-static void sql_begin(feed_async *a)
-{
-    feed_areq *r = (feed_areq *)a->on[FEED_AT_SQL].head;
-
-    feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err, feed__now_ms());
-}
-
 static void sql_event(void *arg, int ready);
 
 static void sql_timeout(void *arg)
@@ -345,8 +338,9 @@ static void sql_step(feed_async *a, int ready)
             r->op->sql_rc = feed__msg(r->op->err, FEED_ENOMEM, "out of memory watching PostgreSQL");
         }
         task_move(a, &r->task, FEED_AT_READY);
-        if (a->on[FEED_AT_SQL].head)
-            sql_begin(a);
+        if ((r = (feed_areq *)a->on[FEED_AT_SQL].head) != NULL)
+            feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err,
+                                feed__now_ms());
         ready = 0;
     }
     if (a->sql_watch)
@@ -367,7 +361,8 @@ static void sql_enqueue(feed_async *a, feed_areq *r)
 {
     task_move(a, &r->task, FEED_AT_SQL);
     if (a->on[FEED_AT_SQL].head == &r->task) {
-        sql_begin(a);
+        feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err,
+                            feed__now_ms());
         sql_step(a, 0);
     }
 }
@@ -675,6 +670,7 @@ int feed__async_refuse(const char *why)
 int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *loop,
                      void *loop_data)
 {
+    size_t sizes[3] = { feed__page_op_size(), feed__newer_op_size(), feed__hook_op_size() };
     const char *bad;
     char why[128];
     feed_async *a;
@@ -702,11 +698,9 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
     a->loop = loop;
     a->loop_data = loop_data;
     a->sql_fd = -1;
-    a->spare_op_size = feed__page_op_size();
-    if (feed__newer_op_size() > a->spare_op_size)
-        a->spare_op_size = feed__newer_op_size();
-    if (feed__hook_op_size() > a->spare_op_size)
-        a->spare_op_size = feed__hook_op_size();
+    for (size_t i = 0; i < 3; i++)
+        if (sizes[i] > a->spare_op_size)
+            a->spare_op_size = sizes[i];
     a->spare = malloc(SPARE_MAX * sizeof *a->spare);    /* none: no recycling */
     feed__pg_init(&a->pg);
     /* Connect to both stores at once, on the loop, as feed_open does: the
