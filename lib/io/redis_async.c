@@ -73,11 +73,15 @@ static pending *at(feed_anode *n, size_t i)
     return &n->q[(n->head + i) % n->cap];
 }
 
-/* The connect's deadline, then the oldest trip's, drives the timer. */
+/* The connect's deadline, then the oldest trip's (0: none). */
+static int64_t due(feed_anode *n)
+{
+    return n->state == RA_CONNECTING ? n->connect_deadline : n->count > 0 ? at(n, 0)->deadline : 0;
+}
+
 static void arm(feed_anode *n, int64_t now)
 {
-    int64_t when = n->state == RA_CONNECTING ? n->connect_deadline
-                   : n->count > 0 ? at(n, 0)->deadline : 0;
+    int64_t when = due(n);
 
     n->loop->timer_stop(n->timer);
     if (when)
@@ -182,9 +186,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static void on_timer(void *arg)
 {
     feed_anode *n = arg;
-    int64_t now = feed__now_ms();
-    int64_t when = n->state == RA_CONNECTING ? n->connect_deadline
-                   : n->count > 0 ? at(n, 0)->deadline : 0;
+    int64_t now = feed__now_ms(), when = due(n);
 
     if (n->state >= RA_CLOSING)
         return;
