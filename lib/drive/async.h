@@ -38,7 +38,8 @@ typedef struct feed_tasks {
 
 enum { FEED_API_PAGE, FEED_API_RANKED, FEED_API_DONE, FEED_API_HEALTH, FEED_API_INTERNAL };
 
-/* One request on the loop. */
+/* One request on the loop: made by feed__async_request, freed only by
+ * req_free (async.c), after its callback, or by feed__async_discard. */
 typedef struct feed_areq {
     feed_task         task;         /* first */
     struct feed_async *a;

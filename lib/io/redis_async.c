@@ -49,7 +49,7 @@ typedef struct pending {
     void      *arg;
 } pending;
 
-enum { RA_CONNECTING, RA_UP, RA_CLOSING, RA_GONE };
+enum ra_state { RA_CONNECTING, RA_UP, RA_CLOSING, RA_GONE };
 
 struct feed_anode {
     redisAsyncContext *ac;
@@ -59,7 +59,7 @@ struct feed_anode {
     void              *timer;
     uint32_t           timeout_ms;
     int64_t            connect_deadline;
-    int                state;   /* RA_* */
+    enum ra_state      state;
     int                io;      /* what a trip ends with when the connection goes */
     char               why[128];
     void             (*on_connect)(void *arg, int ok, const char *why);
@@ -89,7 +89,7 @@ static void arm(feed_anode *n, int64_t now)
 }
 
 /* n stops taking trips (state CLOSING or GONE): its owner forgets it. */
-static void lose(feed_anode *n, int state)
+static void lose(feed_anode *n, enum ra_state state)
 {
     if (n->owner && *n->owner == n)
         *n->owner = NULL;
@@ -323,7 +323,7 @@ void feed__ra_forget(feed_anode *n, const feed_trip *t)
 
 void feed__ra_close(feed_anode *n, int io, const char *why)
 {
-    int was = n->state;
+    enum ra_state was = n->state;
 
     lose(n, was >= RA_CLOSING ? was : RA_CLOSING);
     if (was >= RA_CLOSING)
