@@ -453,13 +453,14 @@ static void setup_run(feed_asetup *su)
         close_down_nodes(a);
         switch (feed__setup_next(&su->s, now)) {
         case FEED_S_PROBE:      /* a connection of its own; the question goes once it is up */
-            if (!feed__ra_connect(&su->s.probe, a->loop, a->loop_data, ms, now, NULL, NULL,
-                                  (void **)&su->probe, t->why, sizeof t->why))
-                t->io = FEED_IO_FAILED;
-            else if (feed__ra_send(su->probe, t, now, setup_trip_ended, su) == 0)
-                break;
-            else
+            if (feed__ra_connect(&su->s.probe, a->loop, a->loop_data, ms, now, NULL, NULL,
+                                 (void **)&su->probe, t->why, sizeof t->why)) {
+                if (feed__ra_send(su->probe, t, now, setup_trip_ended, su) == 0)
+                    break;
                 feed__ra_close(su->probe, FEED_IO_FAILED, "done");
+            } else {
+                t->io = FEED_IO_FAILED;
+            }
             feed__setup_tripped(&su->s, now);
             continue;
         case FEED_S_CONNECT:
