@@ -2,7 +2,7 @@
  * requests in flight on one handle, callbacks exactly once and never from
  * inside the call that started them, argument errors at once with no
  * callback, requests started in one turn sharing one write, close with
- * requests pending, the health check, and a loop that keeps turning while
+ * requests pending (and from inside a callback), the health check, and a loop that keeps turning while
  * PostgreSQL or Redis is frozen. Real servers; libevent, and libuv for the walks and the
  * close. (Every other correctness test also runs through this API: their
  * ":async" runs, tests/shim.h.) */
@@ -751,6 +751,133 @@ static void close_pending(int uv)
     is_int(cancelled + other_codes, 1000, "  no callback after close");
 }
 
+/* ---- Start and close from inside a callback ------------------------------ */
+
+typedef struct reentry {
+    int starting;               /* inside the call that started a request */
+    int closing;                /* inside the callback that closes the handle */
+    int calls, twice, inside, after_close, cancelled;
+    int64_t uid;
+} reentry;
+
+static reentry re;
+
+static void re_other(feed_async *a, int rc, feed_result *page, void *arg)
+{
+    int *seen = arg;
+
+    re.inside += re.starting;
+    re.twice += (*seen)++ > 0;
+    re.calls++;
+    re.after_close += !re.closing;
+    re.cancelled += rc == FEED_ECANCELED;
+    if (rc == FEED_ECANCELED)
+        feed_async_close(a);    /* again, from a callback of the close: nothing */
+    feed_result_free(page);
+}
+
+static int re_seen[64];
+
+/* The first callback starts a request, then closes the handle with 50
+ * others still pending. */
+static void re_first(feed_async *a, int rc, feed_result *page, void *arg)
+{
+    int *seen = arg;
+
+    (*seen)++;
+    feed_result_free(page);
+    (void)rc;
+    re.starting = 1;
+    feed_async_page(a, re.uid, FEED_FIRST, 0, 5, re_other, &re_seen[63]);
+    re.starting = 0;
+    re.closing = 1;
+    feed_async_close(a);
+    re.closing = 0;
+}
+
+static void close_from_callback(int uv)
+{
+    const char *name = uv ? "libuv" : "libevent";
+    feed_config cfg;
+    loop l;
+    int first = 0;
+
+    memset(&re, 0, sizeof re);
+    memset(re_seen, 0, sizeof re_seen);
+    re.uid = 5100 + 10 * uv;
+    tu_insert_rows(pg, re.uid, 20, tu_score_pairs, tu_id_seq);
+    tu_config(&cfg);
+    loop_open(&l, uv, &cfg);
+    feed_async_page(l.a, re.uid, FEED_FIRST, 0, 5, re_first, &first);
+    for (int i = 0; i < 50; i++)
+        feed_async_page(l.a, re.uid + i % 3, FEED_FIRST, 0, 5, re_other, &re_seen[i]);
+    while (!first)
+        loop_once(&l);
+    is_int(re.calls, 51, "%s: a callback started a request and closed the handle: the 51 "
+           "others called back", name);
+    ok(re.after_close == 0 && re.twice == 0 && re.inside == 0,
+       "  each once, before close returned, none from inside its starting call");
+    ok(re.cancelled >= 1 && re_seen[63] == 1,
+       "  the request started in the callback too (%d FEED_ECANCELED; close again from "
+       "their callbacks did nothing)", re.cancelled);
+    if (l.base) {
+        event_base_loop(l.base, EVLOOP_NONBLOCK);
+        event_base_free(l.base);
+    } else {
+        uv_run(&l.uv, UV_RUN_NOWAIT);
+        is_int(uv_loop_close(&l.uv), 0, "  libuv: every handle closed on the next turn");
+    }
+    is_int(re.calls, 51, "  no callback after the handle went");
+}
+
+/* ---- Connections killed under requests in flight ------------------------ */
+
+static int killed_left, killed_ok;
+
+static void on_killed_page(feed_async *a, int rc, feed_result *page, void *arg)
+{
+    (void)arg;
+    if (rc != FEED_OK)
+        tap_diag("a page: rc %d (%s)", rc, feed_async_errmsg(a));
+    killed_ok += rc == FEED_OK;
+    killed_left--;
+    feed_result_free(page);
+}
+
+/* Redis closes the handle's connection (CLIENT KILL) with 50 pages on it:
+ * the first whose trip ends reconnects the node, and the others, whose
+ * trips end after, must not drop that new connection while it connects
+ * (they would wait for its set-up for ever). Each is retried once on the
+ * fresh connection and comes from the cache. */
+static void killed_in_flight(void)
+{
+    feed_config cfg;
+    loop l;
+    redisReply *rep;
+    double t0;
+
+    tu_insert_rows(pg, 5200, 30, tu_score_pairs, tu_id_seq);
+    tu_config(&cfg);
+    loop_open(&l, 0, &cfg);
+    killed_left = 1;
+    feed_async_page(l.a, 5200, FEED_FIRST, 0, 10, on_killed_page, NULL);    /* warm */
+    while (killed_left > 0)
+        loop_once(&l);
+    killed_left = 50;
+    killed_ok = 0;
+    for (int i = 0; i < 50; i++)
+        feed_async_page(l.a, 5200, FEED_FIRST, 0, 10, on_killed_page, NULL);
+    rep = tu_redis_cmd(r, "CLIENT KILL TYPE normal SKIPME yes");
+    freeReplyObject(rep);
+    t0 = now_ms();
+    while (killed_left > 0 && now_ms() - t0 < 5000)
+        event_base_loop(l.base, EVLOOP_NONBLOCK), fault_sleep_ms(1);
+    is_int(50 - killed_left, 50, "connection killed under 50 pages in flight: every callback "
+           "came (%.0f ms)", now_ms() - t0);
+    is_int(killed_ok, 50, "  each page served on the fresh connection");
+    loop_close(&l);
+}
+
 /* ---- Faults on the loop ------------------------------------------------- */
 
 static int ticks;
@@ -864,6 +991,9 @@ int main(void)
     one_write();
     close_pending(0);
     close_pending(1);
+    close_from_callback(0);
+    close_from_callback(1);
+    killed_in_flight();
     frozen(0);
     frozen(1);
     redisFree(r);

@@ -9,13 +9,15 @@
  * a wake-up is a timer. The decisions are the machines': a request makes
  * the same round trips here as in a blocking call.
  *
- * Requests that become ready are run from one queue, never from inside
- * one another: a reply callback, a timer or the start of a request puts
- * work on the queue and runs it, and what that work makes ready (another
- * request's trip ended by a connection it dropped, say) joins the queue.
- * Every user callback comes from the handle's own zero-delay timer, after
- * the queue ran: never from inside the call that started the request, nor
- * from inside hiredis.
+ * Every task (a request, a set-up) is on one list of the handle, named by
+ * its state (async.h, enum feed_at): what it waits for. task_move is the
+ * one place that moves it, req_free the one place that frees a request.
+ * What the loop hands in (a reply, a timer, libpq's socket, a new request)
+ * only moves tasks to the ready queue; run_queue, the one function that
+ * runs tasks, runs them one after another, never one inside another.
+ * Every user callback comes from the handle's own zero-delay timer (kick),
+ * after the queue ran: never from inside the call that started the
+ * request, nor from inside hiredis.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,89 +25,127 @@
 
 #include "drive/async.h"
 
+/* The handle's state bits (a->flags). As hiredis's context flags do, they
+ * say which frame of this file is on the stack, so that what is done from
+ * inside it is finished by that frame:
+ *
+ *   FEED_A_RUNNING  run_queue is on the stack. Whatever becomes ready
+ *                   meanwhile (a trip ended by a connection a request
+ *                   dropped) only joins the queue, and that frame runs it.
+ *                   No user code runs inside it, so the handle cannot be
+ *                   closed under it.
+ *   FEED_A_IN_CB    a user callback is on the stack (req_end), or
+ *                   feed_async_close is cancelling. A callback may start
+ *                   requests (the queue runs at once) or close the handle:
+ *                   then every request is cancelled before close returns,
+ *                   but the handle's memory stays until the outermost such
+ *                   frame ends (frame_leave frees it).
+ *   FEED_A_CLOSED   feed_async_close ran: nothing runs any more.
+ *   FEED_A_KICKED   the kick timer is armed.
+ */
+enum { FEED_A_RUNNING = 1, FEED_A_IN_CB = 2, FEED_A_CLOSED = 4, FEED_A_KICKED = 8 };
+
 typedef struct feed_asetup {
-    feed_task    task;          /* first */
+    feed_task    task;          /* first: FEED_AT_READY or FEED_AT_LOOP */
     feed_async  *a;
     int          node;
     feed_setup   s;
-    feed_anode  *probe;         /* a Sentinel being asked */
-    int          waiting;       /* for the loop: a connect or a trip */
-    feed_areq   *waiters;       /* requests whose exchange needs this node */
+    feed_anode  *probe;         /* the Sentinel being asked (NULL once it went) */
 } feed_asetup;
 
 static _Thread_local char open_errmsg[FEED_ERRMSG];
 
-static void pump(feed_async *a);
-static void kick(feed_async *a);
+static void req_run(feed_areq *r);
+static void setup_run(feed_asetup *su);
+static void handle_free(feed_async *a);
 
-/* Something became ready from the loop (a reply, a timer, libpq's socket):
- * run the queue now, unless a frame of this file already runs it. */
-static void poke(feed_async *a)
+/* ---- Lists, the queue, frames ------------------------------------------ */
+
+/* Move t to the end of list `to` (FEED_AT_NONE: off every list). A task
+ * already there keeps its place. */
+static void task_move(feed_async *a, feed_task *t, enum feed_at to)
 {
-    if (a->depth > 0)
+    feed_tasks *l;
+
+    if (t->at == to)
         return;
-    a->depth++;
-    pump(a);
-    a->depth--;
-    if (a->dead && a->depth == 0)
-        feed_async_close(a);
-}
-
-/* ---- The ready queue ---------------------------------------------------- */
-
-static void schedule(feed_async *a, feed_task *t)
-{
-    if (t->queued)
-        return;
-    t->queued = 1;
-    t->next_ready = NULL;
-    if (a->ready_tail)
-        a->ready_tail->next_ready = t;
-    else
-        a->ready_head = t;
-    a->ready_tail = t;
-}
-
-static void unschedule(feed_async *a, feed_task *t)
-{
-    feed_task **p = &a->ready_head, *prev = NULL;
-
-    if (!t->queued)
-        return;
-    while (*p && *p != t) {
-        prev = *p;
-        p = &(*p)->next_ready;
+    if (t->at != FEED_AT_NONE) {
+        l = &a->on[t->at];
+        *(t->prev ? &t->prev->next : &l->head) = t->next;
+        *(t->next ? &t->next->prev : &l->tail) = t->prev;
     }
-    if (*p) {
-        *p = t->next_ready;
-        if (a->ready_tail == t)
-            a->ready_tail = prev;
-    }
-    t->queued = 0;
+    t->at = to;
+    t->next = NULL;
+    if (to == FEED_AT_NONE)
+        return;
+    l = &a->on[to];
+    t->prev = l->tail;
+    *(l->tail ? &l->tail->next : &l->head) = t;
+    l->tail = t;
 }
 
-/* A DOWN node loses its connection (the core dropped it). */
+static feed_task *first_task(const feed_async *a)
+{
+    for (int at = FEED_AT_NONE + 1; at < FEED_AT_COUNT; at++)
+        if (a->on[at].head)
+            return a->on[at].head;
+    return NULL;
+}
+
+/* Run the ready tasks until none is left. Called after anything the loop
+ * hands in; from inside itself (or once closed) it returns at once. */
+static void run_queue(feed_async *a)
+{
+    feed_task *t;
+
+    if (a->flags & (FEED_A_RUNNING | FEED_A_CLOSED))
+        return;
+    a->flags |= FEED_A_RUNNING;
+    while ((t = a->on[FEED_AT_READY].head) != NULL) {
+        task_move(a, t, FEED_AT_NONE);
+        if (t->is_setup)
+            setup_run((feed_asetup *)t);
+        else
+            req_run((feed_areq *)t);
+    }
+    a->flags &= ~FEED_A_RUNNING;
+}
+
+/* Run the queue and then the callbacks from the loop, soon: from where the
+ * queue may not run (hiredis's connect callback), and for callbacks. */
+static void kick(feed_async *a)
+{
+    if (!(a->flags & (FEED_A_KICKED | FEED_A_CLOSED))) {
+        a->flags |= FEED_A_KICKED;
+        a->loop->timer_start(a->kick, 0);
+    }
+}
+
+/* A frame entered with flags `was` ends; 1: it was the outermost of a
+ * closed handle, and freed it. */
+static int frame_leave(feed_async *a, int was)
+{
+    a->flags = (a->flags & ~FEED_A_IN_CB) | (was & FEED_A_IN_CB);
+    if ((a->flags & (FEED_A_CLOSED | FEED_A_IN_CB | FEED_A_RUNNING)) != FEED_A_CLOSED)
+        return 0;
+    handle_free(a);
+    return 1;
+}
+
+/* A DOWN node loses its connection (the core dropped it), unless its
+ * set-up is under way: that connection is the set-up's, maybe still
+ * connecting, and a trip of the old one that failed late must not drop it
+ * (the set-up would wait for ever). setup_done looks again. */
 static void close_down_nodes(feed_async *a)
 {
     for (size_t i = 0; i < a->core.topo.nnodes; i++) {
         feed_node *n = a->core.topo.nodes[i];
-        if (n->state == FEED_NODE_DOWN && n->io)
+        if (n->state == FEED_NODE_DOWN && n->io && !(i < a->nsetups && a->setups[i]))
             feed__ra_close(n->io, FEED_IO_FAILED, "connection dropped");
     }
 }
 
 /* ---- Requests ------------------------------------------------------------ */
-
-static void req_unlink(feed_async *a, feed_areq *r)
-{
-    if (r->prev)
-        r->prev->next = r->next;
-    else if (a->all == r)
-        a->all = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    r->prev = r->next = NULL;
-}
 
 /* Requests are recycled: a page request is some 4 kB, a busy loop makes
  * one per page, and malloc with the zeroing of calloc cost more than the
@@ -115,7 +155,7 @@ static void req_unlink(feed_async *a, feed_areq *r)
  * its machine, and feed__xchg_begin its exchange. */
 #define SPARE_MAX 512
 
-static feed_areq *req_alloc(feed_async *a, size_t op_size)
+feed_areq *feed__async_request(feed_async *a, size_t op_size, int api, void *arg)
 {
     int pooled = op_size <= a->spare_op_size && a->spare;
     feed_areq *r;
@@ -124,45 +164,9 @@ static feed_areq *req_alloc(feed_async *a, size_t op_size)
         r = a->spare[--a->nspare];
     else if (!(r = malloc(sizeof *r + (pooled ? a->spare_op_size : op_size))))
         return NULL;
-    memset(r, 0, offsetof(feed_areq, x));
-    r->pooled = pooled;
-    r->timer = NULL;
-    memset(&r->cb, 0, sizeof r->cb);
+    memset(r, 0, offsetof(feed_areq, err));
     r->err[0] = '\0';
-    memset(&r->result, 0, sizeof r->result);
-    return r;
-}
-
-static void req_release(feed_async *a, feed_areq *r)
-{
-    if (r->pooled && a->spare && a->nspare < SPARE_MAX && !a->dead)
-        a->spare[a->nspare++] = r;
-    else
-        free(r);
-}
-
-static void req_free(feed_areq *r)
-{
-    feed_async *a = r->a;
-
-    unschedule(a, &r->task);
-    req_unlink(a, r);
-    if (r->timer)
-        a->loop->timer_free(r->timer);
-    if (r->in_x)
-        feed__xchg_end(&r->x);
-    if (r->op)
-        r->op->free(r->op);
-    feed_result_free(&r->result);
-    req_release(a, r);
-}
-
-feed_areq *feed__async_request(feed_async *a, size_t op_size, int api, void *arg)
-{
-    feed_areq *r = req_alloc(a, op_size);
-
-    if (!r)
-        return NULL;
+    r->pooled = pooled;
     r->a = a;
     r->api = api;
     r->arg = arg;
@@ -170,44 +174,97 @@ feed_areq *feed__async_request(feed_async *a, size_t op_size, int api, void *arg
     return r;
 }
 
+/* Free r, from whatever state (its trips still out are forgotten, their
+ * replies read and dropped). The one place a request is freed: by req_end,
+ * or feed__async_discard for one never started. */
+static void req_free(feed_areq *r)
+{
+    feed_async *a = r->a;
+
+    task_move(a, &r->task, FEED_AT_NONE);
+    if (a->repair == r)
+        a->repair = NULL;
+    if (r->timer)
+        a->loop->timer_free(r->timer);
+    if (r->in_x) {
+        for (size_t k = 0; k < r->x.ntrips; k++) {
+            feed_node *n = a->core.topo.nodes[r->x.trips[k].trip.node];
+            if (n->io)
+                feed__ra_forget(n->io, &r->x.trips[k].trip);
+        }
+        feed__xchg_end(&r->x);
+    }
+    if (r->op)
+        r->op->free(r->op);
+    feed_result_free(&r->result);
+    if (r->pooled && a->spare && a->nspare < SPARE_MAX && !(a->flags & FEED_A_CLOSED))
+        a->spare[a->nspare++] = r;
+    else
+        free(r);
+}
+
 void feed__async_discard(feed_areq *r)
 {
     r->op = NULL;
-    req_release(r->a, r);
+    req_free(r);
 }
 
-static void add_wait(feed_areq **list, feed_areq *r)
+/* r's end: its callback with rc (a user's request; the page, on FEED_OK,
+ * becomes the callback's), then req_free. 1: the callback closed the
+ * handle and it is gone. */
+static int req_end(feed_areq *r, int rc)
 {
-    r->next_wait = *list;
-    *list = r;
+    feed_async *a = r->a;
+    feed_result *page = rc == FEED_OK ? &r->result : NULL;
+    const char *err = a->cur_err;
+    int was = a->flags;
+
+    task_move(a, &r->task, FEED_AT_NONE);
+    a->flags |= FEED_A_IN_CB;
+    a->cur_err = r->err;
+    switch (r->api) {
+    case FEED_API_PAGE:
+    case FEED_API_RANKED:
+        if (r->cb.page)
+            r->cb.page(a, rc, page, r->arg);
+        else if (r->cb.ranked)
+            r->cb.ranked(a, rc, page, rc == FEED_OK && r->result.has_more
+                         ? feed__page_next_rank((feed_page_op *)r->op) : -1, r->arg);
+        else
+            feed_result_free(page);
+        break;
+    case FEED_API_HEALTH:
+        r->cb.health(a, rc, rc == FEED_ECANCELED ? NULL : (feed_health_info *)r->op_space,
+                     r->arg);
+        break;
+    case FEED_API_DONE:
+        if (r->cb.done)
+            r->cb.done(a, rc, r->arg);
+        break;
+    default:                            /* FEED_API_INTERNAL: nobody waits */
+        break;
+    }
+    if (page)
+        memset(&r->result, 0, sizeof r->result);    /* the callback's now */
+    a->cur_err = err;
+    req_free(r);
+    return frame_leave(a, was);
 }
 
-/* The request is done: internal ones wake their waiters, a user's goes to
- * the callbacks. */
+/* The request is done: the repairs wake their waiters; a user's request
+ * waits for its callback. */
 static void finished(feed_areq *r)
 {
     feed_async *a = r->a;
 
-    if (r->api == FEED_API_QUIET) {        /* the first connects: nobody waits */
-        req_free(r);
+    if (r == a->repair)
+        while (a->on[FEED_AT_REPAIR].head)
+            task_move(a, a->on[FEED_AT_REPAIR].head, FEED_AT_READY);
+    if (r->api == FEED_API_INTERNAL) {
+        req_end(r, r->op->rc);
         return;
     }
-    if (r->api == FEED_API_INTERNAL) {     /* the repairs */
-        feed_areq *w = a->repair_waiters;
-        a->repair = NULL;
-        a->repair_waiters = NULL;
-        for (; w; w = w->next_wait)
-            schedule(a, &w->task);
-        req_free(r);
-        return;
-    }
-    req_unlink(a, r);
-    r->next_wait = NULL;
-    if (a->done_tail)
-        a->done_tail->next_wait = r;
-    else
-        a->done_head = r;
-    a->done_tail = r;
+    task_move(a, &r->task, FEED_AT_DONE);
     kick(a);
 }
 
@@ -215,8 +272,8 @@ static void wake(void *arg)
 {
     feed_areq *r = arg;
 
-    schedule(r->a, &r->task);
-    poke(r->a);
+    task_move(r->a, &r->task, FEED_AT_READY);
+    run_queue(r->a);
 }
 
 static int wait_until(feed_areq *r, int64_t at, int64_t now)
@@ -226,70 +283,24 @@ static int wait_until(feed_areq *r, int64_t at, int64_t now)
     if (!r->timer && !(r->timer = a->loop->timer_new(a->loop_data, wake, r)))
         return -1;
     a->loop->timer_start(r->timer, at > now ? at - now : 0);
+    task_move(a, &r->task, FEED_AT_TIMER);
     return 0;
 }
 
 /* ---- SQL: one statement at a time on the handle's connection ------------ */
 
-static void sql_step(feed_async *a, int ready);
-
-static void sql_event(void *arg, int ready)
-{
-    feed_async *a = arg;
-
-    if (a->depth > 0) {         /* cannot happen: the loop calls, not this file */
-        kick(a);
-        return;
-    }
-    a->depth++;
-    sql_step(a, ready != 0);
-    a->depth--;
-    poke(a);
-}
+static void sql_event(void *arg, int ready);
 
 static void sql_timeout(void *arg)
 {
     sql_event(arg, 0);
 }
 
-static void sql_next(feed_async *a)
+/* Watch the statement's socket for want until its deadline; -1: no way to. */
+static int sql_wait(feed_async *a, int want, int64_t now)
 {
-    feed_areq *r;
+    int fd = feed__pg_task_fd(&a->pgtask);
 
-    if (a->sql_running || !(r = a->sql_head))
-        return;
-    a->sql_head = r->next_wait;
-    if (!a->sql_head)
-        a->sql_tail = NULL;
-    a->sql_running = r;
-    feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err, feed__now_ms());
-    sql_step(a, 0);
-}
-
-/* Run the statement as far as it goes, then watch its socket until its
- * deadline. A request whose statement is done continues; the next one
- * starts. */
-static void sql_step(feed_async *a, int ready)
-{
-    feed_areq *r = a->sql_running;
-    int64_t now = feed__now_ms();
-    int want, fd;
-
-    if (!r)
-        return;
-    want = feed__pg_task_run(&a->pgtask, ready, now);
-    if (want == FEED_PGW_DONE) {
-        if (a->sql_watch)
-            a->loop->watch_set(a->sql_watch, 0);
-        if (a->sql_timer)
-            a->loop->timer_stop(a->sql_timer);
-        r->op->sql_rc = a->pgtask.rc;
-        a->sql_running = NULL;
-        schedule(a, &r->task);
-        sql_next(a);
-        return;
-    }
-    fd = feed__pg_task_fd(&a->pgtask);
     if (a->sql_watch && fd != a->sql_fd) {       /* a new connection, a new socket */
         a->loop->watch_free(a->sql_watch);
         a->sql_watch = NULL;
@@ -304,285 +315,293 @@ static void sql_step(feed_async *a, int ready)
         a->sql_timer = a->loop->timer_new(a->loop_data, sql_timeout, a);
     if (a->sql_timer)
         a->loop->timer_start(a->sql_timer, a->pgtask.deadline > now ? a->pgtask.deadline - now : 0);
-    if (!a->sql_watch || !a->sql_timer) {       /* no way to wait: give it up */
-        feed__pg_task_abandon(&a->pgtask);
-        r->op->sql_rc = feed__msg(r->op->err, FEED_ENOMEM, "out of memory watching PostgreSQL");
-        a->sql_running = NULL;
-        schedule(a, &r->task);
-        sql_next(a);
+    return a->sql_watch && a->sql_timer ? 0 : -1;
+}
+
+/* Run the first statement as far as it goes, then wait for its socket. A
+ * request whose statement is done goes back on the queue; the next one's
+ * begins. */
+static void sql_step(feed_async *a, int ready)
+{
+    feed_areq *r;
+
+    while ((r = (feed_areq *)a->on[FEED_AT_SQL].head) != NULL) {
+        int64_t now = feed__now_ms();
+        int want = feed__pg_task_run(&a->pgtask, ready, now);
+
+        if (want == FEED_PGW_DONE) {
+            r->op->sql_rc = a->pgtask.rc;
+        } else if (sql_wait(a, want, now) == 0) {
+            return;
+        } else {                                /* no way to wait: give it up */
+            feed__pg_task_abandon(&a->pgtask);
+            r->op->sql_rc = feed__msg(r->op->err, FEED_ENOMEM, "out of memory watching PostgreSQL");
+        }
+        task_move(a, &r->task, FEED_AT_READY);
+        if ((r = (feed_areq *)a->on[FEED_AT_SQL].head) != NULL)
+            feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err,
+                                feed__now_ms());
+        ready = 0;
     }
+    if (a->sql_watch)
+        a->loop->watch_set(a->sql_watch, 0);
+    if (a->sql_timer)
+        a->loop->timer_stop(a->sql_timer);
+}
+
+static void sql_event(void *arg, int ready)
+{
+    feed_async *a = arg;
+
+    sql_step(a, ready != 0);
+    run_queue(a);
 }
 
 static void sql_enqueue(feed_async *a, feed_areq *r)
 {
-    r->next_wait = NULL;
-    if (a->sql_tail)
-        a->sql_tail->next_wait = r;
-    else
-        a->sql_head = r;
-    a->sql_tail = r;
-    sql_next(a);
+    task_move(a, &r->task, FEED_AT_SQL);
+    if (a->on[FEED_AT_SQL].head == &r->task) {
+        feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err,
+                            feed__now_ms());
+        sql_step(a, 0);
+    }
 }
 
 /* ---- A node's set-up ---------------------------------------------------- */
 
-static void setup_run(feed_asetup *su);
-
-static void setup_ready(feed_asetup *su)
-{
-    su->waiting = 0;
-    schedule(su->a, &su->task);
-}
-
+/* The trip on the node, or the Sentinel's question, is over. A Sentinel's
+ * connection goes (from inside its own reply callback: hiredis frees it
+ * once that returns). */
 static void setup_trip_ended(void *arg, feed_trip *t)
 {
     feed_asetup *su = arg;
 
     (void)t;
-    feed__setup_tripped(&su->s, feed__now_ms());
-    setup_ready(su);
-    poke(su->a);
-}
-
-/* The Sentinel's answer is in: its connection goes (from inside its own
- * reply callback: hiredis frees it once that returns). */
-static void probe_trip_ended(void *arg, feed_trip *t)
-{
-    feed_asetup *su = arg;
-
-    (void)t;
     if (su->probe)
         feed__ra_close(su->probe, FEED_IO_FAILED, "done");
     feed__setup_tripped(&su->s, feed__now_ms());
-    setup_ready(su);
-    poke(su->a);
+    task_move(su->a, &su->task, FEED_AT_READY);
+    run_queue(su->a);
 }
 
-/* From hiredis's connect callback: only note it; the queue runs from the
- * kick timer (hiredis must not see its context freed under it). */
-static void probe_connected(void *arg, int ok, const char *why)
-{
-    feed_asetup *su = arg;
-
-    if (!ok) {
-        su->s.trip.io = FEED_IO_FAILED;
-        snprintf(su->s.trip.why, sizeof su->s.trip.why, "%s", why);
-        feed__setup_tripped(&su->s, feed__now_ms());
-        setup_ready(su);
-    } else {
-        su->waiting = 2;    /* connected: send the question next */
-        schedule(su->a, &su->task);
-    }
-    kick(su->a);
-}
-
+/* From hiredis's connect callback, where the queue may not run (a request
+ * could free the context under hiredis): the kick runs it. */
 static void node_connected(void *arg, int ok, const char *why)
 {
     feed_asetup *su = arg;
 
     feed__setup_connected(&su->s, ok, why, feed__now_ms());
-    setup_ready(su);
+    task_move(su->a, &su->task, FEED_AT_READY);
     kick(su->a);
 }
 
+/* The one place a set-up is freed: done, or the handle closes. Its trips
+ * still out are forgotten. */
+static void setup_free(feed_asetup *su)
+{
+    feed_async *a = su->a;
+    feed_node *n = a->core.topo.nodes[su->node];
+
+    a->setups[su->node] = NULL;
+    task_move(a, &su->task, FEED_AT_NONE);
+    if (n->io)
+        feed__ra_forget(n->io, &su->s.trip);
+    if (su->probe) {
+        feed__ra_forget(su->probe, &su->s.trip);
+        feed__ra_close(su->probe, FEED_IO_FAILED, "closed");
+    }
+    feed__setup_end(&su->s);
+    free(su);
+}
+
+/* The set-up is over: its waiters go on. A request that needs the fence,
+ * and found a connection-only set-up under way, asks again: it starts its
+ * own. */
 static void setup_done(feed_asetup *su)
 {
     feed_async *a = su->a;
-    feed_areq *w = su->waiters;
     int64_t now = feed__now_ms();
+    feed_task *t, *next;
 
-    a->setups[su->node] = NULL;
-    for (; w; w = w->next_wait) {
-        /* A request that needs the fence, and found a connection-only
-         * set-up under way, asks again: it starts its own. */
+    for (t = a->on[FEED_AT_SETUP].head; t; t = next) {
+        feed_areq *w = (feed_areq *)t;
+        next = t->next;
+        if (w->x.setup_node != su->node)
+            continue;
         if (!(w->x.setup_kind == FEED_SETUP_FULL && su->s.kind == FEED_SETUP_HELLO &&
               su->s.rc == FEED_OK))
             feed__xchg_setup_done(&w->x, su->s.rc, su->s.err, now);
-        schedule(a, &w->task);
+        task_move(a, t, FEED_AT_READY);
     }
-    feed__setup_end(&su->s);
-    unschedule(a, &su->task);
-    if (su->probe)
-        feed__ra_close(su->probe, FEED_IO_FAILED, "done");
-    free(su);
+    setup_free(su);
     close_down_nodes(a);
 }
 
+/* The set-up as far as it goes: it waits for one connect or one trip at a
+ * time (FEED_AT_LOOP); what fails at once is answered at once. */
 static void setup_run(feed_asetup *su)
 {
     feed_async *a = su->a;
     feed_node *n = a->core.topo.nodes[su->node];
-    char why[160];
+    uint32_t ms = a->core.cfg.redis_timeout_ms;
+    feed_trip *t = &su->s.trip;
 
-    if (su->waiting == 2) {         /* the Sentinel answered the connect */
-        su->waiting = 1;
-        if (feed__ra_send(su->probe, &su->s.trip, feed__now_ms(), probe_trip_ended, su) != 0) {
-            feed__ra_close(su->probe, FEED_IO_FAILED, "done");
-            feed__setup_tripped(&su->s, feed__now_ms());
-        } else {
-            return;
-        }
-    }
-    if (su->waiting)
-        return;
     for (;;) {
         int64_t now = feed__now_ms();
+        char why[160];
+
         close_down_nodes(a);
         switch (feed__setup_next(&su->s, now)) {
-        case FEED_S_PROBE:
-            su->waiting = 1;
-            if (!feed__ra_connect(&su->s.probe, a->loop, a->loop_data, a->core.cfg.redis_timeout_ms,
-                                  now, probe_connected, su, (void **)&su->probe, why,
-                                  sizeof why)) {
-                su->waiting = 0;
-                su->s.trip.io = FEED_IO_FAILED;
-                snprintf(su->s.trip.why, sizeof su->s.trip.why, "%s", why);
-                feed__setup_tripped(&su->s, now);
-                continue;
+        case FEED_S_PROBE:      /* a connection of its own; the question goes once it is up */
+            if (feed__ra_connect(&su->s.probe, a->loop, a->loop_data, ms, now, NULL, NULL,
+                                 (void **)&su->probe, t->why, sizeof t->why)) {
+                if (feed__ra_send(su->probe, t, now, setup_trip_ended, su) == 0)
+                    break;
+                feed__ra_close(su->probe, FEED_IO_FAILED, "done");
+            } else {
+                t->io = FEED_IO_FAILED;
             }
-            return;
+            feed__setup_tripped(&su->s, now);
+            continue;
         case FEED_S_CONNECT:
             if (n->io)
                 feed__ra_close(n->io, FEED_IO_FAILED, "connection dropped");
-            su->waiting = 1;
-            if (!feed__ra_connect(&n->addr, a->loop, a->loop_data, a->core.cfg.redis_timeout_ms,
-                                  now, node_connected, su, &n->io, why, sizeof why)) {
-                su->waiting = 0;
-                feed__setup_connected(&su->s, 0, why, now);
-                continue;
-            }
-            return;
+            if (feed__ra_connect(&n->addr, a->loop, a->loop_data, ms, now, node_connected, su,
+                                 &n->io, why, sizeof why))
+                break;
+            feed__setup_connected(&su->s, 0, why, now);
+            continue;
         case FEED_S_TRIP:
-            su->waiting = 1;
-            if (!n->io || feed__ra_send(n->io, &su->s.trip, now, setup_trip_ended, su) != 0) {
-                su->waiting = 0;
-                if (!n->io) {
-                    su->s.trip.io = FEED_IO_FAILED;
-                    snprintf(su->s.trip.why, sizeof su->s.trip.why, "connection lost");
-                }
-                feed__setup_tripped(&su->s, now);
-                continue;
-            }
-            return;
+            if (feed__ra_send(n->io, t, now, setup_trip_ended, su) == 0)
+                break;
+            feed__setup_tripped(&su->s, now);
+            continue;
         case FEED_S_DONE:
             setup_done(su);
             return;
         }
+        task_move(a, &su->task, FEED_AT_LOOP);
+        return;
     }
 }
 
-/* r's exchange needs node set up: join the set-up under way, or start
- * one. */
-static void need_setup(feed_areq *r)
+/* A set-up of node for r's exchange, on the queue; NULL without memory. */
+static feed_asetup *setup_new(feed_async *a, feed_areq *r, int node)
 {
-    feed_async *a = r->a;
-    int node = r->x.setup_node;
     feed_asetup *su;
 
     if ((size_t)node >= a->nsetups) {
         size_t n = a->core.topo.nnodes + 8;
         feed_asetup **bigger = realloc(a->setups, n * sizeof *bigger);
-        if (!bigger) {
-            feed__xchg_setup_done(&r->x, FEED_ENOMEM, "out of memory for a connection",
-                                  feed__now_ms());
-            schedule(a, &r->task);
-            return;
-        }
+        if (!bigger)
+            return NULL;
         memset(bigger + a->nsetups, 0, (n - a->nsetups) * sizeof *bigger);
         a->setups = bigger;
         a->nsetups = n;
     }
-    if ((su = a->setups[node]) == NULL) {
-        if (!(su = calloc(1, sizeof *su))) {
-            feed__xchg_setup_done(&r->x, FEED_ENOMEM, "out of memory for a connection",
-                                  feed__now_ms());
-            schedule(a, &r->task);
-            return;
-        }
-        su->task.is_setup = 1;
-        su->a = a;
-        su->node = node;
-        feed__setup_begin(&su->s, &a->core, node, r->x.setup_kind, r->x.setup_slot,
-                          feed__now_ms());
-        a->setups[node] = su;
-        schedule(a, &su->task);
+    if (!(su = calloc(1, sizeof *su)))
+        return NULL;
+    su->task.is_setup = 1;
+    su->a = a;
+    su->node = node;
+    feed__setup_begin(&su->s, &a->core, node, r->x.setup_kind, r->x.setup_slot, feed__now_ms());
+    a->setups[node] = su;
+    task_move(a, &su->task, FEED_AT_READY);
+    return su;
+}
+
+/* r's exchange needs node x.setup_node set up: join the set-up under way,
+ * or start one. */
+static void need_setup(feed_areq *r)
+{
+    feed_async *a = r->a;
+    int node = r->x.setup_node;
+
+    if (((size_t)node < a->nsetups && a->setups[node]) || setup_new(a, r, node)) {
+        task_move(a, &r->task, FEED_AT_SETUP);
+        return;
     }
-    add_wait(&su->waiters, r);
+    feed__xchg_setup_done(&r->x, FEED_ENOMEM, "out of memory for a connection", feed__now_ms());
+    task_move(a, &r->task, FEED_AT_READY);
+}
+
+/* r's exchange needs the repairs first: start them unless they are under
+ * way, and wait for them. 0: nothing to wait for (none for this store, or
+ * no memory to run them). */
+static int need_repairs(feed_areq *r)
+{
+    feed_async *a = r->a;
+
+    if (!a->repair) {
+        feed_op *op = feed__repair_op(&a->core);
+        if (!op)
+            return 0;
+        if (!(a->repair = feed__async_request(a, 0, FEED_API_INTERNAL, NULL))) {
+            op->free(op);
+            return 0;
+        }
+        a->repair->op = op;
+        task_move(a, &a->repair->task, FEED_AT_READY);
+    }
+    task_move(a, &r->task, FEED_AT_REPAIR);
+    return 1;
 }
 
 /* ---- A request's exchange ----------------------------------------------- */
+
+/* One of r's trips is over; after the last, the exchange reads them. */
+static void trip_over(feed_areq *r)
+{
+    if (--r->trips_left == 0) {
+        r->pass_over = 1;
+        task_move(r->a, &r->task, FEED_AT_READY);
+    }
+}
 
 static void trip_ended(void *arg, feed_trip *t)
 {
     feed_areq *r = arg;
 
     (void)t;
-    if (--r->trips_left == 0) {
-        r->pass_over = 1;
-        schedule(r->a, &r->task);
-        poke(r->a);
-    }
+    trip_over(r);
+    run_queue(r->a);
 }
 
-/* Put the pass's trips on their nodes' connections. */
+/* Put the pass's trips on their nodes' connections. A trip refused at once
+ * is over at once; one more count holds r until all are sent. */
 static void send_pass(feed_areq *r, int64_t now)
 {
     feed_async *a = r->a;
 
-    r->trips_left = r->x.ntrips;
+    task_move(a, &r->task, FEED_AT_REDIS);
+    r->trips_left = r->x.ntrips + 1;
     for (size_t k = 0; k < r->x.ntrips; k++) {
         feed_trip *t = &r->x.trips[k].trip;
-        feed_node *n = a->core.topo.nodes[t->node];
-        if (!n->io || feed__ra_send(n->io, t, now, trip_ended, r) != 0) {
-            if (!n->io) {
-                t->io = FEED_IO_FAILED;
-                snprintf(t->why, sizeof t->why, "connection lost");
-            }
-            r->trips_left--;
-        }
+        if (feed__ra_send(a->core.topo.nodes[t->node]->io, t, now, trip_ended, r) != 0)
+            trip_over(r);
     }
-    if (r->trips_left == 0) {
-        r->pass_over = 1;
-        schedule(a, &r->task);
-    }
+    trip_over(r);
 }
 
-/* The request as far as it goes now. */
+/* The request as far as it goes now; it ends on the list of what it waits
+ * for. */
 static void req_run(feed_areq *r)
 {
     feed_async *a = r->a;
     int64_t now = feed__now_ms();
 
+    if (r->pass_over) {
+        r->pass_over = 0;
+        feed__xchg_pass_done(&r->x, now);
+        close_down_nodes(a);
+    }
     for (;;) {
-        if (r->pass_over) {
-            r->pass_over = 0;
-            feed__xchg_pass_done(&r->x, now);
-            close_down_nodes(a);
-        }
         if (r->in_x) {
             switch (feed__xchg_next(&r->x, now)) {
             case FEED_X_REPAIR:
-                if (!a->repair) {
-                    feed_op *op = feed__repair_op(&a->core);
-                    feed_areq *rep;
-                    if (!op)
-                        continue;       /* none for this store */
-                    if (!(rep = calloc(1, sizeof *rep))) {
-                        op->free(op);
-                        continue;
-                    }
-                    rep->a = a;
-                    rep->api = FEED_API_INTERNAL;
-                    rep->op = op;
-                    rep->next = a->all;
-                    if (a->all)
-                        a->all->prev = rep;
-                    a->all = rep;
-                    a->repair = rep;
-                    schedule(a, &rep->task);
-                }
-                add_wait(&a->repair_waiters, r);
-                return;
+                if (need_repairs(r))
+                    return;
+                continue;
             case FEED_X_SETUP:
                 need_setup(r);
                 return;
@@ -590,9 +609,9 @@ static void req_run(feed_areq *r)
                 send_pass(r, now);
                 return;
             case FEED_X_WAKE:
-                if (wait_until(r, r->x.wake_at, now) != 0)
-                    continue;           /* no timer: try again at once */
-                return;
+                if (wait_until(r, r->x.wake_at, now) == 0)
+                    return;
+                continue;           /* no timer: try again at once */
             case FEED_X_DONE:
                 r->op->redis_rc = r->x.rc;
                 feed__xchg_end(&r->x);
@@ -609,9 +628,9 @@ static void req_run(feed_areq *r)
             sql_enqueue(a, r);
             return;
         case FEED_W_WAKE:
-            if (wait_until(r, r->op->wake_at, now) != 0)
-                continue;
-            return;
+            if (wait_until(r, r->op->wake_at, now) == 0)
+                return;
+            continue;
         case FEED_W_DONE:
             finished(r);
             return;
@@ -620,138 +639,28 @@ static void req_run(feed_areq *r)
     }
 }
 
-/* Run what is ready, until nothing is: never from inside itself. */
-static void pump(feed_async *a)
+void feed__async_start(feed_areq *r)
 {
-    feed_task *t;
-
-    if (a->dead)
-        return;
-    while ((t = a->ready_head) != NULL) {
-        a->ready_head = t->next_ready;
-        if (!a->ready_head)
-            a->ready_tail = NULL;
-        t->queued = 0;
-        if (t->is_setup)
-            setup_run((feed_asetup *)t);
-        else
-            req_run((feed_areq *)t);
-        if (a->dead)
-            return;
-    }
+    task_move(r->a, &r->task, FEED_AT_READY);
+    run_queue(r->a);
 }
 
-/* ---- Callbacks ----------------------------------------------------------- */
-
-/* r's callback, with rc; the page (on FEED_OK) becomes the callback's. */
-static void deliver(feed_async *a, feed_areq *r, int rc)
-{
-    feed_result *page = rc == FEED_OK ? &r->result : NULL;
-
-    a->cur_err = r->err;
-    switch (r->api) {
-    case FEED_API_PAGE:
-        if (r->cb.page)
-            r->cb.page(a, rc, page, r->arg);
-        else
-            feed_result_free(page);
-        break;
-    case FEED_API_RANKED:
-        if (r->cb.ranked)
-            r->cb.ranked(a, rc, page, rc == FEED_OK && r->result.has_more
-                         ? feed__page_next_rank((feed_page_op *)r->op) : -1, r->arg);
-        else
-            feed_result_free(page);
-        break;
-    case FEED_API_HEALTH:
-        r->cb.health(a, rc, rc == FEED_ECANCELED ? NULL : (feed_health_info *)r->op_space,
-                     r->arg);
-        break;
-    default:
-        if (r->cb.done)
-            r->cb.done(a, rc, r->arg);
-        break;
-    }
-    memset(&r->result, 0, sizeof r->result);    /* the callback's now */
-    a->cur_err = NULL;
-}
-
-/* The finished requests' callbacks, in the order they finished. A
- * callback may start requests or close the handle. */
-static void deliver_done(feed_async *a)
-{
-    feed_areq *r;
-
-    while (!a->dead && (r = a->done_head) != NULL) {
-        a->done_head = r->next_wait;
-        if (!a->done_head)
-            a->done_tail = NULL;
-        deliver(a, r, r->op->rc);
-        r->prev = r->next = NULL;
-        if (r->timer)
-            a->loop->timer_free(r->timer);
-        r->timer = NULL;
-        r->op->free(r->op);
-        r->op = NULL;
-        req_release(a, r);
-    }
-}
-
+/* The zero timer: the queue, then the finished requests' callbacks in the
+ * order they finished (a callback may start requests, or close the
+ * handle). */
 static void kick_fired(void *arg)
 {
     feed_async *a = arg;
+    feed_areq *r;
 
-    a->kicked = 0;
-    a->depth++;
-    pump(a);
-    deliver_done(a);
-    a->depth--;
-    if (a->dead && a->depth == 0)
-        feed_async_close(a);
-}
-
-static void kick(feed_async *a)
-{
-    if (!a->kicked && a->kick) {
-        a->kicked = 1;
-        a->loop->timer_start(a->kick, 0);
-    }
-}
-
-void feed__async_start(feed_areq *r)
-{
-    feed_async *a = r->a;
-
-    r->next = a->all;
-    if (a->all)
-        a->all->prev = r;
-    a->all = r;
-    a->depth++;
-    schedule(a, &r->task);
-    pump(a);
-    a->depth--;
+    a->flags &= ~FEED_A_KICKED;
+    run_queue(a);
+    while ((r = (feed_areq *)a->on[FEED_AT_DONE].head) != NULL)
+        if (req_end(r, r->op->rc))
+            return;             /* closed from the callback: gone */
 }
 
 /* ---- The handle ---------------------------------------------------------- */
-
-/* Connect to both stores at once, on the loop, as feed_open does: the
- * first requests then find the connections made. Its outcome is nobody's:
- * a store that failed is tried again by the requests that need it. */
-static void start_connects(feed_async *a)
-{
-    feed_areq *r = calloc(1, sizeof *r);
-    int rc;
-
-    if (!r)
-        return;
-    r->a = a;
-    r->api = FEED_API_QUIET;
-    if (!(r->op = feed__connect_op(&a->core, &a->opened, &rc))) {
-        free(r);
-        return;
-    }
-    feed__async_start(r);
-}
 
 int feed__async_refuse(const char *why)
 {
@@ -762,17 +671,18 @@ int feed__async_refuse(const char *why)
 int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *loop,
                      void *loop_data)
 {
+    size_t sizes[3] = { feed__page_op_size(), feed__newer_op_size(), feed__hook_op_size() };
     const char *bad;
     char why[128];
     feed_async *a;
+    feed_areq *r;
+    int rc;
 
     open_errmsg[0] = '\0';
-    if (!out || !cfg) {
-        if (out)
-            *out = NULL;
+    if (out)
+        *out = NULL;
+    if (!out || !cfg)
         return feed__async_refuse("feed_async_open: out or cfg is NULL");
-    }
-    *out = NULL;
     if ((bad = feed__config_check(cfg, why, sizeof why)) != NULL) {
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %s", bad);
         return FEED_EINVAL;
@@ -789,116 +699,90 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
     a->loop = loop;
     a->loop_data = loop_data;
     a->sql_fd = -1;
-    a->spare_op_size = feed__page_op_size();
-    if (feed__newer_op_size() > a->spare_op_size)
-        a->spare_op_size = feed__newer_op_size();
-    if (feed__hook_op_size() > a->spare_op_size)
-        a->spare_op_size = feed__hook_op_size();
+    for (size_t i = 0; i < 3; i++)
+        if (sizes[i] > a->spare_op_size)
+            a->spare_op_size = sizes[i];
     a->spare = malloc(SPARE_MAX * sizeof *a->spare);    /* none: no recycling */
     feed__pg_init(&a->pg);
-    start_connects(a);
+    /* Connect to both stores at once, on the loop, as feed_open does: the
+     * first requests then find the connections made. Its outcome is
+     * nobody's: a store that failed is tried again by the requests that
+     * need it. */
+    if ((r = feed__async_request(a, 0, FEED_API_INTERNAL, NULL)) != NULL) {
+        if ((r->op = feed__connect_op(&a->core, &a->opened, &rc)) != NULL)
+            feed__async_start(r);
+        else
+            feed__async_discard(r);
+    }
     *out = a;
     return FEED_OK;
 }
 
 int feed__async_busy(const feed_async *a)
 {
-    return a->all || a->done_head || a->ready_head;
+    return first_task(a) != NULL;
 }
 
 const char *feed_async_errmsg(const feed_async *a)
 {
-    if (!a)
-        return open_errmsg;
-    return a->cur_err ? a->cur_err : a->errmsg;
+    return !a ? open_errmsg : a->cur_err ? a->cur_err : a->errmsg;
 }
 
 void feed_async_stats_get(const feed_async *a, feed_stats *out)
 {
-    if (!out)
-        return;
-    if (a)
-        *out = a->core.stats;
-    else
-        memset(out, 0, sizeof *out);
+    if (out)
+        *out = a ? a->core.stats : (feed_stats){ 0 };
 }
 
-/* Forget r's trips on every connection: their replies are read and
- * dropped. */
-static void forget_trips(feed_async *a, feed_areq *r)
+/* Every task ends: a finished request gets its callback with its result,
+ * any other FEED_ECANCELED (a request its callback starts, too); a set-up
+ * is dropped. Inside a FEED_A_IN_CB frame. */
+static void cancel_all(feed_async *a)
 {
-    if (!r->in_x)
-        return;
-    for (size_t k = 0; k < r->x.ntrips; k++) {
-        feed_node *n = a->core.topo.nodes[r->x.trips[k].trip.node];
-        if (n->io)
-            feed__ra_forget(n->io, &r->x.trips[k].trip);
+    feed_task *t;
+
+    if (a->on[FEED_AT_SQL].head)
+        feed__pg_task_abandon(&a->pgtask);
+    while ((t = first_task(a)) != NULL) {
+        feed_areq *r = (feed_areq *)t;
+        if (t->is_setup)
+            setup_free((feed_asetup *)t);
+        else if (t->at == FEED_AT_DONE)
+            req_end(r, r->op->rc);
+        else
+            req_end(r, feed__msg(r->err, FEED_ECANCELED, "the handle was closed"));
     }
+}
+
+static void handle_free(feed_async *a)
+{
+    a->flags |= FEED_A_IN_CB;
+    cancel_all(a);      /* any started from a callback after the close */
+    for (size_t i = 0; i < a->core.topo.nnodes; i++)
+        if (a->core.topo.nodes[i]->io)
+            feed__ra_close(a->core.topo.nodes[i]->io, FEED_IO_FAILED, "closed");
+    if (a->sql_watch)
+        a->loop->watch_free(a->sql_watch);
+    if (a->sql_timer)
+        a->loop->timer_free(a->sql_timer);
+    feed__pg_free(&a->pg);
+    while (a->nspare > 0)
+        free(a->spare[--a->nspare]);
+    free(a->spare);
+    free(a->setups);
+    a->loop->timer_free(a->kick);
+    feed__core_free(&a->core);
+    free(a);
 }
 
 void feed_async_close(feed_async *a)
 {
-    feed_areq *r;
+    int was;
 
-    if (!a)
+    if (!a || (a->flags & FEED_A_CLOSED))
         return;
-    if (!a->dead) {
-        a->dead = 1;
-        /* Finished requests get their results; every other pending one
-         * FEED_ECANCELED. Their callbacks may not start requests now. */
-        while ((r = a->done_head) != NULL) {
-            a->done_head = r->next_wait;
-            deliver(a, r, r->op->rc);
-            if (r->timer)
-                a->loop->timer_free(r->timer);
-            r->op->free(r->op);
-            free(r);
-        }
-        a->done_tail = NULL;
-        while (a->nspare > 0)
-            free(a->spare[--a->nspare]);
-        if (a->sql_running)
-            feed__pg_task_abandon(&a->pgtask);
-        a->sql_running = NULL;
-        while ((r = a->all) != NULL) {
-            forget_trips(a, r);
-            if (r->api != FEED_API_INTERNAL) {
-                feed__msg(r->err, FEED_ECANCELED, "the handle was closed");
-                deliver(a, r, FEED_ECANCELED);
-            }
-            req_free(r);
-        }
-        for (size_t i = 0; i < a->nsetups; i++) {
-            feed_asetup *su = a->setups[i];
-            if (!su)
-                continue;
-            if (su->probe)
-                feed__ra_close(su->probe, FEED_IO_FAILED, "closed");
-            if (a->core.topo.nodes[su->node]->io)
-                feed__ra_forget(a->core.topo.nodes[su->node]->io, &su->s.trip);
-            feed__setup_end(&su->s);
-            free(su);
-        }
-        free(a->setups);
-        a->setups = NULL;
-        a->nsetups = 0;
-        for (size_t i = 0; i < a->core.topo.nnodes; i++)
-            if (a->core.topo.nodes[i]->io)
-                feed__ra_close(a->core.topo.nodes[i]->io, FEED_IO_FAILED, "closed");
-        if (a->sql_watch)
-            a->loop->watch_free(a->sql_watch);
-        if (a->sql_timer)
-            a->loop->timer_free(a->sql_timer);
-        a->sql_watch = a->sql_timer = NULL;
-        feed__pg_free(&a->pg);
-        free(a->spare);
-        a->spare = NULL;
-        if (a->kick)
-            a->loop->timer_free(a->kick);
-        a->kick = NULL;
-    }
-    if (a->depth > 0)
-        return;     /* a frame of this file is under way: it frees the handle */
-    feed__core_free(&a->core);
-    free(a);
+    was = a->flags;
+    a->flags |= FEED_A_CLOSED | FEED_A_IN_CB;
+    cancel_all(a);
+    frame_leave(a, was);
 }

@@ -10,30 +10,46 @@
 #include "io/io.h"
 #include "io/redis_async.h"
 
-/* What can wait in the ready queue: a request, or a node's set-up. */
+/* Where a task (a request, or a node's set-up) is: on exactly one list of
+ * its handle, a->on[at], which says what it waits for. Only task_move
+ * (async.c) changes it. */
+enum feed_at {
+    FEED_AT_NONE,       /* on none: running, being made, or being freed */
+    FEED_AT_DONE,       /* a request finished: its callback comes from the kick */
+    FEED_AT_READY,      /* the ready queue: runs when the queue runs next */
+    FEED_AT_REDIS,      /* a request's pass is out on the nodes' connections */
+    FEED_AT_SETUP,      /* a request waits for node x.setup_node's set-up */
+    FEED_AT_REPAIR,     /* a request waits for the repairs (a->repair) */
+    FEED_AT_SQL,        /* a request in line for PostgreSQL: the first one's statement runs */
+    FEED_AT_TIMER,      /* a request waits for its timer (a wake-up, a back-off) */
+    FEED_AT_LOOP,       /* a set-up waits for its connect or its trip */
+    FEED_AT_COUNT
+};
+
 typedef struct feed_task {
-    struct feed_task *next_ready;
-    int               queued;
+    struct feed_task *prev, *next;
+    enum feed_at      at;
     int               is_setup;
 } feed_task;
 
-enum { FEED_API_PAGE, FEED_API_RANKED, FEED_API_DONE, FEED_API_HEALTH, FEED_API_INTERNAL,
-       FEED_API_QUIET };
+typedef struct feed_tasks {
+    feed_task *head, *tail;
+} feed_tasks;
 
-/* One request on the loop. */
+enum { FEED_API_PAGE, FEED_API_RANKED, FEED_API_DONE, FEED_API_HEALTH, FEED_API_INTERNAL };
+
+/* One request on the loop: made by feed__async_request, freed only by
+ * req_free (async.c), after its callback, or by feed__async_discard. */
 typedef struct feed_areq {
     feed_task         task;         /* first */
     struct feed_async *a;
-    struct feed_areq  *prev, *next; /* every live request of the handle */
-    struct feed_areq  *next_wait;   /* in a set-up's, the repairs', the SQL or the done list */
     int                pooled;      /* its size is the handle's spare size: recycled */
     int                in_x;        /* an exchange of op->batch is under way */
     int                pass_over;   /* its trips all ended: the exchange reads them */
-    size_t             trips_left;
-    feed_xchg          x;           /* first after the fields a new request clears */
+    size_t             trips_left;  /* FEED_AT_REDIS: trips still out */
     void              *timer;       /* wake-ups; made when first needed */
     feed_op           *op;
-    int                api;         /* FEED_API_* */
+    int                api;         /* FEED_API_*; INTERNAL: no callback */
     struct {                        /* the one api says */
         feed_async_page_cb   *page;
         feed_async_ranked_cb *ranked;
@@ -41,8 +57,9 @@ typedef struct feed_areq {
         feed_async_health_cb *health;
     } cb;
     void              *arg;
-    feed_result        result;
+    feed_result        result;      /* last of the fields a new request clears */
     char               err[FEED_ERRMSG];
+    feed_xchg          x;
     max_align_t        op_space[];  /* the request's machine (a health check's: its
                                        feed_health_info; the machine is on the heap) */
 } feed_areq;
@@ -63,19 +80,13 @@ struct feed_async {
     void             *loop_data;
     char              errmsg[FEED_ERRMSG];
     const char       *cur_err;      /* during a callback: that request's message */
-    feed_areq        *all;
-    feed_task        *ready_head, *ready_tail;
-    feed_areq        *done_head, *done_tail;
+    int               flags;        /* FEED_A_* (async.c says what each keeps) */
+    feed_tasks        on[FEED_AT_COUNT];
     void             *kick;         /* a zero timer: runs the queue, then the callbacks */
-    int               kicked;
-    int               depth;        /* frames of this file under way on the handle */
-    int               dead;         /* closed from inside a frame: free on the way out */
     struct feed_asetup **setups;    /* by node: its set-up under way, or NULL */
     size_t            nsetups;
-    feed_areq        *repair;       /* the repairs under way, and who waits for them */
-    feed_areq        *repair_waiters;
-    feed_areq        *sql_head, *sql_tail, *sql_running;
-    feed_pgtask       pgtask;
+    feed_areq        *repair;       /* the repairs under way */
+    feed_pgtask       pgtask;       /* the first FEED_AT_SQL request's statement */
     void             *sql_watch, *sql_timer;
     int               sql_fd;
     feed_connect_result opened;     /* the first connects' outcome (nobody waits for it) */

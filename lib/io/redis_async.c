@@ -8,15 +8,31 @@
  * writes what was appended in one turn of the loop in one write, so the
  * requests of one turn share it (pipelining).
  *
- * A timer watches the oldest trip: past its deadline (redis_timeout_ms
- * after it was sent) the connection is given up, and every trip on it ends
- * failed, as a blocking read would time out. The connection is freed,
- * never reused half-read.
+ * A timer watches the connect, then the oldest trip: past its deadline
+ * (redis_timeout_ms after it was sent, or the connect began) the
+ * connection is given up, and every trip on it ends failed, as a blocking
+ * read would time out. The connection is freed, never reused half-read.
  *
- * hiredis calls back from inside its own loop callbacks; this file never
- * frees a context from inside its connect callback (hiredis would touch it
- * after), and hands every result on through ended() only: what happens
- * next is the driver's.
+ * A connection is in one state (n->state):
+ *
+ *   RA_CONNECTING  the connect is under way; trips appended now wait in
+ *                  hiredis's buffer, and their time starts once it is made
+ *   RA_UP          connected
+ *   RA_CLOSING     given up (feed__ra_close, the timer) or lost (hiredis
+ *                  handed a NULL reply): no trip is taken; hiredis ends each
+ *                  trip on it with NULL replies, then frees the context
+ *   RA_GONE        hiredis freed the context, or will once its connect
+ *                  callback returns after a failed connect
+ *
+ * hiredis names n in every reply callback it owes (one per command
+ * appended) and in the connect and disconnect callbacks, so n outlives
+ * them all: settle frees it once it is GONE and no trip is left, the only
+ * place n is freed. The owner's pointer (*owner, a node's io)
+ * names n only while it takes trips (CONNECTING, UP). A trip ends only
+ * through ended(), from its last reply or from the NULL replies hiredis
+ * hands over as it frees the context; this file never frees a context from
+ * inside its connect callback (hiredis would touch it after), and what
+ * happens next is the driver's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -33,15 +49,17 @@ typedef struct pending {
     void      *arg;
 } pending;
 
+enum ra_state { RA_CONNECTING, RA_UP, RA_CLOSING, RA_GONE };
+
 struct feed_anode {
-    redisAsyncContext *ac;      /* NULL once hiredis freed it */
+    redisAsyncContext *ac;
     const feed_loop   *loop;
     void              *loop_data;
-    void             **owner;   /* the pointer to clear when this goes */
+    void             **owner;   /* the pointer to clear when this stops taking trips */
     void              *timer;
     uint32_t           timeout_ms;
     int64_t            connect_deadline;
-    int                connected, closing;
+    enum ra_state      state;
     int                io;      /* what a trip ends with when the connection goes */
     char               why[128];
     void             (*on_connect)(void *arg, int ok, const char *why);
@@ -55,48 +73,45 @@ static pending *at(feed_anode *n, size_t i)
     return &n->q[(n->head + i) % n->cap];
 }
 
-/* The oldest trip's deadline drives the timer. */
+/* The connect's deadline, then the oldest trip's (0: none). */
+static int64_t due(feed_anode *n)
+{
+    return n->state == RA_CONNECTING ? n->connect_deadline : n->count > 0 ? at(n, 0)->deadline : 0;
+}
+
 static void arm(feed_anode *n, int64_t now)
 {
-    int64_t when = n->count > 0 ? at(n, 0)->deadline : !n->connected ? n->connect_deadline : 0;
+    int64_t when = due(n);
 
-    if (!n->timer)
-        return;
     n->loop->timer_stop(n->timer);
     if (when)
         n->loop->timer_start(n->timer, when > now ? when - now : 0);
 }
 
-/* End every trip still queued: the connection is gone. */
-static void fail_all(feed_anode *n)
-{
-    while (n->count > 0) {
-        pending p = *at(n, 0);
-        n->head = (n->head + 1) % n->cap;
-        n->count--;
-        if (p.t) {
-            p.t->io = n->io;
-            snprintf(p.t->why, sizeof p.t->why, "%s", n->why);
-            p.ended(p.arg, p.t);
-        }
-    }
-}
-
-static void release(feed_anode *n)
+/* n stops taking trips (state CLOSING or GONE): its owner forgets it. */
+static void lose(feed_anode *n, enum ra_state state)
 {
     if (n->owner && *n->owner == n)
         *n->owner = NULL;
-    if (n->timer)
+    n->owner = NULL;
+    n->state = state;
+}
+
+/* The one place n is freed: GONE, and hiredis owes it no reply. */
+static void settle(feed_anode *n)
+{
+    if (n->state == RA_GONE && n->count == 0) {
         n->loop->timer_free(n->timer);
-    free(n->q);
-    free(n);
+        free(n->q);
+        free(n);
+    }
 }
 
 /* Why the connection went, as the blocking reader says it: a peer that
  * closed it (a restart: worth one retry) or anything else. */
 static void note_failure(feed_anode *n, const redisAsyncContext *ac)
 {
-    if (n->closing)
+    if (n->state >= RA_CLOSING)
         return;
     n->io = ac->err == REDIS_ERR_EOF ||
             (ac->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE))
@@ -108,49 +123,52 @@ static void note_failure(feed_anode *n, const redisAsyncContext *ac)
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     feed_anode *n = privdata;
-    pending *p;
+    pending *p = at(n, 0), done;
 
-    if (n->count == 0)
-        return;     /* a reply no trip waits for: cannot happen */
-    p = at(n, 0);
     if (!reply) {   /* hiredis is freeing the context: every trip ends */
         note_failure(n, ac);
+        if (n->state < RA_CLOSING)
+            lose(n, RA_CLOSING);
         if (p->t && !p->t->io) {
-            p->t->io = n->io ? n->io : FEED_IO_FAILED;
-            snprintf(p->t->why, sizeof p->t->why, "%s", n->why[0] ? n->why : "connection lost");
+            p->t->io = n->io;
+            snprintf(p->t->why, sizeof p->t->why, "%s", n->why);
         }
     } else if (p->t && !p->t->io) {
         p->t->reply(p->t->arg, p->t->got++, reply);
     }
     if (--p->left > 0)
         return;
-    {
-        pending done = *p;
-        n->head = (n->head + 1) % n->cap;
-        n->count--;
-        if (reply && n->count > 0)
-            arm(n, feed__now_ms());
-        if (done.t)
-            done.ended(done.arg, done.t);
-    }
+    done = *p;
+    n->head = (n->head + 1) % n->cap;
+    n->count--;
+    if (reply && n->count > 0)
+        arm(n, feed__now_ms());
+    if (done.t)
+        done.ended(done.arg, done.t);
+    settle(n);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     feed_anode *n = ac->data;
+    int64_t now = feed__now_ms();
 
     if (status == REDIS_OK) {
-        n->connected = 1;
-        arm(n, feed__now_ms());
-        n->on_connect(n->connect_arg, 1, "");
+        n->state = RA_UP;
+        for (size_t i = 0; i < n->count; i++)
+            at(n, i)->deadline = now + n->timeout_ms;
+        arm(n, now);
+        if (n->on_connect)
+            n->on_connect(n->connect_arg, 1, "");
         return;
     }
-    /* hiredis frees the context after this callback. */
+    /* hiredis ends the trips and frees the context after this callback. */
     note_failure(n, ac);
-    n->ac = NULL;
-    n->on_connect(n->connect_arg, 0, n->why);
-    fail_all(n);
-    release(n);
+    lose(n, RA_CLOSING);
+    if (n->on_connect)
+        n->on_connect(n->connect_arg, 0, n->why);
+    n->state = RA_GONE;
+    settle(n);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -159,30 +177,30 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
     (void)status;
     note_failure(n, ac);
-    n->ac = NULL;
-    fail_all(n);
-    release(n);
+    lose(n, RA_GONE);
+    settle(n);
 }
 
-/* The oldest trip (or the connect) ran out of time: give the connection
+/* The connect or the oldest trip ran out of time: give the connection
  * up, its trips end failed. */
 static void on_timer(void *arg)
 {
     feed_anode *n = arg;
-    int64_t now = feed__now_ms();
+    int64_t now = feed__now_ms(), when = due(n);
 
-    if (n->count > 0 ? at(n, 0)->deadline > now : n->connected || n->connect_deadline > now) {
+    if (n->state >= RA_CLOSING)
+        return;
+    if (!when || when > now) {
         arm(n, now);
         return;
     }
-    if (!n->connected) {
-        n->io = FEED_IO_FAILED;
-        snprintf(n->why, sizeof n->why, "Connection timed out");
-        if (n->on_connect)
-            n->on_connect(n->connect_arg, 0, n->why);
-        n->on_connect = NULL;
+    if (n->state == RA_UP) {
+        feed__ra_close(n, FEED_IO_FAILED, "Resource temporarily unavailable (timed out)");
+        return;
     }
-    feed__ra_close(n, FEED_IO_FAILED, "Resource temporarily unavailable (timed out)");
+    if (n->on_connect)
+        n->on_connect(n->connect_arg, 0, "Connection timed out");
+    feed__ra_close(n, FEED_IO_FAILED, "Connection timed out");
 }
 
 feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *loop_data,
@@ -202,14 +220,13 @@ feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *lo
     n->timeout_ms = timeout_ms;
     n->on_connect = done;
     n->connect_arg = arg;
-    n->owner = owner;
     n->ac = redisAsyncConnect(a->host, a->port);
     if (!n->ac || n->ac->err) {
         snprintf(why, cap, "%s", n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
         if (n->ac)
             redisAsyncFree(n->ac);
-        n->ac = NULL;
-        release(n);
+        lose(n, RA_GONE);
+        settle(n);
         return NULL;
     }
     n->ac->data = n;
@@ -218,12 +235,13 @@ feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *lo
         redisAsyncSetDisconnectCallback(n->ac, on_disconnect) != REDIS_OK) {
         snprintf(why, cap, "cannot watch the connection");
         redisAsyncFree(n->ac);
-        n->ac = NULL;
-        release(n);
+        lose(n, RA_GONE);
+        settle(n);
         return NULL;
     }
     n->connect_deadline = now + timeout_ms;
     arm(n, now);
+    n->owner = owner;
     if (owner)
         *owner = n;
     return n;
@@ -250,27 +268,26 @@ static int append(feed_anode *n, int argc, const char **argv, const size_t *lens
     return rc;
 }
 
+static int refuse(feed_trip *t, const char *why)
+{
+    t->io = FEED_IO_FAILED;
+    snprintf(t->why, sizeof t->why, "%s", why);
+    return -1;
+}
+
 int feed__ra_send(feed_anode *n, feed_trip *t, int64_t now,
                   void (*ended)(void *arg, feed_trip *t), void *arg)
 {
-    pending *p;
-
     t->io = FEED_IO_OK;
     t->got = 0;
     t->why[0] = '\0';
-    if (!n->ac || n->closing) {
-        t->io = FEED_IO_FAILED;
-        snprintf(t->why, sizeof t->why, "connection lost");
-        return -1;
-    }
+    if (!n || n->state >= RA_CLOSING)
+        return refuse(t, "connection lost");
     if (n->count == n->cap) {
         size_t cap = n->cap ? 2 * n->cap : 16;
         pending *q = malloc(cap * sizeof *q);
-        if (!q) {
-            t->io = FEED_IO_FAILED;
-            snprintf(t->why, sizeof t->why, "out of memory");
-            return -1;
-        }
+        if (!q)
+            return refuse(t, "out of memory");
         for (size_t i = 0; i < n->count; i++)
             q[i] = *at(n, i);
         free(n->q);
@@ -284,19 +301,14 @@ int feed__ra_send(feed_anode *n, feed_trip *t, int64_t now,
         int argc = t->cmd(t->arg, k, &argv, &lens);
         if (append(n, argc, argv, lens) != REDIS_OK) {
             /* Part of the trip may be queued: the connection is out of
-             * step, and goes. */
-            t->io = FEED_IO_FAILED;
-            snprintf(t->why, sizeof t->why, "out of memory");
-            if (k > 0) {
-                p = at(n, n->count++);
-                *p = (pending){ NULL, k, now + n->timeout_ms, ended, arg };
-            }
+             * step, and goes; hiredis still owes those k replies. */
+            if (k > 0)
+                *at(n, n->count++) = (pending){ NULL, k, now + n->timeout_ms, ended, arg };
             feed__ra_close(n, FEED_IO_FAILED, "out of memory");
-            return -1;
+            return refuse(t, "out of memory");
         }
     }
-    p = at(n, n->count++);
-    *p = (pending){ t, t->n, now + n->timeout_ms, ended, arg };
+    *at(n, n->count++) = (pending){ t, t->n, now + n->timeout_ms, ended, arg };
     if (n->count == 1)
         arm(n, now);
     return 0;
@@ -311,38 +323,22 @@ void feed__ra_forget(feed_anode *n, const feed_trip *t)
 
 void feed__ra_close(feed_anode *n, int io, const char *why)
 {
-    redisAsyncContext *ac = n->ac;
+    enum ra_state was = n->state;
 
-    if (n->closing)
+    lose(n, was >= RA_CLOSING ? was : RA_CLOSING);
+    if (was >= RA_CLOSING)
         return;
-    n->closing = 1;
     n->io = io;
     snprintf(n->why, sizeof n->why, "%s", why);
-    if (n->owner && *n->owner == n)
-        *n->owner = NULL;
-    n->owner = NULL;
-    if (!ac) {
-        fail_all(n);
-        release(n);
-        return;
+    n->loop->timer_stop(n->timer);
+    /* hiredis runs every pending reply callback with NULL (each trip ends
+     * failed); from inside one of the context's own reply callbacks it does
+     * so once that callback returns. Connected, on_disconnect follows and
+     * frees n; a context that never connected gets no disconnect callback,
+     * so it goes here. */
+    redisAsyncFree(n->ac);
+    if (was == RA_CONNECTING) {
+        n->state = RA_GONE;
+        settle(n);
     }
-    if (!n->connected) {
-        /* No disconnect callback comes for a context that never connected:
-         * free it here (never from its connect callback: on_connect does
-         * not call this). */
-        redisAsyncFree(ac);
-        n->ac = NULL;
-        fail_all(n);
-        release(n);
-        return;
-    }
-    /* Connected: hiredis runs every pending reply callback with NULL (each
-     * trip ends failed), then on_disconnect frees n; from inside one of the
-     * context's own reply callbacks it does so once that callback returns. */
-    redisAsyncFree(ac);
-}
-
-int feed__ra_connected(const feed_anode *n)
-{
-    return n->connected && !n->closing;
 }
