@@ -55,6 +55,10 @@ CPPFLAGS += -Ilib -I$(PG_INC)
 # Library objects export only what lib/feedcache.h marks FEED_API.
 LIB_CFLAGS := -fvisibility=hidden
 
+# A '#' for $(shell ...) lines: written \# inside a function call, make 4.3
+# keeps the backslash and older makes need it.
+HASH := \#
+
 # hiredis: the system's, or the one installed under HIREDIS=DIR (its
 # headers first, its libraries found at run time through the rpath).
 ifneq ($(HIREDIS),)
@@ -66,7 +70,7 @@ HIREDIS_TLS := $(if $(wildcard $(HIREDIS_DIR)/include/hiredis/hiredis_ssl.h),$(i
 HIREDIS_BUILD := -$(notdir $(HIREDIS_DIR))
 else
 HIREDIS_TLS := $(shell pkg-config --exists hiredis_ssl 2>/dev/null && \
-                 printf '\#include <hiredis/hiredis_ssl.h>\n' | $(CC) -E -x c - -o /dev/null 2>/dev/null && echo 1)
+                 printf '$(HASH)include <hiredis/hiredis_ssl.h>\n' | $(CC) -E -x c - -o /dev/null 2>/dev/null && echo 1)
 endif
 # TLS to Redis (hiredis >= 1.0 built with hiredis_ssl): FEED_HAVE_TLS.
 ifeq ($(HIREDIS_TLS),1)
@@ -89,7 +93,7 @@ endif
 
 # What the examples and tests need besides the library: a header the
 # compiler does not find is missing (make then builds the library alone).
-have_header = $(shell printf '\#include <$(1)>\n' | $(CC) $(CPPFLAGS) -E -x c - -o /dev/null 2>/dev/null && echo 1)
+have_header = $(shell printf '$(HASH)include <$(1)>\n' | $(CC) $(CPPFLAGS) -E -x c - -o /dev/null 2>/dev/null && echo 1)
 HAVE_LIBEVENT := $(call have_header,event2/event.h)
 HAVE_LIBUV    := $(call have_header,uv.h)
 FEED_MISSING  := $(if $(HAVE_LIBEVENT),,libevent-dev) $(if $(HAVE_LIBUV),,libuv1-dev) \
