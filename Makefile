@@ -181,9 +181,12 @@ $(BUILD)/libfeedcache-%.so.$(VERSION): $(BUILD)/lib/drive/%.o $(SHARED)
 	ln -sf libfeedcache-$*.so.$(VERSION) $(BUILD)/libfeedcache-$*.so
 
 # The link line of a program on the static libraries, for the tests that
-# compile programs of their own (tests/t_readme.t): the same hiredis.
+# compile programs of their own (tests/t_readme.t): the same hiredis. And
+# which hiredis the build is on (HIREDIS=DIR, empty: the system's), for the
+# tests that run make themselves (tests/t_install.t).
 $(BUILD)/link-static: Makefile | $(BUILD)/lib
 	echo '$(LDFLAGS) $(abspath $(ASYNC_STATIC)) $(ASYNC_LIBS)' > $@
+	echo '$(HIREDIS_DIR)' > $(BUILD)/hiredis-dir
 
 tests: $(TEST_BIN)
 

@@ -12,7 +12,9 @@ set -u
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 prefix=/opt/feedcache-test
-make -s install PREFIX=$prefix DESTDIR="$stage" BUILD="${BUILD:-build}" >/dev/null 2>&1
+# The build's own hiredis (make HIREDIS=DIR): the Makefile wrote which.
+hiredis=$(cat "${BUILD:-build}/hiredis-dir" 2>/dev/null || true)
+make -s install PREFIX=$prefix DESTDIR="$stage" BUILD="${BUILD:-build}" ${hiredis:+HIREDIS="$hiredis"} >/dev/null 2>&1
 verdict $? "make install PREFIX=$prefix DESTDIR=..."
 root=$stage$prefix
 for f in include/feedcache.h lib/libfeedcache.a lib/libfeedcache.so lib/libfeedcache.so.0 \
@@ -53,6 +55,13 @@ int main(void)
 }
 C
 export PKG_CONFIG_PATH=$root/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$stage
+# The static links take the libraries' flags as installed, hiredis's -L (a
+# build with HIREDIS=DIR names DIR) included: the sysroot would move that -L
+# into the staging folder too, so the staged paths are given as variables.
+pc_static() {
+    PKG_CONFIG_SYSROOT_DIR= pkg-config --define-variable=libdir="$root/lib" \
+        --define-variable=includedir="$root/include" --static "$@"
+}
 # Under `make check SANITIZE=1` the installed library is the sanitized one,
 # and a program linking it needs the sanitizer runtimes too.
 case "${BUILD:-build}" in *asan*) san=-fsanitize=address,undefined ;; *) san= ;; esac
@@ -73,7 +82,7 @@ cc -std=c11 -Wall -Werror $san examples/minimal.c -o "$stage/minimal" $(pkg-conf
     $(PKG_CONFIG_SYSROOT_DIR= pkg-config --cflags --libs libpq) 2>&1
 verdict $? "examples/minimal.c builds with pkg-config feedcache libpq, as its comment says"
 cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app-static" \
-    $(pkg-config --cflags feedcache) "$root/lib/libfeedcache.a" $(pkg-config --libs-only-l --static feedcache | sed "s/-lfeedcache //") 2>&1
+    $(pkg-config --cflags feedcache) "$root/lib/libfeedcache.a" $(pc_static --libs feedcache | sed "s/-lfeedcache //") 2>&1
 verdict $? "builds against the static library with pkg-config --static"
 out=$("$stage/app-static" 2>&1)
 [ "$out" = "2 1" ]; verdict $? "  and reads the same page from the cache (got: $out)"
@@ -117,7 +126,7 @@ readelf -d "$stage/async" | grep -q 'NEEDED.*\[libfeedcache-libevent\.so\.0\]'
 verdict $? "  it links libfeedcache-libevent.so.0"
 cc -std=c11 -Wall -Werror $san "$stage/async.c" -o "$stage/async-static" $(pkg-config --cflags feedcache-libevent) \
     "$root/lib/libfeedcache-libevent.a" "$root/lib/libfeedcache.a" \
-    $(pkg-config --libs-only-l --static feedcache-libevent | sed -e "s/-lfeedcache-libevent //" -e "s/-lfeedcache //") -levent_core 2>&1
+    $(pc_static --libs feedcache-libevent | sed -e "s/-lfeedcache-libevent //" -e "s/-lfeedcache //") -levent_core 2>&1
 verdict $? "  and against the static libraries with pkg-config --static feedcache-libevent"
 out=$("$stage/async-static" 2>&1)
 [ "$out" = "2 1" ]; verdict $? "  which read the page too (got: $out)"
