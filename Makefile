@@ -253,7 +253,7 @@ uninstall:
 	      $(DESTDIR)$(INCDIR)/feedcache_libuv.h $(DESTDIR)$(LIBDIR)/libfeedcache.* \
 	      $(DESTDIR)$(LIBDIR)/libfeedcache-libevent.* $(DESTDIR)$(LIBDIR)/libfeedcache-libuv.* \
 	      $(DESTDIR)$(PCDIR)/feedcache.pc $(DESTDIR)$(PCDIR)/feedcache-libevent.pc \
-	      $(DESTDIR)$(PCDIR)/feedcache-libuv.pc
+	      $(DESTDIR)$(PCDIR)/feedcache-libuv.pc $(DESTDIR)$(BINDIR)/feedcache-sync
 	rm -rf $(DESTDIR)$(DATADIR)
 
 clean:
