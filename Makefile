@@ -17,8 +17,8 @@
 #   make check SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make check REDIS=valkey the servers are Valkey's (valkey-server,
 #                        valkey-cli) instead of Redis's
-#   make check-compat    the correctness tests alone (a subset of make check,
-#                        ~1/3 of its time): for a second stack, e.g.
+#   make check-compat    the correctness tests alone (COMPAT_TESTS below, a
+#                        subset of make check): for a second stack, e.g.
 #                        make HIREDIS=DIR check-compat, make check-compat REDIS=valkey
 #   make HIREDIS=DIR     build against the hiredis installed under DIR
 #                        (DIR/include/hiredis, DIR/lib; found at run time by
