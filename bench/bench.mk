@@ -38,8 +38,8 @@ $(BENCH_DIR)/peers.o: $(BENCH_DIR)/peers.c
 $(BENCH_DIR)/%.o: bench/%.c $(BENCH_HDR) | $(BENCH_DIR)
 	$(CC) $(CPPFLAGS) -Ibench $(CFLAGS) -c -o $@ $<
 
-$(BENCH_DIR)/feedbench: $(filter-out $(BENCH_DIR)/client_cpu.o,$(BENCH_OBJ)) $(BENCH_DIR)/peers.o $(STATIC)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) $(LIBS)
+$(BENCH_DIR)/feedbench: $(filter-out $(BENCH_DIR)/client_cpu.o,$(BENCH_OBJ)) $(BENCH_DIR)/peers.o $(ASYNC_STATIC)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(ASYNC_STATIC) $(ASYNC_LIBS)
 
 $(BENCH_DIR)/client_cpu: $(BENCH_DIR)/client_cpu.o $(BENCH_DIR)/util.o $(BENCH_DIR)/peers.o $(STATIC)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) $(LIBS)

@@ -47,9 +47,9 @@ $(BUILD)/examples/feed_server: $(call SRV_OBJ,$(SRV_CORE) $(SRV_MHD)) $(BUILD)/e
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(call SRV_OBJ,$(SRV_CORE) $(SRV_MHD)) \
 	    $(BUILD)/examples/page_html.c $(STATIC) $(EX_LIBS) $(LIBS)
 
-$(BUILD)/examples/feed_server_evhttp: $(call SRV_OBJ,$(SRV_CORE) $(SRV_EV)) $(BUILD)/examples/page_html.c $(STATIC)
+$(BUILD)/examples/feed_server_evhttp: $(call SRV_OBJ,$(SRV_CORE) $(SRV_EV)) $(BUILD)/examples/page_html.c $(EV_STATIC) $(STATIC)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(call SRV_OBJ,$(SRV_CORE) $(SRV_EV)) \
-	    $(BUILD)/examples/page_html.c $(STATIC) $(EV_LIBS) $(JSON_LIBS) $(LIBS)
+	    $(BUILD)/examples/page_html.c $(EV_STATIC) $(STATIC) $(EV_LIBS) $(JSON_LIBS) $(LIBS)
 
 $(BUILD)/examples/jget: examples/jget.c | $(BUILD)/examples
 	$(CC) $(CPPFLAGS) $(EX_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(JSON_LIBS)

@@ -40,8 +40,8 @@ soak-sync: all
 
 # make bench's section on feedcache-sync (bench/run.sh runs it).
 SYNC_BENCH := $(BUILD)/sync/sync-bench
-$(SYNC_BENCH): sync/sync_bench.c tests/synctest.h $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(STATIC) | $(BUILD)/sync
-	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(STATIC) $(LIBS)
+$(SYNC_BENCH): sync/sync_bench.c tests/synctest.h $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(ASYNC_STATIC) | $(BUILD)/sync
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(ASYNC_STATIC) $(ASYNC_LIBS)
 bench-build: $(SYNC_BENCH) $(SYNC_BIN)
 
 # make demo runs feedcache-sync next to the example service (examples/demo.sh

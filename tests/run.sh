@@ -7,7 +7,8 @@
 #                            Redis Cluster, named $BUILD/tests/t_foo:cluster
 #                            (a name may be given so too; the cluster is
 #                            started only when some test needs it)
-# Env: BUILD (default build); PROVE_QUIET=1 drops -v; FEED_KEEP=1 keeps the
+# Env: BUILD (default build); REDIS=valkey runs every server on Valkey
+# instead of Redis (tools/servers.sh); PROVE_QUIET=1 drops -v; FEED_KEEP=1 keeps the
 # servers' folder (logs, data) and prints its path; FEED_TEST_WRAPPER, e.g.
 # "valgrind --error-exitcode=99 -q", wraps the C test binaries (not .t files).
 # Tests run from the repo root with DIR/env sourced (see tools/servers.sh).
@@ -95,6 +96,20 @@ stop_prove() {  # the running test (prove's child), then prove
 }
 trap 'stop_prove; exit 130' INT
 trap 'stop_prove; exit 143' TERM
+
+# REDIS=valkey: tools/servers.sh starts Valkey's programs; the tests that
+# start or call redis-server or redis-cli by name (t_auth, the .t scripts)
+# get Valkey's too, through $DIR/bin first on PATH.
+if [[ ${REDIS:-redis} == valkey ]]; then
+    mkdir -p "$DIR/bin"
+    for p in server cli; do
+        v=$(command -v "valkey-$p") || { echo "run.sh: REDIS=valkey but no valkey-$p (tools/deps.sh)" >&2; exit 1; }
+        ln -s "$v" "$DIR/bin/redis-$p"
+    done
+    export REDIS PATH=$DIR/bin:$PATH
+fi
+pg=$(printf '%s\n' /usr/lib/postgresql/*/bin/postgres | sort -V | tail -n1)
+echo "run.sh: $("${REDIS:-redis}-server" --version | sed 's/ sha=.*//'); $("$pg" --version)" >&2
 
 tools/servers.sh start "$DIR"
 if [[ " ${tests[*]} " == *":cluster "* ]]; then

@@ -3,7 +3,8 @@
 # compiles against lib/feedcache.h (and the event-loop headers), so a
 # sample that drifts from the API fails `make check`. A sample with a
 # main() is a complete program: compiled as it is and linked with the
-# library and what it needs (hiredis, libpq, libevent, libuv). Any other is a fragment:
+# library, its adapters and what they need ($BUILD/link-static, written by
+# the Makefile: the same hiredis as the build's). Any other is a fragment:
 # compiled inside a function body, after a prelude that declares what
 # fragments take from the application around them (uid, show(), ...). A
 # complete program that names itself in its first line ("/* minimal.c --")
@@ -62,7 +63,8 @@ shown=0
 for src in $(ls "$tmp"/sample-*.c | sort -t- -k2 -n); do
     k=$(basename "$src" .c); read -r md line < "$tmp/$k.where"
     if grep -q '^int main(' "$src"; then
-        $CC $flags "$src" -o "$tmp/$k" "$BUILD/libfeedcache.a" -lhiredis -lpq -levent_core -luv -lpthread -lm \
+        # shellcheck disable=SC2046  # the link line is words
+        $CC $flags "$src" -o "$tmp/$k" $(cat "$BUILD/link-static") \
             > "$tmp/$k.log" 2>&1
         rc=$?
         what="$md:$line: complete program compiles and links"

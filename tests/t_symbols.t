@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # t_symbols.t -- libfeedcache.so exports exactly the public API: every
 # function lib/feedcache.h declares with FEED_API, and nothing else (no
-# feed__ internals, no embedded scripts). The list comes from the header, so
+# feed__ internals but the two the adapter libraries call, no embedded
+# scripts); libfeedcache-libevent.so and libfeedcache-libuv.so export their
+# open function alone, and libfeedcache.so links neither loop. The list comes from the header, so
 # a new public function is covered as soon as it is declared there.
 set -u
 # shellcheck source=tests/tap.bash
@@ -22,16 +24,40 @@ bare=$(grep -nE '^[a-z][a-z_ ]*[ *]feed_[a-z0-9_]*\(' "${headers[@]}" | grep -v 
 [ "$(wc -l < "$tmp/declared")" -ge 20 ]; verdict $? "the header declares $(wc -l < "$tmp/declared") public functions"
 
 test -f "$so"; verdict $? "$so is built"
-nm -D --defined-only "$so" | awk '$2 ~ /^[A-Za-z]$/ && $2 != "A" { print $3 }' |
-    grep -v '^_' | sed 's/@.*//' | sort -u > "$tmp/exported"
+exported() {  # defined dynamic symbols of a shared library, one a line
+    nm -D --defined-only "$1" | awk '$2 ~ /^[A-Za-z]$/ && $2 != "A" { print $3 }' |
+        grep -v '^_' | sed 's/@.*//' | sort -u
+}
+exported "$so" > "$tmp/exported"
 [ -s "$tmp/exported" ]; verdict $? "nm -D lists the exported symbols"
 
-extra=$(comm -13 "$tmp/declared" "$tmp/exported" | tr '\n' ' ')
-[ -z "$extra" ]; verdict $? "nothing exported beyond the header${extra:+: $extra}"
-missing=$(comm -23 "$tmp/declared" "$tmp/exported" | tr '\n' ' ')
-[ -z "$missing" ]; verdict $? "every public function is exported${missing:+; missing: $missing}"
-internal=$(grep -c '^feed__' "$tmp/exported")
-[ "$internal" = 0 ]; verdict $? "no feed__ internal is exported ($internal found)"
+# The event-loop adapters are libraries of their own: each exports its one
+# open function, and libfeedcache.so gives them the driver's two doors
+# (lib/drive/async.h), the only feed__ names it exports.
+adapter_doors="feed__async_open feed__async_refuse"
+ev=$(sed -n 's/^FEED_API[^(]*[^A-Za-z0-9_(]\(feed_[A-Za-z0-9_]*\)(.*/\1/p' lib/feedcache_libevent.h)
+uv=$(sed -n 's/^FEED_API[^(]*[^A-Za-z0-9_(]\(feed_[A-Za-z0-9_]*\)(.*/\1/p' lib/feedcache_libuv.h)
+sed -n 's/^FEED_API[^(]*[^A-Za-z0-9_(]\(feed_[A-Za-z0-9_]*\)(.*/\1/p' lib/feedcache.h |
+    { cat; printf '%s\n' $adapter_doors; } | sort -u > "$tmp/core"
+extra=$(comm -13 "$tmp/core" "$tmp/exported" | tr '\n' ' ')
+[ -z "$extra" ]; verdict $? "nothing exported beyond feedcache.h and the adapters' doors${extra:+: $extra}"
+missing=$(comm -23 "$tmp/core" "$tmp/exported" | tr '\n' ' ')
+[ -z "$missing" ]; verdict $? "every public function of feedcache.h is exported${missing:+; missing: $missing}"
+internal=$(grep '^feed__' "$tmp/exported" | grep -cvxF -e feed__async_open -e feed__async_refuse)
+[ "$internal" = 0 ]; verdict $? "no other feed__ internal is exported ($internal found)"
+loops=$(readelf -d "$so" | grep -E 'NEEDED.*(libevent|libuv)' | tr -s ' ' | tr '\n' ';')
+[ -z "$loops" ]; verdict $? "libfeedcache.so links no event loop${loops:+: $loops}"
+
+for a in libevent libuv; do
+    lib=$BUILD/libfeedcache-$a.so
+    want=$ev
+    [ $a = libuv ] && want=$uv
+    test -f "$lib"; verdict $? "$lib is built"
+    got=$(exported "$lib" | tr '\n' ' ')
+    [ "$got" = "$want " ]; verdict $? "  it exports $want alone (got: $got)"
+    readelf -d "$lib" | grep -q "NEEDED.*\[libfeedcache\.so\.0\]"
+    verdict $? "  it links libfeedcache.so.0"
+done
 
 echo "1..$n"
 [ $failed = 0 ]

@@ -42,12 +42,25 @@
 #                pg/ pg.port pg.log sock/                          (PostgreSQL)
 #                replica/ replica.port replica.log                 (its replica)
 #                env
+# REDIS=valkey: every server and client is Valkey's (valkey-server, its
+# --sentinel mode, valkey-cli) instead of Redis's; same configuration files.
 # Ports: FEED_REDIS_PORT / FEED_PG_PORT choose them for a fresh DIR, otherwise
 # free ones below the ephemeral range are picked at random; a restart always
 # reuses the DIR's port.
 set -euo pipefail
 
 die() { echo "servers.sh: $*" >&2; exit 1; }
+
+case ${REDIS:-redis} in
+redis) REDIS_SERVER=redis-server REDIS_CLI=redis-cli ;;
+valkey) REDIS_SERVER=valkey-server REDIS_CLI=valkey-cli ;;
+*) die "REDIS must be redis or valkey, not $REDIS" ;;
+esac
+# A pid of ours is one of these programs (guards against a reused pid).
+is_server() {
+    case $(cat "/proc/$1/comm" 2>/dev/null) in redis-server* | valkey-server*) return 0 ;; esac
+    return 1
+}
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 REPO=$(cd "$(dirname "$SELF")/.." && pwd)
@@ -117,16 +130,16 @@ redis_pid() {
     local p
     p=$(cat "$D/redis.pid" 2>/dev/null) || return 1
     # also guard against the pid having been reused by something else
-    alive "$p" && [[ $(cat "/proc/$p/comm" 2>/dev/null) == redis-server* ]] && echo "$p"
+    alive "$p" && is_server "$p" && echo "$p"
 }
-redis_ping() { [[ $(timeout 1 redis-cli -h 127.0.0.1 -p "$(redis_port)" ping 2>/dev/null) == PONG ]]; }
+redis_ping() { [[ $(timeout 1 "$REDIS_CLI" -h 127.0.0.1 -p "$(redis_port)" ping 2>/dev/null) == PONG ]]; }
 
 redis_launch() {  # from DIR/redis.conf, wait until it answers PING
     local end=$((SECONDS + 10))
     rm -f "$D/redis.pid"
-    redis-server "$D/redis.conf" >>"$D/redis.log" 2>&1 </dev/null || true
+    "$REDIS_SERVER" "$D/redis.conf" >>"$D/redis.log" 2>&1 </dev/null || true
     while ((SECONDS < end)); do redis_ping && return 0; sleep 0.1; done
-    echo "servers.sh: redis-server on port $(redis_port) did not answer PING in 10 s; log tail:" >&2
+    echo "servers.sh: $REDIS_SERVER on port $(redis_port) did not answer PING in 10 s; log tail:" >&2
     tail -n 20 "$D/redis.log" >&2
     return 1
 }
@@ -307,12 +320,12 @@ ha_port() { cat "$HA/$1.port" 2>/dev/null; }
 ha_pid() {
     local p
     p=$(cat "$HA/$1.pid" 2>/dev/null) || return 1
-    alive "$p" && [[ $(cat "/proc/$p/comm" 2>/dev/null) == redis-server* ]] && echo "$p"
+    alive "$p" && is_server "$p" && echo "$p"
 }
 ha_cli() {  # port args...
     local port=$1
     shift
-    timeout 2 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
+    timeout 2 "$REDIS_CLI" -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
 }
 
 ha_setup() {  # fresh ports and configs, once
@@ -361,14 +374,14 @@ ha_launch() {  # name
     ha_pid "$n" >/dev/null && return 0
     rm -f "$HA/$n.pid"
     if [[ $n == s* ]]; then
-        redis-server "$HA/$n.conf" --sentinel >>"$HA/$n.log" 2>&1 </dev/null || true
+        "$REDIS_SERVER" "$HA/$n.conf" --sentinel >>"$HA/$n.log" 2>&1 </dev/null || true
     elif [[ -n ${2:-} && $2 != $(ha_port "$n") ]]; then
         # A node coming back after a failover rejoins as the replica of the
         # current primary, as an operator would restart it (empty: no
         # persistence), instead of as a second, empty primary.
-        redis-server "$HA/$n.conf" --replicaof 127.0.0.1 "$2" >>"$HA/$n.log" 2>&1 </dev/null || true
+        "$REDIS_SERVER" "$HA/$n.conf" --replicaof 127.0.0.1 "$2" >>"$HA/$n.log" 2>&1 </dev/null || true
     else
-        redis-server "$HA/$n.conf" >>"$HA/$n.log" 2>&1 </dev/null || true
+        "$REDIS_SERVER" "$HA/$n.conf" >>"$HA/$n.log" 2>&1 </dev/null || true
     fi
     for ((i = 0; i < 100; i++)); do
         [[ $(ha_cli "$(ha_port "$n")" ping) == PONG ]] && return 0
@@ -463,12 +476,12 @@ C=$D/cluster
 cluster_node_pid() {  # port
     local p
     p=$(cat "$C/$1/redis.pid" 2>/dev/null) || return 1
-    alive "$p" && [[ $(cat "/proc/$p/comm" 2>/dev/null) == redis-server* ]] && echo "$p"
+    alive "$p" && is_server "$p" && echo "$p"
 }
 ccli() {  # port args...: redis-cli against one node
     local port=$1
     shift
-    timeout 10 redis-cli -h 127.0.0.1 -p "$port" "$@"
+    timeout 10 "$REDIS_CLI" -h 127.0.0.1 -p "$port" "$@"
 }
 cluster_pick_ports() {  # six ports, each with a free bus port, none in use
     local low p i ports=() taken=" $(redis_port) $(pg_port) "
@@ -488,7 +501,7 @@ cluster_pick_ports() {  # six ports, each with a free bus port, none in use
 }
 cluster_launch() {  # port: start one node from its config, wait for PING
     local port=$1 end=$((SECONDS + 10))
-    redis-server "$C/$port/redis.conf" >>"$C/$port/redis.log" 2>&1 </dev/null || true
+    "$REDIS_SERVER" "$C/$port/redis.conf" >>"$C/$port/redis.log" 2>&1 </dev/null || true
     while ((SECONDS < end)); do
         [[ $(ccli "$port" ping 2>/dev/null) == PONG ]] && return 0
         sleep 0.1
@@ -548,8 +561,8 @@ EOC
     done
     local addrs=()
     for port in "${ports[@]}"; do addrs+=("127.0.0.1:$port"); done
-    redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
-        >"$C/create.log" 2>&1 || { cat "$C/create.log" >&2; die "redis-cli --cluster create failed"; }
+    "$REDIS_CLI" --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
+        >"$C/create.log" 2>&1 || { cat "$C/create.log" >&2; die "$REDIS_CLI --cluster create failed"; }
     echo "${ports[@]}" >"$C/ports"
     cluster_wait
 }
@@ -726,10 +739,36 @@ cluster-wait)
     ;;
 cluster-reshard)
     [[ $# -eq 5 ]] || die "usage: $0 cluster-reshard DIR FROM_PORT TO_PORT NSLOTS"
+    # Right after a test's failover or kill the cluster may still be
+    # settling, and a node that briefly counts itself cut off answers the
+    # MIGRATE of a move with CLUSTERDOWN (seen on Valkey 8 under load): wait
+    # until every node agrees first. A move that fails all the same leaves
+    # its slot open, which would refuse every later reshard: close it
+    # (--cluster fix), wait, and move what is left once more, saying so.
+    cluster_wait
+    src=$3
     from=$(ccli "$3" cluster myid) to=$(ccli "$4" cluster myid)
-    redis-cli --cluster reshard "127.0.0.1:$3" --cluster-from "$from" --cluster-to "$to" \
-        --cluster-slots "$5" --cluster-yes --cluster-pipeline 10 >>"$C/reshard.log" 2>&1 ||
-        { tail -n 20 "$C/reshard.log" >&2; die "reshard $3 -> $4 failed"; }
+    owned() {  # slots node $1 serves
+        ccli "$1" cluster nodes | awk '/myself/ { n = 0
+            for (i = 9; i <= NF; i++) { if ($i ~ /^\[/) continue; k = split($i, a, "-")
+                                        n += k == 2 ? a[2] - a[1] + 1 : 1 }
+            print n }'
+    }
+    reshard() {  # nslots
+        "$REDIS_CLI" --cluster reshard "127.0.0.1:$src" --cluster-from "$from" --cluster-to "$to" \
+            --cluster-slots "$1" --cluster-yes --cluster-pipeline 10 >>"$C/reshard.log" 2>&1
+    }
+    had=$(owned "$4")
+    if ! reshard "$5"; then
+        echo "servers.sh: reshard $3 -> $4 stopped ($(grep -oE '(ERR|\*\*\*) .*' "$C/reshard.log" | tail -n1)); fixing the open slot, then the rest" >&2
+        "$REDIS_CLI" --cluster fix "127.0.0.1:$3" --cluster-yes >>"$C/reshard.log" 2>&1 || true
+        cluster_wait
+        left=$(($5 - ($(owned "$4") - had)))
+        if ((left > 0)) && ! reshard "$left"; then
+            tail -n 20 "$C/reshard.log" >&2
+            die "reshard $3 -> $4 failed"
+        fi
+    fi
     ;;
 cluster-failover)
     [[ $# -eq 3 ]] || die "usage: $0 cluster-failover DIR REPLICA_PORT"

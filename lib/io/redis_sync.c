@@ -84,6 +84,21 @@ static int format_into(char *buf, size_t *at, size_t cap, int argc, const char *
     return 1;
 }
 
+/* May a trip's commands bypass hiredis and go straight to the socket? Only
+ * with nothing of hiredis's own waiting in its output buffer (order), and
+ * only on a plain connection: hiredis >= 1.0 may carry TLS (hiredis_ssl
+ * keeps its state in privctx, documented in hiredis.h as the SSL context),
+ * where c->fd is the encrypted stream and only hiredis may write to it.
+ * obuf and privctx are fields of the public redisContext in 0.14 and 1.x. */
+static int direct_ok(const redisContext *c)
+{
+#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
+    if (c->privctx)
+        return 0;
+#endif
+    return c->obuf[0] == '\0';
+}
+
 static int send_all(redisContext *c, const char *buf, size_t len)
 {
     for (size_t done = 0; done < len;) {
@@ -110,8 +125,7 @@ void feed__rs_write(redisContext *c, feed_trip *t)
 
     t->io = FEED_IO_OK;
     t->got = 0;
-    /* hiredis holds output not yet written: keep its order. */
-    if (c->obuf[0] == '\0') {
+    if (direct_ok(c)) {
         for (; k < t->n; k++) {
             const char **argv;
             const size_t *lens;
