@@ -662,6 +662,8 @@ static void trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
         return;
     }
     n->attempt_ms = now;
+    snprintf(n->why, sizeof n->why, "Redis at %.64s:%d: %.160s", n->addr.host, n->addr.port,
+             t->trip.why);
     x->c->stats.redis_errors++;
     if (!x->io_failed) {
         if (is_cluster(x))

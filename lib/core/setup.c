@@ -100,9 +100,22 @@ static void fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
     s->c->stats.redis_errors++;
     s->node->state = FEED_NODE_DOWN;
     s->node->attempt_ms = now;
+    snprintf(s->node->why, sizeof s->node->why, "%.255s", s->err);
     if (is_cluster(s))
         s->c->topo.stale = 1;
     finish(s, code);
+}
+
+/* A reconnect held off until retry_ms has passed: the refusal says why
+ * the node went down too (a wrong CA, a plaintext port, a refused AUTH),
+ * or "down" would send the user looking for a server that is up. */
+static enum feed_swant held_off(feed_setup *s, int rc)
+{
+    size_t len = strlen(s->err);
+
+    if (s->node->why[0] && len < FEED_ERRMSG)
+        snprintf(s->err + len, FEED_ERRMSG - len, " (last failure: %s)", s->node->why);
+    return finish(s, rc);
 }
 
 /* ---- The commands of a step ------------------------------------------- */
@@ -423,7 +436,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
             rc = feed__retry_due(c, n->attempt_ms, now, is_cluster(s) ? "Redis node" : "Redis",
                                  s->err);
             if (rc != FEED_OK)
-                return finish(s, rc);
+                return held_off(s, rc);
             n->attempt_ms = now;
             c->stats.redis_connects++;
             n->fence.state = FEED_FENCE_UNKNOWN;

@@ -431,9 +431,9 @@ static void setup_run(feed_asetup *su)
         switch (feed__setup_next(&su->s, now)) {
         case FEED_S_PROBE:
             su->waiting = 1;
-            if (!feed__ra_connect(&su->s.probe, a->loop, a->loop_data, a->core.cfg.redis_timeout_ms,
-                                  now, probe_connected, su, (void **)&su->probe, why,
-                                  sizeof why)) {
+            if (!feed__ra_connect(&su->s.probe, a->core.tls, a->loop, a->loop_data,
+                                  a->core.cfg.redis_timeout_ms, now, probe_connected, su,
+                                  (void **)&su->probe, why, sizeof why)) {
                 su->waiting = 0;
                 su->s.trip.io = FEED_IO_FAILED;
                 snprintf(su->s.trip.why, sizeof su->s.trip.why, "%s", why);
@@ -445,8 +445,9 @@ static void setup_run(feed_asetup *su)
             if (n->io)
                 feed__ra_close(n->io, FEED_IO_FAILED, "connection dropped");
             su->waiting = 1;
-            if (!feed__ra_connect(&n->addr, a->loop, a->loop_data, a->core.cfg.redis_timeout_ms,
-                                  now, node_connected, su, &n->io, why, sizeof why)) {
+            if (!feed__ra_connect(&n->addr, a->core.tls, a->loop, a->loop_data,
+                                  a->core.cfg.redis_timeout_ms, now, node_connected, su,
+                                  &n->io, why, sizeof why)) {
                 su->waiting = 0;
                 feed__setup_connected(&su->s, 0, why, now);
                 continue;
@@ -786,6 +787,17 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: out of memory");
         return FEED_ENOMEM;
     }
+    {
+        char tls_why[FEED_ERRMSG];
+        int rc = feed__tls_open(&a->core.cfg, &a->core.tls, tls_why, sizeof tls_why);
+        if (rc != FEED_OK) {
+            snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %.480s", tls_why);
+            loop->timer_free(a->kick);
+            feed__core_free(&a->core);
+            free(a);
+            return rc;
+        }
+    }
     a->loop = loop;
     a->loop_data = loop_data;
     a->sql_fd = -1;
@@ -899,6 +911,7 @@ void feed_async_close(feed_async *a)
     }
     if (a->depth > 0)
         return;     /* a frame of this file is under way: it frees the handle */
+    feed__tls_free(a->core.tls);
     feed__core_free(&a->core);
     free(a);
 }

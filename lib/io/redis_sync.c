@@ -22,7 +22,8 @@ static struct timeval tv_of(uint32_t ms)
     return tv;
 }
 
-redisContext *feed__rs_connect(const feed_addr *a, uint32_t timeout_ms, char *why, size_t cap)
+redisContext *feed__rs_connect(const feed_addr *a, const feed_tls *tls, uint32_t timeout_ms,
+                               char *why, size_t cap)
 {
     struct timeval tv = tv_of(timeout_ms);
     redisContext *c = redisConnectWithTimeout(a->host, a->port, tv);
@@ -31,8 +32,14 @@ redisContext *feed__rs_connect(const feed_addr *a, uint32_t timeout_ms, char *wh
         snprintf(why, cap, "out of memory");
         return NULL;
     }
+    /* The timeout is set before the TLS handshake, which it bounds too
+     * (a plaintext server may never answer a ClientHello). */
     if (c->err || redisSetTimeout(c, tv) != REDIS_OK) {
         snprintf(why, cap, "%s", c->errstr[0] ? c->errstr : "connect failed");
+        redisFree(c);
+        return NULL;
+    }
+    if (feed__tls_begin(tls, c, a->host, why, cap) != 0) {
         redisFree(c);
         return NULL;
     }
@@ -110,8 +117,9 @@ void feed__rs_write(redisContext *c, feed_trip *t)
 
     t->io = FEED_IO_OK;
     t->got = 0;
-    /* hiredis holds output not yet written: keep its order. */
-    if (c->obuf[0] == '\0') {
+    /* hiredis holds output not yet written: keep its order. Over TLS
+     * every byte goes through hiredis's session. */
+    if (c->obuf[0] == '\0' && !feed__tls_on(c)) {
         for (; k < t->n; k++) {
             const char **argv;
             const size_t *lens;
