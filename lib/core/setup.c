@@ -86,6 +86,13 @@ static enum feed_swant finish(feed_setup *s, int code)
     return FEED_S_DONE;
 }
 
+/* Why the node is down, for the refusals while its reconnect is held
+ * off. */
+static void remember(feed_setup *s)
+{
+    snprintf(s->node->why, sizeof s->node->why, "%.255s", s->err);
+}
+
 /* The node failed under a step: keep the reason, drop its connection (the
  * driver closes a DOWN node's), and the next connect waits retry_ms. */
 static void fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
@@ -100,7 +107,7 @@ static void fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
     s->c->stats.redis_errors++;
     s->node->state = FEED_NODE_DOWN;
     s->node->attempt_ms = now;
-    snprintf(s->node->why, sizeof s->node->why, "%.255s", s->err);
+    remember(s);
     if (is_cluster(s))
         s->c->topo.stale = 1;
     finish(s, code);
@@ -445,9 +452,10 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
         case ST_SENTINEL:
             if (!feed__addr_at(c->cfg.redis_sentinels, s->sentinel++, &s->probe, &bad)) {
                 c->stats.redis_errors++;
-                return finish(s, feed__msg(s->err, FEED_EUNAVAILABLE,
-                                           "no Sentinel named the primary \"%s\" (last: %s)",
-                                           c->cfg.redis_master_name, s->last));
+                feed__msg(s->err, FEED_EUNAVAILABLE, "no Sentinel named the primary \"%s\" "
+                          "(last: %s)", c->cfg.redis_master_name, s->last);
+                remember(s);
+                return finish(s, FEED_EUNAVAILABLE);
             }
             add(s, 3, "SENTINEL", "get-master-addr-by-name", c->cfg.redis_master_name, NULL);
             return trip(s, 1, FEED_S_PROBE);

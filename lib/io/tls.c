@@ -35,7 +35,9 @@ int feed_tls_supported(void)
 #if FEED_HAVE_TLS
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis_ssl.h>
 #include <openssl/err.h>
@@ -66,10 +68,33 @@ static const char *tls_reason(void)
     return r;
 }
 
+/* The first of cfg's files that cannot be read at all, as *bad (its field)
+ * and *what (its name), the reason in errno_why. */
+static int unreadable(const feed_config *cfg, const char **bad, const char **what,
+                      char *errno_why, size_t len)
+{
+    const char *field[4] = { "redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file",
+                             "redis_tls_ca_dir" };
+    const char *path[4] = { cfg->redis_tls_ca_file, cfg->redis_tls_cert_file,
+                            cfg->redis_tls_key_file, cfg->redis_tls_ca_dir };
+
+    errno_why[0] = '\0';
+    for (int i = 0; i < 4; i++) {
+        if (!path[i] || access(path[i], i < 3 ? R_OK : R_OK | X_OK) == 0)
+            continue;
+        snprintf(errno_why, len, "%s", strerror(errno));
+        *bad = field[i];
+        *what = path[i];
+        return 1;
+    }
+    return 0;
+}
+
 int feed__tls_open(const feed_config *cfg, feed_tls **out, char *why, size_t cap)
 {
     feed_tls *t;
     const char *bad = NULL, *what = NULL;
+    char errno_why[128];
 
     *out = NULL;
     if (!cfg->redis_tls)
@@ -88,7 +113,9 @@ int feed__tls_open(const feed_config *cfg, feed_tls **out, char *why, size_t cap
     /* A partial write is retried by hiredis_ssl from its own buffer,
      * which may have moved since. */
     SSL_CTX_set_mode(t->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    if (cfg->redis_tls_ca_file || cfg->redis_tls_ca_dir) {
+    if (unreadable(cfg, &bad, &what, errno_why, sizeof errno_why)) {
+        /* said with errno: OpenSSL's own reason would be "system lib" */
+    } else if (cfg->redis_tls_ca_file || cfg->redis_tls_ca_dir) {
         if (SSL_CTX_load_verify_locations(t->ctx, cfg->redis_tls_ca_file,
                                           cfg->redis_tls_ca_dir) != 1) {
             bad = cfg->redis_tls_ca_file ? "redis_tls_ca_file" : "redis_tls_ca_dir";
@@ -110,7 +137,7 @@ int feed__tls_open(const feed_config *cfg, feed_tls **out, char *why, size_t cap
         }
     }
     if (bad) {
-        const char *r = tls_reason();
+        const char *r = errno_why[0] ? errno_why : tls_reason();
         if (*what)
             snprintf(why, cap, "%s \"%s\" cannot be loaded: %s", bad, what,
                      r ? r : "unknown error");
@@ -195,6 +222,8 @@ void feed__tls_why(const char *errstr, int handshake, char *why, size_t cap)
     } else if (handshake) {
         snprintf(why, cap, "%s: %s", what, errstr);
     } else {
+        /* hiredis_ssl's read or write failed with nothing recorded: its
+         * own text (a close, a timeout, strerror). */
         snprintf(why, cap, "%s", errstr);
     }
 }
