@@ -117,12 +117,15 @@ void feed__rs_write(redisContext *c, feed_trip *t)
     char buf[DIRECT_MAX];
     size_t at = 0, k = 0;
     int done = 0;
+    int tls = feed__tls_on(c);
 
     t->io = FEED_IO_OK;
     t->got = 0;
+    if (tls)
+        feed__tls_forget();
     /* hiredis holds output not yet written: keep its order. Over TLS
      * every byte goes through hiredis's session. */
-    if (c->obuf[0] == '\0' && !feed__tls_on(c)) {
+    if (c->obuf[0] == '\0' && !tls) {
         for (; k < t->n; k++) {
             const char **argv;
             const size_t *lens;

@@ -234,6 +234,11 @@ int feed__tls_on(const redisContext *c)
     return c->privctx != NULL;
 }
 
+void feed__tls_forget(void)
+{
+    ERR_clear_error();
+}
+
 #else /* !FEED_HAVE_TLS */
 
 int feed__tls_open(const feed_config *cfg, feed_tls **out, char *why, size_t cap)
@@ -264,6 +269,10 @@ int feed__tls_on(const redisContext *c)
 {
     (void)c;
     return 0;
+}
+
+void feed__tls_forget(void)
+{
 }
 
 #endif /* FEED_HAVE_TLS */
