@@ -32,10 +32,11 @@ void feed__tls_free(feed_tls *t);
  * its first bytes go. -1 with why (the handshake's failure, named). */
 int  feed__tls_begin(const feed_tls *t, redisContext *c, const char *host, char *why,
                      size_t cap);
-/* Why a TLS connection failed (hiredis said errstr), into why: OpenSSL's
- * reason when it recorded one on this thread, else errstr; handshake: no
- * reply came on it yet, so the handshake is what failed. */
-void feed__tls_why(const char *errstr, int handshake, char *why, size_t cap);
+/* Why the TLS connection c failed, into why: OpenSSL's reason when it
+ * recorded one on this thread, else hiredis's errstr (with a hint where a
+ * cause is likely); handshake: no reply came on c yet, so the handshake is
+ * what failed. */
+void feed__tls_why(const redisContext *c, int handshake, char *why, size_t cap);
 /* 1 when c speaks TLS (its bytes must go through hiredis). */
 int  feed__tls_on(const redisContext *c);
 /* Before a round trip on a TLS connection: empty the thread's OpenSSL

@@ -104,7 +104,7 @@ static void note_failure(feed_anode *n, const redisAsyncContext *ac)
             (ac->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE))
             ? FEED_IO_CLOSED : FEED_IO_FAILED;
     if (feed__tls_on(&ac->c))   /* hiredis_ssl says "I/O error": name the cause */
-        feed__tls_why(ac->errstr, !n->replied, n->why, sizeof n->why);
+        feed__tls_why(&ac->c, !n->replied, n->why, sizeof n->why);
     else
         snprintf(n->why, sizeof n->why, "%s", ac->errstr && ac->errstr[0] ? ac->errstr
                                                                            : "connection lost");

@@ -65,7 +65,7 @@ static void failed(redisContext *c, feed_trip *t, int err)
 {
     t->io = closed_by_peer(c, err) ? FEED_IO_CLOSED : FEED_IO_FAILED;
     if (feed__tls_on(c))    /* a TLS alert reads as a close: name it */
-        feed__tls_why(c->errstr, 0, t->why, sizeof t->why);
+        feed__tls_why(c, 0, t->why, sizeof t->why);
     else
         snprintf(t->why, sizeof t->why, "%s", c->errstr[0] ? c->errstr : "connection lost");
 }

@@ -48,6 +48,7 @@ struct feed_tls {
     SSL_CTX *ctx;
     char    *server_name;       /* NULL: each connection's host */
     int      verify;
+    int      has_cert;          /* a client certificate is offered */
 };
 
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
@@ -107,6 +108,7 @@ int feed__tls_open(const feed_config *cfg, feed_tls **out, char *why, size_t cap
         return FEED_ENOMEM;
     }
     t->verify = cfg->redis_tls_verify;
+    t->has_cert = cfg->redis_tls_cert_file != NULL;
     ERR_clear_error();
     SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(t->ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
@@ -197,19 +199,21 @@ int feed__tls_begin(const feed_tls *t, redisContext *c, const char *host, char *
      * the session is hiredis's, freed with the context; not on failure. */
     if (redisInitiateSSL(c, s) != REDIS_OK) {
         SSL_free(s);
-        feed__tls_why(c->errstr, 1, why, cap);
+        feed__tls_why(c, 1, why, cap);
         return -1;
     }
+    /* For feed__tls_why (hiredis leaves privdata to its user: not freed). */
+    c->privdata = (void *)t;
     return 0;
 }
 
-void feed__tls_why(const char *errstr, int handshake, char *why, size_t cap)
+void feed__tls_why(const redisContext *c, int handshake, char *why, size_t cap)
 {
+    const feed_tls *t = c->privdata;
     const char *r = tls_reason();
     const char *what = handshake ? "TLS handshake failed" : "TLS";
+    const char *errstr = c->errstr[0] ? c->errstr : "connection lost";
 
-    if (!errstr || !errstr[0])
-        errstr = "connection lost";
     if (r) {
         /* A plaintext Redis answers a ClientHello with an error line,
          * which reads as a record of no known version. */
@@ -219,6 +223,13 @@ void feed__tls_why(const char *errstr, int handshake, char *why, size_t cap)
     } else if (handshake && strstr(errstr, "temporarily unavailable")) {
         /* A plaintext Redis may also wait for the rest of a "command". */
         snprintf(why, cap, "TLS handshake timed out (is this port plaintext, not TLS?)");
+    } else if (t && !t->has_cert && (c->err == REDIS_ERR_EOF || strstr(errstr, "reset"))) {
+        /* Under TLS 1.3 a server checks the client's certificate after
+         * the client's handshake is done, and closes at once when there is
+         * none: its alert, if it came before the close, would have been
+         * the reason above. */
+        snprintf(why, cap, "%s: %s (over TLS without a client certificate: does the server "
+                 "require one, tls-auth-clients?)", what, errstr);
     } else if (handshake) {
         snprintf(why, cap, "%s: %s", what, errstr);
     } else {
@@ -259,10 +270,10 @@ int feed__tls_begin(const feed_tls *t, redisContext *c, const char *host, char *
     return 0;
 }
 
-void feed__tls_why(const char *errstr, int handshake, char *why, size_t cap)
+void feed__tls_why(const redisContext *c, int handshake, char *why, size_t cap)
 {
     (void)handshake;
-    snprintf(why, cap, "%s", errstr && errstr[0] ? errstr : "connection lost");
+    snprintf(why, cap, "%s", c->errstr[0] ? c->errstr : "connection lost");
 }
 
 int feed__tls_on(const redisContext *c)
