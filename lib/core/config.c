@@ -57,7 +57,7 @@ const char *feed__script_name(enum feed_script s)
 }
 
 /* The TLS fields: all of them only with redis_tls = 1, and that only in a
- * build that has TLS (io/tls.c). Silently plaintext would be worse than a
+ * build that has TLS (lib/io/tls.c). Silently plaintext would be worse than a
  * refusal: a CA file given means the user expects it to be used. */
 static const char *tls_check(const feed_config *c)
 {

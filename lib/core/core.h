@@ -101,7 +101,7 @@ typedef struct feed_topo {
     uint64_t    store;          /* which copies these are, for the repair list */
 } feed_topo;
 
-/* 1 when built against hiredis_ssl (the Makefile's HIREDIS=DIR): io/tls.c
+/* 1 when built against hiredis_ssl (the Makefile's HIREDIS=DIR): lib/io/tls.c
  * then speaks TLS to Redis. */
 #ifndef FEED_HAVE_TLS
 #define FEED_HAVE_TLS 0
@@ -111,7 +111,7 @@ typedef struct feed_topo {
 typedef struct feed_core {
     feed_config cfg;            /* strings point into owned copies below */
     char       *owned[32];      /* at least the string fields of feed_config */
-    struct feed_tls *tls;       /* io/tls.c: the TLS context, NULL: plaintext;
+    struct feed_tls *tls;       /* lib/io/tls.c: the TLS context, NULL: plaintext;
                                    made and freed by the driver that opens */
     size_t      key_cap;        /* bytes of a key name, NUL included */
     char        ttl_ms[24];     /* cfg.ttl_seconds * 1000 as text, "0" = no TTL */

@@ -15,7 +15,7 @@
  * say "master": during a failover a Sentinel may still name the old
  * primary, already demoted (or about to be), and writing there would be
  * lost. (Not covered: Sentinels that require AUTH. TLS is the connection's
- * own, io/tls.c: the Sentinels' connections have it as the nodes' do.)
+ * own, lib/io/tls.c: the Sentinels' connections have it as the nodes' do.)
  *
  * The restart fence: a data set that came back from disk, or from a
  * promoted replica, is never trusted. Redis replicates asynchronously and

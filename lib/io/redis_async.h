@@ -10,7 +10,7 @@ typedef struct feed_anode feed_anode;
 
 struct feed_tls;
 
-/* Start connecting to a, over TLS when tls is not NULL (io/tls.c);
+/* Start connecting to a, over TLS when tls is not NULL (lib/io/tls.c);
  * done(arg, ok, why) comes from the loop once it is connected or failed
  * (within timeout_ms). *owner points at the connection until it is gone,
  * then is cleared. NULL at once (why set) if even the start failed. */

@@ -1,6 +1,6 @@
 /* tls.c -- TLS to Redis: one client context per handle, and a TLS session
- * begun on every connection the handle opens (io/redis_sync.c,
- * io/redis_async.c), whichever node it goes to: the single Redis, a
+ * begun on every connection the handle opens (lib/io/redis_sync.c,
+ * lib/io/redis_async.c), whichever node it goes to: the single Redis, a
  * Sentinel, the primary a Sentinel names, a cluster node, a node a redirect
  * names.
  *
