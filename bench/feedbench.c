@@ -4,7 +4,7 @@
  * runs this; every section writes OUTDIR/sec_<name>.md, gnuplot data in
  * OUTDIR/<name>.dat, and appends its headline rows to OUTDIR/summary.tsv.
  * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster
- * async merge window (default: all, in that order). BENCH_QUICK=1 shortens every
+ * async merge window tls (default: all, in that order). BENCH_QUICK=1 shortens every
  * section, for trying things out. */
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +30,7 @@ static const struct { const char *name; void (*run)(void); } sections[] = {
     { "async", section_async },
     { "merge", section_merge },
     { "window", section_window },
+    { "tls", section_tls },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
@@ -37,7 +38,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|"
-            "cpu|cluster|async|merge|window ...]");
+            "cpu|cluster|async|merge|window|tls ...]");
     out_init(argv[1]);
     for (size_t i = 0; i < NSECTIONS; i++) {
         int want = argc == 2;

@@ -59,5 +59,6 @@ void section_fence(void);     /* bench/ha.c: the restart fence in steady state *
 void section_replica(void);   /* bench/replica.c: the PostgreSQL replica's delay */
 void section_cpu(void);        /* bench/cpu.c: plain-read pages, Redis CPU, 8 clients */
 void section_async(void);      /* bench/async.c: the event-loop API against the blocking one */
+void section_tls(void);        /* bench/tls.c: a cached page over TLS against plaintext */
 
 #endif

@@ -391,7 +391,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
         echo
     fi
     for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster \
-             async blocking merge window; do
+             async blocking merge window tls; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     echo "How these figures are made and how to read them, the misses included:"

@@ -147,6 +147,39 @@ typedef struct feed_config {
                                           feed is (max_len, the end marker, leases, TTLs,
                                           repairs), under "<prefix>:2:a:{<author>}" */
     const char *author_column;         /* default "author" */
+    /* --- TLS to Redis (docs/tls.md); needs a build with hiredis_ssl, see
+     * feed_tls_supported(). Each field other than redis_tls needs
+     * redis_tls = 1, and feed_open refuses any of them set (FEED_EINVAL,
+     * saying why) in a build without TLS. A certificate or key that cannot
+     * be loaded is FEED_EINVAL at feed_open too --- */
+    int         redis_tls;             /* default 0; 1: every Redis connection (single, each
+                                          cluster node and each node a redirect names, each
+                                          Sentinel and Sentinel's primary; blocking and async
+                                          API alike) uses TLS 1.2 or later. A server that
+                                          does not speak TLS fails the handshake, reported as
+                                          such (never a fallback to plaintext) */
+    const char *redis_tls_ca_file;     /* default NULL: the system's CA store (with
+                                          redis_tls_ca_dir NULL too). A PEM file of the CAs
+                                          whose certificates a server may present */
+    const char *redis_tls_ca_dir;      /* default NULL. A folder of CA certificates in
+                                          OpenSSL's hashed layout (c_rehash) */
+    const char *redis_tls_cert_file;   /* default NULL: no client certificate. A PEM
+                                          certificate (chain) for servers that ask for one
+                                          (tls-auth-clients) */
+    const char *redis_tls_key_file;    /* default NULL; required with redis_tls_cert_file
+                                          (and only with it): its private key, PEM, not
+                                          encrypted */
+    const char *redis_tls_server_name; /* default NULL: the host connected to. The name sent
+                                          as SNI and matched against each server's
+                                          certificate (for every node: set it when the
+                                          nodes' certificates name one DNS name while the
+                                          cluster or the Sentinels give out IP addresses) */
+    int         redis_tls_verify;      /* default 1: the server's certificate must chain to
+                                          a trusted CA and name the host (redis_tls_server_name
+                                          or the host connected to: a DNS name, or an IP
+                                          address in its subjectAltName). 0: no check at all
+                                          (a self-signed certificate is taken): encrypted but
+                                          open to whoever sits in between; for tests only */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -196,7 +229,10 @@ FEED_API void feed_config_init(feed_config *cfg);
  *                     empty identifier, pg_replica_conninfo "" (NULL = none);
  *                     every integer outside its field's min..max
  *                     (feed_config_field_get)
- *                     (max_page may exceed max_len: deep pages come from SQL)
+ *                     (max_page may exceed max_len: deep pages come from SQL);
+ *                     a redis_tls_* field in a build without TLS or without
+ *                     redis_tls = 1, a certificate, key or CA that cannot be
+ *                     loaded
  *   FEED_EREDIS       Redis answered but refused (wrong password, no such user)
  *   FEED_EPG          PostgreSQL answered but refused (authentication, missing
  *                     table or columns)
@@ -208,6 +244,14 @@ FEED_API int feed_open(feed **out, const feed_config *cfg);
 
 /* Close the connections and free the handle. NULL is fine. */
 FEED_API void feed_close(feed *f);
+
+/* 1 if this build can speak TLS to Redis (built against hiredis >= 1.0 with
+ * hiredis_ssl: `make HIREDIS=DIR`), else 0. Built without it, feed_open
+ * (and feed_async_open_*) with redis_tls = 1, or any other redis_tls_* field
+ * set, is FEED_EINVAL with a message saying so. PostgreSQL's TLS is
+ * libpq's own: sslmode and the ssl* keys in pg_conninfo, whatever this
+ * returns. */
+FEED_API int feed_tls_supported(void);
 
 /* Static English text for a FEED_* code; never NULL. */
 FEED_API const char *feed_strerror(int code);

@@ -56,6 +56,13 @@ static const struct want {
     W(redis_restart_fence, I, 0, 1, 1, NULL, KEEP),
     W(author_table, S, 0, 0, 0, NULL, TO_NULL),
     W(author_column, S, 0, 0, 0, "author", REFUSE),
+    W(redis_tls, I, 0, 1, 0, NULL, KEEP),
+    W(redis_tls_ca_file, S, 0, 0, 0, NULL, TO_NULL),
+    W(redis_tls_ca_dir, S, 0, 0, 0, NULL, TO_NULL),
+    W(redis_tls_cert_file, S, 0, 0, 0, NULL, TO_NULL),
+    W(redis_tls_key_file, S, 0, 0, 0, NULL, TO_NULL),
+    W(redis_tls_server_name, S, 0, 0, 0, NULL, TO_NULL),
+    W(redis_tls_verify, I, 0, 1, 1, NULL, KEEP),
 #undef W
 };
 #define NWANT (sizeof want / sizeof want[0])
@@ -201,15 +208,23 @@ static void integer_bounds(const struct want *w)
     int set_rc;
 
     tu_config(&base);
+    /* The TLS fields: redis_tls_verify goes with redis_tls = 1, and a build
+     * without TLS refuses them off their defaults (t_tls_config). */
+    int tls = strncmp(w->name, "redis_tls", 9) == 0;
+    if (tls && strcmp(w->name, "redis_tls") != 0 && feed_tls_supported())
+        base.redis_tls = 1;
     /* min and max: taken, and feed_open opens a handle with them. */
     for (int end = 0; end < 2; end++) {
         int64_t v = end ? w->max : w->min;
+        int opens = !tls || feed_tls_supported() || v == w->dflt;
         c = base;
         snprintf(text, sizeof text, "%lld", (long long)v);
         set_rc = feed_config_set(&c, w->name, text);
-        ok(set_rc == FEED_OK && int_of(&c, w) == v && open_rc(&c) == FEED_OK,
-           "%s %s (%s): feed_config_set takes it and feed_open opens with it%s%s",
-           w->name, end ? "max" : "min", text, set_rc ? ": " : "", feed_errmsg(NULL));
+        ok(set_rc == FEED_OK && int_of(&c, w) == v &&
+           (open_rc(&c) == FEED_OK) == opens,
+           "%s %s (%s): feed_config_set takes it and feed_open %s%s%s", w->name,
+           end ? "max" : "min", text, opens ? "opens with it" : "refuses it (no TLS here)",
+           set_rc ? ": " : "", feed_errmsg(NULL));
     }
     /* Just past each end: refused by both, *cfg unchanged. */
     for (int end = 0; end < 2; end++) {

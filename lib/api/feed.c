@@ -77,6 +77,11 @@ int feed_open(feed **out, const feed_config *cfg)
     }
     f->core.handle = f;
     feed__pg_init(&f->pg);
+    if ((rc = feed__tls_open(&f->core.cfg, &f->core.tls, redis_msg, sizeof redis_msg)) != FEED_OK) {
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: %.480s", redis_msg);
+        feed_close(f);
+        return rc;
+    }
 
     {
         feed_connect_result cr;
@@ -112,6 +117,7 @@ void feed_close(feed *f)
     if (!f)
         return;
     feed__sync_close(f);
+    feed__tls_free(f->core.tls);
     feed__core_free(&f->core);
     free(f);
 }

@@ -56,6 +56,28 @@ const char *feed__script_name(enum feed_script s)
     }
 }
 
+/* The TLS fields: all of them only with redis_tls = 1, and that only in a
+ * build that has TLS (lib/io/tls.c). Silently plaintext would be worse than a
+ * refusal: a CA file given means the user expects it to be used. */
+static const char *tls_check(const feed_config *c)
+{
+    int other = c->redis_tls_ca_file || c->redis_tls_ca_dir || c->redis_tls_cert_file ||
+                c->redis_tls_key_file || c->redis_tls_server_name || c->redis_tls_verify != 1;
+
+    if (!c->redis_tls && !other)
+        return NULL;
+#if !FEED_HAVE_TLS
+    return "redis_tls and redis_tls_* need a build with TLS (hiredis >= 1.0 with "
+           "hiredis_ssl: make HIREDIS=DIR); this one has none (feed_tls_supported() is 0)";
+#else
+    if (!c->redis_tls)
+        return "redis_tls_* fields need redis_tls = 1 (else Redis is plaintext)";
+    if (!c->redis_tls_cert_file != !c->redis_tls_key_file)
+        return "redis_tls_cert_file and redis_tls_key_file go together: set both or neither";
+    return NULL;
+#endif
+}
+
 /* Each field's own limits come from the table (settings.c), the ones that
  * tie fields together from here. */
 const char *feed__config_check(const feed_config *c, char *why, size_t len)
@@ -75,7 +97,7 @@ const char *feed__config_check(const feed_config *c, char *why, size_t len)
         return "redis_wait_timeout_ms must be 1 .. redis_timeout_ms - 1";
     if (c->author_table && (!c->author_column || !*c->author_column))
         return "author_table needs author_column (author_table NULL: no read-time merge)";
-    return NULL;
+    return tls_check(c);
 }
 
 /* A feed known to be empty (its copy holds only the end marker) lives

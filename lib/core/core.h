@@ -85,6 +85,8 @@ typedef struct feed_node {
     int        fresh;           /* no reply read since connect: a close is not retried */
     unsigned   reload;          /* scripts (1 << feed_script) a NOSCRIPT said are lost */
     int64_t    attempt_ms;      /* last connect attempt */
+    char       why[256];        /* why the node last went DOWN ("" none known):
+                                   told while a reconnect is held off */
     uint64_t   fenced_by;       /* the batch that last took a step of its fence */
     feed_fence fence;
     void      *io;              /* the driver's connection; NULL while DOWN */
@@ -102,10 +104,18 @@ typedef struct feed_topo {
     uint64_t    store;          /* which copies these are, for the repair list */
 } feed_topo;
 
+/* 1 when built against hiredis_ssl (the Makefile's HIREDIS=DIR): lib/io/tls.c
+ * then speaks TLS to Redis. */
+#ifndef FEED_HAVE_TLS
+#define FEED_HAVE_TLS 0
+#endif
+
 /* What the requests of one handle share. */
 typedef struct feed_core {
     feed_config cfg;            /* strings point into owned copies below */
-    char       *owned[16];
+    char       *owned[32];      /* at least the string fields of feed_config */
+    struct feed_tls *tls;       /* lib/io/tls.c: the TLS context, NULL: plaintext;
+                                   made and freed by the driver that opens */
     size_t      key_cap;        /* bytes of a key name, NUL included */
     char        ttl_ms[24];     /* cfg.ttl_seconds * 1000 as text, "0" = no TTL */
     char        empty_ttl_ms[24];   /* the TTL of a feed known to be empty */

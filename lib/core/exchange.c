@@ -660,6 +660,8 @@ static void xchg_trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
         x->peer = FEED_XPEER_DUE;
     } else {
         n->attempt_ms = now;
+        snprintf(n->why, sizeof n->why, "Redis at %.64s:%d: %.160s", n->addr.host,
+                 n->addr.port, t->trip.why);
         x->c->stats.redis_errors++;
         if (!(x->pass & FEED_XP_FAILED) && xchg_cluster(x))
             feed__msg(x->err, FEED_EREDIS, "Redis Cluster: Redis %s:%d: %s", n->addr.host,

@@ -97,6 +97,20 @@ static const cfield fields[] = {
         "the authors' posts table, for read-time merge"),
     STR(author_column, "author-column", "author", CF_NONEMPTY | CF_BESIDE,
         "the authors' table's author column"),
+    INT(redis_tls, "redis-tls", 0, 1, "0",
+        "1: TLS on every Redis connection (a build with hiredis_ssl)"),
+    STR(redis_tls_ca_file, "redis-tls-ca-file", NULL, CF_EMPTY_NULL | CF_NONEMPTY,
+        "PEM file of the CAs to trust; none: the system's"),
+    STR(redis_tls_ca_dir, "redis-tls-ca-dir", NULL, CF_EMPTY_NULL | CF_NONEMPTY,
+        "folder of CA certificates (c_rehash layout)"),
+    STR(redis_tls_cert_file, "redis-tls-cert-file", NULL, CF_EMPTY_NULL | CF_NONEMPTY,
+        "client certificate (PEM), with redis_tls_key_file"),
+    STR(redis_tls_key_file, "redis-tls-key-file", NULL, CF_EMPTY_NULL | CF_NONEMPTY,
+        "the client certificate's private key (PEM)"),
+    STR(redis_tls_server_name, "redis-tls-server-name", NULL, CF_EMPTY_NULL | CF_NONEMPTY,
+        "name sent as SNI and checked in certificates; none: the host"),
+    INT(redis_tls_verify, "redis-tls-verify", 0, 1, "1",
+        "1: verify each server's certificate and name; 0: no check"),
 };
 
 #define NFIELDS (sizeof fields / sizeof fields[0])

@@ -14,7 +14,8 @@
  * the first usable answer names the primary. After connecting, ROLE must
  * say "master": during a failover a Sentinel may still name the old
  * primary, already demoted (or about to be), and writing there would be
- * lost. (Not covered: Sentinels that require AUTH, and TLS.)
+ * lost. (Not covered: Sentinels that require AUTH. TLS is the connection's
+ * own, lib/io/tls.c: the Sentinels' connections have it as the nodes' do.)
  *
  * The restart fence: a data set that came back from disk, or from a
  * promoted replica, is never trusted. Redis replicates asynchronously and
@@ -86,6 +87,13 @@ static enum feed_swant setup_finish(feed_setup *s, int code)
     return FEED_S_DONE;
 }
 
+/* Why the node is down, for the refusals while its reconnect is held
+ * off. */
+static void setup_remember(feed_setup *s)
+{
+    snprintf(s->node->why, sizeof s->node->why, "%.255s", s->err);
+}
+
 /* The node failed under a step: keep the reason, drop its connection (the
  * driver closes a DOWN node's), and the next connect waits retry_ms. */
 static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
@@ -100,9 +108,22 @@ static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ..
     s->c->stats.redis_errors++;
     s->node->state = FEED_NODE_DOWN;
     s->node->attempt_ms = now;
+    setup_remember(s);
     if (setup_cluster(s))
         s->c->topo.stale = 1;
     setup_finish(s, code);
+}
+
+/* A reconnect held off until retry_ms has passed: the refusal says why
+ * the node went down too (a wrong CA, a plaintext port, a refused AUTH),
+ * or "down" would send the user looking for a server that is up. */
+static enum feed_swant setup_held_off(feed_setup *s, int rc)
+{
+    size_t len = strlen(s->err);
+
+    if (s->node->why[0] && len < FEED_ERRMSG)
+        snprintf(s->err + len, FEED_ERRMSG - len, " (last failure: %s)", s->node->why);
+    return setup_finish(s, rc);
 }
 
 /* ---- The commands of a step ------------------------------------------- */
@@ -481,7 +502,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
             rc = feed__retry_due(c, n->attempt_ms, now, setup_cluster(s) ? "Redis node" : "Redis",
                                  s->err);
             if (rc != FEED_OK)
-                return setup_finish(s, rc);
+                return setup_held_off(s, rc);
             n->attempt_ms = now;
             c->stats.redis_connects++;
             n->fence.state = FEED_FENCE_UNKNOWN;
@@ -490,9 +511,10 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
         case STEP_SENTINEL:
             if (!feed__addr_at(c->cfg.redis_sentinels, s->sentinel++, &s->probe, &bad)) {
                 c->stats.redis_errors++;
-                return setup_finish(s, feed__msg(s->err, FEED_EUNAVAILABLE, "no Sentinel named "
-                                                 "the primary \"%s\" (last: %s)",
-                                                 c->cfg.redis_master_name, s->last));
+                feed__msg(s->err, FEED_EUNAVAILABLE, "no Sentinel named the primary \"%s\" "
+                          "(last: %s)", c->cfg.redis_master_name, s->last);
+                setup_remember(s);
+                return setup_finish(s, FEED_EUNAVAILABLE);
             }
             SETUP_ADD(s, "SENTINEL", "get-master-addr-by-name", c->cfg.redis_master_name);
             return setup_trip(s, 1, FEED_S_PROBE);

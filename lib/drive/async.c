@@ -453,8 +453,8 @@ static void setup_run(feed_asetup *su)
         close_down_nodes(a);
         switch (feed__setup_next(&su->s, now)) {
         case FEED_S_PROBE:      /* a connection of its own; the question goes once it is up */
-            if (feed__ra_connect(&su->s.probe, a->loop, a->loop_data, ms, now, NULL, NULL,
-                                 (void **)&su->probe, t->why, sizeof t->why)) {
+            if (feed__ra_connect(&su->s.probe, a->core.tls, a->loop, a->loop_data, ms, now, NULL,
+                                 NULL, (void **)&su->probe, t->why, sizeof t->why)) {
                 if (feed__ra_send(su->probe, t, now, setup_trip_ended, su) == 0)
                     break;
                 feed__ra_close(su->probe, FEED_IO_FAILED, "done");
@@ -466,8 +466,8 @@ static void setup_run(feed_asetup *su)
         case FEED_S_CONNECT:
             if (n->io)
                 feed__ra_close(n->io, FEED_IO_FAILED, "connection dropped");
-            if (feed__ra_connect(&n->addr, a->loop, a->loop_data, ms, now, node_connected, su,
-                                 &n->io, why, sizeof why))
+            if (feed__ra_connect(&n->addr, a->core.tls, a->loop, a->loop_data, ms, now,
+                                 node_connected, su, &n->io, why, sizeof why))
                 break;
             feed__setup_connected(&su->s, 0, why, now);
             continue;
@@ -696,6 +696,17 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: out of memory");
         return FEED_ENOMEM;
     }
+    {
+        char tls_why[FEED_ERRMSG];
+        int rc = feed__tls_open(&a->core.cfg, &a->core.tls, tls_why, sizeof tls_why);
+        if (rc != FEED_OK) {
+            snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %.480s", tls_why);
+            loop->timer_free(a->kick);
+            feed__core_free(&a->core);
+            free(a);
+            return rc;
+        }
+    }
     a->loop = loop;
     a->loop_data = loop_data;
     a->sql_fd = -1;
@@ -771,6 +782,7 @@ static void handle_free(feed_async *a)
     free(a->spare);
     free(a->setups);
     a->loop->timer_free(a->kick);
+    feed__tls_free(a->core.tls);
     feed__core_free(&a->core);
     free(a);
 }

@@ -64,8 +64,8 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
             break;
         switch (w) {
         case FEED_S_PROBE:      /* a Sentinel: a short connection of its own */
-            c = feed__rs_connect(&s->probe, f->core.cfg.redis_timeout_ms, s->trip.why,
-                                 sizeof s->trip.why);
+            c = feed__rs_connect(&s->probe, f->core.tls, f->core.cfg.redis_timeout_ms,
+                                 s->trip.why, sizeof s->trip.why);
             if (c) {
                 run_trip(c, &s->trip);
                 feed__rs_close(c);
@@ -80,7 +80,8 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
                 feed__rs_close(n->io);
                 n->io = NULL;
             }
-            n->io = feed__rs_connect(&n->addr, f->core.cfg.redis_timeout_ms, msg, sizeof msg);
+            n->io = feed__rs_connect(&n->addr, f->core.tls, f->core.cfg.redis_timeout_ms, msg,
+                                     sizeof msg);
             feed__setup_connected(s, n->io != NULL, msg, feed__now_ms());
             break;
         case FEED_S_TRIP:

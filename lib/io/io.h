@@ -2,6 +2,7 @@
  *
  *   redis_sync.c   blocking hiredis connections (lib/drive/sync.c)
  *   redis_async.c  hiredis async contexts on the caller's loop (lib/drive/async.c)
+ *   tls.c          TLS to Redis: the handle's context, a session per connection
  *   pg.c           PostgreSQL, non-blocking: the steps of lib/core/pgstmt.c
  *                  carried out, waited for with poll() by the blocking driver
  *                  and with the loop by the async driver
@@ -17,11 +18,39 @@
 
 #include "core/core.h"
 
+/* ---- tls.c ---- */
+
+typedef struct feed_tls feed_tls;
+
+/* The handle's TLS context from cfg (*out NULL: redis_tls is 0, or a build
+ * without TLS). FEED_EINVAL (a CA, certificate or key that cannot be
+ * loaded) or FEED_ENOMEM with why. */
+int  feed__tls_open(const feed_config *cfg, feed_tls **out, char *why, size_t cap);
+void feed__tls_free(feed_tls *t);
+/* Begin TLS on the new connection c to host (t NULL: plaintext, nothing to
+ * do). A blocking c makes the whole handshake now; a non-blocking one as
+ * its first bytes go. -1 with why (the handshake's failure, named). */
+int  feed__tls_begin(const feed_tls *t, redisContext *c, const char *host, char *why,
+                     size_t cap);
+/* Why the TLS connection c failed, into why: OpenSSL's reason when it
+ * recorded one on this thread, else hiredis's errstr (with a hint where a
+ * cause is likely); handshake: no reply came on c yet, so the handshake is
+ * what failed. */
+void feed__tls_why(const redisContext *c, int handshake, char *why, size_t cap);
+/* 1 when c speaks TLS (its bytes must go through hiredis). */
+int  feed__tls_on(const redisContext *c);
+/* Before a round trip on a TLS connection: empty the thread's OpenSSL
+ * error queue, so that a failure of the trip is named by its own reason,
+ * never by one another OpenSSL user (libpq) left there. */
+void feed__tls_forget(void);
+
 /* ---- redis_sync.c ---- */
 
 /* Connect to a within timeout_ms (and set that timeout on every later
- * read and write). NULL with why (cap bytes) on failure. */
-redisContext *feed__rs_connect(const feed_addr *a, uint32_t timeout_ms, char *why, size_t cap);
+ * read and write), over TLS when tls is not NULL. NULL with why (cap
+ * bytes) on failure: the cause, as the socket or the handshake gave it. */
+redisContext *feed__rs_connect(const feed_addr *a, const feed_tls *tls, uint32_t timeout_ms,
+                               char *why, size_t cap);
 void feed__rs_close(redisContext *c);
 /* Put trip t's commands on c's socket: in one send() when they are small
  * (not through hiredis's output buffer: redis_sync.c says why), else

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/io.h"
 #include "io/redis_async.h"
 
 typedef struct pending {
@@ -60,6 +61,7 @@ struct feed_anode {
     uint32_t           timeout_ms;
     int64_t            connect_deadline;
     enum ra_state      state;
+    int                replied; /* a reply came: a TLS handshake is behind it */
     int                io;      /* what a trip ends with when the connection goes */
     char               why[128];
     void             (*on_connect)(void *arg, int ok, const char *why);
@@ -116,8 +118,11 @@ static void note_failure(feed_anode *n, const redisAsyncContext *ac)
     n->io = ac->err == REDIS_ERR_EOF ||
             (ac->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE))
             ? FEED_IO_CLOSED : FEED_IO_FAILED;
-    snprintf(n->why, sizeof n->why, "%s", ac->errstr && ac->errstr[0] ? ac->errstr
-                                                                       : "connection lost");
+    if (feed__tls_on(&ac->c))   /* hiredis_ssl says "I/O error": name the cause */
+        feed__tls_why(&ac->c, !n->replied, n->why, sizeof n->why);
+    else
+        snprintf(n->why, sizeof n->why, "%s", ac->errstr && ac->errstr[0] ? ac->errstr
+                                                                           : "connection lost");
 }
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
@@ -134,7 +139,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             snprintf(p->t->why, sizeof p->t->why, "%s", n->why);
         }
     } else if (p->t && !p->t->io) {
+        n->replied = 1;
         p->t->reply(p->t->arg, p->t->got++, reply);
+    } else {
+        n->replied = 1;
     }
     if (--p->left > 0)
         return;
@@ -195,7 +203,9 @@ static void on_timer(void *arg)
         return;
     }
     if (n->state == RA_UP) {
-        feed__ra_close(n, FEED_IO_FAILED, "Resource temporarily unavailable (timed out)");
+        feed__ra_close(n, FEED_IO_FAILED, n->ac && feed__tls_on(&n->ac->c) && !n->replied
+                       ? "TLS handshake timed out (is this port plaintext, not TLS?)"
+                       : "Resource temporarily unavailable (timed out)");
         return;
     }
     if (n->on_connect)
@@ -203,7 +213,8 @@ static void on_timer(void *arg)
     feed__ra_close(n, FEED_IO_FAILED, "Connection timed out");
 }
 
-feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *loop_data,
+feed_anode *feed__ra_connect(const feed_addr *a, const struct feed_tls *tls,
+                             const feed_loop *loop, void *loop_data,
                              uint32_t timeout_ms, int64_t now,
                              void (*done)(void *arg, int ok, const char *why), void *arg,
                              void **owner, char *why, size_t cap)
@@ -221,8 +232,9 @@ feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *lo
     n->on_connect = done;
     n->connect_arg = arg;
     n->ac = redisAsyncConnect(a->host, a->port);
-    if (!n->ac || n->ac->err) {
-        snprintf(why, cap, "%s", n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
+    if (!n->ac || n->ac->err || feed__tls_begin(tls, &n->ac->c, a->host, why, cap) != 0) {
+        if (!n->ac || n->ac->err)
+            snprintf(why, cap, "%s", n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
         if (n->ac)
             redisAsyncFree(n->ac);
         lose(n, RA_GONE);

@@ -8,11 +8,15 @@
 
 typedef struct feed_anode feed_anode;
 
-/* Start connecting to a; done(arg, ok, why) (if not NULL) comes from the
- * loop once it is connected or failed (within timeout_ms), not when it is
- * closed first. *owner points at the connection while it takes trips, then
- * is cleared. NULL at once (why set) if even the start failed. */
-feed_anode *feed__ra_connect(const feed_addr *a, const feed_loop *loop, void *loop_data,
+struct feed_tls;
+
+/* Start connecting to a, over TLS when tls is not NULL (lib/io/tls.c);
+ * done(arg, ok, why) (if not NULL) comes from the loop once it is
+ * connected or failed (within timeout_ms), not when it is closed first.
+ * *owner points at the connection while it takes trips, then is cleared.
+ * NULL at once (why set) if even the start failed. */
+feed_anode *feed__ra_connect(const feed_addr *a, const struct feed_tls *tls,
+                             const feed_loop *loop, void *loop_data,
                              uint32_t timeout_ms, int64_t now,
                              void (*done)(void *arg, int ok, const char *why), void *arg,
                              void **owner, char *why, size_t cap);

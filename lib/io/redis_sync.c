@@ -22,7 +22,8 @@ static struct timeval tv_of(uint32_t ms)
     return tv;
 }
 
-redisContext *feed__rs_connect(const feed_addr *a, uint32_t timeout_ms, char *why, size_t cap)
+redisContext *feed__rs_connect(const feed_addr *a, const feed_tls *tls, uint32_t timeout_ms,
+                               char *why, size_t cap)
 {
     struct timeval tv = tv_of(timeout_ms);
     redisContext *c = redisConnectWithTimeout(a->host, a->port, tv);
@@ -31,8 +32,14 @@ redisContext *feed__rs_connect(const feed_addr *a, uint32_t timeout_ms, char *wh
         snprintf(why, cap, "out of memory");
         return NULL;
     }
+    /* The timeout is set before the TLS handshake, which it bounds too
+     * (a plaintext server may never answer a ClientHello). */
     if (c->err || redisSetTimeout(c, tv) != REDIS_OK) {
         snprintf(why, cap, "%s", c->errstr[0] ? c->errstr : "connect failed");
+        redisFree(c);
+        return NULL;
+    }
+    if (feed__tls_begin(tls, c, a->host, why, cap) != 0) {
         redisFree(c);
         return NULL;
     }
@@ -57,7 +64,10 @@ static int closed_by_peer(const redisContext *c, int err)
 static void failed(redisContext *c, feed_trip *t, int err)
 {
     t->io = closed_by_peer(c, err) ? FEED_IO_CLOSED : FEED_IO_FAILED;
-    snprintf(t->why, sizeof t->why, "%s", c->errstr[0] ? c->errstr : "connection lost");
+    if (feed__tls_on(c))    /* a TLS alert reads as a close: name it */
+        feed__tls_why(c, 0, t->why, sizeof t->why);
+    else
+        snprintf(t->why, sizeof t->why, "%s", c->errstr[0] ? c->errstr : "connection lost");
 }
 
 /* A trip's commands are small, most of the time: formatted here on the
@@ -122,9 +132,12 @@ void feed__rs_write(redisContext *c, feed_trip *t)
     char buf[DIRECT_MAX];
     size_t at = 0, k = 0;
     int done = 0;
+    int tls = feed__tls_on(c);
 
     t->io = FEED_IO_OK;
     t->got = 0;
+    if (tls)
+        feed__tls_forget();
     if (direct_ok(c)) {
         for (; k < t->n; k++) {
             const char **argv;
