@@ -673,7 +673,7 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
 {
     size_t sizes[3] = { feed__page_op_size(), feed__newer_op_size(), feed__hook_op_size() };
     const char *bad;
-    char why[128];
+    char why[FEED_ERRMSG];
     feed_async *a;
     feed_areq *r;
     int rc;
@@ -696,16 +696,12 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: out of memory");
         return FEED_ENOMEM;
     }
-    {
-        char tls_why[FEED_ERRMSG];
-        int rc = feed__tls_open(&a->core.cfg, &a->core.tls, tls_why, sizeof tls_why);
-        if (rc != FEED_OK) {
-            snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %.480s", tls_why);
-            loop->timer_free(a->kick);
-            feed__core_free(&a->core);
-            free(a);
-            return rc;
-        }
+    if ((rc = feed__tls_open(&a->core.cfg, &a->core.tls, why, sizeof why)) != FEED_OK) {
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %.480s", why);
+        loop->timer_free(a->kick);
+        feed__core_free(&a->core);
+        free(a);
+        return rc;
     }
     a->loop = loop;
     a->loop_data = loop_data;
