@@ -30,9 +30,9 @@ $(FEEDSIM): $(BUILD)/tests/sim/feedsim.o $(SIM_OBJ) $(STATIC)
 
 # More specific than the $(BUILD)/tests/t_% rule of the Makefile, so make
 # takes this one for the t_sim_* programs.
-$(BUILD)/tests/t_sim_%: tests/t_sim_%.c $(SIM_OBJ) $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(STATIC) tests/*.h
+$(BUILD)/tests/t_sim_%: tests/t_sim_%.c $(SIM_OBJ) $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(ASYNC_STATIC) tests/*.h
 	$(CC) $(CPPFLAGS) -Itests $(SIM_INC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SIM_OBJ) \
-	    $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(STATIC) $(SIM_LIBS) $(LIBS)
+	    $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(ASYNC_STATIC) $(SIM_LIBS) $(ASYNC_LIBS)
 
 sim: $(FEEDSIM)
 	BUILD=$(BUILD) tests/sim/run.sh default
