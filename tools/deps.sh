@@ -95,6 +95,9 @@ check_all() {
     need libuv1-dev        "libuv's headers"         header uv.h
     need libmicrohttpd-dev "libmicrohttpd's headers" header microhttpd.h
     need libjansson-dev    "jansson's headers"       header jansson.h
+    need liblua5.1-0-dev   "Lua 5.1 (the simulation's Redis scripts)" header lua5.1/lua.h
+    need libssl-dev        "OpenSSL's headers (the simulation's SHA1, TLS)" header openssl/sha.h
+    need openssl           "openssl (tests/tls.sh: the test certificates)" has openssl
 }
 
 check_all
