@@ -60,7 +60,7 @@ if ((!$#)); then
     done
     # The correctness tests once more through the async API (tests/shim.h):
     # on libevent, some on libuv, and the cluster's through both.
-    for t in t_walk t_hooks t_model t_lease t_stress t_plain t_ranked t_newer t_fault_redis t_fault_pg t_fault_hooks t_defaults t_hostile t_format t_ha_sentinel t_ha_failover t_health t_merge t_kinds t_tls; do
+    for t in t_walk t_hooks t_model t_lease t_stress t_plain t_ranked t_newer t_fault_redis t_fault_pg t_fault_hooks t_defaults t_hostile t_format t_ha_sentinel t_ha_failover t_health t_merge t_tls; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async")
     done
     for t in t_walk t_hooks t_model; do
