@@ -18,6 +18,13 @@
  * late), replica (pages past the cache from a replica that lags, within
  * pg_replica_max_lag_ms), replica-unbounded (the same with no bound: pages
  * may be as old as the replica).
+ * Under Sentinel (a primary, its replica that lags, two Sentinels that
+ * learn of a failover late): sentinel (the defaults; failovers that kill
+ * the old primary, the replica promoted however far behind), sentinel-nofence
+ * (the same with the fence off), sentinel-wait (redis_wait_replicas = 1;
+ * failovers also leave the old primary demoted with its connections, or
+ * writable for a while), sentinel-nowait (those failovers with the
+ * defaults: what WAIT adds).
  * With SIM_EXPECT=violation the exit status is inverted: 0 when some
  * schedule breaks the invariant (a control, or a mutant found).
  */
@@ -63,6 +70,16 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         w->replica = 1;
     if (strcmp(o->mode, "replica-unbounded") == 0)
         w->replica = 2;
+    if (strncmp(o->mode, "sentinel", 8) == 0) {
+        w->topo = SIM_TOPO_SENTINEL;
+        w->failover_kinds = 1;          /* the old primary killed */
+    }
+    if (strcmp(o->mode, "sentinel-wait") == 0 || strcmp(o->mode, "sentinel-nowait") == 0)
+        w->failover_kinds = 7;          /* also demoted at once, or left writable a while */
+    if (strcmp(o->mode, "sentinel-wait") == 0)
+        w->wait_replicas = 1;
+    if (strcmp(o->mode, "sentinel-nofence") == 0)
+        w->fence = 0;
     for (int k = 0; k < SIM_F_COUNT; k++) {
         static const unsigned levels[] = { 0, 0, 5, 20, 60 };
         r ^= r << 13;
@@ -72,6 +89,8 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
     }
     if (w->kills)
         w->rate[SIM_F_KILL] = 150;
+    if (w->topo != SIM_TOPO_SINGLE && seed % 3 != 0 && w->rate[SIM_F_FAILOVER] == 0)
+        w->rate[SIM_F_FAILOVER] = 5;    /* every faulty schedule may fail over */
     memcpy(w->mask, o->mask, o->nmask * sizeof *o->mask);
     w->nmask = o->nmask;
 }
@@ -152,7 +171,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(o.mode, "default") && strcmp(o.mode, "nofence") && strcmp(o.mode, "kills") &&
         strcmp(o.mode, "kills-sync") && strcmp(o.mode, "replica") &&
-        strcmp(o.mode, "replica-unbounded")) {
+        strcmp(o.mode, "replica-unbounded") && strcmp(o.mode, "sentinel") &&
+        strcmp(o.mode, "sentinel-nofence") && strcmp(o.mode, "sentinel-wait") &&
+        strcmp(o.mode, "sentinel-nowait")) {
         fprintf(stderr, "feedsim: unknown mode %s\n", o.mode);
         return 2;
     }

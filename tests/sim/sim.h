@@ -54,6 +54,18 @@ int   simr_evict(simr *r, const char *key, size_t klen);
  * READONLY); replicas_acked: what WAIT answers. */
 void  simr_set_role(simr *r, int replica, int replicas_acked);
 
+/* simr_set_links: the replicas ROLE lists as attached, and what WAIT
+ * answers (the caller knows which replica holds what). */
+void  simr_set_links(simr *r, int attached, int acked);
+/* simr_offset: the replication offset (one per write command applied). */
+long long simr_offset(const simr *r);
+/* simr_replicate: replica `to` receives primary `from`'s data set as it is
+ * now (a full sync, or the stream replayed up to here: the same data set),
+ * with its offset and master_replid; to keeps its run_id and scripts (Redis
+ * 7 replicates a script's effects, not the script). 0, or -1 when out of
+ * memory. */
+int   simr_replicate(simr *to, const simr *from);
+
 /* The keys in byte order, one per line, with their type and TTL left at
  * now, and for sorted sets every member and score: a text the caller
  * compares or prints. Freed by the caller; NULL when out of memory. */

@@ -58,6 +58,7 @@ struct simr {
     char         run_id[41], replid[41];
     char        *password;
     int          authed, replica, acked;
+    int          attached;      /* replicas ROLE lists (simr_set_links) */
     long long    offset;        /* replication offset: one per write */
     int          in_script, script_line;
     char        *out;           /* the reply being written */
@@ -844,7 +845,15 @@ static void simr_cmd_role(simr *r)
         simr_put(r, "*3\r\n", 4);
         simr_bulk(r, "master", 6);
         simr_int(r, r->offset);
-        simr_put(r, "*0\r\n", 4);
+        simr_putf(r, "*%d\r\n", r->attached);
+        for (int i = 0; i < r->attached; i++) {
+            char port[16];
+            snprintf(port, sizeof port, "%d", 6380 + i);
+            simr_put(r, "*3\r\n", 4);
+            simr_bulk(r, "127.0.0.1", 9);
+            simr_bulk(r, port, strlen(port));
+            simr_bulk(r, "0", 1);
+        }
     }
 }
 
@@ -1457,6 +1466,21 @@ void simr_set_role(simr *r, int replica, int replicas_acked)
 }
 
 size_t simr_keys(const simr *r) { return r->n; }
+
+void simr_set_links(simr *r, int attached, int acked)
+{
+    r->attached = attached;
+    r->acked = acked;
+}
+
+long long simr_offset(const simr *r) { return r->offset; }
+
+int simr_replicate(simr *to, const simr *from)
+{
+    simr_clear(to);
+    memcpy(to->replid, from->replid, sizeof to->replid);
+    return simr_copy_data(to, from);
+}
 
 char *simr_dump(simr *r, int64_t now)
 {

@@ -90,10 +90,77 @@ static void sim_violation(sim_world *w, const char *fmt, ...)
  * Redis: connections and trips
  * ------------------------------------------------------------------------ */
 
-/* A connection is the server's incarnation it was opened on (>= 1): a
- * restart closes every older one. */
-static void *sim_conn(sim_world *w) { return (void *)(uintptr_t)w->epoch; }
-static int   sim_conn_live(sim_world *w, void *io) { return io && (uintptr_t)io == w->epoch; }
+/* A connection is a server and the incarnation it was opened on (>= 1):
+ * a restart or a death closes every older one. */
+static void *sim_conn(sim_world *w, int s)
+{
+    return (void *)(w->sv[s].epoch * SIM_SERVERS + (uintptr_t)s);
+}
+
+/* The server a live connection reaches; -1 when it is closed. */
+static int sim_conn_server(const sim_world *w, const void *io)
+{
+    uintptr_t v = (uintptr_t)io;
+    int s = (int)(v % SIM_SERVERS);
+
+    if (!io || s >= w->nsv || w->sv[s].epoch != v / SIM_SERVERS || w->sv[s].dead)
+        return -1;
+    return s;
+}
+
+
+/* The server (or Sentinel) at addr; -1: nobody listens there. */
+static int sim_server_at(const sim_world *w, const feed_addr *a, int sentinel)
+{
+    for (int s = 0; s < w->nsv; s++)
+        if (w->sv[s].sentinel == sentinel && w->sv[s].port == a->port &&
+            strcmp(w->sv[s].host, a->host) == 0)
+            return s;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------
+ * Replication. A replica's data set is a copy of its primary's taken at
+ * random steps (simr_replicate), not a replay of a command stream: the
+ * primary applies each command whole (a script too), so a copy taken
+ * between two steps is exactly what replaying a prefix of the stream
+ * gives, and a copy is a few lines where a stream is a queue to keep,
+ * trim and replay. What a replica holds is all that matters to the
+ * library: how far behind, and since which of the primary's writes.
+ * ------------------------------------------------------------------------ */
+
+/* Replica j receives its primary's data set as it is now. */
+static void sim_sync(sim_world *w, int j)
+{
+    struct sim_server *p = &w->sv[w->sv[j].of];
+
+    if (simr_replicate(w->sv[j].r, p->r) < 0) {
+        fprintf(stderr, "sim: out of memory\n");
+        exit(3);
+    }
+    w->sv[j].synced = simr_offset(p->r);
+}
+
+/* Before a command of cl's runs on server s: what ROLE lists (the
+ * replicas following s) and what WAIT answers (those holding cl's last
+ * write on s). A WAIT blocks until enough replicas hold it or its timeout
+ * passes: each replica behind may catch up meanwhile, or not. */
+static void sim_links(sim_world *w, sim_client *cl, int s, int wait)
+{
+    int attached = 0, acked = 0;
+
+    for (int j = 0; j < w->nsv; j++) {
+        if (w->sv[j].sentinel || w->sv[j].of != s || w->sv[j].dead)
+            continue;
+        attached++;
+        if (wait && w->sv[j].synced < cl->woff[s] && sim_pick(w, 2))
+            sim_sync(w, j);
+        acked += w->sv[j].synced >= cl->woff[s];
+    }
+    if (wait && acked < (int)cl->core.cfg.redis_wait_replicas)
+        w->now += cl->core.cfg.redis_wait_timeout_ms;
+    simr_set_links(w->sv[s].r, attached, acked);
+}
 
 static void sim_close_if_down(feed_node *n)
 {
@@ -156,13 +223,20 @@ static void sim_reply_text(char *out, size_t cap, const redisReply *r)
             *p = ' ';
 }
 
-/* Command k of trip t reaches the server: run it, keep its reply. */
-static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k)
+/* Command k of trip t reaches server s: run it, keep its reply. */
+static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int s)
 {
     const char **argv;
     const size_t *lens;
     int argc = t->cmd(t->arg, k, &argv, &lens);
-    redisReply *r = simr_exec(w->redis, argc, argv, lens, w->now);
+    long long off = simr_offset(w->sv[s].r);
+    redisReply *r;
+
+    if (w->topo != SIM_TOPO_SINGLE)
+        sim_links(w, cl, s, argc > 0 && lens[0] == 4 && memcmp(argv[0], "WAIT", 4) == 0);
+    r = simr_exec(w->sv[s].r, argc, argv, lens, w->now);
+    if (simr_offset(w->sv[s].r) != off)
+        cl->woff[s] = simr_offset(w->sv[s].r);
 
     if (!r) {
         fprintf(stderr, "sim: out of memory\n");
@@ -172,7 +246,10 @@ static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k)
         char words[200], rep[80];
         sim_words(w, words, sizeof words, argc, argv, lens);
         sim_reply_text(rep, sizeof rep, r);
-        sim_trace(w, "c%d  redis%s -> %s", cl->id, words, rep);
+        if (w->nsv > 1)
+            sim_trace(w, "c%d  %s:%d%s -> %s", cl->id, w->sv[s].host, w->sv[s].port, words, rep);
+        else
+            sim_trace(w, "c%d  redis%s -> %s", cl->id, words, rep);
     }
     cl->replies[cl->napplied++] = r;
 }
@@ -240,11 +317,10 @@ static int sim_advance(sim_world *w, sim_client *cl)
                 cl->io = c->topo.nodes[s->index]->io;
                 cl->cmd_k = 0;
                 return 0;
-            case FEED_S_PROBE:          /* no Sentinel in the simulation */
+            case FEED_S_PROBE:
+                cl->aw = SIM_AW_PROBE;
+                return 0;
             default:
-                s->trip.io = FEED_IO_FAILED;
-                snprintf(s->trip.why, sizeof s->trip.why, "no Sentinel in the simulation");
-                feed__setup_tripped(s, w->now);
                 continue;
             }
         }
@@ -318,21 +394,71 @@ static void sim_timeout(sim_world *w, sim_client *cl)
     w->now += cl->core.cfg.redis_timeout_ms;
 }
 
+/* A Sentinel's answer to set-up s's probe: the primary it names, as a
+ * Sentinel sends it (the bytes read by hiredis's reader). */
+static void sim_probe(sim_world *w, sim_client *cl, feed_setup *s)
+{
+    int at = sim_server_at(w, &s->probe, 1);
+    feed_trip *t = &s->trip;
+
+    if (at < 0 || t->n != 1 || sim_fault(w, SIM_F_SENTINEL, "a Sentinel refuses a connection")) {
+        sim_trace(w, "c%d  Sentinel %s:%d refuses", cl->id, s->probe.host, s->probe.port);
+        t->io = FEED_IO_FAILED;
+        t->got = 0;
+        snprintf(t->why, sizeof t->why, "Connection refused (simulated)");
+    } else {
+        const char **argv;
+        const size_t *lens;
+        int argc = t->cmd(t->arg, 0, &argv, &lens);
+        const struct sim_server *p = &w->sv[w->sv[at].names];
+        char buf[128], port[16];
+        void *out = NULL;
+        redisReader *rd = redisReaderCreate();
+        snprintf(port, sizeof port, "%d", p->port);
+        if (argc == 3 && lens[2] == 8 && memcmp(argv[2], "mymaster", 8) == 0)
+            snprintf(buf, sizeof buf, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(p->host),
+                     p->host, strlen(port), port);
+        else
+            snprintf(buf, sizeof buf, "*-1\r\n");
+        if (!rd || redisReaderFeed(rd, buf, strlen(buf)) != REDIS_OK ||
+            redisReaderGetReply(rd, &out) != REDIS_OK || !out) {
+            fprintf(stderr, "sim: cannot make a Sentinel's reply\n");
+            exit(3);
+        }
+        redisReaderFree(rd);
+        sim_trace(w, "c%d  Sentinel %s:%d names %s:%d", cl->id, s->probe.host, s->probe.port,
+                  p->host, p->port);
+        t->reply(t->arg, 0, out);
+        freeReplyObject(out);
+        t->io = FEED_IO_OK;
+        t->got = 1;
+    }
+    feed__setup_tripped(s, w->now);
+}
+
 /* Complete cl's await, faults included. */
 static void sim_complete(sim_world *w, sim_client *cl)
 {
     sim_frame *f = sim_top(cl);
 
     switch (cl->aw) {
+    case SIM_AW_PROBE:
+        sim_probe(w, cl, f->setup);
+        break;
     case SIM_AW_CONNECT: {
         feed_node *n = sim_node(cl, f->setup->index);
-        if (w->now < w->redis_down_until || sim_fault(w, SIM_F_REFUSE, "connection refused")) {
+        int at = sim_server_at(w, &n->addr, 0);
+        if (at < 0 || w->now < w->sv[at].down_until || w->sv[at].dead ||
+            sim_fault(w, SIM_F_REFUSE, "connection refused")) {
             sim_trace(w, "c%d  connect refused", cl->id);
             n->io = NULL;
             feed__setup_connected(f->setup, 0, "Connection refused (simulated)", w->now);
         } else {
-            n->io = sim_conn(w);
-            sim_trace(w, "c%d  connected", cl->id);
+            n->io = sim_conn(w, at);
+            if (w->nsv > 1)
+                sim_trace(w, "c%d  connected to %s:%d", cl->id, n->addr.host, n->addr.port);
+            else
+                sim_trace(w, "c%d  connected", cl->id);
             feed__setup_connected(f->setup, 1, "", w->now);
         }
         sim_close_if_down(n);
@@ -342,15 +468,15 @@ static void sim_complete(sim_world *w, sim_client *cl)
     case SIM_AW_PASS: {
         feed_trip *t = cl->aw == SIM_AW_TRIP ? cl->trip : &f->x.trips[cl->trip_i].trip;
         void *io = cl->aw == SIM_AW_TRIP ? cl->io : sim_node(cl, t->node)->io;
-        int last;
+        int last, at = sim_conn_server(w, io);
 
-        if (!sim_conn_live(w, io)) {
+        if (at < 0) {
             sim_trace(w, "c%d  connection closed by the server", cl->id);
             sim_deliver(w, cl, t, 0, FEED_IO_CLOSED, "Connection reset by peer (simulated)");
         } else if (cl->cmd_k < t->n && sim_fault(w, SIM_F_DROP, "connection lost before a command")) {
             sim_deliver(w, cl, t, 0, FEED_IO_CLOSED, "Connection reset by peer (simulated)");
         } else if (cl->cmd_k < t->n) {
-            sim_apply(w, cl, t, cl->cmd_k++);
+            sim_apply(w, cl, t, cl->cmd_k++, at);
             return;                     /* one command per step: others may land between */
         } else if (sim_fault(w, SIM_F_LOST, "replies lost after the commands ran")) {
             size_t got = sim_pick(w, t->n);
@@ -409,7 +535,12 @@ static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
     cl->id = id;
     cl->kind = kind;
     feed_config_init(&cfg);
-    cfg.redis_host = "sim-redis";
+    if (w->topo == SIM_TOPO_SENTINEL) {
+        cfg.redis_sentinels = w->sentinels;
+        cfg.redis_wait_replicas = w->wait_replicas;
+    } else {
+        cfg.redis_host = "sim-redis";
+    }
     cfg.pg_conninfo = "sim-postgresql";
     cfg.max_len = w->max_len;
     cfg.max_page = 20;
@@ -899,10 +1030,10 @@ static int sim_settled(sim_world *w)
 {
     int ready = 0;
 
-    /* Some handle set up on the server as it now runs (its fence done). */
+    /* Some handle set up on the primary as it now runs (its fence done). */
     for (int i = 0; i < w->ncl; i++) {
         feed_node *n = w->cl[i].core.topo.nodes[0];
-        ready |= n->state == FEED_NODE_READY && sim_conn_live(w, n->io);
+        ready |= n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == w->prim;
     }
     return ready && !feed__repairs_pending(&w->cl[0].core) &&
            (!w->sync || w->sync_done == w->nwrites);
@@ -938,17 +1069,100 @@ static void sim_plan(sim_world *w, sim_client *cl)
  * Faults of the world (not of one await)
  * ------------------------------------------------------------------------ */
 
+/* A failover: the primary's replica is promoted with what it holds (maybe
+ * behind: acknowledged writes lost), and the old primary is killed (back
+ * later as a replica), demoted at once (a replica that keeps its
+ * connections and its old data set until it syncs), or left a writable
+ * primary without replicas for a while before it is demoted (SENTINEL
+ * FAILOVER: the Sentinels reconfigure it late). The Sentinels learn of
+ * it one by one, later. */
+static void sim_failover(sim_world *w)
+{
+    int p = w->prim, r = -1, kind, kinds[3], nk = 0;
+    static const char *const what[] = { "killed", "demoted at once", "left writable a while" };
+
+    for (int j = 0; j < w->nsv && r < 0; j++)
+        if (!w->sv[j].sentinel && w->sv[j].of == p && !w->sv[j].dead)
+            r = j;
+    for (int k = 0; k < 3; k++)
+        if (w->failover_kinds & (1 << k))
+            kinds[nk++] = k;
+    if (r < 0 || nk == 0)
+        return;
+    kind = kinds[sim_pick(w, (uint64_t)nk)];
+    simr_promote(w->sv[r].r, sim_next(w));
+    w->sv[r].of = -1;
+    w->prim = r;
+    sim_trace(w, "    FAILOVER: %s:%d promoted (%lld of the old primary's %lld writes), "
+                 "%s:%d %s", w->sv[r].host, w->sv[r].port, w->sv[r].synced,
+              simr_offset(w->sv[p].r), w->sv[p].host, w->sv[p].port, what[kind]);
+    if (kind == 0) {
+        w->sv[p].dead = 1;
+        w->sv[p].epoch++;
+        w->sv[p].of = r;
+        w->sv[p].down_until = w->now + 1 + (int64_t)sim_pick(w, 300);
+    } else if (kind == 1) {
+        w->sv[p].of = r;
+        w->sv[p].synced = -1;
+        simr_set_role(w->sv[p].r, 1, 0);
+    } else {
+        w->sv[p].demote_at = w->now + 1 + (int64_t)sim_pick(w, 200);
+    }
+}
+
+/* What follows a failover, due at its time (or at once, healing): a
+ * killed server back as a replica of the primary (a full sync), an old
+ * primary demoted, a Sentinel that learns of the new primary. Then each
+ * replica may receive its primary's data set. */
+static void sim_topo_step(sim_world *w, int heal)
+{
+    for (int j = 0; j < w->nsv; j++) {
+        struct sim_server *v = &w->sv[j];
+        if (v->sentinel) {
+            if (v->names != w->prim && (heal || sim_pick(w, 3) == 0))
+                v->names = w->prim;
+            continue;
+        }
+        if (v->dead && (heal || w->now >= v->down_until)) {
+            simr_restart(v->r, NULL, sim_next(w));
+            simr_set_role(v->r, 1, 0);
+            v->dead = 0;
+            v->epoch++;
+            v->of = w->prim;
+            v->down_until = 0;
+            sim_sync(w, j);
+            sim_trace(w, "    %s:%d back, a replica of %s:%d", v->host, v->port,
+                      w->sv[w->prim].host, w->sv[w->prim].port);
+        }
+        if (v->demote_at && (heal || w->now >= v->demote_at)) {
+            v->demote_at = 0;
+            v->of = w->prim;
+            v->synced = -1;
+            simr_set_role(v->r, 1, 0);
+            sim_trace(w, "    %s:%d demoted: a replica of %s:%d", v->host, v->port,
+                      w->sv[w->prim].host, w->sv[w->prim].port);
+        }
+        if (v->of >= 0 && !v->dead && (heal || sim_pick(w, w->sync_every) == 0))
+            sim_sync(w, j);
+    }
+}
+
 static void sim_world_faults(sim_world *w)
 {
+    struct sim_server *p = &w->sv[w->prim];
+
     if (sim_fault(w, SIM_F_SNAPSHOT, "Redis saves a snapshot")) {
-        simr_free(w->snap);
-        w->snap = simr_snapshot(w->redis);
+        simr_free(p->snap);
+        p->snap = simr_snapshot(p->r);
     }
     if (sim_fault(w, SIM_F_RESTART, "Redis restarts")) {
-        int old = w->snap && sim_pick(w, 2);
-        w->epoch++;
-        simr_restart(w->redis, old ? w->snap : NULL, sim_next(w));
-        w->redis_down_until = w->now + (int64_t)sim_pick(w, 100);
+        int old = p->snap && sim_pick(w, 2);
+        p->epoch++;
+        simr_restart(p->r, old ? p->snap : NULL, sim_next(w));
+        p->down_until = w->now + (int64_t)sim_pick(w, 100);
+        for (int j = 0; j < w->nsv; j++)
+            if (w->sv[j].of == w->prim)
+                w->sv[j].synced = -1;  /* a new replication id: a full sync */
         sim_trace(w, "    Redis restarted %s", old ? "from an older snapshot" : "empty");
     }
     if (sim_fault(w, SIM_F_EVICT, "Redis evicts a key")) {
@@ -960,7 +1174,7 @@ static void sim_world_faults(sim_world *w)
         feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
                           author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
         which = sim_pick(w, 2) ? key : lease;
-        simr_evict(w->redis, which, strlen(which));
+        simr_evict(p->r, which, strlen(which));
     }
     if (sim_fault(w, SIM_F_JUMP, "the clock jumps ahead"))
         w->now += (int64_t)sim_pick(w, 2 * w->lease_ms);
@@ -968,6 +1182,8 @@ static void sim_world_faults(sim_world *w)
         w->pg_down_until = w->now + (int64_t)sim_pick(w, 300);
     if (w->replica && sim_pick(w, 4) == 0 && w->replica_v < simpg_version(w->pg))
         w->replica_v++;                 /* the replica replays one more commit */
+    if (w->topo != SIM_TOPO_SINGLE && sim_fault(w, SIM_F_FAILOVER, "a failover"))
+        sim_failover(w);
 }
 
 /* ------------------------------------------------------------------------
@@ -990,6 +1206,44 @@ static void sim_seed_data(sim_world *w)
     w->replica_v = simpg_version(w->pg);
 }
 
+/* The servers of w->topo. A single Redis: sim-redis:6379. Under
+ * Sentinel: a primary, its replica, and two Sentinels naming the primary.
+ * 0, or -1 when out of memory. */
+static int sim_servers(sim_world *w)
+{
+    static const struct { const char *host; int port, sentinel; } single[] = {
+        { "sim-redis", 6379, 0 } }, sentinel[] = {
+        { "sim-redis-0", 6379, 0 }, { "sim-redis-1", 6380, 0 },
+        { "sim-sentinel-0", 26379, 1 }, { "sim-sentinel-1", 26380, 1 } };
+    const int n = w->topo == SIM_TOPO_SINGLE ? 1 : 4;
+
+    w->nsv = 0;
+    w->prim = 0;
+    w->sentinels[0] = '\0';
+    for (int j = 0; j < n; j++, w->nsv++) {
+        struct sim_server *v = &w->sv[j];
+        const char *host = n == 1 ? single[j].host : sentinel[j].host;
+        memset(v, 0, sizeof *v);
+        snprintf(v->host, sizeof v->host, "%s", host);
+        v->port = n == 1 ? single[j].port : sentinel[j].port;
+        v->sentinel = n == 1 ? 0 : sentinel[j].sentinel;
+        v->epoch = 1;
+        v->of = j == 0 || v->sentinel ? -1 : 0;
+        v->synced = -1;
+        if (v->sentinel) {
+            size_t used = strlen(w->sentinels);
+            snprintf(w->sentinels + used, sizeof w->sentinels - used, "%s%s:%d",
+                     used ? "," : "", v->host, v->port);
+            continue;
+        }
+        if ((v->r = simr_new(sim_next(w), NULL)) == NULL)
+            return -1;
+        if (v->of >= 0)
+            simr_set_role(v->r, 1, 0);
+    }
+    return 0;
+}
+
 /* Every cached copy an exact prefix of SQL's rows (or absent). */
 static void sim_check_copies(sim_world *w)
 {
@@ -1005,7 +1259,7 @@ static void sim_check_copies(sim_world *w)
 
         feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
                           table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, owner, key, lease);
-        r = simr_execv(w->redis, w->now, argv);
+        r = simr_execv(w->sv[w->prim].r, w->now, argv);
         for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
             feed_item it;
             if (feed__reply_end(r, i)) {
@@ -1041,10 +1295,10 @@ int sim_run(sim_world *w)
     w->ttl_seconds = sim_pick(w, 3) ? 0 : 1;
     w->lease_ms = 30 + (uint32_t)sim_pick(w, 100);
     w->max_lag_ms = 20 + (int64_t)sim_pick(w, 100);
-    w->redis = simr_new(sim_next(w), NULL);
+    if (w->topo != SIM_TOPO_SINGLE)
+        w->sync_every = 1 + (uint32_t)sim_pick(w, 40);  /* how far replicas lag */
     w->pg = simpg_new();
-    w->epoch = 1;
-    if (!w->redis || !w->pg)
+    if (!w->pg || sim_servers(w) < 0)
         return -1;
     feed__redis_forget_repairs();
     sim_seed_data(w);
@@ -1082,7 +1336,11 @@ int sim_run(sim_world *w)
             if (!w->healed) {
                 w->healed = 1;
                 w->healed_at = w->now;
-                w->redis_down_until = w->pg_down_until = 0;
+                w->pg_down_until = 0;
+                for (int j = 0; j < w->nsv; j++)
+                    w->sv[j].down_until = 0;
+                if (w->topo != SIM_TOPO_SINGLE)
+                    sim_topo_step(w, 1);
                 settle_until = w->now + 1;
                 sim_trace(w, "    writers done: faults heal");
                 for (int i = 0; i < w->ncl; i++)
@@ -1105,6 +1363,8 @@ int sim_run(sim_world *w)
         w->steps++;
         if (!w->healed)
             sim_world_faults(w);
+        if (w->topo != SIM_TOPO_SINGLE)
+            sim_topo_step(w, 0);
         if (cl->aw == SIM_AW_IDLE) {
             sim_plan(w, cl);
             continue;
@@ -1132,10 +1392,13 @@ int sim_run(sim_world *w)
     }
     for (int i = 0; i < w->ncl; i++)
         sim_client_free(&w->cl[i]);
-    simr_free(w->redis);
-    simr_free(w->snap);
+    for (int j = 0; j < w->nsv; j++) {
+        simr_free(w->sv[j].r);
+        simr_free(w->sv[j].snap);
+        w->sv[j].r = w->sv[j].snap = NULL;
+    }
+    w->nsv = 0;
     simpg_free(w->pg);
-    w->redis = w->snap = NULL;
     w->pg = NULL;
     return w->violations ? 1 : 0;
 }
