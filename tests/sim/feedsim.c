@@ -25,6 +25,10 @@
  * failovers also leave the old primary demoted with its connections, or
  * writable for a while), sentinel-nowait (those failovers with the
  * defaults: what WAIT adds).
+ * On a Redis Cluster (three primaries and a replica of each; slots that
+ * migrate key by key; failovers that kill or demote a primary): cluster
+ * (the defaults), cluster-nofence (the fence off), cluster-wait
+ * (redis_wait_replicas = 1).
  * With SIM_EXPECT=violation the exit status is inverted: 0 when some
  * schedule breaks the invariant (a control, or a mutant found).
  */
@@ -78,7 +82,13 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         w->failover_kinds = 7;          /* also demoted at once, or left writable a while */
     if (strcmp(o->mode, "sentinel-wait") == 0)
         w->wait_replicas = 1;
-    if (strcmp(o->mode, "sentinel-nofence") == 0)
+    if (strncmp(o->mode, "cluster", 7) == 0) {
+        w->topo = SIM_TOPO_CLUSTER;
+        w->failover_kinds = 3;          /* the old primary killed, or demoted at once */
+    }
+    if (strcmp(o->mode, "cluster-wait") == 0)
+        w->wait_replicas = 1;
+    if (strcmp(o->mode, "sentinel-nofence") == 0 || strcmp(o->mode, "cluster-nofence") == 0)
         w->fence = 0;
     for (int k = 0; k < SIM_F_COUNT; k++) {
         static const unsigned levels[] = { 0, 0, 5, 20, 60 };
@@ -91,6 +101,8 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         w->rate[SIM_F_KILL] = 150;
     if (w->topo != SIM_TOPO_SINGLE && seed % 3 != 0 && w->rate[SIM_F_FAILOVER] == 0)
         w->rate[SIM_F_FAILOVER] = 5;    /* every faulty schedule may fail over */
+    if (w->topo == SIM_TOPO_CLUSTER && seed % 3 != 0 && w->rate[SIM_F_MIGRATE] == 0)
+        w->rate[SIM_F_MIGRATE] = 20;    /* and migrate slots */
     memcpy(w->mask, o->mask, o->nmask * sizeof *o->mask);
     w->nmask = o->nmask;
 }
@@ -173,7 +185,8 @@ int main(int argc, char **argv)
         strcmp(o.mode, "kills-sync") && strcmp(o.mode, "replica") &&
         strcmp(o.mode, "replica-unbounded") && strcmp(o.mode, "sentinel") &&
         strcmp(o.mode, "sentinel-nofence") && strcmp(o.mode, "sentinel-wait") &&
-        strcmp(o.mode, "sentinel-nowait")) {
+        strcmp(o.mode, "sentinel-nowait") && strcmp(o.mode, "cluster") &&
+        strcmp(o.mode, "cluster-nofence") && strcmp(o.mode, "cluster-wait")) {
         fprintf(stderr, "feedsim: unknown mode %s\n", o.mode);
         return 2;
     }

@@ -59,6 +59,8 @@ struct simr {
     char        *password;
     int          authed, replica, acked;
     int          attached;      /* replicas ROLE lists (simr_set_links) */
+    simr_guard   guard;         /* a script's commands on keys: served here? */
+    void        *guard_arg;
     long long    offset;        /* replication offset: one per write */
     int          in_script, script_line;
     char        *out;           /* the reply being written */
@@ -1225,6 +1227,13 @@ static void simr_dispatch(simr *r, const simr_args *a)
         simr_err(r, "READONLY You can't write against a read only replica.");
         return;
     }
+    if (r->in_script && r->guard) {
+        char why[160];
+        if (r->guard(r->guard_arg, a->argc, a->v, a->l, why, sizeof why)) {
+            simr_err(r, why);
+            return;
+        }
+    }
     if (simr_is(a, 0, "ZADD"))
         simr_cmd_zadd(r, a);
     else if (simr_is(a, 0, "ZRANGE") || simr_is(a, 0, "ZREVRANGE"))
@@ -1474,6 +1483,46 @@ void simr_set_links(simr *r, int attached, int acked)
 }
 
 long long simr_offset(const simr *r) { return r->offset; }
+
+void simr_set_guard(simr *r, simr_guard guard, void *arg)
+{
+    r->guard = guard;
+    r->guard_arg = arg;
+}
+
+int simr_has(simr *r, const char *key, size_t klen, int64_t now)
+{
+    r->now = now;
+    return simr_find(r, key, klen) >= 0;
+}
+
+int simr_migrate_one(simr *from, simr *to, int (*mine)(void *arg, const char *key, size_t len),
+                     void *arg, int64_t now)
+{
+    from->now = to->now = now;
+    for (size_t i = 0; i < from->n; i++) {
+        simr_key *k = &from->k[i];
+        long at;
+        if (!mine(arg, k->name, k->nlen) || simr_find(from, k->name, k->nlen) != (long)i)
+            continue;
+        if ((at = simr_find(to, k->name, k->nlen)) >= 0)
+            simr_key_del(to, (size_t)at);       /* MIGRATE ... REPLACE */
+        if (to->n == to->cap) {
+            size_t cap = to->cap ? 2 * to->cap : 8;
+            simr_key *bigger = realloc(to->k, cap * sizeof *bigger);
+            if (!bigger)
+                return -1;
+            to->k = bigger;
+            to->cap = cap;
+        }
+        to->k[to->n++] = *k;                    /* the key whole, TTL with it */
+        from->k[i] = from->k[--from->n];
+        from->offset++;
+        to->offset++;
+        return 1;
+    }
+    return 0;
+}
 
 int simr_replicate(simr *to, const simr *from)
 {

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ------------------------------------------------------------------------
  * Choices
@@ -40,6 +41,9 @@ static uint64_t sim_next(sim_world *w)
 }
 
 static uint64_t sim_pick(sim_world *w, uint64_t n) { return n ? sim_next(w) % n : 0; }
+
+static int  sim_key_server(sim_world *w, const char *key);
+static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease);
 
 /* A fault of kind k strikes here with probability w->rate[k] per mille?
  * Each such draw is numbered; the shrinker masks draws by number. */
@@ -168,7 +172,8 @@ static void sim_close_if_down(feed_node *n)
         n->io = NULL;
 }
 
-static void sim_words(const sim_world *w, char *out, size_t cap, int argc, const char **argv, const size_t *lens)
+static void sim_words(const char (*sha)[41], char *out, size_t cap, int argc, const char **argv,
+                      const size_t *lens)
 {
     size_t used = 0;
 
@@ -181,7 +186,7 @@ static void sim_words(const sim_world *w, char *out, size_t cap, int argc, const
         if (i == 1 && argc > 1 && strncmp(argv[0], "EVALSHA", 7) == 0) {
             const char *name = "?";
             for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
-                if (len == 40 && memcmp(argv[1], w->shas[s], 40) == 0)
+                if (len == 40 && memcmp(argv[1], sha[s], 40) == 0)
                     name = feed__script_name(s);
             used += (size_t)snprintf(out + used, cap - used, " <%s>", name);
         } else if (text) {
@@ -223,6 +228,181 @@ static void sim_reply_text(char *out, size_t cap, const redisReply *r)
             *p = ' ';
 }
 
+/* ------------------------------------------------------------------------
+ * Redis Cluster: the nodes' answers that depend on the slot map. Every
+ * node knows the same map (a node that has not yet heard of a change is
+ * left out), and a migrating slot's keys move one by one, as MIGRATE moves
+ * them, so a command meets Redis 7.0's rules (cluster.c, getNodeByQuery):
+ * a key of a slot the node does not serve: MOVED; on the source of a
+ * migration, keys of the slot all here: served, none here: ASK, some:
+ * TRYAGAIN; on the target, after ASKING: served, unless several keys and
+ * some not here yet: TRYAGAIN. A script's own commands on keys it did not
+ * declare are judged the same way, with its caller's ASKING, and refused
+ * one by one (simr_set_guard).
+ * ------------------------------------------------------------------------ */
+
+enum { SIM_SERVE, SIM_MOVED, SIM_ASK, SIM_TRYAGAIN, SIM_CROSSSLOT };
+
+static int sim_word(const char *arg, size_t len, const char *word)
+{
+    return len == strlen(word) && strncasecmp(arg, word, len) == 0;
+}
+
+/* The keys of a command the library sends: argv[*first], n of them. */
+static int sim_cmd_keys(int argc, const char *const *argv, const size_t *lens, int *first)
+{
+    static const char *const one[] = { "ZADD", "ZRANGE", "ZREVRANGE", "ZREVRANGEBYSCORE",
+                                       "ZCOUNT", "ZSCORE", "ZRANK", "ZREVRANK", "ZREM",
+                                       "ZREMRANGEBYRANK", "ZCARD", "GET", "SET", "PEXPIRE",
+                                       "PERSIST", "PTTL", NULL };
+    *first = 1;
+    if (argc < 2)
+        return 0;
+    if (sim_word(argv[0], lens[0], "EVALSHA") || sim_word(argv[0], lens[0], "EVAL")) {
+        long n = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
+        *first = 3;
+        return n >= 0 && n <= argc - 3 ? (int)n : 0;
+    }
+    if (sim_word(argv[0], lens[0], "DEL") || sim_word(argv[0], lens[0], "UNLINK") ||
+        sim_word(argv[0], lens[0], "EXISTS"))
+        return argc - 1;
+    if (sim_word(argv[0], lens[0], "RENAME"))
+        return argc >= 3 ? 2 : 0;
+    for (int i = 0; one[i]; i++)
+        if (sim_word(argv[0], lens[0], one[i]))
+            return 1;
+    return 0;
+}
+
+/* What node s does with a command (SIM_SERVE or a redirect), and its slot. */
+static int sim_route(sim_world *w, int s, int asking, int argc, const char *const *argv,
+                     const size_t *lens, unsigned *slot)
+{
+    int first, n = sim_cmd_keys(argc, argv, lens, &first), multiple = 0, missing = 0,
+        existing = 0, owner;
+
+    if (n == 0)
+        return SIM_SERVE;
+    *slot = feed__key_slot(argv[first], lens[first]);
+    for (int i = first + 1; i < first + n; i++) {
+        if (feed__key_slot(argv[i], lens[i]) != *slot)
+            return SIM_CROSSSLOT;
+        multiple |= lens[i] != lens[first] || memcmp(argv[i], argv[first], lens[i]) != 0;
+    }
+    owner = w->owner[*slot] - 1;
+    if ((int)*slot == w->mig_slot && (owner == s || w->mig_to == s))
+        for (int i = first; i < first + n; i++) {
+            if (simr_has(w->sv[s].r, argv[i], lens[i], w->now))
+                existing++;
+            else
+                missing++;
+        }
+    if (owner == s) {
+        if ((int)*slot == w->mig_slot && missing)
+            return existing ? SIM_TRYAGAIN : SIM_ASK;
+        return SIM_SERVE;
+    }
+    if ((int)*slot == w->mig_slot && w->mig_to == s && asking)
+        return multiple && missing ? SIM_TRYAGAIN : SIM_SERVE;
+    return SIM_MOVED;
+}
+
+static int sim_guard(void *arg, int argc, const char *const *argv, const size_t *lens,
+                     char *why, size_t cap)
+{
+    struct sim_guard *g = arg;
+    unsigned slot;
+
+    if (sim_route(g->w, g->s, g->w->asking_now, argc, argv, lens, &slot) == SIM_SERVE)
+        return 0;
+    snprintf(why, cap, "ERR Script attempted to access a non local key in a cluster node");
+    return 1;
+}
+
+static redisReply *sim_resp(const char *buf, size_t len)
+{
+    void *out = NULL;
+    redisReader *rd = redisReaderCreate();
+
+    if (!rd || redisReaderFeed(rd, buf, len) != REDIS_OK ||
+        redisReaderGetReply(rd, &out) != REDIS_OK || !out) {
+        fprintf(stderr, "sim: cannot make a reply\n");
+        exit(3);
+    }
+    redisReaderFree(rd);
+    return out;
+}
+
+/* CLUSTER SLOTS: each range of slots with one owner, its primary and
+ * replicas. */
+static redisReply *sim_cluster_slots(sim_world *w)
+{
+    static char buf[16384];
+    char body[16000];
+    size_t used = 0, ranges = 0;
+
+    for (unsigned from = 0; from < 16384;) {
+        unsigned to = from;
+        int o = w->owner[from] - 1, nrep = 0;
+        while (to + 1 < 16384 && w->owner[to + 1] == w->owner[from])
+            to++;
+        if (o >= 0) {
+            for (int j = 0; j < w->nsv; j++)
+                nrep += w->sv[j].of == o && !w->sv[j].dead;
+            used += (size_t)snprintf(body + used, sizeof body - used,
+                                     "*%d\r\n:%u\r\n:%u\r\n*3\r\n$%zu\r\n%s\r\n:%d\r\n$40\r\n%040d\r\n",
+                                     3 + nrep, from, to, strlen(w->sv[o].host), w->sv[o].host,
+                                     w->sv[o].port, o);
+            for (int j = 0; j < w->nsv && used < sizeof body; j++)
+                if (w->sv[j].of == o && !w->sv[j].dead)
+                    used += (size_t)snprintf(body + used, sizeof body - used,
+                                             "*3\r\n$%zu\r\n%s\r\n:%d\r\n$40\r\n%040d\r\n",
+                                             strlen(w->sv[j].host), w->sv[j].host, w->sv[j].port,
+                                             j);
+            ranges++;
+        }
+        if (used >= sizeof body) {
+            fprintf(stderr, "sim: slot map too long\n");
+            exit(3);
+        }
+        from = to + 1;
+    }
+    used = (size_t)snprintf(buf, sizeof buf, "*%zu\r\n%s", ranges, body);
+    return sim_resp(buf, used);
+}
+
+/* A cluster node's own answer to a command of cl's (ASKING, CLUSTER
+ * SLOTS, a redirect), or NULL: the data set answers. */
+static redisReply *sim_cluster_cmd(sim_world *w, sim_client *cl, int s, int argc,
+                                   const char *const *argv, const size_t *lens)
+{
+    char buf[160];
+    unsigned slot = 0;
+    int v, asking = cl->asking[s];
+
+    cl->asking[s] = 0;
+    if (argc == 1 && sim_word(argv[0], lens[0], "ASKING")) {
+        cl->asking[s] = 1;
+        return sim_resp("+OK\r\n", 5);
+    }
+    if (argc == 2 && sim_word(argv[0], lens[0], "CLUSTER") && sim_word(argv[1], lens[1], "SLOTS"))
+        return sim_cluster_slots(w);
+    w->asking_now = asking;
+    v = sim_route(w, s, asking, argc, argv, lens, &slot);
+    if (v == SIM_SERVE)
+        return NULL;
+    if (v == SIM_MOVED || v == SIM_ASK) {
+        const struct sim_server *to = &w->sv[v == SIM_ASK ? w->mig_to : w->owner[slot] - 1];
+        snprintf(buf, sizeof buf, "-%s %u %s:%d\r\n", v == SIM_ASK ? "ASK" : "MOVED", slot,
+                 to->host, to->port);
+    } else if (v == SIM_TRYAGAIN) {
+        snprintf(buf, sizeof buf, "-TRYAGAIN Multiple keys request during rehashing of slot\r\n");
+    } else {
+        snprintf(buf, sizeof buf, "-CROSSSLOT Keys in request don't hash to the same slot\r\n");
+    }
+    return sim_resp(buf, strlen(buf));
+}
+
 /* Command k of trip t reaches server s: run it, keep its reply. */
 static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int s)
 {
@@ -234,7 +414,9 @@ static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int 
 
     if (w->topo != SIM_TOPO_SINGLE)
         sim_links(w, cl, s, argc > 0 && lens[0] == 4 && memcmp(argv[0], "WAIT", 4) == 0);
-    r = simr_exec(w->sv[s].r, argc, argv, lens, w->now);
+    r = w->topo == SIM_TOPO_CLUSTER ? sim_cluster_cmd(w, cl, s, argc, argv, lens) : NULL;
+    if (!r)
+        r = simr_exec(w->sv[s].r, argc, argv, lens, w->now);
     if (simr_offset(w->sv[s].r) != off)
         cl->woff[s] = simr_offset(w->sv[s].r);
 
@@ -244,7 +426,7 @@ static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int 
     }
     if (w->trace) {
         char words[200], rep[80];
-        sim_words(w, words, sizeof words, argc, argv, lens);
+        sim_words((const char (*)[41])cl->core.sha, words, sizeof words, argc, argv, lens);
         sim_reply_text(rep, sizeof rep, r);
         if (w->nsv > 1)
             sim_trace(w, "c%d  %s:%d%s -> %s", cl->id, w->sv[s].host, w->sv[s].port, words, rep);
@@ -412,20 +594,14 @@ static void sim_probe(sim_world *w, sim_client *cl, feed_setup *s)
         int argc = t->cmd(t->arg, 0, &argv, &lens);
         const struct sim_server *p = &w->sv[w->sv[at].names];
         char buf[128], port[16];
-        void *out = NULL;
-        redisReader *rd = redisReaderCreate();
+        redisReply *out;
         snprintf(port, sizeof port, "%d", p->port);
         if (argc == 3 && lens[2] == 8 && memcmp(argv[2], "mymaster", 8) == 0)
             snprintf(buf, sizeof buf, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(p->host),
                      p->host, strlen(port), port);
         else
             snprintf(buf, sizeof buf, "*-1\r\n");
-        if (!rd || redisReaderFeed(rd, buf, strlen(buf)) != REDIS_OK ||
-            redisReaderGetReply(rd, &out) != REDIS_OK || !out) {
-            fprintf(stderr, "sim: cannot make a Sentinel's reply\n");
-            exit(3);
-        }
-        redisReaderFree(rd);
+        out = sim_resp(buf, strlen(buf));
         sim_trace(w, "c%d  Sentinel %s:%d names %s:%d", cl->id, s->probe.host, s->probe.port,
                   p->host, p->port);
         t->reply(t->arg, 0, out);
@@ -535,9 +711,11 @@ static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
     cl->id = id;
     cl->kind = kind;
     feed_config_init(&cfg);
+    cfg.redis_wait_replicas = w->wait_replicas;
     if (w->topo == SIM_TOPO_SENTINEL) {
-        cfg.redis_sentinels = w->sentinels;
-        cfg.redis_wait_replicas = w->wait_replicas;
+        cfg.redis_sentinels = w->addrs;
+    } else if (w->topo == SIM_TOPO_CLUSTER) {
+        cfg.redis_cluster = w->addrs;
     } else {
         cfg.redis_host = "sim-redis";
     }
@@ -1023,6 +1201,19 @@ static void sim_request_done(sim_world *w, sim_client *cl)
     }
 }
 
+/* Has some handle set up server s as it now runs, its fence done? */
+static int sim_fenced(sim_world *w, int s)
+{
+    for (int i = 0; i < w->ncl; i++)
+        for (size_t k = 0; k < w->cl[i].core.topo.nnodes; k++) {
+            feed_node *n = w->cl[i].core.topo.nodes[k];
+            if (n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == s &&
+                (!w->fence || n->fence.state == FEED_FENCE_TRUSTED))
+                return 1;
+        }
+    return 0;
+}
+
 /* After the writers stopped and the faults healed: have the repairs and
  * the log follower settled? Until then the readers go on reading, which
  * is what makes each handle reach Redis again and run the repairs. */
@@ -1030,8 +1221,17 @@ static int sim_settled(sim_world *w)
 {
     int ready = 0;
 
-    /* Some handle set up on the primary as it now runs (its fence done). */
-    for (int i = 0; i < w->ncl; i++) {
+    /* Some handle set up on the primary as it now runs (its fence done);
+     * on a cluster, on every primary that serves a copy. */
+    if (w->topo == SIM_TOPO_CLUSTER) {
+        ready = 1;
+        for (int64_t o = 1; o <= w->uids + w->authors && ready; o++) {
+            char key[128], lease[128];
+            sim_owner_keys(w, o > w->uids, o <= w->uids ? o : 100 + o - w->uids, key, lease);
+            ready = sim_fenced(w, sim_key_server(w, key));
+        }
+    }
+    for (int i = 0; i < w->ncl && w->topo != SIM_TOPO_CLUSTER; i++) {
         feed_node *n = w->cl[i].core.topo.nodes[0];
         ready |= n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == w->prim;
     }
@@ -1081,6 +1281,11 @@ static void sim_failover(sim_world *w)
     int p = w->prim, r = -1, kind, kinds[3], nk = 0;
     static const char *const what[] = { "killed", "demoted at once", "left writable a while" };
 
+    if (w->topo == SIM_TOPO_CLUSTER) {      /* a primary not in a migration */
+        p = w->owner[sim_pick(w, 16384)] - 1;
+        if (p < 0 || p == w->mig_from || p == w->mig_to)
+            return;
+    }
     for (int j = 0; j < w->nsv && r < 0; j++)
         if (!w->sv[j].sentinel && w->sv[j].of == p && !w->sv[j].dead)
             r = j;
@@ -1092,7 +1297,14 @@ static void sim_failover(sim_world *w)
     kind = kinds[sim_pick(w, (uint64_t)nk)];
     simr_promote(w->sv[r].r, sim_next(w));
     w->sv[r].of = -1;
-    w->prim = r;
+    w->sv[p].heir = r;
+    if (w->topo == SIM_TOPO_CLUSTER) {
+        for (int k = 0; k < 16384; k++)
+            if (w->owner[k] == p + 1)
+                w->owner[k] = (uint8_t)(r + 1);
+    } else {
+        w->prim = r;
+    }
     sim_trace(w, "    FAILOVER: %s:%d promoted (%lld of the old primary's %lld writes), "
                  "%s:%d %s", w->sv[r].host, w->sv[r].port, w->sv[r].synced,
               simr_offset(w->sv[p].r), w->sv[p].host, w->sv[p].port, what[kind]);
@@ -1108,6 +1320,13 @@ static void sim_failover(sim_world *w)
     } else {
         w->sv[p].demote_at = w->now + 1 + (int64_t)sim_pick(w, 200);
     }
+}
+
+/* Does key hash to the migrating slot? */
+static int sim_in_slot(void *arg, const char *key, size_t len)
+{
+    const sim_world *w = arg;
+    return (int)feed__key_slot(key, len) == w->mig_slot;
 }
 
 /* What follows a failover, due at its time (or at once, healing): a
@@ -1128,28 +1347,91 @@ static void sim_topo_step(sim_world *w, int heal)
             simr_set_role(v->r, 1, 0);
             v->dead = 0;
             v->epoch++;
-            v->of = w->prim;
+            v->of = v->heir;
             v->down_until = 0;
             sim_sync(w, j);
             sim_trace(w, "    %s:%d back, a replica of %s:%d", v->host, v->port,
-                      w->sv[w->prim].host, w->sv[w->prim].port);
+                      w->sv[v->heir].host, w->sv[v->heir].port);
         }
         if (v->demote_at && (heal || w->now >= v->demote_at)) {
             v->demote_at = 0;
-            v->of = w->prim;
+            v->of = v->heir;
             v->synced = -1;
             simr_set_role(v->r, 1, 0);
             sim_trace(w, "    %s:%d demoted: a replica of %s:%d", v->host, v->port,
-                      w->sv[w->prim].host, w->sv[w->prim].port);
+                      w->sv[v->heir].host, w->sv[v->heir].port);
         }
         if (v->of >= 0 && !v->dead && (heal || sim_pick(w, w->sync_every) == 0))
             sim_sync(w, j);
     }
+    while (w->mig_slot >= 0 && (heal || sim_pick(w, 3) == 0)) {
+        int moved = simr_migrate_one(w->sv[w->mig_from].r, w->sv[w->mig_to].r, sim_in_slot, w,
+                                     w->now);
+        if (moved < 0) {
+            fprintf(stderr, "sim: out of memory\n");
+            exit(3);
+        }
+        if (moved == 0) {                   /* CLUSTER SETSLOT slot NODE target */
+            w->owner[w->mig_slot] = (uint8_t)(w->mig_to + 1);
+            sim_trace(w, "    slot %d now served by %s:%d", w->mig_slot, w->sv[w->mig_to].host,
+                      w->sv[w->mig_to].port);
+            w->mig_slot = -1;
+            w->mig_from = w->mig_to = -1;
+        } else if (w->trace) {
+            sim_trace(w, "    a key of slot %d moved to %s:%d", w->mig_slot, w->sv[w->mig_to].host,
+                      w->sv[w->mig_to].port);
+        }
+        if (!heal)
+            break;
+    }
+}
+
+/* The server whose data set holds key now: its slot's owner in a
+ * cluster (or the migration's target, once the key moved there). */
+static int sim_key_server(sim_world *w, const char *key)
+{
+    unsigned slot;
+
+    if (w->topo != SIM_TOPO_CLUSTER)
+        return w->prim;
+    slot = feed__key_slot(key, strlen(key));
+    if ((int)slot == w->mig_slot && !simr_has(w->sv[w->mig_from].r, key, strlen(key), w->now))
+        return w->mig_to;
+    return w->owner[slot] - 1;
+}
+
+/* A feed's (or an author's) copy key, for the faults and the final look. */
+static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease)
+{
+    feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+                      author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
+}
+
+/* A slot of some feed's keys starts migrating to another primary. */
+static void sim_migrate(sim_world *w)
+{
+    char key[128], lease[128];
+    int author = w->authors && sim_pick(w, 3) == 0, to;
+    int64_t owner = author ? 101 + (int64_t)sim_pick(w, (uint64_t)w->authors)
+                           : 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
+    unsigned slot;
+
+    sim_owner_keys(w, author, owner, key, lease);
+    slot = feed__key_slot(key, strlen(key));
+    to = w->owner[sim_pick(w, 16384)] - 1;
+    if (to == w->owner[slot] - 1 || to < 0)
+        return;
+    w->mig_slot = (int)slot;
+    w->mig_from = w->owner[slot] - 1;
+    w->mig_to = to;
+    sim_trace(w, "    slot %u (%s) migrating from %s:%d to %s:%d", slot, key,
+              w->sv[w->mig_from].host, w->sv[w->mig_from].port, w->sv[to].host, w->sv[to].port);
 }
 
 static void sim_world_faults(sim_world *w)
 {
-    struct sim_server *p = &w->sv[w->prim];
+    int pi = w->topo == SIM_TOPO_CLUSTER ? w->owner[sim_pick(w, 16384)] - 1 : w->prim;
+    struct sim_server *p = &w->sv[pi];
 
     if (sim_fault(w, SIM_F_SNAPSHOT, "Redis saves a snapshot")) {
         simr_free(p->snap);
@@ -1161,9 +1443,13 @@ static void sim_world_faults(sim_world *w)
         simr_restart(p->r, old ? p->snap : NULL, sim_next(w));
         p->down_until = w->now + (int64_t)sim_pick(w, 100);
         for (int j = 0; j < w->nsv; j++)
-            if (w->sv[j].of == w->prim)
+            if (w->sv[j].of == pi)
                 w->sv[j].synced = -1;  /* a new replication id: a full sync */
-        sim_trace(w, "    Redis restarted %s", old ? "from an older snapshot" : "empty");
+        if (w->nsv > 1)
+            sim_trace(w, "    %s:%d restarted %s", p->host, p->port,
+                      old ? "from an older snapshot" : "empty");
+        else
+            sim_trace(w, "    Redis restarted %s", old ? "from an older snapshot" : "empty");
     }
     if (sim_fault(w, SIM_F_EVICT, "Redis evicts a key")) {
         char key[128], lease[128];
@@ -1174,6 +1460,8 @@ static void sim_world_faults(sim_world *w)
         feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
                           author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
         which = sim_pick(w, 2) ? key : lease;
+        if (w->topo == SIM_TOPO_CLUSTER)
+            p = &w->sv[sim_key_server(w, which)];
         simr_evict(p->r, which, strlen(which));
     }
     if (sim_fault(w, SIM_F_JUMP, "the clock jumps ahead"))
@@ -1184,6 +1472,9 @@ static void sim_world_faults(sim_world *w)
         w->replica_v++;                 /* the replica replays one more commit */
     if (w->topo != SIM_TOPO_SINGLE && sim_fault(w, SIM_F_FAILOVER, "a failover"))
         sim_failover(w);
+    if (w->topo == SIM_TOPO_CLUSTER && w->mig_slot < 0 &&
+        sim_fault(w, SIM_F_MIGRATE, "a slot migration begins"))
+        sim_migrate(w);
 }
 
 /* ------------------------------------------------------------------------
@@ -1215,24 +1506,38 @@ static int sim_servers(sim_world *w)
         { "sim-redis", 6379, 0 } }, sentinel[] = {
         { "sim-redis-0", 6379, 0 }, { "sim-redis-1", 6380, 0 },
         { "sim-sentinel-0", 26379, 1 }, { "sim-sentinel-1", 26380, 1 } };
-    const int n = w->topo == SIM_TOPO_SINGLE ? 1 : 4;
+    const int cluster = w->topo == SIM_TOPO_CLUSTER;
+    const int n = w->topo == SIM_TOPO_SINGLE ? 1 : cluster ? 6 : 4;
 
     w->nsv = 0;
     w->prim = 0;
-    w->sentinels[0] = '\0';
+    w->addrs[0] = '\0';
+    w->mig_slot = w->mig_from = w->mig_to = -1;
     for (int j = 0; j < n; j++, w->nsv++) {
         struct sim_server *v = &w->sv[j];
-        const char *host = n == 1 ? single[j].host : sentinel[j].host;
         memset(v, 0, sizeof *v);
-        snprintf(v->host, sizeof v->host, "%s", host);
-        v->port = n == 1 ? single[j].port : sentinel[j].port;
-        v->sentinel = n == 1 ? 0 : sentinel[j].sentinel;
+        if (cluster) {              /* three primaries, then a replica of each */
+            snprintf(v->host, sizeof v->host, "sim-node-%d", j);
+            v->port = 7000 + j;
+            v->of = j < 3 ? -1 : j - 3;
+        } else {
+            snprintf(v->host, sizeof v->host, "%s", n == 1 ? single[j].host : sentinel[j].host);
+            v->port = n == 1 ? single[j].port : sentinel[j].port;
+            v->sentinel = n == 1 ? 0 : sentinel[j].sentinel;
+            v->of = j == 0 || v->sentinel ? -1 : 0;
+        }
         v->epoch = 1;
-        v->of = j == 0 || v->sentinel ? -1 : 0;
         v->synced = -1;
+        v->guard = (struct sim_guard){ w, j };
+        if (cluster && j < 3) {     /* the seeds; slots split in three */
+            size_t used = strlen(w->addrs);
+            snprintf(w->addrs + used, sizeof w->addrs - used, "%s%s:%d", used ? "," : "",
+                     v->host, v->port);
+            memset(w->owner + j * 5462, j + 1, j < 2 ? 5462 : 16384 - 2 * 5462);
+        }
         if (v->sentinel) {
-            size_t used = strlen(w->sentinels);
-            snprintf(w->sentinels + used, sizeof w->sentinels - used, "%s%s:%d",
+            size_t used = strlen(w->addrs);
+            snprintf(w->addrs + used, sizeof w->addrs - used, "%s%s:%d",
                      used ? "," : "", v->host, v->port);
             continue;
         }
@@ -1240,6 +1545,8 @@ static int sim_servers(sim_world *w)
             return -1;
         if (v->of >= 0)
             simr_set_role(v->r, 1, 0);
+        if (cluster)
+            simr_set_guard(v->r, sim_guard, &v->guard);
     }
     return 0;
 }
@@ -1259,7 +1566,7 @@ static void sim_check_copies(sim_world *w)
 
         feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
                           table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, owner, key, lease);
-        r = simr_execv(w->sv[w->prim].r, w->now, argv);
+        r = simr_execv(w->sv[sim_key_server(w, key)].r, w->now, argv);
         for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
             feed_item it;
             if (feed__reply_end(r, i)) {
@@ -1297,6 +1604,8 @@ int sim_run(sim_world *w)
     w->max_lag_ms = 20 + (int64_t)sim_pick(w, 100);
     if (w->topo != SIM_TOPO_SINGLE)
         w->sync_every = 1 + (uint32_t)sim_pick(w, 40);  /* how far replicas lag */
+    if (w->topo == SIM_TOPO_CLUSTER)
+        w->now = 100000;    /* a clock long started: the slot map's refresh is rate-limited from 0 */
     w->pg = simpg_new();
     if (!w->pg || sim_servers(w) < 0)
         return -1;

@@ -15,7 +15,7 @@
 #define SIM_SERVERS   8
 
 /* The Redis topology. */
-enum { SIM_TOPO_SINGLE, SIM_TOPO_SENTINEL };
+enum { SIM_TOPO_SINGLE, SIM_TOPO_SENTINEL, SIM_TOPO_CLUSTER };
 
 /* What an application client is. */
 enum { SIM_READER, SIM_WRITER, SIM_SYNC };
@@ -48,6 +48,7 @@ enum {
     SIM_F_JUMP,         /* the clock jumps ahead (up to 2 lease lifetimes) */
     SIM_F_FAILOVER,     /* a replica is promoted, maybe behind (topologies with replicas) */
     SIM_F_SENTINEL,     /* a Sentinel refuses a connection */
+    SIM_F_MIGRATE,      /* a cluster slot starts migrating to another primary */
     SIM_F_COUNT
 };
 
@@ -74,6 +75,7 @@ typedef struct sim_client {
     redisReply  *replies[64];
     size_t       napplied;
     long long    woff[SIM_SERVERS]; /* the offset of its last write on each server (WAIT) */
+    int          asking[SIM_SERVERS];   /* its connection to the node said ASKING */
     int          ops_left;
     size_t       write;         /* the log follower: the last write its drop covers */
     int64_t      sync_uid;
@@ -116,13 +118,20 @@ typedef struct sim_world {
         int       dead;         /* killed: refuses connects, back at down_until as a replica */
         int64_t   down_until;   /* refuses connects until then */
         int64_t   demote_at;    /* an old primary left writable: a replica from then (0: no) */
+        int       heir;         /* an old primary: the replica promoted in its place */
+        struct sim_guard { struct sim_world *w; int s; } guard;
     } sv[SIM_SERVERS];
+    /* A Redis Cluster: the slot map (server index + 1; every node answers
+     * CLUSTER SLOTS with it), and the slot migrating, if any: its keys move
+     * one by one from mig_from to mig_to, then the slot is mig_to's. */
+    uint8_t    owner[16384];
+    int        mig_slot, mig_from, mig_to, asking_now;
     int        nsv, prim;       /* the servers; the current primary */
     int        topo;            /* SIM_TOPO_* */
     int        failover_kinds;  /* bits: 1 kill, 2 demote at once, 4 left writable a while */
     uint32_t   wait_replicas;
     uint32_t   sync_every;      /* a replica receives its primary's data about once per this many steps */
-    char       sentinels[96];   /* the Sentinels' addresses, for the config */
+    char       addrs[128];      /* the Sentinels' or the cluster seeds' addresses (config) */
     int64_t    pg_down_until;
     simpg     *pg;
     uint64_t   replica_v;
