@@ -510,6 +510,7 @@ static int sim_advance(sim_world *w, sim_client *cl)
             switch (feed__xchg_next(&f->x, w->now)) {
             case FEED_X_REPAIR: {
                 feed_op *r = feed__repair_op(c);
+                sim_trace(w, "c%d  the repair list first", cl->id);
                 if (r) {
                     sim_frame *nf = &cl->frames[cl->depth++];
                     memset(nf, 0, sizeof *nf);
