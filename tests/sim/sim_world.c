@@ -315,6 +315,9 @@ static int sim_guard(void *arg, int argc, const char *const *argv, const size_t 
 
     if (sim_route(g->w, g->s, g->w->asking_now, argc, argv, lens, &slot) == SIM_SERVE)
         return 0;
+    sim_trace(g->w, "    %s:%d refuses a script's %.*s %.*s: slot %u not served here",
+              g->w->sv[g->s].host, g->w->sv[g->s].port, (int)lens[0], argv[0],
+              argc > 1 ? (int)(lens[1] > 24 ? 24 : lens[1]) : 0, argc > 1 ? argv[1] : "", slot);
     snprintf(why, cap, "ERR Script attempted to access a non local key in a cluster node");
     return 1;
 }
