@@ -1274,6 +1274,10 @@ static void simr_dispatch(simr *r, const simr_args *a)
         simr_cmd_info(r);
     else if (simr_is(a, 0, "ROLE"))
         simr_cmd_role(r);
+    else if (simr_is(a, 0, "WAIT") && r->replica)
+        simr_err(r, "ERR WAIT cannot be used with replica instances. Please also note that since "
+                    "Redis 4.0 if a replica is configured to be writable (which is not the "
+                    "default) writes to replicas are just local and are not propagated.");
     else if (simr_is(a, 0, "WAIT"))
         simr_int(r, r->acked);
     else if (simr_is(a, 0, "AUTH")) {
