@@ -166,7 +166,7 @@ int main(int argc, char **argv)
     uint64_t stride = getenv("SIM_STRIDE") ? strtoull(getenv("SIM_STRIDE"), NULL, 10) : 1;
     int want_violation = expect && strcmp(expect, "violation") == 0;
     sim_world *w = malloc(sizeof *w);
-    long runs = 0, faults = 0, pages = 0;
+    long runs = 0, faults = 0, pages = 0, lost = 0;
 
     if (!w)
         return 3;
@@ -208,6 +208,7 @@ int main(int argc, char **argv)
         runs++;
         faults += (long)w->faults;
         pages += w->pages;
+        lost += w->acked_lost;
         if (rc == 1) {
             double dt = wall() - t0;
             printf("# seed %llu (%s) breaks the invariant after %ld schedules (%.1f s): %s\n",
@@ -229,8 +230,9 @@ int main(int argc, char **argv)
     }
     {
         double dt = wall() - t0;
-        printf("# mode %s: %ld pages checked, %ld faults injected, %.0f schedules/s\n", o.mode,
-               pages, faults, runs / (dt > 0 ? dt : 1));
+        printf("# mode %s: %ld pages checked, %ld faults injected, %ld acknowledged writes lost "
+               "in failovers, %.0f schedules/s\n", o.mode, pages, faults, lost,
+               runs / (dt > 0 ? dt : 1));
         printf("%ld schedules, 0 violations\n", runs);
     }
     free(w);

@@ -420,8 +420,13 @@ static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int 
     r = w->topo == SIM_TOPO_CLUSTER ? sim_cluster_cmd(w, cl, s, argc, argv, lens) : NULL;
     if (!r)
         r = simr_exec(w->sv[s].r, argc, argv, lens, w->now);
-    if (simr_offset(w->sv[s].r) != off)
+    if (simr_offset(w->sv[s].r) != off) {
         cl->woff[s] = simr_offset(w->sv[s].r);
+        if (cl->aw == SIM_AW_PASS) {        /* the request's write, not a fence's */
+            cl->hoff[s] = cl->woff[s];
+            cl->hoff_epoch[s] = w->sv[s].epoch;
+        }
+    }
 
     if (!r) {
         fprintf(stderr, "sim: out of memory\n");
@@ -773,6 +778,7 @@ static void sim_start(sim_world *w, sim_client *cl, feed_op *op, int64_t think)
     cl->depth = 1;
     cl->started_v = simpg_version(w->pg);
     cl->started_ms = w->now;
+    memcpy(cl->hoff_start, cl->hoff, sizeof cl->hoff);
     cl->ready_at = (cl->ready_at > w->now ? cl->ready_at : w->now) + think;
     cl->aw = SIM_AW_START;
 }
@@ -1180,6 +1186,10 @@ static void sim_request_done(sim_world *w, sim_client *cl)
     } else if (cl->kind == SIM_WRITER) {
         if (rc != FEED_OK)
             sim_trace(w, "c%d  hook failed: %s", cl->id, cl->err);
+        for (int s = 0; s < w->nsv && rc == FEED_OK; s++)     /* its writes acknowledged */
+            if (cl->hoff[s] > cl->hoff_start[s] && cl->hoff[s] > w->sv[s].acked &&
+                cl->hoff_epoch[s] == w->sv[s].epoch)   /* not lost to a restart since */
+                w->sv[s].acked = cl->hoff[s];
         for (size_t i = 0; i < cl->nwrite; i++)
             w->writes[cl->first_write + i].certain_at = w->now;
         cl->nwrite = 0;
@@ -1273,6 +1283,22 @@ static void sim_plan(sim_world *w, sim_client *cl)
  * Faults of the world (not of one await)
  * ------------------------------------------------------------------------ */
 
+/* A failover lost a write whose hook returned FEED_OK (on `what`). With
+ * redis_wait_replicas that is a broken promise (docs/ha.md: an
+ * acknowledged hook lost in a failover fails instead); without, the
+ * fence keeps it from leaving a stale copy, and it is only counted. */
+static void sim_acked_lost(sim_world *w, int p, int lost, const char *what)
+{
+    if (!lost)
+        return;
+    w->acked_lost++;
+    sim_trace(w, "    %s:%d's failover lost a write acknowledged to a writer (%s)",
+              w->sv[p].host, w->sv[p].port, what);
+    if (w->wait_replicas)
+        sim_violation(w, "a failover of %s:%d lost a write acknowledged with WAIT (%s)",
+                      w->sv[p].host, w->sv[p].port, what);
+}
+
 /* A failover: the primary's replica is promoted with what it holds (maybe
  * behind: acknowledged writes lost), and the old primary is killed (back
  * later as a replica), demoted at once (a replica that keeps its
@@ -1299,6 +1325,12 @@ static void sim_failover(sim_world *w)
     if (r < 0 || nk == 0)
         return;
     kind = kinds[sim_pick(w, (uint64_t)nk)];
+    sim_acked_lost(w, p, w->sv[p].acked > 0 && w->sv[r].synced < w->sv[p].acked, "promoted replica");
+    /* What the promoted replica holds, or what was found lost already:
+     * a write acknowledged above it later (its reply came back after the
+     * promotion, or the old primary is left writable) is lost too. */
+    w->sv[p].acked_then = w->sv[r].synced > w->sv[p].acked ? w->sv[r].synced : w->sv[p].acked;
+    w->sv[r].acked = 0;
     simr_promote(w->sv[r].r, sim_next(w));
     w->sv[r].of = -1;
     w->sv[p].heir = r;
@@ -1350,6 +1382,7 @@ static void sim_topo_step(sim_world *w, int heal)
             simr_restart(v->r, NULL, sim_next(w));
             simr_set_role(v->r, 1, 0);
             v->dead = 0;
+            v->acked = 0;
             v->epoch++;
             v->of = v->heir;
             v->down_until = 0;
@@ -1358,6 +1391,7 @@ static void sim_topo_step(sim_world *w, int heal)
                       w->sv[v->heir].host, w->sv[v->heir].port);
         }
         if (v->demote_at && (heal || w->now >= v->demote_at)) {
+            sim_acked_lost(w, j, v->acked > v->acked_then, "old primary, demoted");
             v->demote_at = 0;
             v->of = v->heir;
             v->synced = -1;
@@ -1446,6 +1480,7 @@ static void sim_world_faults(sim_world *w)
         p->epoch++;
         simr_restart(p->r, old ? p->snap : NULL, sim_next(w));
         p->down_until = w->now + (int64_t)sim_pick(w, 100);
+        p->acked = 0;                   /* a restart loses writes with or without WAIT */
         for (int j = 0; j < w->nsv; j++)
             if (w->sv[j].of == pi)
                 w->sv[j].synced = -1;  /* a new replication id: a full sync */

@@ -76,6 +76,9 @@ typedef struct sim_client {
     size_t       napplied;
     long long    woff[SIM_SERVERS]; /* the offset of its last write on each server (WAIT) */
     int          asking[SIM_SERVERS];   /* its connection to the node said ASKING */
+    long long    hoff[SIM_SERVERS];         /* the same for a request's own writes (no set-up's) */
+    long long    hoff_start[SIM_SERVERS];   /* hoff when its request began */
+    uintptr_t    hoff_epoch[SIM_SERVERS];   /* the server's incarnation of that write */
     int          ops_left;
     size_t       write;         /* the log follower: the last write its drop covers */
     int64_t      sync_uid;
@@ -119,6 +122,8 @@ typedef struct sim_world {
         int64_t   down_until;   /* refuses connects until then */
         int64_t   demote_at;    /* an old primary left writable: a replica from then (0: no) */
         int       heir;         /* an old primary: the replica promoted in its place */
+        long long acked;        /* the offset of the last write acknowledged to a writer */
+        long long acked_then;   /* an old primary: what its heir holds of it, or was found lost */
         struct sim_guard { struct sim_world *w; int s; } guard;
     } sv[SIM_SERVERS];
     /* A Redis Cluster: the slot map (server index + 1; every node answers
@@ -158,6 +163,7 @@ typedef struct sim_world {
     size_t     last_faults[SIM_FAULT_LOG], last_faults_n;
     /* results */
     long       steps, requests, pages, unchecked;
+    long       acked_lost;      /* failovers that lost a write acknowledged to a writer */
     int        violations;
     char       why[600];
     FILE      *trace;
