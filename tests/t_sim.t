@@ -62,9 +62,21 @@ like "$(tail -n1 <<<"$out")" '^400 schedules, 0 violations$' "a lagging replica 
 # while; without WAIT those serve the old primary's copy (docs/ha.md, the
 # guarantees: a reader in another process keeps reading the old primary),
 # and with the fence off the promoted replica's copy is stale.
+# With WAIT a failover never loses a write whose hook returned FEED_OK (a
+# violation in the WAIT modes); with the defaults it does, and the fence
+# keeps that from leaving a stale copy.
 for mode in sentinel sentinel-wait; do
     out=$(SIM_SCHEDULES=300 BUILD=$BUILD tests/sim/run.sh "$mode" 2>&1)
     like "$(tail -n1 <<<"$out")" '^300 schedules, 0 violations$' "$mode: 300 schedules hold"
+    lost=$(sed -n 's/.* \([0-9]*\) acknowledged writes lost.*/\1/p' <<<"$out" |
+           awk '{ n += $1 } END { print n + 0 }')
+    if [[ $mode == sentinel ]]; then
+        [[ ${lost:-0} -gt 0 ]]
+        verdict $? "sentinel: failovers lost $lost acknowledged writes, and no page or copy was stale"
+    else
+        [[ ${lost:-1} -eq 0 ]]
+        verdict $? "sentinel-wait: failovers lost no acknowledged write"
+    fi
 done
 for mode in sentinel-nowait sentinel-nofence cluster-nofence; do
     out=$(SIM_NO_SHRINK=1 SIM_SCHEDULES=20000 "$sim" "$mode" 2>&1 | tail -n1)
