@@ -815,9 +815,14 @@ static void sim_commit(sim_world *w, sim_client *cl, int table, int64_t uid, int
 static void sim_new_post(sim_world *w, sim_client *cl, const int64_t *mine, size_t nmine,
                          int64_t *score, int64_t *id)
 {
-    *id = nmine > 0 && sim_pick(w, 4) == 0 ? mine[sim_pick(w, nmine)]
-                                           : (int64_t)sim_pick(w, 20) * w->writers + cl->wid +
-                                                 ((int64_t)sim_pick(w, 2) << 33);
+    if (nmine > 0 && sim_pick(w, 4) == 0) {
+        *id = mine[sim_pick(w, nmine)];
+    } else {
+        /* Two draws in this order (in one expression the order would be
+         * the compiler's: a seed would replay differently in another build). */
+        int64_t low = (int64_t)sim_pick(w, 20) * w->writers + cl->wid;
+        *id = low + ((int64_t)sim_pick(w, 2) << 33);
+    }
     *score = (int64_t)sim_pick(w, 12) * 10;
     if (sim_pick(w, 8) == 0)
         *score = sim_pick(w, 2) ? FEED_SCORE_MAX - (int64_t)sim_pick(w, 3) : -FEED_SCORE_MAX;
@@ -1526,8 +1531,8 @@ static void sim_seed_data(sim_world *w)
         int table = o <= w->uids ? SIMPG_FEED : SIMPG_AUTHORS, n = (int)sim_pick(w, 14);
         int64_t owner = o <= w->uids ? o : 100 + o - w->uids;
         for (int i = 0; i < n; i++) {
-            int64_t score = (int64_t)sim_pick(w, 12) * 10,
-                    id = (int64_t)sim_pick(w, 40) + ((int64_t)sim_pick(w, 2) << 33);
+            int64_t score = (int64_t)sim_pick(w, 12) * 10, low = (int64_t)sim_pick(w, 40),
+                    id = low + ((int64_t)sim_pick(w, 2) << 33);   /* the draws in this order */
             simpg_upsert(w->pg, table, owner, score, id);
             w->writes[w->nwrites++] = (struct sim_write){ table, owner, id, score, 0, -1 };
         }
