@@ -86,8 +86,10 @@ done
 # 1889 (SIM_SEED=1261 build/tests/feedsim cluster): a fan-out whose hook
 # failed because one primary was down puts all its feeds on the repair
 # list; the repair request fails whole on that primary, and the requests
-# that follow, on the other primaries, serve those feeds' stale copies.
-# `make sim-topo` runs them.
+# that follow, on the other primaries, serve those feeds' stale copies;
+# and seed 8807 (cluster): a promoted replica's stale copy migrates to a
+# primary whose fence is trusted before any handle fenced the promoted
+# node. `make sim-topo` runs them.
 
 echo "1..$n"
 ((failed == 0))

@@ -18,7 +18,9 @@
 #                     The cluster modes break today: seeds 1261 (cluster)
 #                     and 1889 (cluster-wait), a fan-out whose hook failed
 #                     while one primary was down leaves its other feeds'
-#                     copies served before their repair (docs/internals.md)
+#                     copies served before their repair; 8807 (cluster), a
+#                     promoted replica's stale copy migrating past the
+#                     fence (docs/internals.md)
 #   make sim-mutants  tests/sim/mutants.txt: broken builds the simulation must catch
 #
 # tests/t_sim_redis.c checks the simulated Redis against the real one.
