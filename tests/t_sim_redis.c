@@ -298,6 +298,13 @@ static int same_data(void)
     return eq;
 }
 
+/* simr_migrate_one's choice: the key "mk" only. */
+static int migrating(void *arg, const char *key, size_t len)
+{
+    (void)arg;
+    return len == 2 && memcmp(key, "mk", 2) == 0;
+}
+
 int main(void)
 {
     const char *seed_env = getenv("SIM_SEED");
@@ -384,6 +391,80 @@ int main(void)
         freeReplyObject(x);
         freeReplyObject(y);
         freeReplyObject(z);
+    }
+
+    /* What the simulated world builds on (sim_world.c), with no
+     * counterpart on one real server: a replica's copy, ROLE and WAIT as
+     * the world sets them, a key migrating. */
+    {
+        simr *rep = simr_new(seed + 7, NULL);
+        const char *zadd[] = { "ZADD", "m{1}", "1", "x", NULL }, *info[] = { "INFO", NULL };
+        const char *role[] = { "ROLE", NULL }, *wait[] = { "WAIT", "1", "0", NULL };
+        const char *set[] = { "SET", "mk", "v", "PX", "500", NULL };
+        const char *pttl[] = { "PTTL", "mk", NULL };
+        redisReply *x, *y, *z;
+        char *a, *b;
+        long long off;
+
+        x = simr_execv(sim, 6000000, zadd);
+        freeReplyObject(x);
+        ok(rep && simr_replicate(rep, sim) == 0, "a replica receives the primary's data set");
+        a = simr_dump(sim, 6000000);
+        b = simr_dump(rep, 6000000);
+        ok(a && b && strcmp(a, b) == 0 && simr_offset(rep) == simr_offset(sim),
+           "the replica's data set and offset are the primary's");
+        free(a);
+        free(b);
+        x = simr_execv(sim, 6000000, info);
+        y = simr_execv(rep, 6000000, info);
+        ok(x && y && strstr(x->str, "master_replid:") && strstr(y->str, "master_replid:") &&
+           strcmp(strstr(x->str, "master_replid:"), strstr(y->str, "master_replid:")) == 0 &&
+           strncmp(strstr(x->str, "run_id:"), strstr(y->str, "run_id:"), 47) != 0,
+           "the replica has the primary's master_replid and offset, and its own run_id");
+        freeReplyObject(x);
+        freeReplyObject(y);
+        off = simr_offset(sim);
+        x = simr_execv(sim, 6000000, zadd);
+        ok(simr_offset(sim) == off + 1 && simr_offset(rep) == off,
+           "a write moves the primary's offset, not the replica's");
+        freeReplyObject(x);
+        simr_set_links(sim, 2, 1);
+        x = simr_execv(sim, 6000000, role);
+        y = simr_execv(sim, 6000000, wait);
+        ok(x && x->type == REDIS_REPLY_ARRAY && x->elements == 3 &&
+           x->element[2]->type == REDIS_REPLY_ARRAY && x->element[2]->elements == 2 &&
+           y && y->type == REDIS_REPLY_INTEGER && y->integer == 1,
+           "ROLE lists the replicas attached, WAIT answers those acknowledged");
+        freeReplyObject(x);
+        freeReplyObject(y);
+        simr_set_links(sim, 0, 0);
+        simr_set_role(rep, 1, 0);
+        x = simr_execv(rep, 6000000, zadd);
+        y = simr_execv(rep, 6000000, wait);
+        ok(x && x->type == REDIS_REPLY_ERROR && strncmp(x->str, "READONLY", 8) == 0 && y &&
+           y->type == REDIS_REPLY_ERROR && strstr(y->str, "replica instances"),
+           "a replica refuses writes (READONLY) and WAIT");
+        freeReplyObject(x);
+        freeReplyObject(y);
+        simr_free(rep);
+
+        rep = simr_new(seed + 8, NULL);
+        x = simr_execv(sim, 6000000, set);
+        freeReplyObject(x);
+        {
+            int moved = simr_migrate_one(sim, rep, migrating, NULL, 6000100), none;
+            none = simr_migrate_one(sim, rep, migrating, NULL, 6000100);
+            x = simr_execv(rep, 6000100, pttl);
+            y = simr_execv(sim, 6000100, pttl);
+            z = simr_execv(rep, 6000600, pttl);
+            ok(moved == 1 && none == 0 && x && x->type == REDIS_REPLY_INTEGER &&
+               x->integer == 400 && y && y->integer == -2 && z && z->integer == -2,
+               "a migrating key moves whole with its TTL, once");
+            freeReplyObject(x);
+            freeReplyObject(y);
+            freeReplyObject(z);
+        }
+        simr_free(rep);
     }
 
     simr_free(sim);

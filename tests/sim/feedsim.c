@@ -18,6 +18,17 @@
  * late), replica (pages past the cache from a replica that lags, within
  * pg_replica_max_lag_ms), replica-unbounded (the same with no bound: pages
  * may be as old as the replica).
+ * Under Sentinel (a primary, its replica that lags, two Sentinels that
+ * learn of a failover late): sentinel (the defaults; failovers that kill
+ * the old primary, the replica promoted however far behind), sentinel-nofence
+ * (the same with the fence off), sentinel-wait (redis_wait_replicas = 1;
+ * failovers also leave the old primary demoted with its connections, or
+ * writable for a while), sentinel-nowait (those failovers with the
+ * defaults: what WAIT adds).
+ * On a Redis Cluster (three primaries and a replica of each; slots that
+ * migrate key by key; failovers that kill or demote a primary): cluster
+ * (the defaults), cluster-nofence (the fence off), cluster-wait
+ * (redis_wait_replicas = 1).
  * With SIM_EXPECT=violation the exit status is inverted: 0 when some
  * schedule breaks the invariant (a control, or a mutant found).
  */
@@ -63,6 +74,22 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         w->replica = 1;
     if (strcmp(o->mode, "replica-unbounded") == 0)
         w->replica = 2;
+    if (strncmp(o->mode, "sentinel", 8) == 0) {
+        w->topo = SIM_TOPO_SENTINEL;
+        w->failover_kinds = 1;          /* the old primary killed */
+    }
+    if (strcmp(o->mode, "sentinel-wait") == 0 || strcmp(o->mode, "sentinel-nowait") == 0)
+        w->failover_kinds = 7;          /* also demoted at once, or left writable a while */
+    if (strcmp(o->mode, "sentinel-wait") == 0)
+        w->wait_replicas = 1;
+    if (strncmp(o->mode, "cluster", 7) == 0) {
+        w->topo = SIM_TOPO_CLUSTER;
+        w->failover_kinds = 3;          /* the old primary killed, or demoted at once */
+    }
+    if (strcmp(o->mode, "cluster-wait") == 0)
+        w->wait_replicas = 1;
+    if (strcmp(o->mode, "sentinel-nofence") == 0 || strcmp(o->mode, "cluster-nofence") == 0)
+        w->fence = 0;
     for (int k = 0; k < SIM_F_COUNT; k++) {
         static const unsigned levels[] = { 0, 0, 5, 20, 60 };
         r ^= r << 13;
@@ -72,6 +99,10 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
     }
     if (w->kills)
         w->rate[SIM_F_KILL] = 150;
+    if (w->topo != SIM_TOPO_SINGLE && seed % 3 != 0 && w->rate[SIM_F_FAILOVER] == 0)
+        w->rate[SIM_F_FAILOVER] = 5;    /* every faulty schedule may fail over */
+    if (w->topo == SIM_TOPO_CLUSTER && seed % 3 != 0 && w->rate[SIM_F_MIGRATE] == 0)
+        w->rate[SIM_F_MIGRATE] = 20;    /* and migrate slots */
     memcpy(w->mask, o->mask, o->nmask * sizeof *o->mask);
     w->nmask = o->nmask;
 }
@@ -135,7 +166,7 @@ int main(int argc, char **argv)
     uint64_t stride = getenv("SIM_STRIDE") ? strtoull(getenv("SIM_STRIDE"), NULL, 10) : 1;
     int want_violation = expect && strcmp(expect, "violation") == 0;
     sim_world *w = malloc(sizeof *w);
-    long runs = 0, faults = 0, pages = 0;
+    long runs = 0, faults = 0, pages = 0, lost = 0;
 
     if (!w)
         return 3;
@@ -152,7 +183,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(o.mode, "default") && strcmp(o.mode, "nofence") && strcmp(o.mode, "kills") &&
         strcmp(o.mode, "kills-sync") && strcmp(o.mode, "replica") &&
-        strcmp(o.mode, "replica-unbounded")) {
+        strcmp(o.mode, "replica-unbounded") && strcmp(o.mode, "sentinel") &&
+        strcmp(o.mode, "sentinel-nofence") && strcmp(o.mode, "sentinel-wait") &&
+        strcmp(o.mode, "sentinel-nowait") && strcmp(o.mode, "cluster") &&
+        strcmp(o.mode, "cluster-nofence") && strcmp(o.mode, "cluster-wait")) {
         fprintf(stderr, "feedsim: unknown mode %s\n", o.mode);
         return 2;
     }
@@ -174,6 +208,7 @@ int main(int argc, char **argv)
         runs++;
         faults += (long)w->faults;
         pages += w->pages;
+        lost += w->acked_lost;
         if (rc == 1) {
             double dt = wall() - t0;
             printf("# seed %llu (%s) breaks the invariant after %ld schedules (%.1f s): %s\n",
@@ -195,8 +230,9 @@ int main(int argc, char **argv)
     }
     {
         double dt = wall() - t0;
-        printf("# mode %s: %ld pages checked, %ld faults injected, %.0f schedules/s\n", o.mode,
-               pages, faults, runs / (dt > 0 ? dt : 1));
+        printf("# mode %s: %ld pages checked, %ld faults injected, %ld acknowledged writes lost "
+               "in failovers, %.0f schedules/s\n", o.mode, pages, faults, lost,
+               runs / (dt > 0 ? dt : 1));
         printf("%ld schedules, 0 violations\n", runs);
     }
     free(w);

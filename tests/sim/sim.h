@@ -15,7 +15,9 @@
  * What it leaves out of real Redis: persistence other than snapshots taken
  * by the caller, memory limits (eviction is a call the caller makes),
  * every command the library does not send, RESP3, client-side state other
- * than "authenticated". Cluster replies are a later layer.
+ * than "authenticated". Cluster replies (MOVED, ASK, TRYAGAIN, CLUSTER
+ * SLOTS, ASKING) are the simulated world's (sim_world.c), which knows the
+ * slot map: simr_set_guard lets it judge a script's undeclared keys.
  */
 #ifndef FEED_SIM_H
 #define FEED_SIM_H
@@ -26,6 +28,11 @@
 #include <hiredis/hiredis.h>
 
 typedef struct simr simr;
+
+/* A cluster node's word on a command a script runs: nonzero and the error
+ * in why (without the '-') when the node does not serve its key here. */
+typedef int (*simr_guard)(void *arg, int argc, const char *const *argv, const size_t *lens,
+                          char *why, size_t cap);
 
 /* simr_new: a new, empty server whose run_id derives from seed. NULL when
  * out of memory. password NULL: AUTH not required. */
@@ -53,6 +60,29 @@ int   simr_evict(simr *r, const char *key, size_t klen);
 /* simr_set_role: 0 primary (default), 1 replica (writes refused with
  * READONLY); replicas_acked: what WAIT answers. */
 void  simr_set_role(simr *r, int replica, int replicas_acked);
+
+/* simr_set_links: the replicas ROLE lists as attached, and what WAIT
+ * answers (the caller knows which replica holds what). */
+void  simr_set_links(simr *r, int attached, int acked);
+/* simr_offset: the replication offset (one per write command applied). */
+long long simr_offset(const simr *r);
+/* simr_replicate: replica `to` receives primary `from`'s data set as it is
+ * now (a full sync, or the stream replayed up to here: the same data set),
+ * with its offset and master_replid; to keeps its run_id and scripts (Redis
+ * 7 replicates a script's effects, not the script). 0, or -1 when out of
+ * memory. */
+int   simr_replicate(simr *to, const simr *from);
+
+/* simr_set_guard: asked before each command a script runs (a cluster
+ * node's check of undeclared keys). NULL: none. */
+void  simr_set_guard(simr *r, simr_guard guard, void *arg);
+/* simr_has: key exists (and has not expired) at now. */
+int   simr_has(simr *r, const char *key, size_t klen, int64_t now);
+/* simr_migrate_one: move one live key for which mine() says 1 from `from`
+ * to `to`, whole with its TTL (MIGRATE ... REPLACE). 1 moved, 0 none left,
+ * -1 out of memory. */
+int   simr_migrate_one(simr *from, simr *to, int (*mine)(void *arg, const char *key, size_t len),
+                       void *arg, int64_t now);
 
 /* The keys in byte order, one per line, with their type and TTL left at
  * now, and for sorted sets every member and score: a text the caller

@@ -58,6 +58,9 @@ struct simr {
     char         run_id[41], replid[41];
     char        *password;
     int          authed, replica, acked;
+    int          attached;      /* replicas ROLE lists (simr_set_links) */
+    simr_guard   guard;         /* a script's commands on keys: served here? */
+    void        *guard_arg;
     long long    offset;        /* replication offset: one per write */
     int          in_script, script_line;
     char        *out;           /* the reply being written */
@@ -844,7 +847,15 @@ static void simr_cmd_role(simr *r)
         simr_put(r, "*3\r\n", 4);
         simr_bulk(r, "master", 6);
         simr_int(r, r->offset);
-        simr_put(r, "*0\r\n", 4);
+        simr_putf(r, "*%d\r\n", r->attached);
+        for (int i = 0; i < r->attached; i++) {
+            char port[16];
+            snprintf(port, sizeof port, "%d", 6380 + i);
+            simr_put(r, "*3\r\n", 4);
+            simr_bulk(r, "127.0.0.1", 9);
+            simr_bulk(r, port, strlen(port));
+            simr_bulk(r, "0", 1);
+        }
     }
 }
 
@@ -1216,6 +1227,13 @@ static void simr_dispatch(simr *r, const simr_args *a)
         simr_err(r, "READONLY You can't write against a read only replica.");
         return;
     }
+    if (r->in_script && r->guard) {
+        char why[160];
+        if (r->guard(r->guard_arg, a->argc, a->v, a->l, why, sizeof why)) {
+            simr_err(r, why);
+            return;
+        }
+    }
     if (simr_is(a, 0, "ZADD"))
         simr_cmd_zadd(r, a);
     else if (simr_is(a, 0, "ZRANGE") || simr_is(a, 0, "ZREVRANGE"))
@@ -1256,6 +1274,10 @@ static void simr_dispatch(simr *r, const simr_args *a)
         simr_cmd_info(r);
     else if (simr_is(a, 0, "ROLE"))
         simr_cmd_role(r);
+    else if (simr_is(a, 0, "WAIT") && r->replica)
+        simr_err(r, "ERR WAIT cannot be used with replica instances. Please also note that since "
+                    "Redis 4.0 if a replica is configured to be writable (which is not the "
+                    "default) writes to replicas are just local and are not propagated.");
     else if (simr_is(a, 0, "WAIT"))
         simr_int(r, r->acked);
     else if (simr_is(a, 0, "AUTH")) {
@@ -1457,6 +1479,61 @@ void simr_set_role(simr *r, int replica, int replicas_acked)
 }
 
 size_t simr_keys(const simr *r) { return r->n; }
+
+void simr_set_links(simr *r, int attached, int acked)
+{
+    r->attached = attached;
+    r->acked = acked;
+}
+
+long long simr_offset(const simr *r) { return r->offset; }
+
+void simr_set_guard(simr *r, simr_guard guard, void *arg)
+{
+    r->guard = guard;
+    r->guard_arg = arg;
+}
+
+int simr_has(simr *r, const char *key, size_t klen, int64_t now)
+{
+    r->now = now;
+    return simr_find(r, key, klen) >= 0;
+}
+
+int simr_migrate_one(simr *from, simr *to, int (*mine)(void *arg, const char *key, size_t len),
+                     void *arg, int64_t now)
+{
+    from->now = to->now = now;
+    for (size_t i = 0; i < from->n; i++) {
+        simr_key *k = &from->k[i];
+        long at;
+        if (!mine(arg, k->name, k->nlen) || simr_find(from, k->name, k->nlen) != (long)i)
+            continue;
+        if ((at = simr_find(to, k->name, k->nlen)) >= 0)
+            simr_key_del(to, (size_t)at);       /* MIGRATE ... REPLACE */
+        if (to->n == to->cap) {
+            size_t cap = to->cap ? 2 * to->cap : 8;
+            simr_key *bigger = realloc(to->k, cap * sizeof *bigger);
+            if (!bigger)
+                return -1;
+            to->k = bigger;
+            to->cap = cap;
+        }
+        to->k[to->n++] = *k;                    /* the key whole, TTL with it */
+        from->k[i] = from->k[--from->n];
+        from->offset++;
+        to->offset++;
+        return 1;
+    }
+    return 0;
+}
+
+int simr_replicate(simr *to, const simr *from)
+{
+    simr_clear(to);
+    memcpy(to->replid, from->replid, sizeof to->replid);
+    return simr_copy_data(to, from);
+}
 
 char *simr_dump(simr *r, int64_t now)
 {

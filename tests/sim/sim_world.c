@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ------------------------------------------------------------------------
  * Choices
@@ -40,6 +41,9 @@ static uint64_t sim_next(sim_world *w)
 }
 
 static uint64_t sim_pick(sim_world *w, uint64_t n) { return n ? sim_next(w) % n : 0; }
+
+static int  sim_key_server(sim_world *w, const char *key);
+static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease);
 
 /* A fault of kind k strikes here with probability w->rate[k] per mille?
  * Each such draw is numbered; the shrinker masks draws by number. */
@@ -90,10 +94,77 @@ static void sim_violation(sim_world *w, const char *fmt, ...)
  * Redis: connections and trips
  * ------------------------------------------------------------------------ */
 
-/* A connection is the server's incarnation it was opened on (>= 1): a
- * restart closes every older one. */
-static void *sim_conn(sim_world *w) { return (void *)(uintptr_t)w->epoch; }
-static int   sim_conn_live(sim_world *w, void *io) { return io && (uintptr_t)io == w->epoch; }
+/* A connection is a server and the incarnation it was opened on (>= 1):
+ * a restart or a death closes every older one. */
+static void *sim_conn(sim_world *w, int s)
+{
+    return (void *)(w->sv[s].epoch * SIM_SERVERS + (uintptr_t)s);
+}
+
+/* The server a live connection reaches; -1 when it is closed. */
+static int sim_conn_server(const sim_world *w, const void *io)
+{
+    uintptr_t v = (uintptr_t)io;
+    int s = (int)(v % SIM_SERVERS);
+
+    if (!io || s >= w->nsv || w->sv[s].epoch != v / SIM_SERVERS || w->sv[s].dead)
+        return -1;
+    return s;
+}
+
+
+/* The server (or Sentinel) at addr; -1: nobody listens there. */
+static int sim_server_at(const sim_world *w, const feed_addr *a, int sentinel)
+{
+    for (int s = 0; s < w->nsv; s++)
+        if (w->sv[s].sentinel == sentinel && w->sv[s].port == a->port &&
+            strcmp(w->sv[s].host, a->host) == 0)
+            return s;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------
+ * Replication. A replica's data set is a copy of its primary's taken at
+ * random steps (simr_replicate), not a replay of a command stream: the
+ * primary applies each command whole (a script too), so a copy taken
+ * between two steps is exactly what replaying a prefix of the stream
+ * gives, and a copy is a few lines where a stream is a queue to keep,
+ * trim and replay. What a replica holds is all that matters to the
+ * library: how far behind, and since which of the primary's writes.
+ * ------------------------------------------------------------------------ */
+
+/* Replica j receives its primary's data set as it is now. */
+static void sim_sync(sim_world *w, int j)
+{
+    struct sim_server *p = &w->sv[w->sv[j].of];
+
+    if (simr_replicate(w->sv[j].r, p->r) < 0) {
+        fprintf(stderr, "sim: out of memory\n");
+        exit(3);
+    }
+    w->sv[j].synced = simr_offset(p->r);
+}
+
+/* Before a command of cl's runs on server s: what ROLE lists (the
+ * replicas following s) and what WAIT answers (those holding cl's last
+ * write on s). A WAIT blocks until enough replicas hold it or its timeout
+ * passes: each replica behind may catch up meanwhile, or not. */
+static void sim_links(sim_world *w, sim_client *cl, int s, int wait)
+{
+    int attached = 0, acked = 0;
+
+    for (int j = 0; j < w->nsv; j++) {
+        if (w->sv[j].sentinel || w->sv[j].of != s || w->sv[j].dead)
+            continue;
+        attached++;
+        if (wait && w->sv[j].synced < cl->woff[s] && sim_pick(w, 2))
+            sim_sync(w, j);
+        acked += w->sv[j].synced >= cl->woff[s];
+    }
+    if (wait && acked < (int)cl->core.cfg.redis_wait_replicas)
+        w->now += cl->core.cfg.redis_wait_timeout_ms;
+    simr_set_links(w->sv[s].r, attached, acked);
+}
 
 static void sim_close_if_down(feed_node *n)
 {
@@ -101,7 +172,8 @@ static void sim_close_if_down(feed_node *n)
         n->io = NULL;
 }
 
-static void sim_words(const sim_world *w, char *out, size_t cap, int argc, const char **argv, const size_t *lens)
+static void sim_words(const char (*sha)[41], char *out, size_t cap, int argc, const char **argv,
+                      const size_t *lens)
 {
     size_t used = 0;
 
@@ -114,7 +186,7 @@ static void sim_words(const sim_world *w, char *out, size_t cap, int argc, const
         if (i == 1 && argc > 1 && strncmp(argv[0], "EVALSHA", 7) == 0) {
             const char *name = "?";
             for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
-                if (len == 40 && memcmp(argv[1], w->shas[s], 40) == 0)
+                if (len == 40 && memcmp(argv[1], sha[s], 40) == 0)
                     name = feed__script_name(s);
             used += (size_t)snprintf(out + used, cap - used, " <%s>", name);
         } else if (text) {
@@ -156,13 +228,205 @@ static void sim_reply_text(char *out, size_t cap, const redisReply *r)
             *p = ' ';
 }
 
-/* Command k of trip t reaches the server: run it, keep its reply. */
-static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k)
+/* ------------------------------------------------------------------------
+ * Redis Cluster: the nodes' answers that depend on the slot map. Every
+ * node knows the same map (a node that has not yet heard of a change is
+ * left out), and a migrating slot's keys move one by one, as MIGRATE moves
+ * them, so a command meets Redis 7.0's rules (cluster.c, getNodeByQuery):
+ * a key of a slot the node does not serve: MOVED; on the source of a
+ * migration, keys of the slot all here: served, none here: ASK, some:
+ * TRYAGAIN; on the target, after ASKING: served, unless several keys and
+ * some not here yet: TRYAGAIN. A script's own commands on keys it did not
+ * declare are judged the same way, with its caller's ASKING, and refused
+ * one by one (simr_set_guard).
+ * ------------------------------------------------------------------------ */
+
+enum { SIM_SERVE, SIM_MOVED, SIM_ASK, SIM_TRYAGAIN, SIM_CROSSSLOT };
+
+static int sim_word(const char *arg, size_t len, const char *word)
+{
+    return len == strlen(word) && strncasecmp(arg, word, len) == 0;
+}
+
+/* The keys of a command the library sends: argv[*first], n of them. */
+static int sim_cmd_keys(int argc, const char *const *argv, const size_t *lens, int *first)
+{
+    static const char *const one[] = { "ZADD", "ZRANGE", "ZREVRANGE", "ZREVRANGEBYSCORE",
+                                       "ZCOUNT", "ZSCORE", "ZRANK", "ZREVRANK", "ZREM",
+                                       "ZREMRANGEBYRANK", "ZCARD", "GET", "SET", "PEXPIRE",
+                                       "PERSIST", "PTTL", NULL };
+    *first = 1;
+    if (argc < 2)
+        return 0;
+    if (sim_word(argv[0], lens[0], "EVALSHA") || sim_word(argv[0], lens[0], "EVAL")) {
+        long n = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
+        *first = 3;
+        return n >= 0 && n <= argc - 3 ? (int)n : 0;
+    }
+    if (sim_word(argv[0], lens[0], "DEL") || sim_word(argv[0], lens[0], "UNLINK") ||
+        sim_word(argv[0], lens[0], "EXISTS"))
+        return argc - 1;
+    if (sim_word(argv[0], lens[0], "RENAME"))
+        return argc >= 3 ? 2 : 0;
+    for (int i = 0; one[i]; i++)
+        if (sim_word(argv[0], lens[0], one[i]))
+            return 1;
+    return 0;
+}
+
+/* What node s does with a command (SIM_SERVE or a redirect), and its slot. */
+static int sim_route(sim_world *w, int s, int asking, int argc, const char *const *argv,
+                     const size_t *lens, unsigned *slot)
+{
+    int first, n = sim_cmd_keys(argc, argv, lens, &first), multiple = 0, missing = 0,
+        existing = 0, owner;
+
+    if (n == 0)
+        return SIM_SERVE;
+    *slot = feed__key_slot(argv[first], lens[first]);
+    for (int i = first + 1; i < first + n; i++) {
+        if (feed__key_slot(argv[i], lens[i]) != *slot)
+            return SIM_CROSSSLOT;
+        multiple |= lens[i] != lens[first] || memcmp(argv[i], argv[first], lens[i]) != 0;
+    }
+    owner = w->owner[*slot] - 1;
+    if ((int)*slot == w->mig_slot && (owner == s || w->mig_to == s))
+        for (int i = first; i < first + n; i++) {
+            if (simr_has(w->sv[s].r, argv[i], lens[i], w->now))
+                existing++;
+            else
+                missing++;
+        }
+    if (owner == s) {
+        if ((int)*slot == w->mig_slot && missing)
+            return existing ? SIM_TRYAGAIN : SIM_ASK;
+        return SIM_SERVE;
+    }
+    if ((int)*slot == w->mig_slot && w->mig_to == s && asking)
+        return multiple && missing ? SIM_TRYAGAIN : SIM_SERVE;
+    return SIM_MOVED;
+}
+
+static int sim_guard(void *arg, int argc, const char *const *argv, const size_t *lens,
+                     char *why, size_t cap)
+{
+    struct sim_guard *g = arg;
+    unsigned slot;
+
+    if (sim_route(g->w, g->s, g->w->asking_now, argc, argv, lens, &slot) == SIM_SERVE)
+        return 0;
+    sim_trace(g->w, "    %s:%d refuses a script's %.*s %.*s: slot %u not served here",
+              g->w->sv[g->s].host, g->w->sv[g->s].port, (int)lens[0], argv[0],
+              argc > 1 ? (int)(lens[1] > 24 ? 24 : lens[1]) : 0, argc > 1 ? argv[1] : "", slot);
+    snprintf(why, cap, "ERR Script attempted to access a non local key in a cluster node");
+    return 1;
+}
+
+static redisReply *sim_resp(const char *buf, size_t len)
+{
+    void *out = NULL;
+    redisReader *rd = redisReaderCreate();
+
+    if (!rd || redisReaderFeed(rd, buf, len) != REDIS_OK ||
+        redisReaderGetReply(rd, &out) != REDIS_OK || !out) {
+        fprintf(stderr, "sim: cannot make a reply\n");
+        exit(3);
+    }
+    redisReaderFree(rd);
+    return out;
+}
+
+/* CLUSTER SLOTS: each range of slots with one owner, its primary and
+ * replicas. */
+static redisReply *sim_cluster_slots(sim_world *w)
+{
+    static char buf[16384];
+    char body[16000];
+    size_t used = 0, ranges = 0;
+
+    for (unsigned from = 0; from < 16384;) {
+        unsigned to = from;
+        int o = w->owner[from] - 1, nrep = 0;
+        while (to + 1 < 16384 && w->owner[to + 1] == w->owner[from])
+            to++;
+        if (o >= 0) {
+            for (int j = 0; j < w->nsv; j++)
+                nrep += w->sv[j].of == o && !w->sv[j].dead;
+            used += (size_t)snprintf(body + used, sizeof body - used,
+                                     "*%d\r\n:%u\r\n:%u\r\n*3\r\n$%zu\r\n%s\r\n:%d\r\n$40\r\n%040d\r\n",
+                                     3 + nrep, from, to, strlen(w->sv[o].host), w->sv[o].host,
+                                     w->sv[o].port, o);
+            for (int j = 0; j < w->nsv && used < sizeof body; j++)
+                if (w->sv[j].of == o && !w->sv[j].dead)
+                    used += (size_t)snprintf(body + used, sizeof body - used,
+                                             "*3\r\n$%zu\r\n%s\r\n:%d\r\n$40\r\n%040d\r\n",
+                                             strlen(w->sv[j].host), w->sv[j].host, w->sv[j].port,
+                                             j);
+            ranges++;
+        }
+        if (used >= sizeof body) {
+            fprintf(stderr, "sim: slot map too long\n");
+            exit(3);
+        }
+        from = to + 1;
+    }
+    used = (size_t)snprintf(buf, sizeof buf, "*%zu\r\n%s", ranges, body);
+    return sim_resp(buf, used);
+}
+
+/* A cluster node's own answer to a command of cl's (ASKING, CLUSTER
+ * SLOTS, a redirect), or NULL: the data set answers. */
+static redisReply *sim_cluster_cmd(sim_world *w, sim_client *cl, int s, int argc,
+                                   const char *const *argv, const size_t *lens)
+{
+    char buf[160];
+    unsigned slot = 0;
+    int v, asking = cl->asking[s];
+
+    cl->asking[s] = 0;
+    if (argc == 1 && sim_word(argv[0], lens[0], "ASKING")) {
+        cl->asking[s] = 1;
+        return sim_resp("+OK\r\n", 5);
+    }
+    if (argc == 2 && sim_word(argv[0], lens[0], "CLUSTER") && sim_word(argv[1], lens[1], "SLOTS"))
+        return sim_cluster_slots(w);
+    w->asking_now = asking;
+    v = sim_route(w, s, asking, argc, argv, lens, &slot);
+    if (v == SIM_SERVE)
+        return NULL;
+    if (v == SIM_MOVED || v == SIM_ASK) {
+        const struct sim_server *to = &w->sv[v == SIM_ASK ? w->mig_to : w->owner[slot] - 1];
+        snprintf(buf, sizeof buf, "-%s %u %s:%d\r\n", v == SIM_ASK ? "ASK" : "MOVED", slot,
+                 to->host, to->port);
+    } else if (v == SIM_TRYAGAIN) {
+        snprintf(buf, sizeof buf, "-TRYAGAIN Multiple keys request during rehashing of slot\r\n");
+    } else {
+        snprintf(buf, sizeof buf, "-CROSSSLOT Keys in request don't hash to the same slot\r\n");
+    }
+    return sim_resp(buf, strlen(buf));
+}
+
+/* Command k of trip t reaches server s: run it, keep its reply. */
+static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int s)
 {
     const char **argv;
     const size_t *lens;
     int argc = t->cmd(t->arg, k, &argv, &lens);
-    redisReply *r = simr_exec(w->redis, argc, argv, lens, w->now);
+    long long off = simr_offset(w->sv[s].r);
+    redisReply *r;
+
+    if (w->topo != SIM_TOPO_SINGLE)
+        sim_links(w, cl, s, argc > 0 && lens[0] == 4 && memcmp(argv[0], "WAIT", 4) == 0);
+    r = w->topo == SIM_TOPO_CLUSTER ? sim_cluster_cmd(w, cl, s, argc, argv, lens) : NULL;
+    if (!r)
+        r = simr_exec(w->sv[s].r, argc, argv, lens, w->now);
+    if (simr_offset(w->sv[s].r) != off) {
+        cl->woff[s] = simr_offset(w->sv[s].r);
+        if (cl->aw == SIM_AW_PASS) {        /* the request's write, not a fence's */
+            cl->hoff[s] = cl->woff[s];
+            cl->hoff_epoch[s] = w->sv[s].epoch;
+        }
+    }
 
     if (!r) {
         fprintf(stderr, "sim: out of memory\n");
@@ -170,9 +434,12 @@ static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k)
     }
     if (w->trace) {
         char words[200], rep[80];
-        sim_words(w, words, sizeof words, argc, argv, lens);
+        sim_words((const char (*)[41])cl->core.sha, words, sizeof words, argc, argv, lens);
         sim_reply_text(rep, sizeof rep, r);
-        sim_trace(w, "c%d  redis%s -> %s", cl->id, words, rep);
+        if (w->nsv > 1)
+            sim_trace(w, "c%d  %s:%d%s -> %s", cl->id, w->sv[s].host, w->sv[s].port, words, rep);
+        else
+            sim_trace(w, "c%d  redis%s -> %s", cl->id, words, rep);
     }
     cl->replies[cl->napplied++] = r;
 }
@@ -242,11 +509,10 @@ static int sim_advance(sim_world *w, sim_client *cl)
                 cl->io = c->topo.nodes[s->index]->io;
                 cl->cmd_k = 0;
                 return 0;
-            case FEED_S_PROBE:          /* no Sentinel in the simulation */
+            case FEED_S_PROBE:
+                cl->aw = SIM_AW_PROBE;
+                return 0;
             default:
-                s->trip.io = FEED_IO_FAILED;
-                snprintf(s->trip.why, sizeof s->trip.why, "no Sentinel in the simulation");
-                feed__setup_tripped(s, w->now);
                 continue;
             }
         }
@@ -254,6 +520,7 @@ static int sim_advance(sim_world *w, sim_client *cl)
             switch (feed__xchg_next(&f->x, w->now)) {
             case FEED_X_REPAIR: {
                 feed_op *r = feed__repair_op(c);
+                sim_trace(w, "c%d  the repair list first", cl->id);
                 if (r) {
                     sim_frame *nf = &cl->frames[cl->depth++];
                     memset(nf, 0, sizeof *nf);
@@ -457,21 +724,65 @@ static void sim_timeout(sim_world *w, sim_client *cl)
     w->now += cl->core.cfg.redis_timeout_ms;
 }
 
+/* A Sentinel's answer to set-up s's probe: the primary it names, as a
+ * Sentinel sends it (the bytes read by hiredis's reader). */
+static void sim_probe(sim_world *w, sim_client *cl, feed_setup *s)
+{
+    int at = sim_server_at(w, &s->probe, 1);
+    feed_trip *t = &s->trip;
+
+    if (at < 0 || t->n != 1 || sim_fault(w, SIM_F_SENTINEL, "a Sentinel refuses a connection")) {
+        sim_trace(w, "c%d  Sentinel %s:%d refuses", cl->id, s->probe.host, s->probe.port);
+        t->io = FEED_IO_FAILED;
+        t->got = 0;
+        snprintf(t->why, sizeof t->why, "Connection refused (simulated)");
+    } else {
+        const char **argv;
+        const size_t *lens;
+        int argc = t->cmd(t->arg, 0, &argv, &lens);
+        const struct sim_server *p = &w->sv[w->sv[at].names];
+        char buf[128], port[16];
+        redisReply *out;
+        snprintf(port, sizeof port, "%d", p->port);
+        if (argc == 3 && lens[2] == 8 && memcmp(argv[2], "mymaster", 8) == 0)
+            snprintf(buf, sizeof buf, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(p->host),
+                     p->host, strlen(port), port);
+        else
+            snprintf(buf, sizeof buf, "*-1\r\n");
+        out = sim_resp(buf, strlen(buf));
+        sim_trace(w, "c%d  Sentinel %s:%d names %s:%d", cl->id, s->probe.host, s->probe.port,
+                  p->host, p->port);
+        t->reply(t->arg, 0, out);
+        freeReplyObject(out);
+        t->io = FEED_IO_OK;
+        t->got = 1;
+    }
+    feed__setup_tripped(s, w->now);
+}
+
 /* Complete cl's await, faults included. */
 static void sim_complete(sim_world *w, sim_client *cl)
 {
     sim_frame *f = sim_top(cl);
 
     switch (cl->aw) {
+    case SIM_AW_PROBE:
+        sim_probe(w, cl, f->setup);
+        break;
     case SIM_AW_CONNECT: {
         feed_node *n = sim_node(cl, f->setup->index);
-        if (w->now < w->redis_down_until || sim_fault(w, SIM_F_REFUSE, "connection refused")) {
+        int at = sim_server_at(w, &n->addr, 0);
+        if (at < 0 || w->now < w->sv[at].down_until || w->sv[at].dead ||
+            sim_fault(w, SIM_F_REFUSE, "connection refused")) {
             sim_trace(w, "c%d  connect refused", cl->id);
             n->io = NULL;
             feed__setup_connected(f->setup, 0, "Connection refused (simulated)", w->now);
         } else {
-            n->io = sim_conn(w);
-            sim_trace(w, "c%d  connected", cl->id);
+            n->io = sim_conn(w, at);
+            if (w->nsv > 1)
+                sim_trace(w, "c%d  connected to %s:%d", cl->id, n->addr.host, n->addr.port);
+            else
+                sim_trace(w, "c%d  connected", cl->id);
             feed__setup_connected(f->setup, 1, "", w->now);
         }
         sim_close_if_down(n);
@@ -481,15 +792,15 @@ static void sim_complete(sim_world *w, sim_client *cl)
     case SIM_AW_PASS: {
         feed_trip *t = cl->aw == SIM_AW_TRIP ? cl->trip : &f->x.trips[cl->trip_i].trip;
         void *io = cl->aw == SIM_AW_TRIP ? cl->io : sim_node(cl, t->node)->io;
-        int last;
+        int last, at = sim_conn_server(w, io);
 
-        if (!sim_conn_live(w, io)) {
+        if (at < 0) {
             sim_trace(w, "c%d  connection closed by the server", cl->id);
             sim_deliver(w, cl, t, 0, FEED_IO_CLOSED, "Connection reset by peer (simulated)");
         } else if (cl->cmd_k < t->n && sim_fault(w, SIM_F_DROP, "connection lost before a command")) {
             sim_deliver(w, cl, t, 0, FEED_IO_CLOSED, "Connection reset by peer (simulated)");
         } else if (cl->cmd_k < t->n) {
-            sim_apply(w, cl, t, cl->cmd_k++);
+            sim_apply(w, cl, t, cl->cmd_k++, at);
             return;                     /* one command per step: others may land between */
         } else if (sim_fault(w, SIM_F_LOST, "replies lost after the commands ran")) {
             size_t got = sim_pick(w, t->n);
@@ -534,7 +845,14 @@ static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
     cl->id = id;
     cl->kind = kind;
     feed_config_init(&cfg);
-    cfg.redis_host = "sim-redis";
+    cfg.redis_wait_replicas = w->wait_replicas;
+    if (w->topo == SIM_TOPO_SENTINEL) {
+        cfg.redis_sentinels = w->addrs;
+    } else if (w->topo == SIM_TOPO_CLUSTER) {
+        cfg.redis_cluster = w->addrs;
+    } else {
+        cfg.redis_host = "sim-redis";
+    }
     cfg.pg_conninfo = "sim-postgresql";
     cfg.max_len = w->max_len;
     cfg.max_page = 20;
@@ -589,6 +907,7 @@ static void sim_start(sim_world *w, sim_client *cl, feed_op *op, int64_t think)
     cl->depth = 1;
     cl->started_v = simpg_version(w->pg);
     cl->started_ms = w->now;
+    memcpy(cl->hoff_start, cl->hoff, sizeof cl->hoff);
     cl->ready_at = (cl->ready_at > w->now ? cl->ready_at : w->now) + think;
     cl->aw = SIM_AW_START;
 }
@@ -625,9 +944,14 @@ static void sim_commit(sim_world *w, sim_client *cl, int table, int64_t uid, int
 static void sim_new_post(sim_world *w, sim_client *cl, const int64_t *mine, size_t nmine,
                          int64_t *score, int64_t *id)
 {
-    *id = nmine > 0 && sim_pick(w, 4) == 0 ? mine[sim_pick(w, nmine)]
-                                           : (int64_t)sim_pick(w, 20) * w->writers + cl->wid +
-                                                 ((int64_t)sim_pick(w, 2) << 33);
+    if (nmine > 0 && sim_pick(w, 4) == 0) {
+        *id = mine[sim_pick(w, nmine)];
+    } else {
+        /* Two draws in this order (in one expression the order would be
+         * the compiler's: a seed would replay differently in another build). */
+        int64_t low = (int64_t)sim_pick(w, 20) * w->writers + cl->wid;
+        *id = low + ((int64_t)sim_pick(w, 2) << 33);
+    }
     *score = (int64_t)sim_pick(w, 12) * 10;
     if (sim_pick(w, 8) == 0)
         *score = sim_pick(w, 2) ? FEED_SCORE_MAX - (int64_t)sim_pick(w, 3) : -FEED_SCORE_MAX;
@@ -996,6 +1320,10 @@ static void sim_request_done(sim_world *w, sim_client *cl)
     } else if (cl->kind == SIM_WRITER) {
         if (rc != FEED_OK)
             sim_trace(w, "c%d  hook failed: %s", cl->id, cl->err);
+        for (int s = 0; s < w->nsv && rc == FEED_OK; s++)     /* its writes acknowledged */
+            if (cl->hoff[s] > cl->hoff_start[s] && cl->hoff[s] > w->sv[s].acked &&
+                cl->hoff_epoch[s] == w->sv[s].epoch)   /* not lost to a restart since */
+                w->sv[s].acked = cl->hoff[s];
         for (size_t i = 0; i < cl->nwrite; i++)
             w->writes[cl->first_write + i].certain_at = w->now;
         cl->nwrite = 0;
@@ -1021,6 +1349,19 @@ static void sim_request_done(sim_world *w, sim_client *cl)
     }
 }
 
+/* Has some handle set up server s as it now runs, its fence done? */
+static int sim_fenced(sim_world *w, int s)
+{
+    for (int i = 0; i < w->ncl; i++)
+        for (size_t k = 0; k < w->cl[i].core.topo.nnodes; k++) {
+            feed_node *n = w->cl[i].core.topo.nodes[k];
+            if (n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == s &&
+                (!w->fence || n->fence.state == FEED_FENCE_TRUSTED))
+                return 1;
+        }
+    return 0;
+}
+
 /* After the writers stopped and the faults healed: have the repairs and
  * the log follower settled? Until then the readers go on reading, which
  * is what makes each handle reach Redis again and run the repairs. */
@@ -1028,10 +1369,19 @@ static int sim_settled(sim_world *w)
 {
     int ready = 0;
 
-    /* Some handle set up on the server as it now runs (its fence done). */
-    for (int i = 0; i < w->ncl; i++) {
+    /* Some handle set up on the primary as it now runs (its fence done);
+     * on a cluster, on every primary that serves a copy. */
+    if (w->topo == SIM_TOPO_CLUSTER) {
+        ready = 1;
+        for (int64_t o = 1; o <= w->uids + w->authors && ready; o++) {
+            char key[128], lease[128];
+            sim_owner_keys(w, o > w->uids, o <= w->uids ? o : 100 + o - w->uids, key, lease);
+            ready = sim_fenced(w, sim_key_server(w, key));
+        }
+    }
+    for (int i = 0; i < w->ncl && w->topo != SIM_TOPO_CLUSTER; i++) {
         feed_node *n = w->cl[i].core.topo.nodes[0];
-        ready |= n->state == FEED_NODE_READY && sim_conn_live(w, n->io);
+        ready |= n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == w->prim;
     }
     return ready && !feed__repairs_pending(&w->cl[0].core) &&
            (!w->sync || w->sync_done == w->nwrites);
@@ -1067,18 +1417,212 @@ static void sim_plan(sim_world *w, sim_client *cl)
  * Faults of the world (not of one await)
  * ------------------------------------------------------------------------ */
 
+/* A failover lost a write whose hook returned FEED_OK (on `what`). With
+ * redis_wait_replicas that is a broken promise (docs/ha.md: an
+ * acknowledged hook lost in a failover fails instead); without, the
+ * fence keeps it from leaving a stale copy, and it is only counted. */
+static void sim_acked_lost(sim_world *w, int p, int lost, const char *what)
+{
+    if (!lost)
+        return;
+    w->acked_lost++;
+    sim_trace(w, "    %s:%d's failover lost a write acknowledged to a writer (%s)",
+              w->sv[p].host, w->sv[p].port, what);
+    if (w->wait_replicas)
+        sim_violation(w, "a failover of %s:%d lost a write acknowledged with WAIT (%s)",
+                      w->sv[p].host, w->sv[p].port, what);
+}
+
+/* A failover: the primary's replica is promoted with what it holds (maybe
+ * behind: acknowledged writes lost), and the old primary is killed (back
+ * later as a replica), demoted at once (a replica that keeps its
+ * connections and its old data set until it syncs), or left a writable
+ * primary without replicas for a while before it is demoted (SENTINEL
+ * FAILOVER: the Sentinels reconfigure it late). The Sentinels learn of
+ * it one by one, later. */
+static void sim_failover(sim_world *w)
+{
+    int p = w->prim, r = -1, kind, kinds[3], nk = 0;
+    static const char *const what[] = { "killed", "demoted at once", "left writable a while" };
+
+    if (w->topo == SIM_TOPO_CLUSTER) {      /* a primary not in a migration */
+        p = w->owner[sim_pick(w, 16384)] - 1;
+        if (p < 0 || p == w->mig_from || p == w->mig_to)
+            return;
+    }
+    for (int j = 0; j < w->nsv && r < 0; j++)
+        if (!w->sv[j].sentinel && w->sv[j].of == p && !w->sv[j].dead)
+            r = j;
+    for (int k = 0; k < 3; k++)
+        if (w->failover_kinds & (1 << k))
+            kinds[nk++] = k;
+    if (r < 0 || nk == 0)
+        return;
+    kind = kinds[sim_pick(w, (uint64_t)nk)];
+    sim_acked_lost(w, p, w->sv[p].acked > 0 && w->sv[r].synced < w->sv[p].acked, "promoted replica");
+    /* What the promoted replica holds, or what was found lost already:
+     * a write acknowledged above it later (its reply came back after the
+     * promotion, or the old primary is left writable) is lost too. */
+    w->sv[p].acked_then = w->sv[r].synced > w->sv[p].acked ? w->sv[r].synced : w->sv[p].acked;
+    w->sv[r].acked = 0;
+    simr_promote(w->sv[r].r, sim_next(w));
+    w->sv[r].of = -1;
+    w->sv[p].heir = r;
+    if (w->topo == SIM_TOPO_CLUSTER) {
+        for (int k = 0; k < 16384; k++)
+            if (w->owner[k] == p + 1)
+                w->owner[k] = (uint8_t)(r + 1);
+    } else {
+        w->prim = r;
+    }
+    sim_trace(w, "    FAILOVER: %s:%d promoted (%lld of the old primary's %lld writes), "
+                 "%s:%d %s", w->sv[r].host, w->sv[r].port, w->sv[r].synced,
+              simr_offset(w->sv[p].r), w->sv[p].host, w->sv[p].port, what[kind]);
+    if (kind == 0) {
+        w->sv[p].dead = 1;
+        w->sv[p].epoch++;
+        w->sv[p].of = r;
+        w->sv[p].down_until = w->now + 1 + (int64_t)sim_pick(w, 300);
+    } else if (kind == 1) {
+        w->sv[p].of = r;
+        w->sv[p].synced = -1;
+        simr_set_role(w->sv[p].r, 1, 0);
+    } else {
+        w->sv[p].demote_at = w->now + 1 + (int64_t)sim_pick(w, 200);
+    }
+}
+
+/* Does key hash to the migrating slot? */
+static int sim_in_slot(void *arg, const char *key, size_t len)
+{
+    const sim_world *w = arg;
+    return (int)feed__key_slot(key, len) == w->mig_slot;
+}
+
+/* What follows a failover, due at its time (or at once, healing): a
+ * killed server back as a replica of the primary (a full sync), an old
+ * primary demoted, a Sentinel that learns of the new primary. Then each
+ * replica may receive its primary's data set. */
+static void sim_topo_step(sim_world *w, int heal)
+{
+    for (int j = 0; j < w->nsv; j++) {
+        struct sim_server *v = &w->sv[j];
+        if (v->sentinel) {
+            if (v->names != w->prim && (heal || sim_pick(w, 3) == 0))
+                v->names = w->prim;
+            continue;
+        }
+        if (v->dead && (heal || w->now >= v->down_until)) {
+            simr_restart(v->r, NULL, sim_next(w));
+            simr_set_role(v->r, 1, 0);
+            v->dead = 0;
+            v->acked = 0;
+            v->epoch++;
+            v->of = v->heir;
+            v->down_until = 0;
+            sim_sync(w, j);
+            sim_trace(w, "    %s:%d back, a replica of %s:%d", v->host, v->port,
+                      w->sv[v->heir].host, w->sv[v->heir].port);
+        }
+        if (v->demote_at && (heal || w->now >= v->demote_at)) {
+            sim_acked_lost(w, j, v->acked > v->acked_then, "old primary, demoted");
+            v->demote_at = 0;
+            v->of = v->heir;
+            v->synced = -1;
+            simr_set_role(v->r, 1, 0);
+            sim_trace(w, "    %s:%d demoted: a replica of %s:%d", v->host, v->port,
+                      w->sv[v->heir].host, w->sv[v->heir].port);
+        }
+        if (v->of >= 0 && !v->dead && (heal || sim_pick(w, w->sync_every) == 0))
+            sim_sync(w, j);
+    }
+    while (w->mig_slot >= 0 && (heal || sim_pick(w, 3) == 0)) {
+        int moved = simr_migrate_one(w->sv[w->mig_from].r, w->sv[w->mig_to].r, sim_in_slot, w,
+                                     w->now);
+        if (moved < 0) {
+            fprintf(stderr, "sim: out of memory\n");
+            exit(3);
+        }
+        if (moved == 0) {                   /* CLUSTER SETSLOT slot NODE target */
+            w->owner[w->mig_slot] = (uint8_t)(w->mig_to + 1);
+            sim_trace(w, "    slot %d now served by %s:%d", w->mig_slot, w->sv[w->mig_to].host,
+                      w->sv[w->mig_to].port);
+            w->mig_slot = -1;
+            w->mig_from = w->mig_to = -1;
+        } else if (w->trace) {
+            sim_trace(w, "    a key of slot %d moved to %s:%d", w->mig_slot, w->sv[w->mig_to].host,
+                      w->sv[w->mig_to].port);
+        }
+        if (!heal)
+            break;
+    }
+}
+
+/* The server whose data set holds key now: its slot's owner in a
+ * cluster (or the migration's target, once the key moved there). */
+static int sim_key_server(sim_world *w, const char *key)
+{
+    unsigned slot;
+
+    if (w->topo != SIM_TOPO_CLUSTER)
+        return w->prim;
+    slot = feed__key_slot(key, strlen(key));
+    if ((int)slot == w->mig_slot && !simr_has(w->sv[w->mig_from].r, key, strlen(key), w->now))
+        return w->mig_to;
+    return w->owner[slot] - 1;
+}
+
+/* A feed's (or an author's) copy key, for the faults and the final look. */
+static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease)
+{
+    feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+                      author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
+}
+
+/* A slot of some feed's keys starts migrating to another primary. */
+static void sim_migrate(sim_world *w)
+{
+    char key[128], lease[128];
+    int author = w->authors && sim_pick(w, 3) == 0, to;
+    int64_t owner = author ? 101 + (int64_t)sim_pick(w, (uint64_t)w->authors)
+                           : 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
+    unsigned slot;
+
+    sim_owner_keys(w, author, owner, key, lease);
+    slot = feed__key_slot(key, strlen(key));
+    to = w->owner[sim_pick(w, 16384)] - 1;
+    if (to == w->owner[slot] - 1 || to < 0)
+        return;
+    w->mig_slot = (int)slot;
+    w->mig_from = w->owner[slot] - 1;
+    w->mig_to = to;
+    sim_trace(w, "    slot %u (%s) migrating from %s:%d to %s:%d", slot, key,
+              w->sv[w->mig_from].host, w->sv[w->mig_from].port, w->sv[to].host, w->sv[to].port);
+}
+
 static void sim_world_faults(sim_world *w)
 {
+    int pi = w->topo == SIM_TOPO_CLUSTER ? w->owner[sim_pick(w, 16384)] - 1 : w->prim;
+    struct sim_server *p = &w->sv[pi];
+
     if (sim_fault(w, SIM_F_SNAPSHOT, "Redis saves a snapshot")) {
-        simr_free(w->snap);
-        w->snap = simr_snapshot(w->redis);
+        simr_free(p->snap);
+        p->snap = simr_snapshot(p->r);
     }
     if (sim_fault(w, SIM_F_RESTART, "Redis restarts")) {
-        int old = w->snap && sim_pick(w, 2);
-        w->epoch++;
-        simr_restart(w->redis, old ? w->snap : NULL, sim_next(w));
-        w->redis_down_until = w->now + (int64_t)sim_pick(w, 100);
-        sim_trace(w, "    Redis restarted %s", old ? "from an older snapshot" : "empty");
+        int old = p->snap && sim_pick(w, 2);
+        p->epoch++;
+        simr_restart(p->r, old ? p->snap : NULL, sim_next(w));
+        p->down_until = w->now + (int64_t)sim_pick(w, 100);
+        p->acked = 0;                   /* a restart loses writes with or without WAIT */
+        for (int j = 0; j < w->nsv; j++)
+            if (w->sv[j].of == pi)
+                w->sv[j].synced = -1;  /* a new replication id: a full sync */
+        if (w->nsv > 1)
+            sim_trace(w, "    %s:%d restarted %s", p->host, p->port,
+                      old ? "from an older snapshot" : "empty");
+        else
+            sim_trace(w, "    Redis restarted %s", old ? "from an older snapshot" : "empty");
     }
     if (sim_fault(w, SIM_F_EVICT, "Redis evicts a key")) {
         char key[128], lease[128];
@@ -1089,7 +1633,9 @@ static void sim_world_faults(sim_world *w)
         feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
                           author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
         which = sim_pick(w, 2) ? key : lease;
-        simr_evict(w->redis, which, strlen(which));
+        if (w->topo == SIM_TOPO_CLUSTER)
+            p = &w->sv[sim_key_server(w, which)];
+        simr_evict(p->r, which, strlen(which));
     }
     if (sim_fault(w, SIM_F_JUMP, "the clock jumps ahead"))
         w->now += (int64_t)sim_pick(w, 2 * w->lease_ms);
@@ -1099,6 +1645,11 @@ static void sim_world_faults(sim_world *w)
     }
     if (w->replica && sim_pick(w, 4) == 0 && w->replica_v < simpg_version(w->pg))
         w->replica_v++;                 /* the replica replays one more commit */
+    if (w->topo != SIM_TOPO_SINGLE && sim_fault(w, SIM_F_FAILOVER, "a failover"))
+        sim_failover(w);
+    if (w->topo == SIM_TOPO_CLUSTER && w->mig_slot < 0 &&
+        sim_fault(w, SIM_F_MIGRATE, "a slot migration begins"))
+        sim_migrate(w);
 }
 
 /* ------------------------------------------------------------------------
@@ -1111,14 +1662,68 @@ static void sim_seed_data(sim_world *w)
         int table = o <= w->uids ? SIMPG_FEED : SIMPG_AUTHORS, n = (int)sim_pick(w, 14);
         int64_t owner = o <= w->uids ? o : 100 + o - w->uids;
         for (int i = 0; i < n; i++) {
-            int64_t score = (int64_t)sim_pick(w, 12) * 10,
-                    id = (int64_t)sim_pick(w, 40) + ((int64_t)sim_pick(w, 2) << 33);
+            int64_t score = (int64_t)sim_pick(w, 12) * 10, low = (int64_t)sim_pick(w, 40),
+                    id = low + ((int64_t)sim_pick(w, 2) << 33);   /* the draws in this order */
             simpg_upsert(w->pg, table, owner, score, id);
             w->writes[w->nwrites++] = (struct sim_write){ table, owner, id, score, 0, -1 };
         }
     }
     w->sync_done = w->nwrites;
     w->replica_v = simpg_version(w->pg);
+}
+
+/* The servers of w->topo. A single Redis: sim-redis:6379. Under
+ * Sentinel: a primary, its replica, and two Sentinels naming the primary.
+ * 0, or -1 when out of memory. */
+static int sim_servers(sim_world *w)
+{
+    static const struct { const char *host; int port, sentinel; } single[] = {
+        { "sim-redis", 6379, 0 } }, sentinel[] = {
+        { "sim-redis-0", 6379, 0 }, { "sim-redis-1", 6380, 0 },
+        { "sim-sentinel-0", 26379, 1 }, { "sim-sentinel-1", 26380, 1 } };
+    const int cluster = w->topo == SIM_TOPO_CLUSTER;
+    const int n = w->topo == SIM_TOPO_SINGLE ? 1 : cluster ? 6 : 4;
+
+    w->nsv = 0;
+    w->prim = 0;
+    w->addrs[0] = '\0';
+    w->mig_slot = w->mig_from = w->mig_to = -1;
+    for (int j = 0; j < n; j++, w->nsv++) {
+        struct sim_server *v = &w->sv[j];
+        memset(v, 0, sizeof *v);
+        if (cluster) {              /* three primaries, then a replica of each */
+            snprintf(v->host, sizeof v->host, "sim-node-%d", j);
+            v->port = 7000 + j;
+            v->of = j < 3 ? -1 : j - 3;
+        } else {
+            snprintf(v->host, sizeof v->host, "%s", n == 1 ? single[j].host : sentinel[j].host);
+            v->port = n == 1 ? single[j].port : sentinel[j].port;
+            v->sentinel = n == 1 ? 0 : sentinel[j].sentinel;
+            v->of = j == 0 || v->sentinel ? -1 : 0;
+        }
+        v->epoch = 1;
+        v->synced = -1;
+        v->guard = (struct sim_guard){ w, j };
+        if (cluster && j < 3) {     /* the seeds; slots split in three */
+            size_t used = strlen(w->addrs);
+            snprintf(w->addrs + used, sizeof w->addrs - used, "%s%s:%d", used ? "," : "",
+                     v->host, v->port);
+            memset(w->owner + j * 5462, j + 1, j < 2 ? 5462 : 16384 - 2 * 5462);
+        }
+        if (v->sentinel) {
+            size_t used = strlen(w->addrs);
+            snprintf(w->addrs + used, sizeof w->addrs - used, "%s%s:%d",
+                     used ? "," : "", v->host, v->port);
+            continue;
+        }
+        if ((v->r = simr_new(sim_next(w), NULL)) == NULL)
+            return -1;
+        if (v->of >= 0)
+            simr_set_role(v->r, 1, 0);
+        if (cluster)
+            simr_set_guard(v->r, sim_guard, &v->guard);
+    }
+    return 0;
 }
 
 /* Every cached copy an exact prefix of SQL's rows (or absent). */
@@ -1136,7 +1741,7 @@ static void sim_check_copies(sim_world *w)
 
         feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
                           table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, owner, key, lease);
-        r = simr_execv(w->redis, w->now, argv);
+        r = simr_execv(w->sv[sim_key_server(w, key)].r, w->now, argv);
         for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
             feed_item it;
             if (feed__reply_end(r, i)) {
@@ -1172,11 +1777,13 @@ int sim_run(sim_world *w)
     w->ttl_seconds = sim_pick(w, 3) ? 0 : 1;
     w->lease_ms = 30 + (uint32_t)sim_pick(w, 100);
     w->max_lag_ms = 20 + (int64_t)sim_pick(w, 100);
-    w->redis = simr_new(sim_next(w), NULL);
+    if (w->topo != SIM_TOPO_SINGLE)
+        w->sync_every = 1 + (uint32_t)sim_pick(w, 40);  /* how far replicas lag */
+    if (w->topo == SIM_TOPO_CLUSTER)
+        w->now = 100000;    /* a clock long started: the slot map's refresh is rate-limited from 0 */
     w->pg = simpg_new();
-    w->epoch = 1;
     w->pg_epoch = 1;
-    if (!w->redis || !w->pg)
+    if (!w->pg || sim_servers(w) < 0)
         return -1;
     feed__repair_forget();
     sim_seed_data(w);
@@ -1214,7 +1821,11 @@ int sim_run(sim_world *w)
             if (!w->healed) {
                 w->healed = 1;
                 w->healed_at = w->now;
-                w->redis_down_until = w->pg_down_until = 0;
+                w->pg_down_until = 0;
+                for (int j = 0; j < w->nsv; j++)
+                    w->sv[j].down_until = 0;
+                if (w->topo != SIM_TOPO_SINGLE)
+                    sim_topo_step(w, 1);
                 settle_until = w->now + 1;
                 sim_trace(w, "    writers done: faults heal");
                 for (int i = 0; i < w->ncl; i++)
@@ -1237,6 +1848,8 @@ int sim_run(sim_world *w)
         w->steps++;
         if (!w->healed)
             sim_world_faults(w);
+        if (w->topo != SIM_TOPO_SINGLE)
+            sim_topo_step(w, 0);
         if (cl->aw == SIM_AW_IDLE) {
             sim_plan(w, cl);
             continue;
@@ -1264,10 +1877,13 @@ int sim_run(sim_world *w)
     }
     for (int i = 0; i < w->ncl; i++)
         sim_client_free(&w->cl[i]);
-    simr_free(w->redis);
-    simr_free(w->snap);
+    for (int j = 0; j < w->nsv; j++) {
+        simr_free(w->sv[j].r);
+        simr_free(w->sv[j].snap);
+        w->sv[j].r = w->sv[j].snap = NULL;
+    }
+    w->nsv = 0;
     simpg_free(w->pg);
-    w->redis = w->snap = NULL;
     w->pg = NULL;
     return w->violations ? 1 : 0;
 }

@@ -12,6 +12,10 @@
 #define SIM_WRITES    4096
 #define SIM_MASK_MAX  256
 #define SIM_FAULT_LOG 256
+#define SIM_SERVERS   8
+
+/* The Redis topology. */
+enum { SIM_TOPO_SINGLE, SIM_TOPO_SENTINEL, SIM_TOPO_CLUSTER };
 
 /* What an application client is. */
 enum { SIM_READER, SIM_WRITER, SIM_SYNC };
@@ -25,7 +29,8 @@ enum {
     SIM_AW_TRIP,        /* a set-up's trip: its commands one by one, then the replies */
     SIM_AW_PASS,        /* an exchange's pass: each trip's commands, then its replies */
     SIM_AW_PG,          /* a step of a statement: connect, prepare, describe, query */
-    SIM_AW_WAKE         /* the clock to reach ready_at */
+    SIM_AW_WAKE,        /* the clock to reach ready_at */
+    SIM_AW_PROBE        /* a set-up's question to a Sentinel */
 };
 
 /* The faults, each with its own rate (per mille of the draws for it). */
@@ -41,6 +46,9 @@ enum {
     SIM_F_PAUSE,        /* a client stalls (up to 3 lease lifetimes) */
     SIM_F_KILL,         /* a writer dies between its commit and its hook */
     SIM_F_JUMP,         /* the clock jumps ahead (up to 2 lease lifetimes) */
+    SIM_F_FAILOVER,     /* a replica is promoted, maybe behind (topologies with replicas) */
+    SIM_F_SENTINEL,     /* a Sentinel refuses a connection */
+    SIM_F_MIGRATE,      /* a cluster slot starts migrating to another primary */
     SIM_F_COUNT
 };
 
@@ -76,6 +84,11 @@ typedef struct sim_client {
     char        *pg_texts[FEED_PG_TEXTS];
     feed_pgcell  cells[3 * 256];
     char         cellbuf[3 * 256][24];
+    long long    woff[SIM_SERVERS]; /* the offset of its last write on each server (WAIT) */
+    int          asking[SIM_SERVERS];   /* its connection to the node said ASKING */
+    long long    hoff[SIM_SERVERS];         /* the same for a request's own writes (no set-up's) */
+    long long    hoff_start[SIM_SERVERS];   /* hoff when its request began */
+    uintptr_t    hoff_epoch[SIM_SERVERS];   /* the server's incarnation of that write */
     int          ops_left;
     size_t       write;         /* the log follower: the last write its drop covers */
     int64_t      sync_uid;
@@ -103,10 +116,38 @@ typedef struct sim_world {
     int64_t    max_lag_ms;      /* the replica's bound (mode replica) */
     int        fence, sync, kills, replica, expect_errors;
     unsigned   rate[SIM_F_COUNT];
-    /* servers */
-    simr      *redis, *snap;
-    uintptr_t  epoch;
-    int64_t    redis_down_until, pg_down_until;
+    /* The Redis servers (and Sentinels), addressed by host:port. A single
+     * Redis: sv[0]. Under Sentinel: a primary, its replica, and Sentinels
+     * that name the primary (late, after a failover). */
+    struct sim_server {
+        simr     *r, *snap;
+        char      host[24];
+        int       port;
+        int       sentinel;     /* a Sentinel: names sv[names] */
+        int       names;
+        uintptr_t epoch;        /* its incarnation: a restart or death closes older connections */
+        int       of;           /* a replica: the index of its primary; -1: a primary */
+        long long synced;       /* a replica: the primary's offset its data set holds */
+        int       dead;         /* killed: refuses connects, back at down_until as a replica */
+        int64_t   down_until;   /* refuses connects until then */
+        int64_t   demote_at;    /* an old primary left writable: a replica from then (0: no) */
+        int       heir;         /* an old primary: the replica promoted in its place */
+        long long acked;        /* the offset of the last write acknowledged to a writer */
+        long long acked_then;   /* an old primary: what its heir holds of it, or was found lost */
+        struct sim_guard { struct sim_world *w; int s; } guard;
+    } sv[SIM_SERVERS];
+    /* A Redis Cluster: the slot map (server index + 1; every node answers
+     * CLUSTER SLOTS with it), and the slot migrating, if any: its keys move
+     * one by one from mig_from to mig_to, then the slot is mig_to's. */
+    uint8_t    owner[16384];
+    int        mig_slot, mig_from, mig_to, asking_now;
+    int        nsv, prim;       /* the servers; the current primary */
+    int        topo;            /* SIM_TOPO_* */
+    int        failover_kinds;  /* bits: 1 kill, 2 demote at once, 4 left writable a while */
+    uint32_t   wait_replicas;
+    uint32_t   sync_every;      /* a replica receives its primary's data about once per this many steps */
+    char       addrs[128];      /* the Sentinels' or the cluster seeds' addresses (config) */
+    int64_t    pg_down_until;
     unsigned   pg_epoch;        /* PostgreSQL's incarnation: a restart drops connections */
     simpg     *pg;
     uint64_t   replica_v;
@@ -133,6 +174,7 @@ typedef struct sim_world {
     size_t     last_faults[SIM_FAULT_LOG], last_faults_n;
     /* results */
     long       steps, requests, pages, unchecked;
+    long       acked_lost;      /* failovers that lost a write acknowledged to a writer */
     int        violations;
     char       why[600];
     FILE      *trace;
