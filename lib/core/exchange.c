@@ -630,6 +630,17 @@ void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
         xchg_lose(x, x->setup_node, why);
         return;
     }
+    /* The repairs go to every node they can: a node that cannot be set up
+     * keeps its feeds on the repair list, and the others' DELs still land
+     * before the request they run ahead of (its feeds may be on them). */
+    if ((x->b->flags & FEED_B_REPAIR) && xchg_cluster(x)) {
+        x->c->topo.stale = 1;
+        for (size_t i = 0; i < x->b->n; i++)
+            if (!x->cmds[i].done && x->c->topo.owner[x->cmds[i].slot] == x->setup_node + 1)
+                x->cmds[i].node = x->setup_node;
+        xchg_lose(x, x->setup_node, why);
+        return;
+    }
     /* The node is down (maybe between two reconnects): the batch fails; on
      * a cluster the map is asked again next time, a replica may have taken
      * over. */

@@ -539,6 +539,10 @@ static int sim_advance(sim_world *w, sim_client *cl)
                                   w->now);
                 continue;
             case FEED_X_PASS:
+                if (f->x.ntrips == 0) {     /* every command lost before it went out */
+                    feed__xchg_pass_done(&f->x, w->now);
+                    continue;
+                }
                 cl->aw = SIM_AW_PASS;
                 cl->trip_i = 0;
                 cl->cmd_k = 0;
