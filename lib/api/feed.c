@@ -269,12 +269,13 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
     return run_and_free(f, feed__fanout_op(&f->core, f->errmsg, uids, n, score, id, &rc), &rc);
 }
 
-/* feed_invalidate_many and its authors' twin: ids of family fam (what
- * names them in messages), dropped in one request; name is the public call. */
-static int invalidate_many(feed *f, const char *name, const char *what, int fam,
-                           const int64_t *ids, size_t n)
+/* The checks of a call on n ids of family fam (what names them in
+ * messages; name is the public call): FEED_OK, or the code with f's
+ * message set. */
+static int ids_check(feed *f, const char *name, const char *what, int fam, const int64_t *ids,
+                     size_t n)
 {
-    int rc = FEED_OK;
+    int rc;
 
     if (!f)
         return FEED_EINVAL;
@@ -283,8 +284,18 @@ static int invalidate_many(feed *f, const char *name, const char *what, int fam,
         return rc;
     if (!ids && n > 0)
         return feed__msg(f->errmsg, FEED_EINVAL, "%s: %s is NULL", name, what);
-    if (n == 0)
-        return FEED_OK;
+    return FEED_OK;
+}
+
+/* feed_invalidate_many and its authors' twin: ids of family fam (what
+ * names them in messages), dropped in one request; name is the public call. */
+static int invalidate_many(feed *f, const char *name, const char *what, int fam,
+                           const int64_t *ids, size_t n)
+{
+    int rc = ids_check(f, name, what, fam, ids, n);
+
+    if (rc != FEED_OK || n == 0)
+        return rc;
     return run_and_free(f, feed__invalidate_many_op(&f->core, f->errmsg, fam, ids, n, &rc), &rc);
 }
 
@@ -310,16 +321,11 @@ static int invalidate_all(feed *f, const char *name, int fam, uint64_t *dropped)
 static int unknown_write(feed *f, const char *name, const char *what, int fam,
                          const int64_t *ids, size_t n)
 {
-    int rc = FEED_OK;
+    int rc = ids_check(f, name, what, fam, ids, n);
     size_t i = 0;
 
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(&f->core, f->errmsg, name)) != FEED_OK)
+    if (rc != FEED_OK)
         return rc;
-    if (!ids && n > 0)
-        return feed__msg(f->errmsg, FEED_EINVAL, "%s: %s is NULL", name, what);
     while (i < n && (rc = hook(f, name, FEED_HOOK_INVALIDATE, fam, ids[i], 0, 0)) == FEED_OK)
         i++;
     for (i++; i < n; i++)
