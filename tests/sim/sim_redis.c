@@ -386,6 +386,24 @@ static void simr_zreply(simr *r, const simr_key *k, long from, long to, int rev,
     }
 }
 
+/* Ranks start..stop of a set of n as Redis reads them (negative counts
+ * from the end, the range clipped to the set): 1 with *start <= *stop
+ * inside [0, n), 0 when the range holds nothing. */
+static int simr_rank_range(long n, long long *start, long long *stop)
+{
+    if (*start < 0)
+        *start += n;
+    if (*stop < 0)
+        *stop += n;
+    if (*start < 0)
+        *start = 0;
+    if (*start > *stop || *start >= n)
+        return 0;
+    if (*stop >= n)
+        *stop = n - 1;
+    return 1;
+}
+
 /* ZRANGE / ZREVRANGE key start stop [WITHSCORES] */
 static void simr_cmd_zrange(simr *r, const simr_args *a, int rev)
 {
@@ -404,18 +422,10 @@ static void simr_cmd_zrange(simr *r, const simr_args *a, int rev)
     if (wrong)
         return;
     n = k ? (long)k->zn : 0;
-    if (start < 0)
-        start += n;
-    if (stop < 0)
-        stop += n;
-    if (start < 0)
-        start = 0;
-    if (!k || start > stop || start >= n) {
+    if (!k || !simr_rank_range(n, &start, &stop)) {
         simr_put(r, "*0\r\n", 4);
         return;
     }
-    if (stop >= n)
-        stop = n - 1;
     if (rev)
         simr_zreply(r, k, n - 1 - stop, n - 1 - start, 1, scores);
     else
@@ -561,15 +571,7 @@ static void simr_cmd_zremrangebyrank(simr *r, const simr_args *a)
     if (wrong)
         return;
     n = k ? (long)k->zn : 0;
-    if (start < 0)
-        start += n;
-    if (stop < 0)
-        stop += n;
-    if (start < 0)
-        start = 0;
-    if (k && start <= stop && start < n) {
-        if (stop >= n)
-            stop = n - 1;
+    if (k && simr_rank_range(n, &start, &stop)) {
         for (long long i = stop; i >= start; i--, removed++)
             simr_zremove(k, (size_t)i);
         simr_drop_if_empty(r, k);
