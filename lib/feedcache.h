@@ -180,6 +180,15 @@ typedef struct feed_config {
                                           address in its subjectAltName). 0: no check at all
                                           (a self-signed certificate is taken): encrypted but
                                           open to whoever sits in between; for tests only */
+    /* --- filtered pages (docs/filter.md) --- */
+    const char *item_author_column;    /* default NULL: the feed table has no author column.
+                                          Else the column of the feed table naming each
+                                          item's author (an integer type), so that filtered
+                                          pages can hide authors. An item's author must never
+                                          change (the library caches it: to move an item to
+                                          another author, delete it and insert a new one) */
+    uint32_t    filter_max_scan;       /* default 10000: most items one filtered page examines
+                                          (hidden or not) before it returns; 1 .. 1000000 */
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -630,6 +639,81 @@ FEED_API int feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size
                               int64_t last_score, int64_t last_id, size_t limit,
                               feed_result *out);
 
+/* ------------------------------------------------------------------------
+ * Filtered pages: what one viewer must not see (docs/filter.md)
+ *
+ * A filter is given per request: authors to hide and/or a predicate. The
+ * pages stay full and the cursor exact: the visible items of a walk are
+ * exactly what SQL returns with the filter in its WHERE clause.
+ * ------------------------------------------------------------------------ */
+
+#define FEED_FILTER_MAX_AUTHORS 1000   /* most authors one filter hides */
+
+/* The predicate: 1 shows the item, 0 hides it. author is the item's author
+ * (item_author_column, or the author_table's author for an author's post in
+ * a merged page), INT64_MIN when unknown (no item_author_column, or a NULL
+ * in it). Called on the caller's thread (the loop's thread for the async
+ * API), any number of times for one item and in no promised order; it must
+ * not block nor call the library, and must give one answer per item for the
+ * whole walk (a changed answer takes effect from the next page on). */
+typedef int feed_keep_fn(void *arg, int64_t score, int64_t id, int64_t author);
+
+typedef struct feed_filter {
+    const int64_t *hide_authors;   /* n_hide_authors ids whose items are hidden; needs
+                                      item_author_column for feed rows. In a merged page
+                                      these authors are also left out of the merge */
+    size_t         n_hide_authors; /* 0 .. FEED_FILTER_MAX_AUTHORS; the array is read
+                                      during the call only, never kept */
+    feed_keep_fn  *keep;           /* NULL: no predicate */
+    void          *keep_arg;       /* passed to keep as it is */
+} feed_filter;
+
+/* feed_page, feed_page_merged and feed_page_newer with a filter (NULL, or
+ * one that hides nothing and has no predicate: exactly the unfiltered call,
+ * at its cost). Arguments, ownership of *out and the errors of the
+ * unfiltered call apply, plus the filter's.
+ *
+ * The page holds limit visible items unless the filtered feed ends
+ * (has_more = 0) or the page examined filter_max_scan items (then has_more =
+ * 1 and the page may hold fewer, even none: call again with the cursor).
+ * next_score/next_id (set whenever has_more is 1) name the last item the
+ * page examined before the first visible item it did not return, shown or
+ * hidden, so that the next page neither reads those hidden items again nor
+ * skips a visible one. Items hidden inside PostgreSQL (author <> ALL in the
+ * statement, past the cached copy) are never seen by the library: there the
+ * cursor names the last item returned. feed_page_newer_filtered's cursor is
+ * the newest item it examined, as feed_page_newer's is the newest returned.
+ *
+ * How: the page is read in chunks from the cached copy (as feed_page reads
+ * it, rebuilds and leases included), each chunk as large as what this
+ * handle has seen of hidden items so far predicts the page needs; the
+ * authors of cached items come from a hash beside the copy,
+ * "<prefix>:2:{<uid>}:authors", filled from PostgreSQL the first time an
+ * item is looked at (the hooks do not know authors: an item inserted by a
+ * hook costs one lookup, once). Past the copy, PostgreSQL reads with the
+ * hidden authors in the statement. A merged page leaves the hidden authors
+ * out of the merge (their copies are not read) and hides the reader's feed
+ * items by their author. Cost and figures: docs/filter.md.
+ *
+ * source: the "worst" source any chunk came from (FEED_SOURCE_DB over
+ * _REBUILD over _CACHE). feed_stats.pages counts one page per call.
+ *
+ * Errors: those of the unfiltered call; FEED_EINVAL (with a message naming
+ * the call) for hide_authors NULL with n_hide_authors > 0, n_hide_authors >
+ * FEED_FILTER_MAX_AUTHORS, hidden authors on a handle without
+ * item_author_column (feed_page_merged_filtered accepts them there and
+ * hides only the merged authors: the reader's feed items cannot be told
+ * apart by author); FEED_EPG or FEED_EUNAVAILABLE when an author had to be
+ * looked up in PostgreSQL and it failed. */
+FEED_API int feed_page_filtered(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
+                                size_t limit, const feed_filter *filter, feed_result *out);
+FEED_API int feed_page_merged_filtered(feed *f, int64_t uid, const int64_t *authors, size_t n,
+                                       int64_t last_score, int64_t last_id, size_t limit,
+                                       const feed_filter *filter, feed_result *out);
+FEED_API int feed_page_newer_filtered(feed *f, int64_t uid, int64_t score, int64_t id,
+                                      size_t limit, const feed_filter *filter,
+                                      feed_result *out);
+
 /* Hooks for the authors' table: call after the SQL transaction that changed
  * the row commits. As feed_on_insert and feed_on_delete, for author's posts:
  * one atomic script call each, a lease in flight cancelled, an uncached copy
@@ -974,6 +1058,22 @@ FEED_API int feed_async_invalidate(feed_async *a, int64_t uid, feed_async_done_c
 FEED_API int feed_async_page_merged(feed_async *a, int64_t uid, const int64_t *authors,
                                     size_t n, int64_t last_score, int64_t last_id, size_t limit,
                                     feed_async_page_cb *cb, void *arg);
+/* feed_page_filtered, feed_page_merged_filtered and feed_page_newer_filtered
+ * on the loop: same arguments, checks, sources and result codes. The filter
+ * and its arrays (and authors) are copied before the call returns; keep is
+ * called on the loop's thread with keep_arg, which must stay valid until
+ * the callback. */
+FEED_API int feed_async_page_filtered(feed_async *a, int64_t uid, int64_t last_score,
+                                      int64_t last_id, size_t limit, const feed_filter *filter,
+                                      feed_async_page_cb *cb, void *arg);
+FEED_API int feed_async_page_merged_filtered(feed_async *a, int64_t uid,
+                                             const int64_t *authors, size_t n,
+                                             int64_t last_score, int64_t last_id, size_t limit,
+                                             const feed_filter *filter,
+                                             feed_async_page_cb *cb, void *arg);
+FEED_API int feed_async_page_newer_filtered(feed_async *a, int64_t uid, int64_t score,
+                                            int64_t id, size_t limit, const feed_filter *filter,
+                                            feed_async_page_cb *cb, void *arg);
 /* feed_author_on_insert and feed_author_on_delete on the loop. */
 FEED_API int feed_async_author_on_insert(feed_async *a, int64_t author, int64_t score,
                                          int64_t id, feed_async_done_cb *cb, void *arg);

@@ -69,7 +69,8 @@ int feed_async_page_newer(feed_async *a, int64_t uid, int64_t score, int64_t id,
     if (!a)
         return FEED_EINVAL;
     a->errmsg[0] = '\0';
-    if ((rc = feed__newer_check(&a->core, a->errmsg, score, id, limit, &probe)) != FEED_OK)
+    if ((rc = feed__newer_check(&a->core, a->errmsg, "feed_async_page_newer", score, id, limit,
+                                &probe)) != FEED_OK)
         return rc;
     if (!(r = feed__async_request(a, feed__newer_op_size(), FEED_API_PAGE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_page_newer: out of memory");
@@ -294,4 +295,63 @@ int feed_async_author_on_unknown_write(feed_async *a, const int64_t *authors, si
 {
     return unknown_write_start(a, "feed_async_author_on_unknown_write", "authors",
                                FEED_FAM_AUTHOR, authors, n, cb, arg);
+}
+
+/* The body of the three filtered calls: the unfiltered call's checks, the
+ * filter's, then the unfiltered call itself when the filter hides nothing. */
+static int filtered(feed_async *a, int kind, const char *fn, int64_t uid, const int64_t *authors,
+                    size_t n, int64_t score, int64_t id, size_t limit, const feed_filter *filter,
+                    feed_async_page_cb *cb, void *arg)
+{
+    feed_result probe = { 0 };
+    feed_areq *r;
+    int rc;
+
+    if (!a)
+        return FEED_EINVAL;
+    a->errmsg[0] = '\0';
+    if (kind == FEED_FILTER_NEWER)
+        rc = feed__newer_check(&a->core, a->errmsg, fn, score, id, limit, &probe);
+    else if (kind == FEED_FILTER_MERGED)
+        rc = feed__merged_check(&a->core, a->errmsg, fn, authors, n, score, id, limit, &probe);
+    else
+        rc = feed__page_check(&a->core, a->errmsg, fn, score, id, -1, limit, &probe);
+    if (rc != FEED_OK ||
+        (rc = feed__filter_check(&a->core, a->errmsg, fn, kind, filter)) != FEED_OK)
+        return rc;
+    if (feed__filter_empty(filter))
+        return kind == FEED_FILTER_NEWER ? feed_async_page_newer(a, uid, score, id, limit, cb, arg)
+             : kind == FEED_FILTER_MERGED ? feed_async_page_merged(a, uid, authors, n, score, id,
+                                                                   limit, cb, arg)
+             : feed_async_page(a, uid, score, id, limit, cb, arg);
+    if (!(r = feed__async_request(a, 0, FEED_API_PAGE, arg)))
+        return feed__msg(a->errmsg, FEED_ENOMEM, "%s: out of memory", fn);
+    r->cb.page = cb;
+    r->op = feed__filter_op(&a->core, r->err, kind, uid, authors, n, score, id, limit, filter,
+                            &r->result, &rc);
+    return launch(a, r, r->op ? FEED_OK : rc);
+}
+
+int feed_async_page_filtered(feed_async *a, int64_t uid, int64_t last_score, int64_t last_id,
+                             size_t limit, const feed_filter *filter, feed_async_page_cb *cb,
+                             void *arg)
+{
+    return filtered(a, FEED_FILTER_PAGE, "feed_async_page_filtered", uid, NULL, 0, last_score,
+                    last_id, limit, filter, cb, arg);
+}
+
+int feed_async_page_merged_filtered(feed_async *a, int64_t uid, const int64_t *authors, size_t n,
+                                    int64_t last_score, int64_t last_id, size_t limit,
+                                    const feed_filter *filter, feed_async_page_cb *cb, void *arg)
+{
+    return filtered(a, FEED_FILTER_MERGED, "feed_async_page_merged_filtered", uid, authors, n,
+                    last_score, last_id, limit, filter, cb, arg);
+}
+
+int feed_async_page_newer_filtered(feed_async *a, int64_t uid, int64_t score, int64_t id,
+                                   size_t limit, const feed_filter *filter,
+                                   feed_async_page_cb *cb, void *arg)
+{
+    return filtered(a, FEED_FILTER_NEWER, "feed_async_page_newer_filtered", uid, NULL, 0, score,
+                    id, limit, filter, cb, arg);
 }

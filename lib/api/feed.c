@@ -192,7 +192,8 @@ int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t limi
     if (!f)
         return FEED_EINVAL;
     f->errmsg[0] = '\0';
-    if ((rc = feed__newer_check(&f->core, f->errmsg, score, id, limit, out)) != FEED_OK)
+    if ((rc = feed__newer_check(&f->core, f->errmsg, "feed_page_newer", score, id, limit, out))
+        != FEED_OK)
         return rc;
     if (feed__newer_op_size() > sizeof u)
         return feed__msg(f->errmsg, FEED_ENOMEM, "feed_page_newer: request too large");
@@ -388,6 +389,62 @@ int feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size_t n,
     if (rc != FEED_OK)
         feed_result_free(out);
     return rc;
+}
+
+/* The body of the three filtered calls: the unfiltered call's checks, the
+ * filter's, then the unfiltered call itself when the filter hides nothing. */
+static int filtered(feed *f, int kind, const char *fn, int64_t uid, const int64_t *authors,
+                    size_t n, int64_t score, int64_t id, size_t limit, const feed_filter *filter,
+                    feed_result *out)
+{
+    int rc = FEED_OK;
+
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    if (kind == FEED_FILTER_NEWER)
+        rc = feed__newer_check(&f->core, f->errmsg, fn, score, id, limit, out);
+    else if (kind == FEED_FILTER_MERGED)
+        rc = feed__merged_check(&f->core, f->errmsg, fn, authors, n, score, id, limit, out);
+    else
+        rc = feed__page_check(&f->core, f->errmsg, fn, score, id, -1, limit, out);
+    if (rc != FEED_OK ||
+        (rc = feed__filter_check(&f->core, f->errmsg, fn, kind, filter)) != FEED_OK)
+        return rc;
+    if (feed__filter_empty(filter))
+        return kind == FEED_FILTER_NEWER ? feed_page_newer(f, uid, score, id, limit, out)
+             : kind == FEED_FILTER_MERGED ? feed_page_merged(f, uid, authors, n, score, id, limit,
+                                                             out)
+             : feed_page(f, uid, score, id, limit, out);
+    rc = run_and_free(f, feed__filter_op(&f->core, f->errmsg, kind, uid, authors, n, score, id,
+                                         limit, filter, out, &rc), &rc);
+    if (rc != FEED_OK)
+        feed_result_free(out);
+    return rc;
+}
+
+int feed_page_filtered(feed *f, int64_t uid, int64_t last_score, int64_t last_id, size_t limit,
+                       const feed_filter *filter, feed_result *out)
+{
+    return filtered(f, FEED_FILTER_PAGE, "feed_page_filtered", uid, NULL, 0, last_score, last_id,
+                    limit, filter, out);
+}
+
+int feed_page_merged_filtered(feed *f, int64_t uid, const int64_t *authors, size_t n,
+                              int64_t last_score, int64_t last_id, size_t limit,
+                              const feed_filter *filter, feed_result *out)
+{
+    return filtered(f, FEED_FILTER_MERGED, "feed_page_merged_filtered", uid, authors, n,
+                    last_score, last_id, limit, filter, out);
+}
+
+int feed_page_newer_filtered(feed *f, int64_t uid, int64_t score, int64_t id, size_t limit,
+                             const feed_filter *filter, feed_result *out)
+{
+    return filtered(f, FEED_FILTER_NEWER, "feed_page_newer_filtered", uid, NULL, 0, score, id,
+                    limit, filter, out);
 }
 
 int feed_author_on_insert(feed *f, int64_t author, int64_t score, int64_t id)

@@ -129,6 +129,7 @@ int feed__core_init(feed_core *c, const feed_config *cfg)
         *field = c->owned[k++];
     }
     c->key_cap = feed__key_cap(c->cfg.key_prefix);
+    c->filter_kept_pm = 1000;
     c->token_seed = feed__random_seed(c);
     feed__i64_to_str((int64_t)c->cfg.ttl_seconds * 1000, c->ttl_ms);
     feed__i64_to_str((int64_t)empty_ttl_seconds(&c->cfg) * 1000, c->empty_ttl_ms);

@@ -151,6 +151,10 @@ typedef struct feed_core {
     int64_t replica_tried_ms;
     char    replica_probe_lsn[32];
 
+    /* filter.c: the share of examined items filtered pages showed lately,
+     * per mille: how far a chunk over-reads. A guess, never relied on. */
+    uint32_t filter_kept_pm;
+
     /* merged.c: what the handle learnt of the sources of merged pages (TTLs
      * known, each author's share of its last page): guesses only, allocated
      * by the first merged page (NULL before). */
@@ -438,6 +442,12 @@ enum feed_stmt {
     FEED_SQL_MERGE,     /* with author_table only: the first $4 rows after ($2, $3) of
                            feed $1 (NULL: none) and of each author of the array $5,
                            tagged by source (see feed_sql) */
+    FEED_SQL_FILTER,    /* with item_author_column only: of the first $4 rows after
+                           ($2, $3) of feed $1, those whose author is not in the array
+                           $5, then one row naming the last of the $4 and how many
+                           there were (see feed_sql) */
+    FEED_SQL_AUTHORS,   /* with item_author_column only: (id, author) of feed $1's
+                           rows whose id is in the array $5 */
     FEED_SQL_STMTS,
     FEED_SQL_PROBE_PRIMARY = FEED_SQL_STMTS,   /* the primary's WAL insert position */
     FEED_SQL_PROBE_REPLICA                      /* has the replica replayed $1, $2? */
@@ -461,6 +471,15 @@ typedef struct feed_sql {
     size_t     nauthors;
     int        with_feed;
     feed_rows *tagged;
+    /* FEED_SQL_FILTER and FEED_SQL_AUTHORS: $5 is authors[0 .. nauthors)
+     * too (the authors hidden; the ids looked up), params[1..3] are unused
+     * by FEED_SQL_AUTHORS. row_authors[i] is rows.items[i]'s author
+     * (INT64_MIN: NULL), malloc'd, the request's to free; FEED_SQL_AUTHORS
+     * gives (0, id) items. FEED_SQL_FILTER: scanned rows were read after
+     * the cursor, the last of them `last` (scanned 0: none). */
+    int64_t   *row_authors;
+    int64_t    scanned;
+    feed_item  last;
 } feed_sql;
 
 /* A page past the cache (page.c, newer.c): which server reads it. The
@@ -653,10 +672,23 @@ int     feed__page_script(const feed_core *c, const char **argv, size_t *lens,
 /* newer.c: pull-to-refresh. */
 typedef struct feed_newer_op feed_newer_op;
 size_t feed__newer_op_size(void);
-int    feed__newer_check(const feed_core *c, char *err, int64_t score, int64_t id, size_t limit,
-                         const feed_result *out);
+int    feed__newer_check(const feed_core *c, char *err, const char *fn, int64_t score,
+                         int64_t id, size_t limit, const feed_result *out);
 int    feed__newer_init(feed_newer_op *n, feed_core *c, char *err, int64_t uid, int64_t score,
                         int64_t id, size_t limit, feed_result *out);
+
+/* filter.c: filtered pages, of kind FEED_FILTER_*. The checks every
+ * filtered call makes on its filter (fn names it); feed__filter_empty: 1
+ * when the filter hides nothing (the unfiltered call answers). The request
+ * is on the heap, its arrays copied (the other arguments checked by the
+ * unfiltered call's check); NULL with *rc when it cannot be made. */
+enum { FEED_FILTER_PAGE, FEED_FILTER_MERGED, FEED_FILTER_NEWER };
+int      feed__filter_check(const feed_core *c, char *err, const char *fn, int kind,
+                            const feed_filter *filter);
+int      feed__filter_empty(const feed_filter *filter);
+feed_op *feed__filter_op(feed_core *c, char *err, int kind, int64_t uid,
+                         const int64_t *authors, size_t n, int64_t last_score, int64_t last_id,
+                         size_t limit, const feed_filter *filter, feed_result *out, int *rc);
 
 /* repair.c */
 feed_op *feed__repair_op(feed_core *c);
@@ -748,6 +780,10 @@ int      feed__merged_check(const feed_core *c, char *err, const char *fn,
 feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *authors,
                          size_t n, int64_t last_score, int64_t last_id, size_t limit,
                          feed_result *out, int *rc);
+/* Tag the merged page's items by source (for filtered pages): FEED_OK or
+ * FEED_ENOMEM; at the end *tags[i] is the author whose posts hold item i,
+ * INT64_MIN when only the reader's feed does. The array is op's. */
+int      feed__merged_want_tags(feed_op *op, const int64_t **tags);
 /* The authors' calls need an authors' table: FEED_OK, or FEED_EINVAL. */
 int      feed__authors_on(const feed_core *c, char *err, const char *fn);
 

@@ -138,6 +138,7 @@ typedef struct merged_op {
     size_t        sql_n;
     feed_sqlpage  sp;
     unsigned char *blocking;
+    int64_t      *tags;         /* feed__merged_tags: asked for (NULL: not), then filled */
     char          redis_msg[FEED_ERRMSG];
 } merged_op;
 
@@ -555,6 +556,27 @@ static void learn_shares(merged_op *m, const feed_item *page, size_t count)
 
 /* ---- CUT ------------------------------------------------------------------ */
 
+/* Each item's tag: the author whose answer holds it (its rows are the
+ * author's posts), or INT64_MIN when only the reader's feed does. Every
+ * answer is in page order, so one pass per source. */
+static void tag_items(merged_op *m, const feed_item *items, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        m->tags[i] = INT64_MIN;
+    for (size_t k = 1; k < m->n; k++) {
+        const feed_rows *r = &m->src[k].rows;
+        size_t j = 0;
+        for (size_t i = 0; i < count && j < r->count; i++) {
+            while (j < r->count && feed__item_after(items[i], r->items[j].score,
+                                                    r->items[j].id))
+                j++;
+            if (j < r->count && r->items[j].score == items[i].score &&
+                r->items[j].id == items[i].id && m->tags[i] == INT64_MIN)
+                m->tags[i] = m->src[k].owner;
+        }
+    }
+}
+
 static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
 {
     feed_source source = FEED_SOURCE_CACHE;
@@ -566,6 +588,8 @@ static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
             source = FEED_SOURCE_REBUILD;
     }
     learn_shares(m, items, count);
+    if (m->tags)
+        tag_items(m, items, count);
     m->out->items = items;
     feed__page_served(m->op.c, m->out, count, m->limit, source);
     return finish(m, FEED_OK);
@@ -717,7 +741,21 @@ static void merged_free(feed_op *op)
     free(m->sql_idx);
     free(m->tagged);
     free(m->blocking);
+    free(m->tags);
     free(m);
+}
+
+/* Ask op (feed__merged_op's, not started) to tag the items of its page:
+ * FEED_OK or FEED_ENOMEM. Once it is done, tags[i] says where the i-th item
+ * of out->items came from (see tag_items); the array stays op's. */
+int feed__merged_want_tags(feed_op *op, const int64_t **tags)
+{
+    merged_op *m = (merged_op *)op;
+
+    if (!(m->tags = malloc((m->q.want + 1) * sizeof *m->tags)))
+        return FEED_ENOMEM;
+    *tags = m->tags;
+    return FEED_OK;
 }
 
 /* ---- Making the request --------------------------------------------------- */

@@ -229,20 +229,19 @@ size_t feed__newer_op_size(void)
     return sizeof(feed_newer_op);
 }
 
-int feed__newer_check(const feed_core *c, char *err, int64_t score, int64_t id, size_t limit,
-                      const feed_result *out)
+int feed__newer_check(const feed_core *c, char *err, const char *fn, int64_t score, int64_t id,
+                      size_t limit, const feed_result *out)
 {
     if (!out)
-        return feed__msg(err, FEED_EINVAL, "feed_page_newer: out is NULL");
+        return feed__msg(err, FEED_EINVAL, "%s: out is NULL", fn);
     if (limit == 0 || limit > c->cfg.max_page)
-        return feed__msg(err, FEED_EINVAL, "feed_page_newer: limit %zu is outside 1..%u",
-                         limit, c->cfg.max_page);
+        return feed__msg(err, FEED_EINVAL, "%s: limit %zu is outside 1..%u", fn, limit,
+                         c->cfg.max_page);
     if (!feed__score_ok(score))
-        return feed__msg(err, FEED_ERANGE, "feed_page_newer: cursor score %lld is outside"
-                         " +/-(2^53-1)", (long long)score);
+        return feed__msg(err, FEED_ERANGE, "%s: cursor score %lld is outside +/-(2^53-1)", fn,
+                         (long long)score);
     if (id < 0)
-        return feed__msg(err, FEED_EINVAL, "feed_page_newer: cursor id %lld is negative",
-                         (long long)id);
+        return feed__msg(err, FEED_EINVAL, "%s: cursor id %lld is negative", fn, (long long)id);
     return FEED_OK;
 }
 

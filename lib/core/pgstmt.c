@@ -27,7 +27,8 @@ enum { SU_TYPES, SU_DESCRIBE, SU_AUTHOR_TYPES, SU_AUTHOR_DESCRIBE, SU_PREPARE,
        SU_END = SU_PREPARE + FEED_SQL_STMTS };
 
 static const char *const pgstmt_names[FEED_SQL_STMTS] = {
-    "feedcache_top", "feedcache_after", "feedcache_before", "feedcache_merge"
+    "feedcache_top", "feedcache_after", "feedcache_before", "feedcache_merge",
+    "feedcache_filter", "feedcache_authors"
 };
 
 static void pgstmt_put_be64(char *p, int64_t v)
@@ -91,16 +92,17 @@ static char *pgstmt_quote(const char *name)
 static int pgstmt_texts(feed_pgstmt *p)
 {
     const feed_config *cfg = &p->c->cfg;
-    const char *names[6] = { cfg->table, cfg->owner_column, cfg->score_column,
-                             cfg->id_column, cfg->author_table, cfg->author_column };
-    char *q[6] = { NULL, NULL, NULL, NULL, NULL, NULL }, **t = p->texts;
+    const char *names[7] = { cfg->table, cfg->owner_column, cfg->score_column,
+                             cfg->id_column, cfg->author_table, cfg->author_column,
+                             cfg->item_author_column };
+    char *q[7] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL }, **t = p->texts;
     int n = cfg->author_table ? 6 : 4, ok = 1;
     size_t cap = 700;       /* the merge's words, and room for its 16 names */
 
     if (t[FEED_SQL_TOP])
         return FEED_OK;
-    for (int i = 0; i < n; i++)
-        if ((ok = ok && (q[i] = pgstmt_quote(names[i])) != NULL))
+    for (int i = 0; i < 7; i++)
+        if ((i < n || (i == 6 && names[6])) && (ok = ok && (q[i] = pgstmt_quote(names[i])) != NULL))
             cap += 8 * strlen(q[i]);
     for (int i = 0; i < FEED_PG_TEXTS; i++)
         ok = ok && (t[i] = malloc(cap)) != NULL;
@@ -129,7 +131,24 @@ static int pgstmt_texts(feed_pgstmt *p)
         snprintf(t[FEED_PG_AUTHOR_TYPES], cap, "SELECT %s, %s FROM %s WHERE false",
                  q[2], q[3], q[4]);
     }
-    for (int i = 0; i < 6; i++)
+    /* Filtered pages: at most $4 rows are read past the cursor, however
+     * many are hidden (the bound on one statement's work), and the last of
+     * them comes back as a row of its own, with how many were read, so
+     * that the next statement starts after it. A NULL author hides nothing. */
+    if (ok && q[6]) {
+        snprintf(t[FEED_SQL_FILTER], cap,
+                 "WITH w AS MATERIALIZED (SELECT %s::int8 AS s, %s::int8 AS i, %s::int8 AS a"
+                 " FROM %s WHERE %s = $1 AND (%s, %s) < ($2, $3) ORDER BY %s DESC, %s DESC"
+                 " LIMIT $4)"
+                 " SELECT 0::int8, s, i, a FROM w WHERE a IS NULL OR a <> ALL($5::int8[])"
+                 " UNION ALL SELECT * FROM (SELECT (SELECT count(*) FROM w), s, i, a FROM w"
+                 " ORDER BY s, i LIMIT 1) last",
+                 q[2], q[3], q[6], q[0], q[1], q[2], q[3], q[2], q[3]);
+        snprintf(t[FEED_SQL_AUTHORS], cap,
+                 "SELECT %s::int8, %s::int8 FROM %s WHERE %s = $1 AND %s = ANY($5::int8[])",
+                 q[3], q[6], q[0], q[1], q[3]);
+    }
+    for (int i = 0; i < 7; i++)
         free(q[i]);
     for (int i = 0; i < FEED_PG_TEXTS && !ok; i++) {
         free(t[i]);
@@ -261,6 +280,64 @@ static int pgstmt_take_rows(feed_pgstmt *p, const feed_pgio *io)
 }
 
 /* The statement's result, checked. A probe answers one row of text. */
+/* FEED_SQL_FILTER's and FEED_SQL_AUTHORS's rows, each checked: items and
+ * their authors (NULL: INT64_MIN) into q->rows and q->row_authors; the
+ * filter's last row read into q->last and q->scanned. */
+static int pgstmt_take_authored(feed_pgstmt *p, const feed_pgio *io)
+{
+    feed_sql *q = p->q;
+    int filter = q->stmt == FEED_SQL_FILTER, n = io->ntuples, rc = FEED_OK;
+    int cols = filter ? 4 : 2;
+    size_t k = 0;
+    int64_t v[4];
+
+    q->scanned = 0;
+    if (io->nfields != cols)
+        return pgstmt_error(p, FEED_EPG, "query", "unexpected result shape");
+    q->rows.items = malloc(((size_t)n + 1) * sizeof *q->rows.items);
+    q->row_authors = malloc(((size_t)n + 1) * sizeof *q->row_authors);
+    if (!q->rows.items || !q->row_authors)
+        rc = feed__msg(p->err, FEED_ENOMEM, "out of memory for %d rows", n);
+    for (int i = 0; i < n && rc == FEED_OK; i++) {
+        for (int c = 0; c < cols && rc == FEED_OK; c++)
+            if (!pgstmt_int8(io, i, c, &v[c])) {
+                if (c == cols - 1 && io->cells[(size_t)i * (size_t)cols + (size_t)c].v == NULL)
+                    v[c] = INT64_MIN;           /* a NULL author */
+                else
+                    rc = pgstmt_error(p, FEED_EPG, "query", "NULL or non-int8 score or id");
+            }
+        if (rc != FEED_OK)
+            break;
+        if (!filter) {
+            q->rows.items[k] = (feed_item){ 0, v[0] };
+            q->row_authors[k++] = v[1];
+            continue;
+        }
+        if (!feed__score_ok(v[1]) || v[2] < 0)
+            rc = feed__msg(p->err, FEED_ERANGE, "row of owner %lld in SQL has id %lld, score"
+                           " %lld: scores must lie within +/-(2^53-1), ids >= 0",
+                           (long long)q->uid, (long long)v[2], (long long)v[1]);
+        else if (v[0] > 0) {
+            q->scanned = v[0];
+            q->last = (feed_item){ v[1], v[2] };
+        } else if (k > 0 && !feed__item_after((feed_item){ v[1], v[2] },
+                                              q->rows.items[k - 1].score,
+                                              q->rows.items[k - 1].id)) {
+            rc = pgstmt_error(p, FEED_EPG, "query", "filtered rows out of order");
+        } else {
+            q->rows.items[k] = (feed_item){ v[1], v[2] };
+            q->row_authors[k++] = v[3];
+        }
+    }
+    q->rows.count = k;
+    if (rc != FEED_OK) {
+        feed__rows_free(&q->rows);
+        free(q->row_authors);
+        q->row_authors = NULL;
+    }
+    return rc;
+}
+
 static int pgstmt_take(feed_pgstmt *p, const feed_pgio *io)
 {
     feed_sql *q = p->q;
@@ -273,6 +350,8 @@ static int pgstmt_take(feed_pgstmt *p, const feed_pgio *io)
                      io->cells[i].v ? io->cells[i].v : "");
         return FEED_OK;
     }
+    if (q->stmt == FEED_SQL_FILTER || q->stmt == FEED_SQL_AUTHORS)
+        return pgstmt_take_authored(p, io);
     return pgstmt_take_rows(p, io);
 }
 
@@ -288,6 +367,8 @@ void feed__pgstmt_begin(feed_pgstmt *p, feed_core *c, feed_sql *q, char *err, ch
     p->who = q->server == FEED_PG_REPLICA ? "PostgreSQL replica" : "PostgreSQL";
     p->deadline = now + c->cfg.pg_timeout_ms;
     q->rows = (feed_rows){ NULL, 0 };
+    q->row_authors = NULL;
+    q->scanned = 0;
     if (q->stmt == FEED_SQL_MERGE)
         for (size_t k = 0; k <= q->nauthors; k++)
             q->tagged[k] = (feed_rows){ NULL, 0 };
@@ -399,11 +480,11 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
     p->lengths = lengths;
     p->formats = formats;
     p->binary = 1;
-    if (q->stmt == FEED_SQL_MERGE) {
+    if (q->stmt == FEED_SQL_MERGE || q->stmt == FEED_SQL_FILTER || q->stmt == FEED_SQL_AUTHORS) {
         if (!p->array && !(p->array = pgstmt_int8_array(q->authors, q->nauthors)))
             return pgstmt_finish(p, feed__msg(p->err, FEED_ENOMEM,
                                               "out of memory for %zu authors", q->nauthors));
-        if (!q->with_feed)
+        if (q->stmt == FEED_SQL_MERGE && !q->with_feed)
             p->values[0] = NULL;    /* the feed is no source: no rows of it */
         p->values[4] = p->array;
         p->nparams = 5;
@@ -418,6 +499,9 @@ static int pgstmt_next_step(const feed_pgstmt *p, int step)
     if (!p->c->cfg.author_table && (step == SU_AUTHOR_TYPES || step == SU_AUTHOR_DESCRIBE ||
                                     step == SU_PREPARE + FEED_SQL_MERGE))
         return pgstmt_next_step(p, step);
+    if (!p->c->cfg.item_author_column && (step == SU_PREPARE + FEED_SQL_FILTER ||
+                                          step == SU_PREPARE + FEED_SQL_AUTHORS))
+        return pgstmt_next_step(p, step);
     return step;
 }
 
@@ -427,7 +511,7 @@ static int pgstmt_next_step(const feed_pgstmt *p, int step)
 static enum feed_pwant pgstmt_setup(feed_pgstmt *p)
 {
     static const unsigned types[5] = { 20, 20, 20, 20, 1016 };   /* int8, int8[] */
-    static const int nparams[FEED_SQL_STMTS] = { 2, 4, 4, 5 };
+    static const int nparams[FEED_SQL_STMTS] = { 2, 4, 4, 5, 5, 5 };
     int i = p->step - SU_PREPARE;
 
     p->state = PS_SETUP;

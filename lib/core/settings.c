@@ -111,6 +111,10 @@ static const cfield fields[] = {
         "name sent as SNI and checked in certificates; none: the host"),
     INT(redis_tls_verify, "redis-tls-verify", 0, 1, "1",
         "1: verify each server's certificate and name; 0: no check"),
+    STR(item_author_column, "item-author-column", NULL, CF_EMPTY_NULL | CF_NONEMPTY,
+        "the feed table's author column, for filtered pages"),
+    U32(filter_max_scan, "filter-max-scan", 1, 1000000, "10000",
+        "most items one filtered page examines"),
 };
 
 #define NFIELDS (sizeof fields / sizeof fields[0])
