@@ -312,10 +312,11 @@ static int filter_room(filter_op *fo)
 static enum feed_want filter_ask_authors(filter_op *fo)
 {
     size_t a = 0;
-    char *t = fo->text;
+    char *t;
 
     if (filter_room(fo) != FEED_OK)
         return filter_finish(fo, FEED_ENOMEM);
+    t = fo->text;
     fo->argv[a] = "HMGET";
     fo->lens[a++] = 5;
     fo->argv[a] = fo->key;
