@@ -63,6 +63,8 @@ static const struct want {
     W(redis_tls_key_file, S, 0, 0, 0, NULL, TO_NULL),
     W(redis_tls_server_name, S, 0, 0, 0, NULL, TO_NULL),
     W(redis_tls_verify, I, 0, 1, 1, NULL, KEEP),
+    W(item_author_column, S, 0, 0, 0, NULL, TO_NULL),
+    W(filter_max_scan, U, 1, 1000000, 10000, NULL, KEEP),
 #undef W
 };
 #define NWANT (sizeof want / sizeof want[0])

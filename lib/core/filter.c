@@ -25,9 +25,10 @@
  *            copy's TTL), best effort: an item's author never changes, so a
  *            stale entry is only memory, never a wrong page;
  *   SQL      once a chunk came from PostgreSQL (the walk is past the cached
- *            copy) and authors are hidden: FEED_SQL_FILTER, which leaves the
- *            hidden rows out inside PostgreSQL and reads at most what is
- *            left of the page's budget.
+ *            copy) and the filter needs authors: FEED_SQL_FILTER, which
+ *            leaves the hidden authors' rows out inside PostgreSQL, returns
+ *            the others with their authors and reads at most what is left
+ *            of the page's budget.
  *
  * Each chunk is then examined in walk order (take): an item shown, or
  * hidden; the position moves to it either way. Once the page holds limit
@@ -500,7 +501,7 @@ static enum feed_want filter_chunk_done(filter_op *fo, int64_t now)
         fo->chunk_more = fo->chunk.has_more;
         fo->source = filter_worse(fo->source, fo->chunk.source);
         fo->sql_mode = fo->chunk.source == FEED_SOURCE_DB && fo->kind == FEED_FILTER_PAGE &&
-                       fo->nhide > 0 && c->cfg.item_author_column;
+                       fo->by_author;
     }
     feed_result_free(&fo->chunk);
     fo->inner->free(fo->inner);
