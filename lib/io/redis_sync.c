@@ -97,7 +97,7 @@ static int format_into(char *buf, size_t *at, size_t cap, int argc, const char *
 /* May a trip's commands bypass hiredis and go straight to the socket? Only
  * with nothing of hiredis's own waiting in its output buffer (order), and
  * only on a plain connection: hiredis >= 1.0 may carry TLS (hiredis_ssl
- * keeps its state in privctx, documented in hiredis.h as the SSL context),
+ * keeps its state in privctx, documented in hiredis's main header as the SSL context),
  * where c->fd is the encrypted stream and only hiredis may write to it.
  * obuf and privctx are fields of the public redisContext in 0.14 and 1.x. */
 static int direct_ok(const redisContext *c)
