@@ -44,6 +44,11 @@
 
 enum { F_CHUNK, F_AUTHORS, F_LOOKUP, F_LEARN, F_SQL, F_DONE };
 
+/* Most items one chunk asks for: a chunk is one read (a plain ZREVRANGE, a
+ * merged read, one statement), not a page the caller sees, so max_page does
+ * not bound it; this keeps one reply's size in check. */
+#define FILTER_CHUNK_MAX 1000
+
 /* An item's author when its row is gone from SQL: hidden (the filtered
  * query would not return it either). */
 #define AUTHOR_GONE (INT64_MIN + 1)
@@ -152,8 +157,8 @@ static size_t filter_chunk_size(const filter_op *fo)
 
     if (kept < 1000)
         n += n / 8 + 1;          /* a margin for chance: hidden items come in runs */
-    if (n > c->cfg.max_page)
-        n = c->cfg.max_page;
+    if (n > FILTER_CHUNK_MAX)
+        n = FILTER_CHUNK_MAX;
     if (n > left)
         n = left;
     return n ? n : 1;
