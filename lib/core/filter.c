@@ -89,6 +89,7 @@ typedef struct filter_op {
     unsigned char *need;            /* 1: the author is still to be found */
     size_t         nwalk, cap;
     int            chunk_more;      /* the walk goes on past the chunk */
+    int            chunk_cached;    /* the chunk came from the cached copy */
     int64_t        sql_scanned;     /* FEED_SQL_FILTER: rows it read, the last of them */
     feed_item      sql_last;
     feed_sqlpage   sp;
@@ -297,7 +298,7 @@ static enum feed_want filter_send(filter_op *fo, int state, size_t n)
     return FEED_W_REDIS;
 }
 
-/* Room for the commands of nwalk items: HMGET key m..., HSET key m a ... */
+/* Room for the commands of nwalk items: HMGET key m..., HSET key ~ v m a ... */
 static int filter_room(filter_op *fo)
 {
     size_t n = fo->nwalk;
@@ -306,8 +307,8 @@ static int filter_room(filter_op *fo)
     free(fo->lens);
     free(fo->text);
     free(fo->ids);
-    fo->argv = malloc((2 + 2 * n) * sizeof *fo->argv);
-    fo->lens = malloc((2 + 2 * n) * sizeof *fo->lens);
+    fo->argv = malloc((4 + 2 * n) * sizeof *fo->argv);
+    fo->lens = malloc((4 + 2 * n) * sizeof *fo->lens);
     fo->text = malloc(n * (FEED_MEMBER_MAX + 21) + 1);
     fo->ids = malloc((n + 1) * sizeof *fo->ids);
     if (!fo->argv || !fo->lens || !fo->text || !fo->ids)
@@ -355,7 +356,18 @@ static enum feed_want filter_ask_lookup(filter_op *fo)
 }
 
 /* HSET key m a ... for the authors just found (learnt[w]), with the copy's
- * TTL. */
+ * TTL. Only those of items of the cached copy: items past it (a chunk from
+ * SQL) would only make the hash larger than the copy.
+ *
+ * One field more, FILTER_WIDE_FIELD, whose value is longer than Redis's
+ * hash-max-listpack-value (64 bytes by default), keeps the hash a hash
+ * table from its first write: a small hash is otherwise a listpack, which
+ * HMGET searches field by field (bench/, section filter: at 428 entries an
+ * HMGET of a page's authors took 47 us as a listpack, 2 us as a table). A
+ * member is never "~" (lib/base/codec.c), so no id meets it. */
+#define FILTER_WIDE_FIELD "~"
+#define FILTER_WIDE_VALUE "a hash table, not a listpack: HMGET looks each field up in O(1)" \
+                          " (lib/core/filter.c)"
 static enum feed_want filter_ask_learn(filter_op *fo, const unsigned char *learnt)
 {
     feed_core *c = fo->op.c;
@@ -366,6 +378,10 @@ static enum feed_want filter_ask_learn(filter_op *fo, const unsigned char *learn
     fo->lens[a++] = 4;
     fo->argv[a] = fo->key;
     fo->lens[a++] = strlen(fo->key);
+    fo->argv[a] = FILTER_WIDE_FIELD;
+    fo->lens[a++] = 1;
+    fo->argv[a] = FILTER_WIDE_VALUE;
+    fo->lens[a++] = strlen(FILTER_WIDE_VALUE);
     for (size_t w = 0; w < fo->nwalk; w++) {
         if (!learnt[w])
             continue;
@@ -423,7 +439,7 @@ static enum feed_want filter_looked_up(filter_op *fo, int64_t now)
         hit = bsearch(&key, q->rows.items, q->rows.count, sizeof key, by_id);
         fo->author[w] = hit ? hit->score : AUTHOR_GONE;
         fo->need[w] = 0;
-        if (hit && hit->score != INT64_MIN && hit->score != AUTHOR_GONE) {
+        if (hit && hit->score != INT64_MIN && hit->score != AUTHOR_GONE && fo->chunk_cached) {
             learnt[w] = 1;
             nlearnt++;
         }
@@ -504,6 +520,7 @@ static enum feed_want filter_chunk_done(filter_op *fo, int64_t now)
         }
         fo->nwalk = n;
         fo->chunk_more = fo->chunk.has_more;
+        fo->chunk_cached = fo->chunk.source != FEED_SOURCE_DB;
         fo->source = filter_worse(fo->source, fo->chunk.source);
         fo->sql_mode = fo->chunk.source == FEED_SOURCE_DB && fo->kind == FEED_FILTER_PAGE &&
                        fo->by_author;
@@ -585,6 +602,7 @@ static enum feed_want filter_sql_answered(filter_op *fo, int64_t now)
         fo->author[i] = q->row_authors[i];
     }
     fo->nwalk = q->rows.count;
+    fo->chunk_cached = 0;
     fo->sql_scanned = q->scanned;
     fo->sql_last = q->last;
     fo->chunk_more = q->scanned > 0 && (size_t)q->scanned >= (size_t)q->params[3];
