@@ -119,6 +119,18 @@ static size_t rank_after(const feed_item *items, size_t n, int64_t score, int64_
     return lo;
 }
 
+static long long config_num(redisContext *c, const char *name)
+{
+    redisReply *r = b_cmd(c, "CONFIG GET %s", name);
+    long long v;
+
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        die("CONFIG GET %s: unexpected reply", name);
+    v = atoll(r->element[1]->str);
+    freeReplyObject(r);
+    return v;
+}
+
 static feed *open_filter(const char *prefix, uint32_t max_len, int with_author)
 {
     feed_config cfg;
@@ -190,29 +202,148 @@ static void check_page(PGconn *pg, fctx *x)
 
 /* ------------------------------------------------------------ 1. Redis */
 
+/* INFO commandstats as (name, calls, usec) rows. */
+typedef struct cmdrow { char name[32]; unsigned long long calls, usec; } cmdrow;
+
+static size_t cmd_rows(redisContext *c, cmdrow *rows, size_t cap)
+{
+    redisReply *r = b_cmd(c, "INFO commandstats");
+    const char *p = r->str;
+    size_t n = 0;
+
+    while (n < cap && (p = strstr(p, "cmdstat_")) != NULL) {
+        cmdrow *x = &rows[n];
+        p += 8;
+        if (sscanf(p, "%31[^:]:calls=%llu,usec=%llu", x->name, &x->calls, &x->usec) == 3)
+            n++;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* The commands pages sent between two snapshots: "name calls (server time)
+ * per page", by name. Redis 7 counts a script's inner commands on their own too. */
+static void cmd_mix(char *out, size_t cap, const cmdrow *a, size_t na, const cmdrow *b, size_t nb,
+                    double pages)
+{
+    size_t len = 0;
+
+    out[0] = 0;
+    for (size_t i = 0; i < nb; i++) {
+        unsigned long long before = 0, usec = 0;
+        if (strcmp(b[i].name, "info") == 0)
+            continue;
+        for (size_t j = 0; j < na; j++)
+            if (strcmp(a[j].name, b[i].name) == 0) {
+                before = a[j].calls;
+                usec = a[j].usec;
+            }
+        if (b[i].calls > before && len < cap)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s %.2f (%.2f µs)", len ? ", " : "",
+                                    b[i].name, (double)(b[i].calls - before) / pages,
+                                    (double)(b[i].usec - usec) / pages);
+    }
+}
+
 /* What a page sends Redis: the page's reads and scripts, the authors hash. */
 #define FILTER_CMDS "=zrevrange,zrevrangebyscore,pttl,pexpire,evalsha,hmget,hset"
+
+static void walk_copy(feed *f, const feed_item *all, size_t nall, uint32_t max_len, int hide,
+                      feed_keep_fn *keep);
+static const char *encoding(redisContext *c, const char *key, char buf[16]);
+
+enum { NV = 2 * NHIDE };
+
+/* One measure of the variants of part 1 in the authors hash's present state:
+ * counters over 200 pages each, then interleaved rounds; one table. Returns
+ * the worst ratio at 10% hidden, and its round trips in *rt10. */
+static double redis_measure(FILE *md, redisContext *c, pid_t rpid, fctx *ctx,
+                            const double *examined, const char *state, double *rt10,
+                            double ratio50[2], double ratio90[2])
+{
+    variant v[NV];
+    double rt[NV], sqlq[NV], worst10 = 0;
+    char mix[NV][320], enc[16];
+    cmdrow *ca = malloc(2 * 256 * sizeof *ca), *cb = ca + 256;
+    int rounds = q_rounds(9);
+    double secs = q_secs(0.3);
+    const char *hkey = b_key("flt", FILTER_UID, ":authors");
+    long long hlen = b_cmd_int(c, "HLEN %s", hkey);
+
+    if (!ca)
+        die("out of memory");
+    encoding(c, hkey, enc);
+    memset(v, 0, sizeof v);
+    for (int k = 0; k < NV; k++) {
+        feed_stats a, b;
+        size_t na = cmd_rows(c, ca, 256), nb;
+        feed_stats_get(ctx[k].f, &a);
+        for (int i = 0; i < 200; i++)
+            op_fpage(&ctx[k]);
+        feed_stats_get(ctx[k].f, &b);
+        nb = cmd_rows(c, cb, 256);
+        cmd_mix(mix[k], sizeof mix[0], ca, na, cb, nb, 200);
+        rt[k] = (double)(b.redis_calls - a.redis_calls) / 200;
+        sqlq[k] = (double)(b.sql_queries - a.sql_queries) / 200;
+        v[k] = (variant){ .name = hide_label[ctx[k].hide], .op = op_fpage, .ctx = &ctx[k],
+                          .cmd = FILTER_CMDS };
+    }
+    note("filter: Redis CPU per page (%s), %d rounds of %d variants", state, rounds, NV);
+    run_rounds(v, NV, rounds, secs, 3, c, rpid);
+    fprintf(md, "#### The authors hash %s: HLEN %lld, %s\n\n"
+            "| page | variant | Redis CPU per page | / unfiltered | server time (commandstats)"
+            " | / unfiltered | round trips per page | SQL statements per page | items examined"
+            " | latency p50 | p99 |\n"
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            state, hlen, enc);
+    *rt10 = 0;
+    for (int d = 0; d < 2; d++) {
+        for (int h = 0; h < NHIDE; h++) {
+            variant *x = &v[d * NHIDE + h], *base = &v[d * NHIDE];
+            double rc = h ? paired_ratio_cpu(x, base) : 1, rs = h ? paired_ratio_srv(x, base) : 1;
+            fprintf(md, "| %s | %s | %s µs | %s%.2fx%s | %s µs | %.2fx | %.2f | %.2f | %s |"
+                    " %s µs | %s µs |\n", d ? "depth 500" : "first", hide_label[h],
+                    NUM(sm_median(&x->cpu_us)), h == H_10 ? "**" : "", rc, h == H_10 ? "**" : "",
+                    NUM(sm_median(&x->srv_us)), rs, rt[d * NHIDE + h], sqlq[d * NHIDE + h],
+                    NUM(examined[d * NHIDE + h]), NUM(sm_pct(&x->lat_us, 50)),
+                    NUM(sm_pct(&x->lat_us, 99)));
+            if (h == H_10) {
+                worst10 = rc > worst10 ? rc : worst10;
+                *rt10 = rt[d * NHIDE + h] > *rt10 ? rt[d * NHIDE + h] : *rt10;
+            }
+            if (h == H_50)
+                ratio50[d] = rc;
+            if (h == H_90)
+                ratio90[d] = rc;
+        }
+    }
+    fprintf(md, "\nCommands per page and their server time per page (INFO commandstats over"
+            " the 200 pages of the counters, one variant after the other, not interleaved;"
+            " Redis 7 counts the commands a script runs on their own too):\n\n"
+            "| page | variant | commands per page (server time per page) |\n| --- | --- | --- |\n");
+    for (int k = 0; k < NV; k++)
+        fprintf(md, "| %s | %s | %s |\n", k >= NHIDE ? "depth 500" : "first",
+                hide_label[k % NHIDE], mix[k]);
+    fprintf(md, "\n");
+    for (int k = 0; k < NV; k++)
+        variant_free(&v[k]);
+    free(ca);
+    return worst10;
+}
 
 static void redis_cost(FILE *md, PGconn *pg, redisContext *c, pid_t rpid, const feed_item *all,
                        size_t nall)
 {
-    enum { NV = 2 * NHIDE };
     fctx ctx[NV];
-    variant v[NV];
-    double rt[NV], sqlq[NV], examined[NV];
-    int rounds = q_rounds(9);
-    double secs = q_secs(0.3);
-    double worst10 = 0, rt10 = 0;
+    double examined[NV], worst[2], rt10[2], r50[2][2], r90[2][2];
     feed *warm_f = open_filter("flt", FILTER_LEN, 1);
 
     warm(warm_f, c, FILTER_UID, "flt", FILTER_LEN);
-    feed_close(warm_f);
-    memset(v, 0, sizeof v);
+    b_cmd_ok(c, "DEL %s", b_key("flt", FILTER_UID, ":authors"));
     memset(ctx, 0, sizeof ctx);
     for (int d = 0; d < 2; d++) {
         for (int h = 0; h < NHIDE; h++) {
             fctx *x = &ctx[d * NHIDE + h];
-            feed_stats a, b;
             page_pos p = pos_at(all, nall, d ? DEEP : 0);
             /* A handle of its own: each learns the share its pages hide. */
             x->f = open_filter("flt", FILTER_LEN, 1);
@@ -226,27 +357,17 @@ static void redis_cost(FILE *md, PGconn *pg, redisContext *c, pid_t rpid, const 
             check_page(pg, x);
             examined[d * NHIDE + h] = x->r.has_more
                 ? (double)(rank_after(all, nall, x->r.next_score, x->r.next_id) - p.depth) : 0;
-            feed_stats_get(x->f, &a);
-            for (int i = 0; i < 200; i++)
-                op_fpage(x);
-            feed_stats_get(x->f, &b);
-            rt[d * NHIDE + h] = (double)(b.redis_calls - a.redis_calls) / 200;
-            sqlq[d * NHIDE + h] = (double)(b.sql_queries - a.sql_queries) / 200;
-            v[d * NHIDE + h] = (variant){ .name = hide_label[h], .op = op_fpage, .ctx = x,
-                                          .cmd = FILTER_CMDS };
         }
     }
-    note("filter: Redis CPU per page, %d rounds of %d variants", rounds, NV);
-    run_rounds(v, NV, rounds, secs, 3, c, rpid);
     fprintf(md, "## Filtered pages\n\n"
             "A feed of %s rows (`" FILTER_TABLE "`, `item_author_column` = author, 100"
             " authors, each 1%% of the rows spread over the feed), its copy warm (max_len"
-            " %d) and its authors hash filled by the calls before the measure, 20 items a"
-            " page (`bench/filter.c`). Hiding authors 0..k-1 hides k%% of the items; *0%% of"
-            " items* hides 10 authors the feed does not have. Every variant has a handle of"
-            " its own (each learns the share of items its pages hide) and one cursor: the"
-            " first page, or the page after the item at depth %d - 1; every page is checked"
-            " against SQL with the filter in its WHERE clause before the measure.\n\n"
+            " %d), 20 items a page (`bench/filter.c`). Hiding authors 0..k-1 hides k%% of"
+            " the items; *0%% of items* hides 10 authors the feed does not have. Every"
+            " variant has a handle of its own (each learns the share of items its pages"
+            " hide) and one cursor: the first page, or the page after the item at depth %d"
+            " - 1; every page is checked against SQL with the filter in its WHERE clause"
+            " before the measure.\n\n"
             "### Redis CPU and round trips per page\n\n"
             "Redis CPU per page is the redis-server process's utime + stime over a round /"
             " pages; server time is INFO commandstats (the page's reads and scripts, HMGET"
@@ -254,43 +375,37 @@ static void redis_cost(FILE *md, PGconn *pg, redisContext *c, pid_t rpid, const 
             " per variant, medians, each ratio the median of the per-round ratios to the"
             " unfiltered page at the same depth. Round trips and SQL statements per page"
             " from the handle's `feed_stats` over 200 pages. Items examined: the unfiltered"
-            " rank of the page's cursor minus its start.\n\n"
-            "| page | variant | Redis CPU per page | / unfiltered | server time (commandstats)"
-            " | / unfiltered | round trips per page | SQL statements per page | items examined"
-            " | latency p50 | p99 |\n"
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-            NUM(FILTER_ROWS), FILTER_LEN, DEEP, rounds, secs);
-    for (int d = 0; d < 2; d++) {
-        for (int h = 0; h < NHIDE; h++) {
-            variant *x = &v[d * NHIDE + h], *base = &v[d * NHIDE];
-            double rc = h ? paired_ratio_cpu(x, base) : 1, rs = h ? paired_ratio_srv(x, base) : 1;
-            fprintf(md, "| %s | %s | %s µs | %s%.2fx%s | %s µs | %.2fx | %.2f | %.2f | %s |"
-                    " %s µs | %s µs |\n", d ? "depth 500" : "first", hide_label[h],
-                    NUM(sm_median(&x->cpu_us)), h == H_10 ? "**" : "", rc, h == H_10 ? "**" : "",
-                    NUM(sm_median(&x->srv_us)), rs, rt[d * NHIDE + h], sqlq[d * NHIDE + h],
-                    NUM(examined[d * NHIDE + h]), NUM(sm_pct(&x->lat_us, 50)),
-                    NUM(sm_pct(&x->lat_us, 99)));
-            if (h == H_10) {
-                worst10 = rc > worst10 ? rc : worst10;
-                rt10 = rt[d * NHIDE + h] > rt10 ? rt[d * NHIDE + h] : rt10;
-            }
-        }
-    }
-    fprintf(md, "\nA warm filtered page is the unfiltered page read (for as many items as the"
+            " rank of the page's cursor minus its start. Measured twice: with the authors"
+            " hash as the measured pages filled it (the authors of the items they examined,"
+            " learnt in the order first seen: a hash of up to hash-max-listpack-entries"
+            " (here %lld) fields stays a listpack, where HMGET looks for each field in"
+            " turn), then once"
+            " filtered pages walked the whole copy (the hash holds nearly every copy item's"
+            " author).\n\n",
+            NUM(FILTER_ROWS), FILTER_LEN, DEEP, q_rounds(9), q_secs(0.3),
+            config_num(c, "hash-max-listpack-entries"));
+    worst[0] = redis_measure(md, c, rpid, ctx, examined, "as these pages filled it", &rt10[0],
+                             r50[0], r90[0]);
+    walk_copy(warm_f, all, nall, FILTER_LEN, H_10, NULL);
+    worst[1] = redis_measure(md, c, rpid, ctx, examined, "after a walk of the whole copy",
+                             &rt10[1], r50[1], r90[1]);
+    fprintf(md, "A warm filtered page is the unfiltered page read (for as many items as the"
             " handle's learnt share predicts, in chunks of at most max_page), then an HMGET"
             " of those items' authors on `<key>:authors`: two round trips a chunk; a page"
             " that needs more than one chunk (90%% hidden: more than max_page items) takes"
             " two more per chunk.\n\n");
     out_summary("filter_cpu", "filtered pages: Redis CPU of a warm page at 10% hidden vs"
-                " feed_page, first and depth 500; round trips", "<= 1.3x, one round trip",
-                verdict(worst10 <= 1.3 && rt10 <= 1.0), "worst %.2fx, %.2f round trips per page;"
-                " 50%%: %.2fx / %.2fx, 90%%: %.2fx / %.2fx (first / depth 500)", worst10, rt10,
-                paired_ratio_cpu(&v[H_50], &v[0]), paired_ratio_cpu(&v[NHIDE + H_50], &v[NHIDE]),
-                paired_ratio_cpu(&v[H_90], &v[0]), paired_ratio_cpu(&v[NHIDE + H_90], &v[NHIDE]));
+                " feed_page, first and depth 500, the authors hash as the pages filled it /"
+                " filled for the whole copy; round trips", "<= 1.3x, one round trip",
+                verdict(worst[0] <= 1.3 && worst[1] <= 1.3 && rt10[0] <= 1.0 && rt10[1] <= 1.0),
+                "worst %.2fx / %.2fx, %.2f round trips per page; 50%%: %.2fx, %.2fx / %.2fx,"
+                " %.2fx, 90%%: %.2fx, %.2fx / %.2fx, %.2fx (first, depth 500)", worst[0],
+                worst[1], rt10[0] > rt10[1] ? rt10[0] : rt10[1], r50[0][0], r50[0][1],
+                r50[1][0], r50[1][1], r90[0][0], r90[0][1], r90[1][0], r90[1][1]);
+    feed_close(warm_f);
     for (int k = 0; k < NV; k++) {
         feed_result_free(&ctx[k].r);
         feed_close(ctx[k].f);
-        variant_free(&v[k]);
     }
 }
 
@@ -312,18 +427,19 @@ static pgwork pg_work(PGconn *pg)
     return w;
 }
 
-/* The counts once a closed handle's backend has flushed its own: they stop
- * moving. */
-static pgwork pg_work_settled(PGconn *pg, pgwork before)
+/* The counts once every closed connection's backend has flushed its own at
+ * exit: they stop moving (unchanged over 1 s). pg itself reads only the
+ * statistics views, which count nothing on the table. */
+static pgwork pg_work_settled(PGconn *pg)
 {
-    pgwork w = before, prev;
+    pgwork w = pg_work(pg), prev;
 
-    for (int i = 0; i < 50; i++) {
+    for (int same = 0; same < 10;) {
         sleep_s(0.1);
         prev = w;
         w = pg_work(pg);
-        if (i > 2 && w.idx_read == prev.idx_read && w.idx_read != before.idx_read)
-            break;
+        same = w.idx_read == prev.idx_read && w.idx_fetch == prev.idx_fetch &&
+               w.seq_read == prev.seq_read ? same + 1 : 0;
     }
     return w;
 }
@@ -357,6 +473,7 @@ static void sql_cost(FILE *md, PGconn *pg, redisContext *c, const feed_item *all
         pgwork w0, w1;
         size_t items = 0;
 
+        w0 = pg_work_settled(pg);
         x.f = open_filter("flt", FILTER_LEN, 1);
         /* The connection and the prepared statements, before the count. */
         if (feed_page(x.f, FILTER_UID, FEED_FIRST, 0, 1, &x.r) != FEED_OK)
@@ -368,7 +485,6 @@ static void sql_cost(FILE *md, PGconn *pg, redisContext *c, const feed_item *all
             feed_result_free(&y.r);
         }
         feed_stats_get(x.f, &a);
-        w0 = pg_work(pg);
         for (int p = 0; p < WALK_PAGES; p++) {
             int rc = fcall(&x);
             if (rc != FEED_OK)
@@ -382,7 +498,7 @@ static void sql_cost(FILE *md, PGconn *pg, redisContext *c, const feed_item *all
         feed_stats_get(x.f, &b);
         feed_result_free(&x.r);
         feed_close(x.f);
-        w1 = pg_work_settled(pg, w0);
+        w1 = pg_work_settled(pg);
         per_item[k] = (double)(w1.idx_read - w0.idx_read) / (double)items;
         if (hides[k] == H_NONE)
             rows_plain = per_item[k];
@@ -495,8 +611,8 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
     double worst_plain = 0, worst_author = 0;
 
     fprintf(md, "### Memory per cached item\n\n"
-            "`MEMORY USAGE key SAMPLES 0` over the copy's items (ZCARD), default"
-            " zset-max-listpack-entries and hash-max-listpack-entries (128). *Plain zset*:"
+            "`MEMORY USAGE key SAMPLES 0` over the copy's items (ZCARD), the server's"
+            " defaults: zset-max-listpack-entries %lld, hash-max-listpack-entries %lld. *Plain zset*:"
             " the same items with decimal ids, one ZADD, nothing else. *No author column*:"
             " the copy of a handle without `item_author_column`, after filtered pages (a"
             " predicate: there is no author to hide) walked it; it has no authors hash."
@@ -505,7 +621,8 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
             " of the items those pages examined: HLEN).\n\n"
             "| max_len | plain zset | no author column: copy | / plain (target <= 1.15x) |"
             " author column: copy | authors hash (HLEN) | copy + hash | / plain |\n"
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", 2 * PAGE_LIMIT);
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", config_num(c, "zset-max-listpack-entries"),
+            config_num(c, "hash-max-listpack-entries"), 2 * PAGE_LIMIT);
     for (int k = 0; k < 2; k++) {
         char pfx_n[16], pfx_a[16], e_plain[16], e_n[16], e_a[16], e_h[16];
         feed *fn, *fa;
@@ -574,6 +691,10 @@ void section_filter(void)
     if (nall != FILTER_ROWS)
         die("filter: %zu rows loaded", nall);
     redis_cost(md, pg, c, rpid, all, nall);
+    /* A connection of its own for the counts: pg read the table (its counts
+     * flush at exit, now) and must not flush them during a walk. */
+    PQfinish(pg);
+    pg = b_pg();
     sql_cost(md, pg, c, all, nall);
     memory_cost(md, c, all, nall);
     fclose(md);
