@@ -4,8 +4,8 @@
  * runs this; every section writes OUTDIR/sec_<name>.md, gnuplot data in
  * OUTDIR/<name>.dat, and appends its headline rows to OUTDIR/summary.tsv.
  * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster
- * async merge window tls (default: all, in that order). BENCH_QUICK=1 shortens every
- * section, for trying things out. */
+ * async merge window tls filter (default: all, in that order). BENCH_QUICK=1
+ * shortens every section, for trying things out. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +14,7 @@
 #include "cluster.h"
 #include "merge.h"
 #include "window.h"
+#include "filter.h"
 
 static const struct { const char *name; void (*run)(void); } sections[] = {
     { "pages", section_pages },
@@ -31,6 +32,7 @@ static const struct { const char *name; void (*run)(void); } sections[] = {
     { "merge", section_merge },
     { "window", section_window },
     { "tls", section_tls },
+    { "filter", section_filter },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
@@ -38,7 +40,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|"
-            "cpu|cluster|async|merge|window|tls ...]");
+            "cpu|cluster|async|merge|window|tls|filter ...]");
     out_init(argv[1]);
     for (size_t i = 0; i < NSECTIONS; i++) {
         int want = argc == 2;

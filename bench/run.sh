@@ -378,7 +378,8 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
                wait_page wait_cluster_hook wait_cluster_fanout sync_apply sync_lag cluster_rt \
                cluster_cpu cluster_fanout async_pages async_cpu async_limit async_frozen \
                async_memory blocking_instr blocking_rt blocking_cpu \
-               merge_first merge_depth merge_xover window_zombie window_partition; do
+               merge_first merge_depth merge_xover window_zombie window_partition \
+               filter_cpu filter_sql filter_memory filter_memory_author; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done
@@ -391,7 +392,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
         echo
     fi
     for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster \
-             async blocking merge window tls; do
+             async blocking merge window tls filter; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     echo "How these figures are made and how to read them, the misses included:"
