@@ -364,7 +364,10 @@ static enum feed_want filter_ask_lookup(filter_op *fo)
  * table from its first write: a small hash is otherwise a listpack, which
  * HMGET searches field by field (bench/, section filter: at 428 entries an
  * HMGET of a page's authors took 47 us as a listpack, 2 us as a table). A
- * member is never "~" (lib/base/codec.c), so no id meets it. */
+ * member is never "~" (lib/base/codec.c), so no id meets it. Only for
+ * copies of more than FILTER_LISTPACK_MAX items: below, a listpack is short
+ * enough to search and costs a quarter of a table's memory. */
+#define FILTER_LISTPACK_MAX 128
 #define FILTER_WIDE_FIELD "~"
 #define FILTER_WIDE_VALUE "a hash table, not a listpack: HMGET looks each field up in O(1)" \
                           " (lib/core/filter.c)"
@@ -378,10 +381,12 @@ static enum feed_want filter_ask_learn(filter_op *fo, const unsigned char *learn
     fo->lens[a++] = 4;
     fo->argv[a] = fo->key;
     fo->lens[a++] = strlen(fo->key);
-    fo->argv[a] = FILTER_WIDE_FIELD;
-    fo->lens[a++] = 1;
-    fo->argv[a] = FILTER_WIDE_VALUE;
-    fo->lens[a++] = strlen(FILTER_WIDE_VALUE);
+    if (c->cfg.max_len > FILTER_LISTPACK_MAX) {
+        fo->argv[a] = FILTER_WIDE_FIELD;
+        fo->lens[a++] = 1;
+        fo->argv[a] = FILTER_WIDE_VALUE;
+        fo->lens[a++] = strlen(FILTER_WIDE_VALUE);
+    }
     for (size_t w = 0; w < fo->nwalk; w++) {
         if (!learnt[w])
             continue;
