@@ -129,14 +129,14 @@ enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, in
             return FEED_W_DONE;
         }
         c->stats.replica_fallbacks++;
-        snprintf(sp->why, sizeof sp->why, "%s", op->err);
+        feed__msg_keep(sp->why, op->err);
         return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
     case SP_PRIMARY:
         *rc = op->sql_rc;
         if (sp->why[0] && *rc == FEED_OK) {
-            snprintf(op->err, FEED_ERRMSG, "%s", sp->why);   /* keep why not by the replica */
+            feed__msg_keep(op->err, sp->why);   /* keep why not by the replica */
         } else if (sp->why[0] && *rc != FEED_ENOMEM) {
-            snprintf(pg_msg, sizeof pg_msg, "%s", op->err);
+            feed__msg_keep(pg_msg, op->err);
             feed__msg(op->err, *rc, "%s; %s", sp->why, pg_msg);
         }
         sp->state = SP_DONE;
