@@ -630,8 +630,8 @@ void feed__ttl_full(feed_core *c, int fam, int64_t owner, int64_t at, int empty)
 /* sql.c */
 void feed__sql_ask(feed_op *op, int stmt, int server, int64_t uid, const int64_t *params,
                    int nparams);
-/* sp->why is NULL before the first begin (the owner's init); the owner's
- * free calls feed__sqlpage_end, in any state. */
+/* The owner's free calls feed__sqlpage_end (any state: a page it abandons
+ * may hold why), and so must find sp->why NULL before the first begin. */
 void feed__sqlpage_begin(feed_sqlpage *sp, int stmt, int64_t uid, const int64_t *params,
                          int nparams);
 void feed__sqlpage_end(feed_sqlpage *sp);

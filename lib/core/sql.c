@@ -50,7 +50,7 @@ void feed__sqlpage_begin(feed_sqlpage *sp, int stmt, int64_t uid, const int64_t 
     sp->nparams = nparams;
     for (int i = 0; i < nparams; i++)
         sp->params[i] = params[i];
-    feed__sqlpage_end(sp);
+    sp->why = NULL;     /* a page's why is freed by the step that ends it */
 }
 
 void feed__sqlpage_end(feed_sqlpage *sp)
