@@ -13,7 +13,7 @@
 static int launch(feed_async *a, feed_areq *r, int rc)
 {
     if (rc != FEED_OK) {
-        memcpy(a->errmsg, r->err, sizeof r->err);
+        feed__msg_keep(a->errmsg, r->err);
         feed__async_discard(r);
         return rc;
     }
@@ -237,7 +237,7 @@ static void unknown_write_one(feed_async *a, int rc, void *arg)
 
     if (rc != FEED_OK && u->rc == FEED_OK) {
         u->rc = rc;
-        snprintf(u->err, sizeof u->err, "%s", feed_async_errmsg(a));
+        feed__msg_keep(u->err, feed_async_errmsg(a));
     }
     if (--u->left == 0)
         unknown_write_end(u, a);
@@ -275,7 +275,7 @@ static int unknown_write_start(feed_async *a, const char *name, const char *what
                 return rc;
             }
             u->rc = rc;
-            snprintf(u->err, sizeof u->err, "%s", a->errmsg);
+            feed__msg_keep(u->err, a->errmsg);
             break;
         }
     }

@@ -96,15 +96,15 @@ int feed_open(feed **out, const feed_config *cfg)
         redis_rc = cr.redis_rc;
         pg_rc = cr.pg_rc;
         if (redis_rc != FEED_OK)
-            snprintf(redis_msg, sizeof redis_msg, "%s", cr.redis_msg);
+            feed__msg_keep(redis_msg, cr.redis_msg);
         if (pg_rc != FEED_OK)
-            snprintf(pg_msg, sizeof pg_msg, "%s", cr.pg_msg);
+            feed__msg_keep(pg_msg, cr.pg_msg);
     }
 
     rc = open_outcome(redis_rc, pg_rc);
     feed__msg(f->errmsg, rc, "%s%s%s", redis_msg, *redis_msg && *pg_msg ? "; " : "", pg_msg);
     if (rc != FEED_OK) {
-        snprintf(open_errmsg, sizeof open_errmsg, "%s", f->errmsg);
+        feed__msg_keep(open_errmsg, f->errmsg);
         feed_close(f);
         return rc;
     }

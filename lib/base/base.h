@@ -106,9 +106,16 @@ int      feed__is_noscript(const redisReply *r);
  * that error paths read "return feed__msg(err, FEED_EINVAL, ...)". */
 int feed__msg(char *buf, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int feed__vmsg(char *buf, int code, const char *fmt, va_list ap);
-/* Copy the message src into dst (both FEED_ERRMSG bytes): how a request
- * keeps one message while a later step writes another, and puts it back. */
-void feed__msg_keep(char *dst, const char *src);
+/* Copy the message src into dst, a buffer of cap bytes (at least 1), cut
+ * to fit: how a request keeps one message while a later step writes
+ * another, puts it back, or hands it to a field of another size. The one
+ * way a message is copied; dst and src may overlap. */
+void feed__msg_keep_n(char *dst, size_t cap, const char *src);
+/* The same between two FEED_ERRMSG buffers. */
+static inline void feed__msg_keep(char *dst, const char *src)
+{
+    feed__msg_keep_n(dst, FEED_ERRMSG, src);
+}
 
 /* The key format: part of every key name, "<prefix>:2:{<uid>}". It changes
  * whenever what the keys hold is read differently (the member encoding, the

@@ -27,12 +27,10 @@ int feed__msg(char *buf, int code, const char *fmt, ...)
     return code;
 }
 
-void feed__msg_keep(char *dst, const char *src)
+void feed__msg_keep_n(char *dst, size_t cap, const char *src)
 {
-    size_t n = strlen(src);
+    size_t n = strnlen(src, cap - 1);
 
-    if (n >= FEED_ERRMSG)
-        n = FEED_ERRMSG - 1;
     memmove(dst, src, n);
     dst[n] = '\0';
 }

@@ -379,7 +379,7 @@ static int all_failed(all_op *a)
         return feed__msg(a->op.err, FEED_ENOMEM, "out of memory dropping keys");
     if (a->node_lost) {
         char why[FEED_ERRMSG];
-        memcpy(why, a->op.err, FEED_ERRMSG);
+        feed__msg_keep(why, a->op.err);
         c->topo.stale = 1;
         c->stats.redis_errors++;
         return feed__msg(a->op.err, FEED_EREDIS, "Redis Cluster: %s", why);

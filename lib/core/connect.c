@@ -31,7 +31,7 @@ static enum feed_want connect_step(feed_op *op, int64_t now)
         return FEED_W_REDIS;
     case 1:
         out->redis_rc = op->redis_rc;
-        memcpy(out->redis_msg, k->err, sizeof k->err);
+        feed__msg_keep(out->redis_msg, k->err);
         k->err[0] = '\0';
         memset(&op->sql, 0, sizeof op->sql);
         op->sql.stmt = -1;
@@ -39,7 +39,7 @@ static enum feed_want connect_step(feed_op *op, int64_t now)
         return FEED_W_SQL;
     case 2:
         out->pg_rc = op->sql_rc;
-        memcpy(out->pg_msg, k->err, sizeof k->err);
+        feed__msg_keep(out->pg_msg, k->err);
         if (!op->c->cfg.pg_replica_conninfo || out->pg_rc == FEED_ENOMEM)
             break;
         k->err[0] = '\0';
@@ -48,7 +48,7 @@ static enum feed_want connect_step(feed_op *op, int64_t now)
     case 3:
         if (op->sql_rc == FEED_EPG || op->sql_rc == FEED_ENOMEM || op->sql_rc == FEED_ERANGE) {
             out->pg_rc = op->sql_rc;
-            memcpy(out->pg_msg, k->err, sizeof k->err);
+            feed__msg_keep(out->pg_msg, k->err);
         }
         break;
     default:

@@ -492,7 +492,9 @@ typedef struct feed_sqlpage {
     int     nparams;
     int64_t uid;
     int64_t probe_ms;           /* the previous probe's time */
-    char    why[FEED_ERRMSG];   /* the replica's failure, kept */
+    char   *why;                /* the replica's failure, kept while the primary reads:
+                                   FEED_ERRMSG bytes on the heap, made only then (most
+                                   pages never need it); NULL none */
 } feed_sqlpage;
 
 /* One statement on one server (pgstmt.c): decided there, carried out by
@@ -558,6 +560,10 @@ typedef struct feed_op feed_op;
 struct feed_op {
     feed_core  *c;
     char       *err;            /* this request's message, FEED_ERRMSG bytes */
+    /* A FEED_ERRMSG buffer of the request's own that nothing else uses
+     * while it rebuilds (rebuild.c keeps err there while the leases go);
+     * set by requests that rebuild. */
+    char       *kept;
     /* Says what the request needs next, having read the answer to the last. */
     enum feed_want (*step)(feed_op *op, int64_t now);
     void        (*free)(feed_op *op);   /* release what it holds (any state) */
@@ -576,7 +582,8 @@ struct feed_op {
  * step after that goes through feed__rebuild_step, which reads the rows,
  * installs them (ZADD staged, PEXPIRE staged, rebuild.lua a source, one
  * batch), or, when the read failed, gives the leases back (DEL, best
- * effort) and returns the read's error. The rows stay the caller's. */
+ * effort) and returns the read's error, kept meanwhile in op->kept. The
+ * rows stay the caller's. */
 typedef struct feed_install {
     const char **argv;          /* ZADD staged score member ... */
     size_t      *lens, zargc;
@@ -604,7 +611,6 @@ typedef struct feed_rebuild {
     int               sql_rc;
     const char       *del[2];
     size_t            del_lens[2];
-    char              msg[FEED_ERRMSG];   /* the read's error, while the leases go */
 } feed_rebuild;
 /* Begin with n sources in src (zeroed, then filled in by the caller). */
 void feed__rebuild_begin(feed_rebuild *rb, feed_op *op, feed_rebuild_src *src, size_t n,
@@ -643,8 +649,11 @@ void feed__ttl_full(feed_core *c, int fam, int64_t owner, int64_t at, int empty)
 /* sql.c */
 void feed__sql_ask(feed_op *op, int stmt, int server, int64_t uid, const int64_t *params,
                    int nparams);
+/* The owner's free calls feed__sqlpage_end (any state: a page it abandons
+ * may hold why), and so must find sp->why NULL before the first begin. */
 void feed__sqlpage_begin(feed_sqlpage *sp, int stmt, int64_t uid, const int64_t *params,
                          int nparams);
+void feed__sqlpage_end(feed_sqlpage *sp);
 enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, int *rc);
 
 /* page.c: a page request. The blocking API keeps one on its stack, the

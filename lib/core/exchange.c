@@ -325,7 +325,7 @@ static void xchg_command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redi
         break;
     }
     }
-    snprintf(x->why, sizeof x->why, "%s", r->str);
+    feed__msg_keep_n(x->why, sizeof x->why, r->str);
 }
 
 static void xchg_trip_reply(void *arg, size_t k, const redisReply *r)
@@ -615,7 +615,7 @@ void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
     }
     if (x->state == XCHG_MAP_SETUP) {
         if (rc != FEED_OK) {        /* the next candidate */
-            snprintf(x->map_why, sizeof x->map_why, "%s", why);
+            feed__msg_keep_n(x->map_why, sizeof x->map_why, why);
             if (rc == FEED_EREDIS)
                 x->map_fail_rc = FEED_EREDIS;   /* answered and refused */
             x->state = XCHG_MAP;
@@ -705,7 +705,7 @@ static void xchg_map_read(feed_xchg *x)
             snprintf(x->map_why, sizeof x->map_why, "Redis %.64s:%d: %.150s", n->addr.host,
                      n->addr.port, x->why);
         } else if (x->pass & FEED_XP_FAILED) {
-            snprintf(x->map_why, sizeof x->map_why, "%s", x->err);
+            feed__msg_keep_n(x->map_why, sizeof x->map_why, x->err);
         }
         x->pass &= ~(unsigned)FEED_XP_FAILED;
         x->state = XCHG_MAP;        /* the next candidate */

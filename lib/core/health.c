@@ -43,7 +43,7 @@ static void health_first_why(void *arg, size_t i, const char *msg)
         return;
     snprintf(addr, sizeof addr, "%s:%d", n->addr.host, n->addr.port);
     if (strstr(msg, addr))
-        snprintf(h->why, sizeof h->why, "%s", msg);
+        feed__msg_keep_n(h->why, sizeof h->why, msg);
     else
         snprintf(h->why, sizeof h->why, "%.260s: %.240s", addr, msg);
 }
@@ -80,15 +80,6 @@ static void health_reply(void *arg, size_t i, const redisReply *r)
     health_first_why(h, i, r->type == REDIS_REPLY_ERROR ? r->str : "PING: unexpected reply");
 }
 
-/* The handle's message, cut to a field of feed_health_info. */
-static void health_take_msg(char *dst, size_t cap, const char *msg)
-{
-    size_t len = strnlen(msg, cap - 1);
-
-    memcpy(dst, msg, len);
-    dst[len] = '\0';
-}
-
 static enum feed_want health_ask_pg(health_op *h)
 {
     /* One read of the feed table through the prepared statement every
@@ -116,7 +107,7 @@ static enum feed_want health_step(feed_op *op, int64_t now)
     case HEALTH_PING:
         out->redis_up = op->redis_rc == FEED_OK && h->pong;
         if (op->redis_rc != FEED_OK)
-            health_take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
+            feed__msg_keep_n(out->redis_msg, sizeof out->redis_msg, op->err);
         if (!c->topo.cluster)
             return health_ask_pg(h);
         op->state = HEALTH_MAPPED;      /* the primaries by a map asked afresh */
@@ -130,10 +121,10 @@ static enum feed_want health_step(feed_op *op, int64_t now)
         }
         if (h->ntargets == 0) {
             char why[FEED_ERRMSG];
-            snprintf(why, sizeof why, "%s", out->redis_msg[0] ? out->redis_msg : op->err);
+            feed__msg_keep(why, out->redis_msg[0] ? out->redis_msg : op->err);
             out->redis_up = 0;
             feed__msg(op->err, FEED_EREDIS, "Redis Cluster: no primary known (%.400s)", why);
-            health_take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
+            feed__msg_keep_n(out->redis_msg, sizeof out->redis_msg, op->err);
             return health_ask_pg(h);
         }
         out->redis_msg[0] = '\0';
@@ -149,14 +140,14 @@ static enum feed_want health_step(feed_op *op, int64_t now)
             feed__msg(op->err, FEED_EREDIS, "Redis Cluster: %zu of %zu primaries answered PING; "
                       "%s", h->up, h->ntargets, h->why);
         if (!out->redis_up)
-            health_take_msg(out->redis_msg, sizeof out->redis_msg, op->err);
+            feed__msg_keep_n(out->redis_msg, sizeof out->redis_msg, op->err);
         return health_ask_pg(h);
     case HEALTH_PG:
         feed__rows_free(&op->sql.rows);
         if (op->sql_rc == FEED_OK || op->sql_rc == FEED_ERANGE)
             out->pg_up = 1;
         else
-            health_take_msg(out->pg_msg, sizeof out->pg_msg, op->err);
+            feed__msg_keep_n(out->pg_msg, sizeof out->pg_msg, op->err);
         feed__msg(op->err, FEED_OK, "%s%s%s", out->redis_msg,
                   *out->redis_msg && *out->pg_msg ? "; " : "", out->pg_msg);
         op->rc = !out->redis_up && !out->pg_up ? FEED_EUNAVAILABLE

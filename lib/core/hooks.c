@@ -32,6 +32,7 @@ struct feed_hook_op {
     char         num[21], member[FEED_MEMBER_MAX], max_len[21], token[33];
     feed_rebuild rb;
     char         keys[192];
+    char         kept[FEED_ERRMSG];     /* op.kept; not cleared at init */
 };
 
 int feed__check_item(char *err, const char *hook, int64_t score, int64_t id)
@@ -219,9 +220,10 @@ int feed__hook_check(const feed_core *c, char *err, const char *name, int kind, 
 int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int fam,
                     int64_t uid, int64_t score, int64_t id)
 {
-    memset(h, 0, sizeof *h);
+    memset(h, 0, offsetof(feed_hook_op, kept));
     h->op.c = c;
     h->op.err = err;
+    h->op.kept = h->kept;
     h->op.step = hook_step;
     h->op.free = hook_free;
     h->kind = kind;

@@ -140,6 +140,7 @@ typedef struct merged_op {
     unsigned char *blocking;
     int64_t      *tags;         /* feed__merged_tags: asked for (NULL: not), then filled */
     char          redis_msg[FEED_ERRMSG];
+    char          kept[FEED_ERRMSG];    /* op.kept: redis_msg may be in use then */
 } merged_op;
 
 static size_t count_in(const merged_op *m, int st)
@@ -729,6 +730,7 @@ static void merged_free(feed_op *op)
     for (size_t k = 0; m->src && k < m->n; k++)
         feed__rows_free(&m->src[k].rows);
     feed__rebuild_free(&m->rb);
+    feed__sqlpage_end(&m->sp);
     if (m->tagged)
         for (size_t j = 0; j < m->n; j++)
             feed__rows_free(&m->tagged[j]);
@@ -851,6 +853,7 @@ feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *au
     }
     m->op.c = c;
     m->op.err = err;
+    m->op.kept = m->kept;
     m->op.step = merged_step;
     m->op.free = merged_free;
     m->op.state = M_START;

@@ -76,6 +76,9 @@ struct feed_page_op {
 
     feed_rebuild rb;
     feed_sqlpage sp;
+    /* Why Redis failed, for the page PostgreSQL answers (ask_db, its one
+     * writer, runs after any rebuild has ended); while a rebuild runs it
+     * is op.kept. */
     char         redis_msg[FEED_ERRMSG];
 };
 
@@ -735,6 +738,7 @@ static void page_free(feed_op *op)
     feed__rows_free(&p->a.rows);
     feed__rows_free(&op->sql.rows);
     feed__rebuild_free(&p->rb);
+    feed__sqlpage_end(&p->sp);
     if (p->key != p->keys)
         free(p->key);
     p->key = NULL;
@@ -751,6 +755,7 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
 {
     p->op.c = c;
     p->op.err = err;
+    p->op.kept = p->redis_msg;
     p->op.step = page_step;
     p->op.free = page_free;
     p->op.state = P_START;
@@ -771,6 +776,7 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
     p->a.rows.items = NULL;
     p->a.rows.count = 0;
     p->rb.n = 0;
+    p->sp.why = NULL;
     if (c->key_cap <= KEY_INLINE) {
         p->key = p->keys;
         p->lease_key = p->keys + KEY_INLINE;

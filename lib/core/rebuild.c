@@ -251,10 +251,10 @@ enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc)
          * passed to someone else, their install fails and their page is
          * still answered. */
         rb->sql_rc = op->sql_rc;
-        feed__msg_keep(rb->msg, op->err);
+        feed__msg_keep(op->kept, op->err);
         return rebuild_send(rb, FEED_RB_RELEASE, rb->n);
     case FEED_RB_RELEASE:
-        feed__msg_keep(op->err, rb->msg);
+        feed__msg_keep(op->err, op->kept);
         *rc = rb->sql_rc;
         return FEED_W_DONE;
     default:

@@ -305,9 +305,9 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
     case STEP_SENTINEL:
         ok = setup_take_addr(&s->found, r);
         if (!ok)
-            snprintf(s->why, sizeof s->why, "%s", r->type == REDIS_REPLY_ERROR ? r->str
-                     : r->type == REDIS_REPLY_NIL ? "does not know the master name"
-                     : "unexpected reply");
+            feed__msg_keep_n(s->why, sizeof s->why, r->type == REDIS_REPLY_ERROR ? r->str
+                             : r->type == REDIS_REPLY_NIL ? "does not know the master name"
+                             : "unexpected reply");
         break;
     case STEP_AUTH:
     case STEP_RECORD:
@@ -317,8 +317,9 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
         ok = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && setup_is_str(r->element[0]) &&
              strcmp(r->element[0]->str, "master") == 0;
         if (!ok)
-            snprintf(s->why, sizeof s->why, "%s", r->type == REDIS_REPLY_ARRAY &&
-                     r->elements > 0 && setup_is_str(r->element[0]) ? r->element[0]->str : "?");
+            feed__msg_keep_n(s->why, sizeof s->why,
+                             r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                             setup_is_str(r->element[0]) ? r->element[0]->str : "?");
         break;
     case STEP_SCRIPTS:
         if ((ok = setup_is_str(r) && r->len == 40) != 0) {
@@ -359,7 +360,7 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
         break;
     }
     if (!ok && r->type == REDIS_REPLY_ERROR && !s->why[0])
-        snprintf(s->why, sizeof s->why, "%s", r->str);
+        feed__msg_keep_n(s->why, sizeof s->why, r->str);
     if (!ok && !s->why[0])
         snprintf(s->why, sizeof s->why, "unexpected reply");
     if (!ok)

@@ -19,6 +19,7 @@
  * closed, at most once per max/4 ms: two small statements each.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -49,7 +50,13 @@ void feed__sqlpage_begin(feed_sqlpage *sp, int stmt, int64_t uid, const int64_t 
     sp->nparams = nparams;
     for (int i = 0; i < nparams; i++)
         sp->params[i] = params[i];
-    sp->why[0] = '\0';
+    sp->why = NULL;     /* a page's why is freed by the step that ends it */
+}
+
+void feed__sqlpage_end(feed_sqlpage *sp)
+{
+    free(sp->why);
+    sp->why = NULL;
 }
 
 static enum feed_want read_on(feed_sqlpage *sp, feed_op *op, int server, int state)
@@ -129,16 +136,20 @@ enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, in
             return FEED_W_DONE;
         }
         c->stats.replica_fallbacks++;
-        snprintf(sp->why, sizeof sp->why, "%s", op->err);
+        /* Without the memory to keep why, the page still comes, with the
+         * primary's word alone. */
+        if ((sp->why = malloc(FEED_ERRMSG)) != NULL)
+            feed__msg_keep(sp->why, op->err);
         return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
     case SP_PRIMARY:
         *rc = op->sql_rc;
-        if (sp->why[0] && *rc == FEED_OK) {
-            snprintf(op->err, FEED_ERRMSG, "%s", sp->why);   /* keep why not by the replica */
-        } else if (sp->why[0] && *rc != FEED_ENOMEM) {
-            snprintf(pg_msg, sizeof pg_msg, "%s", op->err);
+        if (sp->why && sp->why[0] && *rc == FEED_OK) {
+            feed__msg_keep(op->err, sp->why);   /* keep why not by the replica */
+        } else if (sp->why && sp->why[0] && *rc != FEED_ENOMEM) {
+            feed__msg_keep(pg_msg, op->err);
             feed__msg(op->err, *rc, "%s; %s", sp->why, pg_msg);
         }
+        feed__sqlpage_end(sp);
         sp->state = SP_DONE;
         return FEED_W_DONE;
     default:

@@ -664,7 +664,7 @@ static void kick_fired(void *arg)
 
 int feed__async_refuse(const char *why)
 {
-    snprintf(open_errmsg, sizeof open_errmsg, "%s", why);
+    feed__msg_keep_n(open_errmsg, sizeof open_errmsg, why);
     return FEED_EINVAL;
 }
 

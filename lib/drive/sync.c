@@ -97,7 +97,7 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
     close_if_down(n);
     rc = s->rc;
     if (rc != FEED_OK)
-        memcpy(why, s->err, FEED_ERRMSG);
+        feed__msg_keep(why, s->err);
     feed__setup_end(s);
     free(s);
     return rc;

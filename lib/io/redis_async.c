@@ -121,8 +121,8 @@ static void note_failure(feed_anode *n, const redisAsyncContext *ac)
     if (feed__tls_on(&ac->c))   /* hiredis_ssl says "I/O error": name the cause */
         feed__tls_why(&ac->c, !n->replied, n->why, sizeof n->why);
     else
-        snprintf(n->why, sizeof n->why, "%s", ac->errstr && ac->errstr[0] ? ac->errstr
-                                                                           : "connection lost");
+        feed__msg_keep_n(n->why, sizeof n->why,
+                         ac->errstr && ac->errstr[0] ? ac->errstr : "connection lost");
 }
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
@@ -136,7 +136,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             lose(n, RA_CLOSING);
         if (p->t && !p->t->io) {
             p->t->io = n->io;
-            snprintf(p->t->why, sizeof p->t->why, "%s", n->why);
+            feed__msg_keep_n(p->t->why, sizeof p->t->why, n->why);
         }
     } else if (p->t && !p->t->io) {
         n->replied = 1;
@@ -234,7 +234,7 @@ feed_anode *feed__ra_connect(const feed_addr *a, const struct feed_tls *tls,
     n->ac = redisAsyncConnect(a->host, a->port);
     if (!n->ac || n->ac->err || feed__tls_begin(tls, &n->ac->c, a->host, why, cap) != 0) {
         if (!n->ac || n->ac->err)
-            snprintf(why, cap, "%s", n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
+            feed__msg_keep_n(why, cap, n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
         if (n->ac)
             redisAsyncFree(n->ac);
         lose(n, RA_GONE);
@@ -283,7 +283,7 @@ static int append(feed_anode *n, int argc, const char **argv, const size_t *lens
 static int refuse(feed_trip *t, const char *why)
 {
     t->io = FEED_IO_FAILED;
-    snprintf(t->why, sizeof t->why, "%s", why);
+    feed__msg_keep_n(t->why, sizeof t->why, why);
     return -1;
 }
 
@@ -341,7 +341,7 @@ void feed__ra_close(feed_anode *n, int io, const char *why)
     if (was >= RA_CLOSING)
         return;
     n->io = io;
-    snprintf(n->why, sizeof n->why, "%s", why);
+    feed__msg_keep_n(n->why, sizeof n->why, why);
     n->loop->timer_stop(n->timer);
     /* hiredis runs every pending reply callback with NULL (each trip ends
      * failed); from inside one of the context's own reply callbacks it does

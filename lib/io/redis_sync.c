@@ -35,7 +35,7 @@ redisContext *feed__rs_connect(const feed_addr *a, const feed_tls *tls, uint32_t
     /* The timeout is set before the TLS handshake, which it bounds too
      * (a plaintext server may never answer a ClientHello). */
     if (c->err || redisSetTimeout(c, tv) != REDIS_OK) {
-        snprintf(why, cap, "%s", c->errstr[0] ? c->errstr : "connect failed");
+        feed__msg_keep_n(why, cap, c->errstr[0] ? c->errstr : "connect failed");
         redisFree(c);
         return NULL;
     }
@@ -67,7 +67,7 @@ static void failed(redisContext *c, feed_trip *t, int err)
     if (feed__tls_on(c))    /* a TLS alert reads as a close: name it */
         feed__tls_why(c, 0, t->why, sizeof t->why);
     else
-        snprintf(t->why, sizeof t->why, "%s", c->errstr[0] ? c->errstr : "connection lost");
+        feed__msg_keep_n(t->why, sizeof t->why, c->errstr[0] ? c->errstr : "connection lost");
 }
 
 /* A trip's commands are small, most of the time: formatted here on the
@@ -119,7 +119,8 @@ static int send_all(redisContext *c, const char *buf, size_t len)
             continue;
         if (w <= 0) {
             c->err = REDIS_ERR_IO;
-            snprintf(c->errstr, sizeof c->errstr, "%s", w < 0 ? strerror(errno) : "write returned 0");
+            feed__msg_keep_n(c->errstr, sizeof c->errstr,
+                             w < 0 ? strerror(errno) : "write returned 0");
             return -1;
         }
         done += (size_t)w;

@@ -83,7 +83,7 @@ static int unreadable(const feed_config *cfg, const char **bad, const char **wha
     for (int i = 0; i < 4; i++) {
         if (!path[i] || access(path[i], i < 3 ? R_OK : R_OK | X_OK) == 0)
             continue;
-        snprintf(errno_why, len, "%s", strerror(errno));
+        feed__msg_keep_n(errno_why, len, strerror(errno));
         *bad = field[i];
         *what = path[i];
         return 1;
@@ -235,7 +235,7 @@ void feed__tls_why(const redisContext *c, int handshake, char *why, size_t cap)
     } else {
         /* hiredis_ssl's read or write failed with nothing recorded: its
          * own text (a close, a timeout, strerror). */
-        snprintf(why, cap, "%s", errstr);
+        feed__msg_keep_n(why, cap, errstr);
     }
 }
 
@@ -273,7 +273,7 @@ int feed__tls_begin(const feed_tls *t, redisContext *c, const char *host, char *
 void feed__tls_why(const redisContext *c, int handshake, char *why, size_t cap)
 {
     (void)handshake;
-    snprintf(why, cap, "%s", c->errstr[0] ? c->errstr : "connection lost");
+    feed__msg_keep_n(why, cap, c->errstr[0] ? c->errstr : "connection lost");
 }
 
 int feed__tls_on(const redisContext *c)
