@@ -201,8 +201,6 @@ static void page_json(request *rq, feed_result *res, int64_t next_rank,
     }
     ok = items && obj && json_array_size(items) == res->count && !rq->seen_failed &&
          json_object_set(obj, "items", items) == 0;
-    if (rq->seen)
-        ok = ok && json_object_set_new(obj, "muted", json_integer((json_int_t)rq->nmutes)) == 0;
     if (res->has_more || has_more_key)
         ok = ok && feed_cursor_encode_ranked(res->next_score, res->next_id, next_rank, token,
                                              sizeof token) == FEED_OK &&
@@ -212,6 +210,8 @@ static void page_json(request *rq, feed_result *res, int64_t next_rank,
     if (has_more_key)
         ok = ok && json_object_set_new(obj, has_more_key, json_boolean(res->has_more)) == 0;
     ok = ok && json_object_set_new(obj, "source", json_string(rq->source)) == 0;
+    if (rq->seen)
+        ok = ok && json_object_set_new(obj, "muted", json_integer((json_int_t)rq->nmutes)) == 0;
     json_decref(items);
     feed_result_free(res);
     if (!ok) {
@@ -456,7 +456,7 @@ void dispatch(request *rq)
     }
     if (((r >= R_FEED && r <= R_POST) || r == R_MUTES || r == R_MUTE) &&
         parse_i64_nonneg(seg[1], &uid) != 0) {
-        respond_error(rq, 400, "%s " ID_TEXT, r >= R_POSTS ? "author id" : "uid");
+        respond_error(rq, 400, "%s " ID_TEXT, r == R_POSTS || r == R_POST ? "author id" : "uid");
         return;
     }
     if (((r == R_ITEM || r == R_POST) && parse_i64_nonneg(seg[3], &id) != 0) ||
