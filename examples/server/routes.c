@@ -336,11 +336,12 @@ static void get_timeline(request *rq, int64_t uid)
                            limit, feed_done);
 }
 
-/* GET / (?uid=N&limit=N&view=timeline&autoscroll=1 are read by the page's
+/* GET / (?uid=N&limit=N&view=timeline&autoscroll=1&mute_first=1 are read by the page's
  * script). */
 static void get_page(request *rq)
 {
-    static const char *const allowed[] = { "uid", "limit", "view", "autoscroll", NULL };
+    static const char *const allowed[] = { "uid", "limit", "view", "autoscroll", "mute_first",
+                                           NULL };
     static const char *const csp[] = {
         "Content-Security-Policy",
         "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'", NULL
