@@ -243,14 +243,6 @@ static void feed_done(request *rq, int rc, feed_result *res, int64_t next_rank,
     page_json(rq, res, next_rank, rq->newer ? "has_more" : NULL);
 }
 
-/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page_ranked. The
- * next page's token carries the rank where this page ended: whichever
- * worker (handle) serves it reads it as cheaply as the handle that served
- * this one (README "Performance"); the rank is a hint the library proves.
- * GET /users/{uid}/feed/newer?cursor=TOKEN&limit=N (newer): pull-to-refresh,
- * one feed_page_newer. Items newest first; next_cursor is the cursor to pass
- * next time (the newest item returned, or the given one when none is
- * newer); has_more says that still newer items exist: call again at once. */
 /* ---- reads filtered by the viewer's mutes (--item-author-column) ---- */
 
 /* The filter's predicate: it hides nothing (the muted authors are the
@@ -301,6 +293,15 @@ static void filtered(request *rq, int kind, int64_t uid, int64_t score, int64_t 
     mutes_read(rq, uid, filtered_read);
 }
 
+/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page_ranked (with
+ * --item-author-column: the viewer's mutes, then feed_page_filtered). The
+ * next page's token carries the rank where this page ended: whichever
+ * worker (handle) serves it reads it as cheaply as the handle that served
+ * this one (README "Performance"); the rank is a hint the library proves.
+ * GET /users/{uid}/feed/newer?cursor=TOKEN&limit=N (newer): pull-to-refresh,
+ * one feed_page_newer. Items newest first; next_cursor is the cursor to pass
+ * next time (the newest item returned, or the given one when none is
+ * newer); has_more says that still newer items exist: call again at once. */
 static void get_feed(request *rq, int64_t uid, int newer)
 {
     const backend_ops *be = rq->w->ops;
@@ -319,8 +320,9 @@ static void get_feed(request *rq, int64_t uid, int newer)
 }
 
 /* GET /users/{uid}/timeline?limit=N&cursor=TOKEN: uid's feed merged with
- * the posts of the authors of --merge-authors, one feed_page_merged: SQL's
- * UNION of the two, each (score, id) once, newest first. The cursor is the
+ * the posts of the authors of --merge-authors, one feed_page_merged (with
+ * --item-author-column: the viewer's mutes, then feed_page_merged_filtered):
+ * SQL's UNION of the two, each (score, id) once, newest first. The cursor is the
  * (score, id) pair alone: a merged page hands out no rank. */
 static void get_timeline(request *rq, int64_t uid)
 {
@@ -457,7 +459,8 @@ void dispatch(request *rq)
     }
     if (((r >= R_FEED && r <= R_POST) || r == R_MUTES || r == R_MUTE) &&
         parse_i64_nonneg(seg[1], &uid) != 0) {
-        respond_error(rq, 400, "%s " ID_TEXT, r == R_POSTS || r == R_POST ? "author id" : "uid");
+        respond_error(rq, 400, "%s " ID_TEXT,
+                      r == R_POSTS || r == R_POST ? "author id" : "uid");
         return;
     }
     if (((r == R_ITEM || r == R_POST) && parse_i64_nonneg(seg[3], &id) != 0) ||
