@@ -288,20 +288,25 @@ show "curl -s -X POST '$URL/authors/2002/posts' -d '{\"id\":\"$id\",\"score\":$n
 show "curl -s '$URL/users/1000/timeline?limit=2'; echo; curl -s '$URL/users/1/timeline?limit=2'"
 show "curl -s -X DELETE '$URL/authors/2002/posts/$id'; echo; curl -s '$URL/users/1000/timeline?limit=2'"
 
-psql -XAtqc "DELETE FROM mutes WHERE uid = 1" >/dev/null   # a walk from no mutes
+psql -XAtqc "DELETE FROM mutes WHERE uid IN (1, 1000)" >/dev/null   # a walk from no mutes
+authors_of="$BUILD/examples/jget items.@len 'items.*.author' | tr '\\n' ' '; echo"
 step "9. Mutes. Every item says who wrote it (\"author\"; authors 3001..3008 take turns in" \
      "   user 1's feed). User 1 mutes 3001: the mute is a row of the mutes table, read on" \
      "   every feed and timeline request and passed to feed_page_filtered. The page of 8" \
-     "   is still full, with no item of 3001, and its cursor skips nothing visible."
-show "curl -s '$URL/users/1/feed?limit=8'"
+     "   is still full, with no item of 3001 (shown: the item count, then each item's" \
+     "   author), and its cursor skips nothing visible."
+show "curl -s '$URL/users/1/feed?limit=8' | $authors_of"
 show "curl -s -X POST '$URL/users/1/mutes/3001'"
-show "curl -s '$URL/users/1/feed?limit=8'"
-step "   Muting 2001, a merged author, leaves its posts out of every page of user 1's" \
-     "   timeline (its copy is not even read); unmuting brings them back."
-show "curl -s -X POST '$URL/users/1/mutes/2001'; echo; curl -s '$URL/users/1/mutes'"
-show "curl -s '$URL/users/1/timeline?limit=4'"
-show "curl -s -X DELETE '$URL/users/1/mutes/2001'; echo; curl -s -X DELETE '$URL/users/1/mutes/3001'"
-show "curl -s '$URL/users/1/timeline?limit=4'"
+show "curl -s '$URL/users/1/feed?limit=8' | $authors_of"
+show "curl -s '$URL/users/1/feed?limit=3'"
+step "   User 1000 mutes 2001, a merged author: its posts leave every page of user 1000's" \
+     "   timeline (feed_page_merged_filtered does not even read its copy); unmuting brings" \
+     "   them back."
+show "curl -s '$URL/users/1000/timeline?limit=8' | $authors_of"
+show "curl -s -X POST '$URL/users/1000/mutes/2001'; echo; curl -s '$URL/users/1000/mutes'"
+show "curl -s '$URL/users/1000/timeline?limit=8' | $authors_of"
+show "curl -s -X DELETE '$URL/users/1000/mutes/2001'; echo; curl -s -X DELETE '$URL/users/1/mutes/3001'"
+show "curl -s '$URL/users/1000/timeline?limit=8' | $authors_of"
 
 step "10. A user with no items: an empty page. It is cached too (an end marker):" \
      "   asked again, it comes from the cache."
