@@ -195,7 +195,7 @@ for server in feed_server feed_server_evhttp; do
     req GET "/users/$U_A/mutes"
     is "$STATUS $BODY" "200 {\"uid\":\"$U_A\",\"mutes\":[]}" "$S GET mutes: none yet"
     for limit in 7 $MAX_PAGE; do
-        walk_is feed $U_A $limit "$S feed, no mutes, pages of $limit: SQL, each item's author"
+        walk_is feed $U_A "$limit" "$S feed, no mutes, pages of $limit: SQL, each item's author"
     done
 
     req POST "/users/$U_A/mutes/$((A0 + 3))"
@@ -204,7 +204,7 @@ for server in feed_server feed_server_evhttp; do
     is "$STATUS $(j muted)" "200 true" "$S POST it again: 200, nothing changes"
     is "$(sql "SELECT count(*) FROM mutes WHERE uid = $U_A")" 1 "$S one row in the mutes table"
     for limit in 1 7 $MAX_PAGE; do
-        walk_is feed $U_A $limit "$S feed, one author muted, pages of $limit"
+        walk_is feed $U_A "$limit" "$S feed, one author muted, pages of $limit"
     done
     req POST "/users/$U_A/mutes/$((A0 + 7))"
     req GET "/users/$U_A/mutes"
