@@ -176,6 +176,10 @@ else
     redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" flushdb >/dev/null
     echo "demo: loaded $(psql -XAtqc 'SELECT rows FROM feedcache_demo_authors') posts"
 fi
+# Mutes: the feed rows' author column and the mutes table, then the authors
+# of rows that have none (only those: a second run changes nothing).
+PGOPTIONS='-c client_min_messages=warning' psql -Xq -f examples/mutes.sql
+psql -Xq -f examples/sample_item_authors.sql
 
 # ---------------------------------------------------------------- service
 stop_server   # a second `make demo` restarts it with the binary just built
@@ -188,7 +192,8 @@ fi
 : >"$DIR/feed_server.out"
 # setsid: the service outlives this script and ignores the terminal's ^C.
 MERGED=2001,2002,2003
-setsid "$SERVER" --port "$port" --author-table author_post --merge-authors "$MERGED" </dev/null \
+setsid "$SERVER" --port "$port" --author-table author_post --merge-authors "$MERGED" \
+    --item-author-column author </dev/null \
     >"$DIR/feed_server.out" 2>>"$DIR/feed_server.log" &
 echo $! >"$PIDFILE"
 for ((i = 0; i < 300; i++)); do
@@ -256,7 +261,7 @@ now=$(date +%s%3N)
 id=$(((now - 1288834974657) << 22))
 step "5. Insert an item scored now (ms). The row is written in a PostgreSQL" \
      "   transaction, then feed_on_insert updates the cached feed; page 1 shows it first."
-show "curl -s -X POST '$URL/users/1/items' -d '{\"id\":\"$id\",\"score\":$now}'"
+show "curl -s -X POST '$URL/users/1/items' -d '{\"id\":\"$id\",\"score\":$now,\"author\":3005}'"
 show "curl -s '$URL/users/1/feed?limit=3'"
 
 step "6. Delete it (the row, then feed_on_delete); page 1 is as before."
@@ -283,18 +288,38 @@ show "curl -s -X POST '$URL/authors/2002/posts' -d '{\"id\":\"$id\",\"score\":$n
 show "curl -s '$URL/users/1000/timeline?limit=2'; echo; curl -s '$URL/users/1/timeline?limit=2'"
 show "curl -s -X DELETE '$URL/authors/2002/posts/$id'; echo; curl -s '$URL/users/1000/timeline?limit=2'"
 
-step "9. A user with no items: an empty page. It is cached too (an end marker):" \
+psql -XAtqc "DELETE FROM mutes WHERE uid IN (1, 1000)" >/dev/null   # a walk from no mutes
+authors_of="$BUILD/examples/jget items.@len 'items.*.author' | tr '\\n' ' '; echo"
+step "9. Mutes. Every item says who wrote it (\"author\"; authors 3001..3008 take turns in" \
+     "   user 1's feed). User 1 mutes 3001: the mute is a row of the mutes table, read on" \
+     "   every feed and timeline request and passed to feed_page_filtered. The page of 8" \
+     "   is still full, with no item of 3001 (shown: the item count, then each item's" \
+     "   author), and its cursor skips nothing visible."
+show "curl -s '$URL/users/1/feed?limit=8' | $authors_of"
+show "curl -s -X POST '$URL/users/1/mutes/3001'"
+show "curl -s '$URL/users/1/feed?limit=8' | $authors_of"
+show "curl -s '$URL/users/1/feed?limit=3'"
+step "   User 1000 mutes 2001, a merged author: its posts leave every page of user 1000's" \
+     "   timeline (feed_page_merged_filtered does not even read its copy); unmuting brings" \
+     "   them back."
+show "curl -s '$URL/users/1000/timeline?limit=8' | $authors_of"
+show "curl -s -X POST '$URL/users/1000/mutes/2001'; echo; curl -s '$URL/users/1000/mutes'"
+show "curl -s '$URL/users/1000/timeline?limit=8' | $authors_of"
+show "curl -s -X DELETE '$URL/users/1000/mutes/2001'; echo; curl -s -X DELETE '$URL/users/1/mutes/3001'"
+show "curl -s '$URL/users/1000/timeline?limit=8' | $authors_of"
+
+step "10. A user with no items: an empty page. It is cached too (an end marker):" \
      "   asked again, it comes from the cache."
 show "curl -s '$URL/users/950/feed'"
 show "curl -s '$URL/users/950/feed'"
 
-step "10. Bad input gets a 4xx with a JSON message."
+step "11. Bad input gets a 4xx with a JSON message."
 show "curl -s -w ' HTTP %{http_code}\\n' '$URL/users/1/feed?limit=0'"
 
-step "11. What the library did, summed over the workers' handles (Prometheus text)."
+step "12. What the library did, summed over the workers' handles (Prometheus text)."
 show "curl -s '$URL/metrics' | grep -E '^feedcache_(pages|cache_pages|db_pages|rebuilds|sql_queries|redis_calls)_total'"
 
-step "12. Health: whether Redis and PostgreSQL answer."
+step "13. Health: whether Redis and PostgreSQL answer."
 show "curl -s '$URL/healthz'"
 
 if sync_pid >/dev/null; then
@@ -302,12 +327,12 @@ if sync_pid >/dev/null; then
     id=$(((now - 1288834974657) << 22))
     key="feed:2:{2}"
     rcli="redis-cli -h $FEED_REDIS_HOST -p $FEED_REDIS_PORT"
-    step "13. A write made with psql alone, no hook: feedcache-sync (pid $(sync_pid)) reads it from" \
+    step "14. A write made with psql alone, no hook: feedcache-sync (pid $(sync_pid)) reads it from" \
          "   PostgreSQL's log and drops user 2's cached copy (its key in Redis goes away);" \
          "   the next page rebuilds the copy with the new row, and the cache serves it."
     curl -s "$URL/users/2/feed?limit=2" >/dev/null   # cached before the write
     show "curl -s '$URL/users/2/feed?limit=2'"
-    show "psql -XAtqc 'INSERT INTO feed_entry VALUES (2, $now, $id)'"
+    show "psql -XAtqc 'INSERT INTO feed_entry (uid, score, id, author) VALUES (2, $now, $id, 3001)'"
     show "for i in \$(seq 300); do [ \"\$($rcli exists '$key')\" = 0 ] && break; sleep 0.1; done; $rcli exists '$key'"
     show "curl -s '$URL/users/2/feed?limit=2'"
     show "curl -s '$URL/users/2/feed?limit=2'"
@@ -330,7 +355,8 @@ cat <<EOF
    $URL/?uid=1&view=timeline   user 1's timeline (the feed/timeline switch is at the top)
  Also try:
    curl -s -X PUT    $URL/users/1/items/ID -d '{"score":123}'     new score
-   curl -s -X POST   $URL/items/42/fanout -d '{"score":1,"uids":[2,3,4]}'
+   curl -s -X POST   $URL/items/42/fanout -d '{"score":1,"uids":[2,3,4],"author":3002}'
+   curl -s -X POST   $URL/users/1/mutes/3002                    mute an author
    tail -f $DIR/feed_server.log                                 one line per request
  Endpoints and options: examples/README.md.
  $how

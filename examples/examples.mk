@@ -28,7 +28,7 @@ all: examples
 tests: examples      # tests/t_http.t drives both binaries
 
 # The core both servers share (server.h), then each one's adapter and backend.
-SRV_CORE  := request routes writes metrics options policy pgtx
+SRV_CORE  := request routes writes mutes metrics options policy pgtx
 SRV_MHD   := mhd backend_sync
 SRV_EV    := evhttp backend_loop pg_async
 SRV_OBJ    = $(patsubst %,$(BUILD)/examples/server/%.o,$(1))

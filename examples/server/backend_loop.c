@@ -121,6 +121,29 @@ static void loop_merged(void *be, request *rq, int64_t uid, const int64_t *autho
         on_page(l->fa, rc, NULL, c);
 }
 
+/* filter is copied by the call (feedcache.h); its keep_arg, the request,
+ * stays until the callback. */
+static void loop_filtered(void *be, request *rq, int kind, int64_t uid,
+                          const int64_t *authors, size_t n, int64_t score, int64_t id,
+                          size_t limit, const feed_filter *filter, page_done *done)
+{
+    loop_be *l = be;
+    call *c = page_call(rq, done);
+    int rc;
+
+    if (!c)
+        return;
+    if (kind == FILTER_NEWER)
+        rc = feed_async_page_newer_filtered(l->fa, uid, score, id, limit, filter, on_page, c);
+    else if (kind == FILTER_MERGED)
+        rc = feed_async_page_merged_filtered(l->fa, uid, authors, n, score, id, limit, filter,
+                                             on_page, c);
+    else
+        rc = feed_async_page_filtered(l->fa, uid, score, id, limit, filter, on_page, c);
+    if (rc != FEED_OK)
+        on_page(l->fa, rc, NULL, c);
+}
+
 /* ---- health ---- */
 
 static void on_health(feed_async *a, int rc, const feed_health_info *h, void *arg)
@@ -285,6 +308,7 @@ static void loop_close(void *be)
 
 const backend_ops backend_loop_ops = {
     .page = loop_page, .newer = loop_newer, .health = loop_health, .merged = loop_merged,
+    .filtered = loop_filtered,
     .on_insert = loop_on_insert, .on_delete = loop_on_delete, .fanout = loop_fanout,
     .drop = loop_drop, .author_on_insert = loop_author_on_insert,
     .author_on_delete = loop_author_on_delete, .author_drop = loop_author_drop,

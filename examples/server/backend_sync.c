@@ -71,6 +71,25 @@ static void sync_merged(void *be, request *rq, int64_t uid, const int64_t *autho
     done(rq, rc, rc == FEED_OK ? &res : NULL, -1, errmsg(f));
 }
 
+static void sync_filtered(void *be, request *rq, int kind, int64_t uid,
+                          const int64_t *authors, size_t n, int64_t score, int64_t id,
+                          size_t limit, const feed_filter *filter, page_done *done)
+{
+    feed *f = handle(be);
+    feed_result res;
+    int rc;
+
+    if (!f)
+        rc = FEED_EUNAVAILABLE;
+    else if (kind == FILTER_NEWER)
+        rc = feed_page_newer_filtered(f, uid, score, id, limit, filter, &res);
+    else if (kind == FILTER_MERGED)
+        rc = feed_page_merged_filtered(f, uid, authors, n, score, id, limit, filter, &res);
+    else
+        rc = feed_page_filtered(f, uid, score, id, limit, filter, &res);
+    done(rq, rc, rc == FEED_OK ? &res : NULL, -1, errmsg(f));
+}
+
 static void sync_health(void *be, request *rq, health_done *done)
 {
     feed *f = handle(be);
@@ -259,6 +278,7 @@ static void sync_close_be(void *be)
 
 const backend_ops backend_sync_ops = {
     .page = sync_page, .newer = sync_newer, .health = sync_health, .merged = sync_merged,
+    .filtered = sync_filtered,
     .on_insert = sync_on_insert, .on_delete = sync_on_delete, .fanout = sync_fanout,
     .drop = sync_drop, .author_on_insert = sync_author_on_insert,
     .author_on_delete = sync_author_on_delete, .author_drop = sync_author_drop,

@@ -197,6 +197,8 @@ void request_free(request *rq)
     free(rq->body);
     free(rq->uids);
     free(rq->arr);
+    free(rq->mutes);
+    free(rq->seen);
 }
 
 int request_limits(request *rq, size_t headers_len, const char *content_length)

@@ -20,7 +20,8 @@
 const char *const route_names[R_COUNT] = {
     "/", "/users/{uid}/feed", "/users/{uid}/feed/newer", "/users/{uid}/timeline",
     "/users/{uid}/items", "/users/{uid}/items/{id}", "/authors/{author}/posts",
-    "/authors/{author}/posts/{id}", "/items/{id}/fanout", "/metrics", "/healthz", "unknown"
+    "/authors/{author}/posts/{id}", "/items/{id}/fanout", "/users/{uid}/mutes",
+    "/users/{uid}/mutes/{author}", "/metrics", "/healthz", "unknown"
 };
 
 #define READ_METHODS "GET, HEAD, OPTIONS"
@@ -29,7 +30,9 @@ static const char *const route_allow[R_COUNT] = {
     READ_METHODS, READ_METHODS, READ_METHODS, READ_METHODS,  /* page, feed, newer, timeline */
     "POST, PUT, OPTIONS", "PUT, DELETE, OPTIONS",            /* a feed's items */
     "POST, PUT, OPTIONS", "PUT, DELETE, OPTIONS",            /* an author's posts */
-    "POST, OPTIONS", READ_METHODS, READ_METHODS, NULL        /* fanout, metrics, healthz */
+    "POST, OPTIONS",                                         /* fanout */
+    READ_METHODS, "POST, DELETE, OPTIONS",                   /* a viewer's mutes */
+    READ_METHODS, READ_METHODS, NULL                         /* metrics, healthz */
 };
 
 /* Split "/a/b/c" into segments; an empty segment (a double or trailing
@@ -80,6 +83,10 @@ static enum route classify(const char *url, char *buf, size_t buflen, char **seg
             return R_ITEMS;
         if (n == 4 && strcmp(seg[2], "items") == 0)
             return R_ITEM;
+        if (n == 3 && strcmp(seg[2], "mutes") == 0)
+            return R_MUTES;
+        if (n == 4 && strcmp(seg[2], "mutes") == 0)
+            return R_MUTE;
     }
     if (n >= 3 && strcmp(seg[0], "authors") == 0 && strcmp(seg[2], "posts") == 0) {
         if (n == 3)
@@ -148,9 +155,27 @@ static int page_args(request *rq, int cursor_required, size_t *limit, int64_t *s
     return 0;
 }
 
+static int seen_by_id(const void *x, const void *y)
+{
+    int64_t a = ((const seen_author *)x)->id, b = ((const seen_author *)y)->id;
+
+    return (a > b) - (a < b);
+}
+
+/* The author the filter's predicate saw for id: a JSON string, or null
+ * (unknown: a NULL in the author column). rq->seen is sorted by id. */
+static json_t *author_json(const request *rq, int64_t id)
+{
+    seen_author key = { id, 0 };
+    const seen_author *s = bsearch(&key, rq->seen, rq->nseen, sizeof *s, seen_by_id);
+
+    return s && s->author != INT64_MIN ? id_json(s->author) : json_null();
+}
+
 /* {"items":[...], "next_cursor": TOKEN or null, "source": ...} plus, when
- * has_more_key, "has_more". The token carries next_rank (-1: none). Frees
- * res. */
+ * has_more_key, "has_more". The token carries next_rank (-1: none). On a
+ * filtered read (rq->seen) each item carries its "author" and the answer
+ * "muted", how many authors the viewer mutes. Frees res. */
 static void page_json(request *rq, feed_result *res, int64_t next_rank,
                       const char *has_more_key)
 {
@@ -159,13 +184,22 @@ static void page_json(request *rq, feed_result *res, int64_t next_rank,
     int ok;
 
     rq->source = feed_source_name(res->source);
+    if (rq->seen)
+        qsort(rq->seen, rq->nseen, sizeof *rq->seen, seen_by_id);
     /* jansson functions given NULL return NULL or -1: one check at the end
      * catches any allocation failure. */
-    for (size_t i = 0; items && i < res->count; i++)
-        if (json_array_append_new(items, json_pack("{s:o,s:I}", "id", id_json(res->items[i].id),
-                                                   "score", (json_int_t)res->items[i].score)) != 0)
+    for (size_t i = 0; items && i < res->count; i++) {
+        json_t *it = json_pack("{s:o,s:I}", "id", id_json(res->items[i].id),
+                               "score", (json_int_t)res->items[i].score);
+        if (it && rq->seen && json_object_set_new(it, "author",
+                                                  author_json(rq, res->items[i].id)) != 0) {
+            json_decref(it);
             break;
-    ok = items && obj && json_array_size(items) == res->count &&
+        }
+        if (json_array_append_new(items, it) != 0)
+            break;
+    }
+    ok = items && obj && json_array_size(items) == res->count && !rq->seen_failed &&
          json_object_set(obj, "items", items) == 0;
     if (res->has_more || has_more_key)
         ok = ok && feed_cursor_encode_ranked(res->next_score, res->next_id, next_rank, token,
@@ -176,6 +210,8 @@ static void page_json(request *rq, feed_result *res, int64_t next_rank,
     if (has_more_key)
         ok = ok && json_object_set_new(obj, has_more_key, json_boolean(res->has_more)) == 0;
     ok = ok && json_object_set_new(obj, "source", json_string(rq->source)) == 0;
+    if (rq->seen)
+        ok = ok && json_object_set_new(obj, "muted", json_integer((json_int_t)rq->nmutes)) == 0;
     json_decref(items);
     feed_result_free(res);
     if (!ok) {
@@ -207,7 +243,58 @@ static void feed_done(request *rq, int rc, feed_result *res, int64_t next_rank,
     page_json(rq, res, next_rank, rq->newer ? "has_more" : NULL);
 }
 
-/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page_ranked. The
+/* ---- reads filtered by the viewer's mutes (--item-author-column) ---- */
+
+/* The filter's predicate: it hides nothing (the muted authors are the
+ * filter's hide_authors, never seen here) and records each item's author,
+ * which the answer shows so that a client can offer to mute it. */
+static int record_author(void *arg, int64_t score, int64_t id, int64_t author)
+{
+    request *rq = arg;
+
+    (void)score;
+    if (rq->nseen == rq->capseen) {
+        size_t cap = rq->capseen ? 2 * rq->capseen : 64;
+        seen_author *s = realloc(rq->seen, cap * sizeof *s);
+        if (!s) {
+            rq->seen_failed = 1;        /* the answer becomes a 500 */
+            return 1;
+        }
+        rq->seen = s;
+        rq->capseen = cap;
+    }
+    rq->seen[rq->nseen++] = (seen_author){ id, author };
+    return 1;
+}
+
+/* The mutes are in rq->mutes: one filtered call. The next_cursor of a
+ * filtered feed page carries no rank: there is no ranked filtered call. */
+static void filtered_read(request *rq)
+{
+    feed_filter f = { rq->mutes, rq->nmutes, record_author, rq };
+
+    if (!(rq->seen = malloc(64 * sizeof *rq->seen))) {
+        respond_error(rq, 500, "out of memory");
+        return;
+    }
+    rq->capseen = 64;
+    rq->w->ops->filtered(rq->w->be, rq, rq->kind, rq->uid, opt.merge_authors, opt.n_merge,
+                         rq->score, rq->id, rq->limit, &f, feed_done);
+}
+
+/* Read uid's mutes, then the filtered call of kind after (score, id). */
+static void filtered(request *rq, int kind, int64_t uid, int64_t score, int64_t id,
+                     size_t limit)
+{
+    rq->kind = kind;
+    rq->score = score;
+    rq->id = id;
+    rq->limit = limit;
+    mutes_read(rq, uid, filtered_read);
+}
+
+/* GET /users/{uid}/feed?limit=N&cursor=TOKEN: one feed_page_ranked (with
+ * --item-author-column: the viewer's mutes, then feed_page_filtered). The
  * next page's token carries the rank where this page ended: whichever
  * worker (handle) serves it reads it as cheaply as the handle that served
  * this one (README "Performance"); the rank is a hint the library proves.
@@ -224,15 +311,18 @@ static void get_feed(request *rq, int64_t uid, int newer)
     if (page_args(rq, newer, &limit, &score, &id, &rank))
         return;
     rq->newer = newer;
-    if (newer)
+    if (opt.cfg.item_author_column)
+        filtered(rq, newer ? FILTER_NEWER : FILTER_PAGE, uid, score, id, limit);
+    else if (newer)
         be->newer(rq->w->be, rq, uid, score, id, limit, feed_done);
     else
         be->page(rq->w->be, rq, uid, score, id, rank, limit, feed_done);
 }
 
 /* GET /users/{uid}/timeline?limit=N&cursor=TOKEN: uid's feed merged with
- * the posts of the authors of --merge-authors, one feed_page_merged: SQL's
- * UNION of the two, each (score, id) once, newest first. The cursor is the
+ * the posts of the authors of --merge-authors, one feed_page_merged (with
+ * --item-author-column: the viewer's mutes, then feed_page_merged_filtered):
+ * SQL's UNION of the two, each (score, id) once, newest first. The cursor is the
  * (score, id) pair alone: a merged page hands out no rank. */
 static void get_timeline(request *rq, int64_t uid)
 {
@@ -241,15 +331,19 @@ static void get_timeline(request *rq, int64_t uid)
 
     if (page_args(rq, 0, &limit, &score, &id, NULL))
         return;
-    rq->w->ops->merged(rq->w->be, rq, uid, opt.merge_authors, opt.n_merge, score, id, limit,
-                       feed_done);
+    if (opt.cfg.item_author_column)
+        filtered(rq, FILTER_MERGED, uid, score, id, limit);
+    else
+            rq->w->ops->merged(rq->w->be, rq, uid, opt.merge_authors, opt.n_merge, score, id,
+                           limit, feed_done);
 }
 
-/* GET / (?uid=N&limit=N&view=timeline&autoscroll=1 are read by the page's
+/* GET / (?uid=N&limit=N&view=timeline&autoscroll=1&mute_first=1 are read by the page's
  * script). */
 static void get_page(request *rq)
 {
-    static const char *const allowed[] = { "uid", "limit", "view", "autoscroll", NULL };
+    static const char *const allowed[] = { "uid", "limit", "view", "autoscroll", "mute_first",
+                                           NULL };
     static const char *const csp[] = {
         "Content-Security-Policy",
         "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'", NULL
@@ -334,7 +428,15 @@ void dispatch(request *rq)
                       "GET /users/{uid}/feed/newer, GET /users/{uid}/timeline, "
                       "POST|PUT /users/{uid}/items, PUT|DELETE /users/{uid}/items/{id}, "
                       "POST|PUT /authors/{author}/posts, PUT|DELETE /authors/{author}/posts/{id}, "
-                      "POST /items/{id}/fanout, GET /metrics, GET /healthz");
+                      "POST /items/{id}/fanout, GET /users/{uid}/mutes, "
+                      "POST|DELETE /users/{uid}/mutes/{author}, GET /metrics, GET /healthz");
+        return;
+    }
+    /* Without an author column nothing can be muted. */
+    if ((r == R_MUTES || r == R_MUTE) && !opt.cfg.item_author_column) {
+        respond_error(rq, 404, "no mutes here: the service was started without "
+                      "--item-author-column (the feed table's column naming each item's "
+                      "author)");
         return;
     }
     /* Without the authors' table these routes do not exist here. */
@@ -355,8 +457,10 @@ void dispatch(request *rq)
         preflight(rq, allow);
         return;
     }
-    if (r >= R_FEED && r <= R_POST && parse_i64_nonneg(seg[1], &uid) != 0) {
-        respond_error(rq, 400, "%s " ID_TEXT, r >= R_POSTS ? "author id" : "uid");
+    if (((r >= R_FEED && r <= R_POST) || r == R_MUTES || r == R_MUTE) &&
+        parse_i64_nonneg(seg[1], &uid) != 0) {
+        respond_error(rq, 400, "%s " ID_TEXT,
+                      r == R_POSTS || r == R_POST ? "author id" : "uid");
         return;
     }
     if (((r == R_ITEM || r == R_POST) && parse_i64_nonneg(seg[3], &id) != 0) ||
@@ -364,8 +468,12 @@ void dispatch(request *rq)
         respond_error(rq, 400, "%s id " ID_TEXT, r == R_POST ? "post" : "item");
         return;
     }
+    if (r == R_MUTE && parse_i64_nonneg(seg[3], &id) != 0) {
+        respond_error(rq, 400, "author id " ID_TEXT);
+        return;
+    }
     /* Writes and /metrics take no query. */
-    if (((r >= R_ITEMS && r <= R_FANOUT) || r == R_METRICS) && check_query(rq, NULL))
+    if (((r >= R_ITEMS && r <= R_MUTE) || r == R_METRICS) && check_query(rq, NULL))
         return;
     rq->author = r == R_POSTS || r == R_POST;
 
@@ -386,6 +494,8 @@ void dispatch(request *rq)
             put_item(rq, uid, id, 0);
         break;
     case R_FANOUT:   fanout(rq, id); break;
+    case R_MUTES:    mutes_route(rq, uid, -1); break;
+    case R_MUTE:     mutes_route(rq, uid, id); break;
     default:         respond_error(rq, 500, "unreachable");
     }
 }

@@ -75,7 +75,7 @@ void server_wait(sigset_t *sigs, unsigned port, const char *workers);
 /* ---- routes (routes.c) ---- */
 enum route {
     R_PAGE, R_FEED, R_NEWER, R_TIMELINE, R_ITEMS, R_ITEM, R_POSTS, R_POST, R_FANOUT,
-    R_METRICS, R_HEALTHZ, R_UNKNOWN, R_COUNT
+    R_MUTES, R_MUTE, R_METRICS, R_HEALTHZ, R_UNKNOWN, R_COUNT
 };
 extern const char *const route_names[R_COUNT];
 enum route route_of(const char *path);
@@ -133,6 +133,9 @@ typedef struct transport {
 
 #define MAX_QUERY 16     /* query parameters read; more is a 400 */
 
+/* An item's author, as the filter's predicate saw it (routes.c). */
+typedef struct seen_author { int64_t id, author; } seen_author;
+
 struct request {
     /* Set by the transport (request_begin). */
     const transport *t;
@@ -161,9 +164,18 @@ struct request {
     const char      *what, *cache;
     int64_t         *uids;
     size_t           n;
-    char             param[3][24];  /* the statement's parameters */
+    char             param[4][24];  /* the statement's parameters */
     char            *arr;           /* a fan-out's uids: a PostgreSQL array literal */
-    const char      *params[3];
+    const char      *params[4];
+    /* A read filtered by the viewer's mutes (--item-author-column). */
+    int              kind;          /* FILTER_PAGE, _NEWER, _MERGED */
+    size_t           limit;
+    int64_t         *mutes;         /* the viewer's muted authors, read per request */
+    size_t           nmutes;
+    seen_author     *seen;          /* what the predicate saw: the page's authors */
+    size_t           nseen, capseen;
+    int              seen_failed;   /* out of memory while recording */
+    void           (*after_mutes)(request *rq);   /* mutes_read's continuation */
 };
 
 /* Fill in the transport's part and parse target (length len, as sent:
@@ -237,6 +249,9 @@ typedef void health_done(request *rq, const feed_health_info *h, const char *err
 typedef void hook_done(request *rq, int rc, const char *errmsg);
 typedef void tx_done(request *rq, const tx_outcome *tx);
 
+/* Which filtered call (backend_ops.filtered). */
+enum { FILTER_PAGE, FILTER_NEWER, FILTER_MERGED };
+
 /* The operations, each on a backend state be (worker.be). */
 struct backend_ops {
     /* feed_page_ranked */
@@ -250,6 +265,12 @@ struct backend_ops {
     /* feed_page_merged: uid's feed merged with n authors' posts */
     void (*merged)(void *be, request *rq, int64_t uid, const int64_t *authors, size_t n,
                    int64_t score, int64_t id, size_t limit, page_done *done);
+    /* feed_page_filtered (FILTER_PAGE), feed_page_newer_filtered (FILTER_NEWER),
+     * feed_page_merged_filtered (FILTER_MERGED, with the n authors merged);
+     * filter and authors stay valid until done is called. */
+    void (*filtered)(void *be, request *rq, int kind, int64_t uid, const int64_t *authors,
+                     size_t n, int64_t score, int64_t id, size_t limit,
+                     const feed_filter *filter, page_done *done);
     /* feed_on_insert, feed_on_delete, feed_fanout */
     void (*on_insert)(void *be, request *rq, int64_t uid, int64_t score, int64_t id,
                       hook_done *done);
@@ -290,6 +311,11 @@ void dispatch(request *rq);                                   /* routes.c */
 void put_item(request *rq, int64_t uid, int64_t path_id, int create);   /* writes.c */
 void delete_item(request *rq, int64_t uid, int64_t id);
 void fanout(request *rq, int64_t id);
+/* GET /users/{uid}/mutes, POST|DELETE /users/{uid}/mutes/{author}. */
+void mutes_route(request *rq, int64_t uid, int64_t author);
+/* Read uid's muted authors into rq->mutes, rq->nmutes (one SQL statement),
+ * then call next; when the read fails the error is answered instead. */
+void mutes_read(request *rq, int64_t uid, void (*next)(request *rq));
 int  writes_init(void);    /* the write statements on opt.cfg's tables; -1: out of memory */
 void writes_free(void);
 void get_metrics(request *rq);                                /* metrics.c */

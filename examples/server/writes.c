@@ -132,17 +132,22 @@ static char *quote_ident(const char *s)   /* "s" with " doubled */
 }
 
 /* INSERT, UPDATE and DELETE of one row of table (owner u, score s, id i:
- * quoted identifiers) into t; 0, or -1 when out of memory. */
+ * quoted identifiers; author: the item's author column, NULL for none)
+ * into t; 0, or -1 when out of memory. */
 static int target_init(target *t, const char *table, const char *owner, const char *score,
-                       const char *id)
+                       const char *id, const char *author)
 {
     char *tb = quote_ident(table), *u = quote_ident(owner), *sc = quote_ident(score),
-         *i = quote_ident(id);
+         *i = quote_ident(id), *a = author ? quote_ident(author) : NULL;
     sbuf b[3] = { { 0 }, { 0 }, { 0 } };
-    int ok = tb && u && sc && i;
+    int ok = tb && u && sc && i && (a || !author);
 
-    if (ok) {
+    if (ok && a)
+        sb_printf(&b[0], "INSERT INTO %s (%s, %s, %s, %s) VALUES ($1, $2, $3, $4)", tb, u, sc,
+                  i, a);
+    else if (ok)
         sb_printf(&b[0], "INSERT INTO %s (%s, %s, %s) VALUES ($1, $2, $3)", tb, u, sc, i);
+    if (ok) {
         sb_printf(&b[1], "UPDATE %s SET %s = $2 WHERE %s = $1 AND %s = $3", tb, sc, u, i);
         sb_printf(&b[2], "DELETE FROM %s WHERE %s = $1 AND %s = $2 RETURNING %s", tb, u, i, sc);
     }
@@ -150,6 +155,7 @@ static int target_init(target *t, const char *table, const char *owner, const ch
     free(u);
     free(sc);
     free(i);
+    free(a);
     t->insert = b[0].data;
     t->update = b[1].data;
     t->delete = b[2].data;
@@ -160,12 +166,18 @@ int writes_init(void)
 {
     const feed_config *c = &opt.cfg;
     char *t = quote_ident(c->table), *u = quote_ident(c->owner_column),
-         *s = quote_ident(c->score_column), *i = quote_ident(c->id_column);
+         *s = quote_ident(c->score_column), *i = quote_ident(c->id_column),
+         *a = c->item_author_column ? quote_ident(c->item_author_column) : NULL;
     sbuf b = { 0 };
-    int ok = t && u && s && i;
+    int ok = t && u && s && i && (a || !c->item_author_column);
 
-    /* An upsert: fanning the same item out again sets its score. */
-    if (ok)
+    /* An upsert: fanning the same item out again sets its score (never its
+     * author: an item's author does not change). */
+    if (ok && a)
+        sb_printf(&b, "INSERT INTO %s (%s, %s, %s, %s) SELECT u, $2, $1, $4 FROM "
+                  "unnest($3::bigint[]) AS u ON CONFLICT (%s, %s) DO UPDATE SET %s = "
+                  "EXCLUDED.%s", t, u, s, i, a, u, i, s, s);
+    else if (ok)
         sb_printf(&b, "INSERT INTO %s (%s, %s, %s) SELECT u, $2, $1 FROM unnest($3::bigint[]) "
                   "AS u ON CONFLICT (%s, %s) DO UPDATE SET %s = EXCLUDED.%s", t, u, s, i, u, i,
                   s, s);
@@ -173,12 +185,14 @@ int writes_init(void)
     free(u);
     free(s);
     free(i);
+    free(a);
     fanout_stmt = b.data;
     ok = ok && !b.failed &&
-         target_init(&targets[0], c->table, c->owner_column, c->score_column, c->id_column) == 0;
+         target_init(&targets[0], c->table, c->owner_column, c->score_column, c->id_column,
+                     c->item_author_column) == 0;
     if (ok && c->author_table)
         ok = target_init(&targets[1], c->author_table, c->author_column, c->score_column,
-                         c->id_column) == 0;
+                         c->id_column, NULL) == 0;
     return ok ? 0 : -1;
 }
 
@@ -343,16 +357,38 @@ static void put_committed(request *rq, const tx_outcome *tx)
 /* POST /users/{uid}/items, PUT /users/{uid}/items, PUT /users/{uid}/items/{id}:
  * path_id < 0 when the id is not in the path. With rq->author, the same for
  * /authors/{author}/posts: uid is the author. */
+/* The body's "author": required when a new feed row needs its author
+ * (item_author_column), refused anywhere else. 0, or 1 after a queued 400. */
+static int body_author(request *rq, const json_t *body, int needed, int64_t *author)
+{
+    const json_t *v = json_object_get(body, "author");
+
+    if (!needed && v)
+        return respond_error(rq, 400, "%s", !opt.cfg.item_author_column || rq->author
+                             ? "unknown field \"author\"" : "an item's author never changes: "
+                             "delete the item and insert it again"), 1;
+    if (needed && !v)
+        return respond_error(rq, 400, "missing field \"author\": the feed table names each "
+                             "item's author (--item-author-column)"), 1;
+    if (needed && json_id(v, author) != 0)
+        return respond_error(rq, 400, "author must be " ID_RULE), 1;
+    return 0;
+}
+
 void put_item(request *rq, int64_t uid, int64_t path_id, int create)
 {
-    static const char *const allowed[] = { "id", "score", NULL };
+    static const char *const allowed[] = { "id", "score", "author", NULL };
     char err[300];
-    int64_t id = path_id, score = 0;
+    int64_t id = path_id, score = 0, author = -1;
     json_t *body, *v;
-    int rc;
+    int rc, with_author = create && !rq->author && opt.cfg.item_author_column;
 
     if (!(body = body_object(rq, allowed, err, sizeof err))) {
         respond_error(rq, 400, "%s", err);
+        return;
+    }
+    if (body_author(rq, body, with_author, &author)) {
+        json_decref(body);
         return;
     }
     if ((v = json_object_get(body, "id")) != NULL) {
@@ -390,10 +426,11 @@ void put_item(request *rq, int64_t uid, int64_t path_id, int create)
     snprintf(rq->param[0], sizeof rq->param[0], "%" PRId64, uid);
     snprintf(rq->param[1], sizeof rq->param[1], "%" PRId64, score);
     snprintf(rq->param[2], sizeof rq->param[2], "%" PRId64, id);
-    for (int i = 0; i < 3; i++)
+    snprintf(rq->param[3], sizeof rq->param[3], "%" PRId64, author);
+    for (int i = 0; i < 4; i++)
         rq->params[i] = rq->param[i];
-    rq->w->ops->tx(rq->w->be, rq, create ? target_of(rq)->insert : target_of(rq)->update, 3,
-                   rq->params, put_committed);
+    rq->w->ops->tx(rq->w->be, rq, create ? target_of(rq)->insert : target_of(rq)->update,
+                   with_author ? 4 : 3, rq->params, put_committed);
 }
 
 static void delete_committed(request *rq, const tx_outcome *tx)
@@ -470,14 +507,19 @@ static void fanout_committed(request *rq, const tx_outcome *tx)
 
 void fanout(request *rq, int64_t id)
 {
-    static const char *const allowed[] = { "score", "uids", NULL };
+    static const char *const allowed[] = { "score", "uids", "author", NULL };
     char err[300];
     json_t *body, *v;
     sbuf arr = { 0 };
-    int bad;
+    int64_t author = -1;
+    int bad, with_author = opt.cfg.item_author_column != NULL;
 
     if (!(body = body_object(rq, allowed, err, sizeof err))) {
         respond_error(rq, 400, "%s", err);
+        return;
+    }
+    if (body_author(rq, body, with_author, &author)) {
+        json_decref(body);
         return;
     }
     v = json_object_get(body, "score");
@@ -506,5 +548,8 @@ void fanout(request *rq, int64_t id)
     rq->params[0] = rq->param[0];
     rq->params[1] = rq->param[1];
     rq->params[2] = rq->arr;
-    rq->w->ops->tx(rq->w->be, rq, fanout_stmt, 3, rq->params, fanout_committed);
+    snprintf(rq->param[3], sizeof rq->param[3], "%" PRId64, author);
+    rq->params[3] = rq->param[3];
+    rq->w->ops->tx(rq->w->be, rq, fanout_stmt, with_author ? 4 : 3, rq->params,
+                   fanout_committed);
 }
