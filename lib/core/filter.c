@@ -714,6 +714,7 @@ static void filter_free(feed_op *op)
             free(fo->inner);
     }
     feed_result_free(&fo->chunk);
+    feed__sqlpage_end(&fo->sp);
     free(op->sql.row_authors);
     feed__rows_free(&op->sql.rows);
     free(fo->merge);
