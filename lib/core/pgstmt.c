@@ -31,9 +31,6 @@ static const char *const pgstmt_names[FEED_SQL_STMTS] = {
     "feedcache_filter", "feedcache_authors"
 };
 
-/* Every statement's parameters: int8, and an int8[] as $5. */
-static const unsigned pgstmt_types[5] = { 20, 20, 20, 20, 1016 };
-
 static void pgstmt_put_be64(char *p, int64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -471,7 +468,6 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
         p->values[0] = q->text[0];
         p->values[1] = q->text[1];
         p->lengths = p->formats = NULL;
-        p->types = NULL;
         p->binary = 0;
         return FEED_P_QUERY;
     }
@@ -480,17 +476,6 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
         p->values[i] = p->buf[i];
     }
     p->name = pgstmt_names[q->stmt];
-    p->types = pgstmt_types;
-    if (q->stmt == FEED_SQL_FILTER) {
-        /* Planned for its own parameters each time, never by a prepared
-         * statement's generic plan: that one assumes LIMIT $4 keeps a tenth
-         * of the owner's rows, and for an owner with many rows prefers a
-         * sequential scan of the whole table and a sort to the index (bench
-         * section filter saw one). The statement was prepared at connect
-         * all the same: that checked its text against the table. */
-        p->name = NULL;
-        p->text = p->texts[FEED_SQL_FILTER];
-    }
     p->nparams = q->nparams;
     p->lengths = lengths;
     p->formats = formats;
@@ -525,6 +510,7 @@ static int pgstmt_next_step(const feed_pgstmt *p, int step)
  * help (FEED_EPG). A dead connection is an outage. */
 static enum feed_pwant pgstmt_setup(feed_pgstmt *p)
 {
+    static const unsigned types[5] = { 20, 20, 20, 20, 1016 };   /* int8, int8[] */
     static const int nparams[FEED_SQL_STMTS] = { 2, 4, 4, 5, 5, 5 };
     int i = p->step - SU_PREPARE;
 
@@ -547,7 +533,7 @@ static enum feed_pwant pgstmt_setup(feed_pgstmt *p)
         p->name = pgstmt_names[i];
         p->text = p->texts[i];
         p->nparams = nparams[i];
-        p->types = pgstmt_types;
+        p->types = types;
         return FEED_P_PREPARE;
     }
 }

@@ -210,8 +210,8 @@ static int pg_start(feed_pgtask *t, enum feed_pwant want, feed_pgio *io)
     default:
         ok = m->name ? PQsendQueryPrepared(c, m->name, m->nparams, m->values, m->lengths,
                                            m->formats, m->binary)
-                     : PQsendQueryParams(c, m->text, m->nparams, m->types, m->values,
-                                         m->lengths, m->formats, m->binary);
+                     : PQsendQueryParams(c, m->text, m->nparams, NULL, m->values, m->lengths,
+                                         m->formats, m->binary);
     }
     if (!ok)
         pg_report(t, io, FEED_PIO_BROKEN);
