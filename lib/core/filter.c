@@ -529,6 +529,14 @@ static enum feed_want filter_chunk_done(filter_op *fo, int64_t now)
         fo->source = filter_worse(fo->source, fo->chunk.source);
         fo->sql_mode = fo->chunk.source == FEED_SOURCE_DB && fo->kind == FEED_FILTER_PAGE &&
                        fo->by_author;
+        /* Past the copy: its items would each need their author looked up;
+         * the filtered statement reads the same rows again with their
+         * authors, the hidden ones left out (one statement for two, and the
+         * lookup of many ids is the one PostgreSQL may scan the table for). */
+        if (fo->sql_mode && n > 0) {
+            fo->nwalk = 0;
+            fo->chunk_more = 1;
+        }
     }
     feed_result_free(&fo->chunk);
     fo->inner->free(fo->inner);
