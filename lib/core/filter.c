@@ -576,7 +576,8 @@ static enum feed_want filter_inner_step(filter_op *fo, int64_t now)
 static enum feed_want filter_ask_sql(filter_op *fo, int64_t now)
 {
     size_t n = filter_chunk_size(fo);
-    int64_t params[4] = { fo->uid, fo->score, fo->id, (int64_t)n };
+    int64_t params[4] = { fo->uid, fo->first ? INT64_MAX : fo->score,   /* first: above all */
+                          fo->first ? INT64_MAX : fo->id, (int64_t)n };
     int rc;
 
     fo->op.state = F_SQL;
