@@ -27,6 +27,8 @@ int main(void)
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/hiredis_ssl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "feedcache_libevent.h"
 #include "synctest.h"
@@ -322,6 +324,68 @@ static void async_by_hand(void)
     event_base_free(base);
 }
 
+/* An error another OpenSSL user left on this thread's queue: the reason
+ * below, put there by hand (an application's, libpq's). hiredis_ssl asks
+ * SSL_get_error() whether a read or write that returned nothing must wait,
+ * as every non-blocking handshake does, and it answers "failed" while
+ * anything is on the queue: a handshake on a loop failed for it, and its
+ * reason was the one named. */
+#define STALE_REASON "unsafe legacy renegotiation disabled"
+
+static void stale_error(void)
+{
+    ERR_clear_error();
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    ERR_raise(ERR_LIB_SSL, SSL_R_UNSAFE_LEGACY_RENEGOTIATION_DISABLED);
+#else
+    SSLerr(SSL_F_SSL_READ, SSL_R_UNSAFE_LEGACY_RENEGOTIATION_DISABLED);
+#endif
+}
+
+static void async_stale_error(void)
+{
+    struct event_base *base = event_base_new();
+    feed_config cfg;
+    feed_async *a;
+    arun r = { 0 };
+    unsigned long e;
+
+    tls_config(&cfg, port_tls);
+    if (!ok(feed_async_open_libevent(&a, &cfg, base) == FEED_OK, "stale error: async open")) {
+        event_base_free(base);
+        return;
+    }
+    stale_error();
+    e = ERR_peek_error();
+    ok(e && strstr(ERR_reason_error_string(e), STALE_REASON),
+       "stale error: the thread's queue holds \"" STALE_REASON "\"");
+    feed_async_page(a, 11, FEED_FIRST, 0, 10, a_page, &r);
+    a_wait(base, &r);
+    if (!ok(r.rc == FEED_OK && r.source != FEED_SOURCE_DB && !strstr(r.msg, STALE_REASON),
+            "stale error: the handshake on the loop is made, the page comes from Redis"))
+        tap_diag("rc %d source %d: %s", r.rc, (int)r.source, r.msg);
+    feed_async_close(a);
+
+    /* A handshake that does fail (a wrong CA) is named by its own reason. */
+    cfg.redis_tls_ca_file = other_ca;
+    if (feed_async_open_libevent(&a, &cfg, base) == FEED_OK) {
+        stale_error();
+        r = (arun){ 0 };
+        feed_async_page(a, 11, FEED_FIRST, 0, 10, a_page, &r);
+        a_wait(base, &r);
+        if (!ok(r.rc == FEED_OK && strstr(r.msg, "certificate verify failed") &&
+                !strstr(r.msg, STALE_REASON),
+                "stale error, wrong CA: the message names \"certificate verify failed\", "
+                "not the stale reason"))
+            tap_diag("rc %d source %d: %s", r.rc, (int)r.source, r.msg);
+        feed_async_close(a);
+    } else {
+        ok(0, "stale error, wrong CA: open");
+    }
+    ERR_clear_error();
+    event_base_free(base);
+}
+
 /* ---- feedcache-sync with the TLS flags ---- */
 
 static void sync_over_tls(void)
@@ -488,6 +552,8 @@ int main(void)
 
     if (!tu_async())
         async_by_hand();
+    if (!tu_async())
+        async_stale_error();
     if (!tu_async())
         sync_over_tls();
     pg_over_tls();
