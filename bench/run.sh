@@ -216,29 +216,38 @@ want client && client_cpu
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # ab_rounds TAG DIR_A DIR_B ROUNDS CASE...: each CASE ("program mode depth
 # n") runs as FEED_BENCH_REPORT=1 DIR/program mode depth n, from both
-# folders each round, the order turned around every other round. Lines
-# "round round_trips redis_cpu_us pages_per_s", per page, go to
+# folders each round, the order turned around every other round. A CASE
+# may be a group, "case+case+...": its runs follow each other from one
+# folder before the other's (so that a figure and its peer in one build are
+# measured next to each other), in the reverse order every other round.
+# Lines "round round_trips redis_cpu_us pages_per_s", per page, go to
 # $WORK/TAG.a.MODE.DEPTH and $WORK/TAG.b.MODE.DEPTH.
 ab_rounds() {
-    local tag=$1 da=$2 db=$3 rounds=$4 r c prog mode depth n which line
+    local tag=$1 da=$2 db=$3 rounds=$4 r g c prog mode depth n which line
+    local -a sub
     shift 4
     for ((r = 0; r < rounds; r++)); do
-        for c in "$@"; do
-            read -r prog mode depth n <<<"$c"
+        for g in "$@"; do
+            IFS=+ read -r -a sub <<<"$g"
             for which in a b; do
                 # the order turns around every other round
                 ((r % 2)) && which=$([[ $which == a ]] && echo b || echo a)
-                line=$(FEED_BENCH_REPORT=1 "$([[ $which == a ]] && echo "$da" || echo "$db")/$prog" \
-                    "$mode" "$depth" "$n")
-                # calls N redis_calls R redis_cpu_ns C wall_ns W
-                awk -v r="$r" '{ printf "%d %.4f %.4f %.1f\n", r, $4 / $2, $6 / $2 / 1000, $2 / ($8 / 1e9) }' \
-                    <<<"$line" >>"$WORK/$tag.$which.$mode.$depth"
+                for ((c = 0; c < ${#sub[@]}; c++)); do
+                    read -r prog mode depth n <<<"${sub[$(((r % 2) ? ${#sub[@]} - 1 - c : c))]}"
+                    line=$(FEED_BENCH_REPORT=1 "$([[ $which == a ]] && echo "$da" || echo "$db")/$prog" \
+                        "$mode" "$depth" "$n")
+                    # calls N redis_calls R redis_cpu_ns C wall_ns W
+                    awk -v r="$r" '{ printf "%d %.4f %.4f %.1f\n", r, $4 / $2, $6 / $2 / 1000, $2 / ($8 / 1e9) }' \
+                        <<<"$line" >>"$WORK/$tag.$which.$mode.$depth"
+                done
             done
         done
     done
 }
 # Column K (2 round trips, 3 Redis CPU, 4 pages/s) of FILE: its median.
 col_median() { awk -v k="$2" '{ print $k }' "$1" | median; }
+# ... and its range over the rounds, "min-max".
+col_range() { awk -v k="$2" '{ print $k }' "$1" | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.2f-%.2f", a, b }'; }
 # FILE1 / FILE2 round by round (rounds paired by number), every column, in
 # the same layout: the input of col_median or of another per_round.
 per_round() {
@@ -408,12 +417,15 @@ hiredis_side_by_side() {
         return
     fi
     va=$(hiredis_version "$da/client_cpu") vb=$(hiredis_version "$db/client_cpu")
-    rounds=7 n=20000 nl=100000
+    rounds=9 n=20000 nl=100000
     [[ -n ${BENCH_QUICK:-} ]] && rounds=3 n=5000 nl=25000
     "$da/client_cpu" page 0 1 >/dev/null     # warm uid 2, uncounted
     "$db/client_cpu" page 0 1 >/dev/null
-    ab_rounds hiredis "$da" "$db" "$rounds" "client_cpu page 0 $n" "client_cpu page 500 $n" \
-        "client_cpu raw 0 $n" "client_cpu raw 500 $n" "loop_cpu libevent 0 $nl"
+    # Each headline figure's two runs follow each other in one build (the
+    # loop, the blocking first page, the plain read; then depth 500).
+    ab_rounds hiredis "$da" "$db" "$rounds" \
+        "loop_cpu libevent 0 $nl+client_cpu page 0 $n+client_cpu raw 0 $n" \
+        "client_cpu page 500 $n+client_cpu raw 500 $n"
 
     local w=$WORK/hiredis x d head=() rows=() worst_h=0 worst_l=0 r ia ib
     # Headline 1, each build: Redis CPU per page, feed_page / plain ZREVRANGE.
@@ -423,20 +435,23 @@ hiredis_side_by_side() {
         r=$(awk -v v="$(col_median "$w.ba.vsraw.$d" 3)" 'BEGIN { printf "%.3f", v }')
         worst_h=$(awk -v r="$r" -v w="$worst_h" 'BEGIN { d = r > 1 ? r - 1 : 1 - r; e = w > 1 ? w - 1 : 1 - w; print (w == 0 || d > e) ? r : w }')
         # shellcheck disable=SC2016  # the backquotes are Markdown's
-        head+=("$(printf '| Redis CPU per cached page vs a plain `ZREVRANGE` of the same items, %s | %.3fx | %.3fx | **%sx** %s |' \
+        head+=("$(printf '| Redis CPU per cached page vs a plain `ZREVRANGE` of the same items, %s | %.3fx | %.3fx | **%sx** %s | %s |' \
             "$([[ $d == 0 ]] && echo "first page" || echo "depth 500 (rank hint)")" \
             "$(col_median "$w.a.vsraw.$d" 3)" "$(col_median "$w.b.vsraw.$d" 3)" "$r" \
-            "$(awk -v r="$r" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "pass" : "MISS" }')")")
+            "$(awk -v r="$r" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "pass" : "MISS" }')" \
+            "$(col_range "$w.ba.vsraw.$d" 3)")")
     done
     # Headline 2, each build: one loop thread's pages/s / one blocking thread's.
     for x in a b; do per_round "$w.$x.libevent.0" "$w.$x.page.0" >"$w.$x.loop.0"; done
     per_round "$w.b.loop.0" "$w.a.loop.0" >"$w.ba.loop.0"
     worst_l=$(awk -v v="$(col_median "$w.ba.loop.0" 4)" 'BEGIN { printf "%.3f", v }')
-    head+=("$(printf '| cached first pages/s: one libevent loop thread (256 in flight) vs one blocking thread | %.2fx | %.2fx | **%sx** %s |' \
+    head+=("$(printf '| cached first pages/s: one libevent loop thread (256 in flight) vs one blocking thread | %.2fx | %.2fx | **%sx** %s | %s |' \
         "$(col_median "$w.a.loop.0" 4)" "$(col_median "$w.b.loop.0" 4)" "$worst_l" \
-        "$(awk -v r="$worst_l" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "pass" : "MISS" }')")")
-    head+=("$(printf '| Redis CPU per cached first page: one loop thread vs one blocking thread | %.3fx | %.3fx | **%.3fx** |' \
-        "$(col_median "$w.a.loop.0" 3)" "$(col_median "$w.b.loop.0" 3)" "$(col_median "$w.ba.loop.0" 3)")")
+        "$(awk -v r="$worst_l" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "pass" : "MISS" }')" \
+        "$(col_range "$w.ba.loop.0" 4)")")
+    head+=("$(printf '| Redis CPU per cached first page: one loop thread vs one blocking thread | %.3fx | %.3fx | **%.3fx** | %s |' \
+        "$(col_median "$w.a.loop.0" 3)" "$(col_median "$w.b.loop.0" 3)" "$(col_median "$w.ba.loop.0" 3)" \
+        "$(col_range "$w.ba.loop.0" 3)")")
 
     # Under them: per page, each build, and b / a.
     local worst_i=1 worst_c=1 what mode
@@ -469,14 +484,16 @@ hiredis_side_by_side() {
         echo "(\`$BUILD\`, $(hiredis_lib "$da/client_cpu")) and against hiredis **$vb**"
         echo "(\`$cmp\`, $(hiredis_lib "$db/client_cpu")), run against the same servers"
         echo "in $rounds interleaved rounds ($n blocking calls, $nl loop pages per run; the"
-        echo "order turns around every other round). Ratios are medians of per-round ratios."
+        echo "order turns around every other round; a figure and its peer run one after the"
+        echo "other in each build). Ratios are medians of per-round ratios; the last column"
+        echo "shows how far single rounds spread (the noise a 5% target is read against)."
         echo "Instructions per page: callgrind, ($N2 - $N1 calls) / $((N2 - N1)), as in the"
         echo "client section."
         echo
         echo "The headline figures, each build against its own peer, then $vb / $va:"
         echo
-        echo "| figure | hiredis $va | hiredis $vb | $vb / $va (target: within 5%) |"
-        echo "| --- | ---: | ---: | ---: |"
+        echo "| figure | hiredis $va | hiredis $vb | $vb / $va (target: within 5%) | $vb / $va, rounds: lowest-highest |"
+        echo "| --- | ---: | ---: | ---: | ---: |"
         printf '%s\n' "${head[@]}"
         echo
         echo "Per page, $va / $vb, and $vb / $va:"
