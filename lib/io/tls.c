@@ -20,17 +20,17 @@
  *
  * That queue must be empty before each SSL_read and SSL_write: hiredis_ssl
  * asks SSL_get_error() whether a read or write that returned nothing must
- * wait (WANT_READ, as on every non-blocking handshake) or failed, and
+ * wait (a record not yet whole, a full socket) or failed, and
  * SSL_get_error() answers "failed" whenever anything is on the queue, a
  * reason another OpenSSL user on the thread (the application, libpq) left
- * there included; that reason would then also be the one named. hiredis_ssl
- * does not empty it (only before its first SSL_connect), and on a loop its
- * reads and writes run from the loop's callbacks, where no code of the
- * library runs first. So every TLS connection reads and writes through
- * tls_funcs: hiredis_ssl's function table (hiredis.h's redisContextFuncs,
- * the transport a context reads and writes through) with read and write
- * wrapped to empty the queue first, on the blocking and the async API
- * alike.
+ * there included; the connection is dropped and that reason named.
+ * OpenSSL empties the queue itself at each step of a handshake, hiredis_ssl
+ * never does, and on a loop its reads and writes run from the loop's
+ * callbacks, where no code of the library runs first. So every TLS
+ * connection reads and writes through tls_funcs: hiredis_ssl's function
+ * table (redisContextFuncs, the transport table of hiredis.h's public
+ * redisContext, copied whole) with read and write wrapped to empty the
+ * queue first, on the blocking and the async API alike.
  *
  * Built without hiredis_ssl (FEED_HAVE_TLS 0) no handle has a context:
  * config.c refuses every TLS field first.
