@@ -2,12 +2,13 @@
  * the certificates with the openssl CLI and starts them): pages and hooks
  * over TLS, on the blocking and the async API (the whole test again as
  * t_tls:async); a Redis Cluster and a Sentinel set over TLS, with a MOVED
- * and an ASK forced on the cluster; every refusal
- * named: a wrong CA, a certificate for another name, a plaintext port, a
- * server that wants a client certificate; verification off taking a
- * self-signed certificate; feedcache-sync with the TLS flags; PostgreSQL over
- * TLS through libpq's sslmode. Skips (1..0) in a build without TLS:
- * t_tls_config checks that build's refusals. */
+ * and an ASK forced on the cluster; every refusal named: a wrong CA, a
+ * certificate for another name, a plaintext port, a server that wants a
+ * client certificate; verification off taking a self-signed certificate;
+ * pages on a loop with an error left on the thread's OpenSSL queue and
+ * every reply arriving in two parts; feedcache-sync with the TLS flags;
+ * PostgreSQL over TLS through libpq's sslmode. Skips (1..0) in a build
+ * without TLS: t_tls_config checks that build's refusals. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
