@@ -417,8 +417,8 @@ hiredis_side_by_side() {
         return
     fi
     va=$(hiredis_version "$da/client_cpu") vb=$(hiredis_version "$db/client_cpu")
-    rounds=9 n=20000 nl=100000
-    [[ -n ${BENCH_QUICK:-} ]] && rounds=3 n=5000 nl=25000
+    rounds=21 n=6000 nl=30000
+    [[ -n ${BENCH_QUICK:-} ]] && rounds=5 n=3000 nl=15000
     "$da/client_cpu" page 0 1 >/dev/null     # warm uid 2, uncounted
     "$db/client_cpu" page 0 1 >/dev/null
     # Each headline figure's two runs follow each other in one build (the
