@@ -6,16 +6,25 @@
 #                     peers, write the run's latest.md and charts into
 #                     bench/results/<UTC date and time>/ (bench/results/latest
 #                     points to the newest), stop the servers (bench/run.sh)
-#   make bench-build  only build $(BUILD)/bench/feedbench and client_cpu
+#   make bench-build  only build $(BUILD)/bench/feedbench, client_cpu and
+#                     loop_cpu
 #
 # BENCH_QUICK=1 make bench   a short run (fewer, shorter rounds) for trying
 #                            things out; its figures are noisier.
+#
+# Section "hiredis" (bench/run.sh) runs this tree's client_cpu and loop_cpu
+# built against the system's hiredis and against the one under
+# BENCH_HIREDIS, side by side: by default build/hiredis-1.2 when
+# tools/hiredis.sh has built it there, else the section says it was not
+# measured. BENCH_HIREDIS= (empty) leaves it out.
 
 BENCH_DIR  := $(BUILD)/bench
 BENCH_LUA  := $(sort $(wildcard bench/lua/*.lua))
 BENCH_HDR  := $(wildcard bench/*.h) lib/feedcache.h
-BENCH_OBJ  := $(patsubst bench/%.c,$(BENCH_DIR)/%.o,$(filter-out bench/client_cpu.c,$(wildcard bench/*.c)))
-BENCH_BIN  := $(BENCH_DIR)/feedbench $(BENCH_DIR)/client_cpu
+BENCH_OWN  := bench/client_cpu.c bench/loop_cpu.c    # programs of their own, not feedbench's
+BENCH_OBJ  := $(patsubst bench/%.c,$(BENCH_DIR)/%.o,$(filter-out $(BENCH_OWN),$(wildcard bench/*.c)))
+BENCH_BIN  := $(BENCH_DIR)/feedbench $(BENCH_DIR)/client_cpu $(BENCH_DIR)/loop_cpu
+BENCH_HIREDIS ?= $(if $(wildcard build/hiredis-1.2/include/hiredis/hiredis.h),build/hiredis-1.2)
 
 .PHONY: bench bench-build
 bench-build: $(BENCH_BIN)
@@ -23,7 +32,7 @@ bench-build: $(BENCH_BIN)
 bench:
 	tools/deps.sh
 	$(MAKE) lib bench-build
-	BUILD=$(BUILD) bench/run.sh
+	BUILD=$(BUILD) BENCH_COMPARE_HIREDIS=$(BENCH_HIREDIS) bench/run.sh
 
 $(BENCH_DIR):
 	mkdir -p $@
@@ -38,8 +47,11 @@ $(BENCH_DIR)/peers.o: $(BENCH_DIR)/peers.c
 $(BENCH_DIR)/%.o: bench/%.c $(BENCH_HDR) | $(BENCH_DIR)
 	$(CC) $(CPPFLAGS) -Ibench $(CFLAGS) -c -o $@ $<
 
-$(BENCH_DIR)/feedbench: $(filter-out $(BENCH_DIR)/client_cpu.o,$(BENCH_OBJ)) $(BENCH_DIR)/peers.o $(ASYNC_STATIC)
+$(BENCH_DIR)/feedbench: $(BENCH_OBJ) $(BENCH_DIR)/peers.o $(ASYNC_STATIC)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(ASYNC_STATIC) $(ASYNC_LIBS)
 
 $(BENCH_DIR)/client_cpu: $(BENCH_DIR)/client_cpu.o $(BENCH_DIR)/util.o $(BENCH_DIR)/peers.o $(STATIC)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC) $(LIBS)
+
+$(BENCH_DIR)/loop_cpu: $(BENCH_DIR)/loop_cpu.o $(BENCH_DIR)/util.o $(BENCH_DIR)/peers.o $(ASYNC_STATIC)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(ASYNC_STATIC) $(ASYNC_LIBS)

@@ -18,9 +18,14 @@
 #
 # Env: BUILD (default build); BENCH_QUICK=1 for a short, noisier run;
 # BENCH_SECTIONS="wait sync ..." runs only those (feedbench's sections, plus
-# sync for sync/sync_bench.c, client for the callgrind counts and blocking
-# for the blocking API before and after the restructure of lib/);
+# sync for sync/sync_bench.c, client for the callgrind counts, blocking
+# for the blocking API before and after the restructure of lib/ and hiredis
+# for two hiredis builds side by side);
 # BENCH_BEFORE (default ec83fbd) the commit section blocking calls "before";
+# BENCH_COMPARE_HIREDIS=DIR a second hiredis (an install folder, e.g.
+# build/hiredis-1.2 from tools/hiredis.sh) for section hiredis, which builds
+# this tree's client_cpu and loop_cpu against it into BENCH_COMPARE_BUILD
+# (default build-<name of DIR>) and runs them beside $BUILD's;
 # BENCH_OUT (default bench/results) the folder that holds the runs;
 # FEED_KEEP=1 keeps the servers' folder. No figure is asserted here: only
 # a failing program (lost servers, a wrong page) fails the run.
@@ -103,7 +108,7 @@ tools/servers.sh replica-start "$DIR"
 NPROC=$(nproc)
 FB_SECTIONS=()
 for s in $SECTIONS; do
-    case $s in sync | client | blocking) ;; *) FB_SECTIONS+=("$s") ;; esac
+    case $s in sync | client | blocking | hiredis) ;; *) FB_SECTIONS+=("$s") ;; esac
 done
 # Section async freezes PostgreSQL and Redis for a while (tools/servers.sh
 # pg-freeze, redis-freeze): DIR/env, sourced above, names the servers' folder
@@ -204,6 +209,61 @@ client_cpu() {
 }
 want client && client_cpu
 
+# ---------------------------------------------------------------- two builds
+# Sections blocking and hiredis run the same programs of two builds (their
+# bench folders, "a" and "b") against the same servers, in interleaved
+# rounds, and compare them by the same figures. Helpers:
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# ab_rounds TAG DIR_A DIR_B ROUNDS CASE...: each CASE ("program mode depth
+# n") runs as FEED_BENCH_REPORT=1 DIR/program mode depth n, from both
+# folders each round, the order turned around every other round. A CASE
+# may be a group, "case+case+...": its runs follow each other from one
+# folder before the other's (so that a figure and its peer in one build are
+# measured next to each other), in the reverse order every other round.
+# Lines "round round_trips redis_cpu_us pages_per_s", per page, go to
+# $WORK/TAG.a.MODE.DEPTH and $WORK/TAG.b.MODE.DEPTH.
+ab_rounds() {
+    local tag=$1 da=$2 db=$3 rounds=$4 r g c prog mode depth n which line
+    local -a sub
+    shift 4
+    for ((r = 0; r < rounds; r++)); do
+        for g in "$@"; do
+            IFS=+ read -r -a sub <<<"$g"
+            for which in a b; do
+                # the order turns around every other round
+                ((r % 2)) && which=$([[ $which == a ]] && echo b || echo a)
+                for ((c = 0; c < ${#sub[@]}; c++)); do
+                    read -r prog mode depth n <<<"${sub[$(((r % 2) ? ${#sub[@]} - 1 - c : c))]}"
+                    line=$(FEED_BENCH_REPORT=1 "$([[ $which == a ]] && echo "$da" || echo "$db")/$prog" \
+                        "$mode" "$depth" "$n")
+                    # calls N redis_calls R redis_cpu_ns C wall_ns W
+                    awk -v r="$r" '{ printf "%d %.4f %.4f %.1f\n", r, $4 / $2, $6 / $2 / 1000, $2 / ($8 / 1e9) }' \
+                        <<<"$line" >>"$WORK/$tag.$which.$mode.$depth"
+                done
+            done
+        done
+    done
+}
+# Column K (2 round trips, 3 Redis CPU, 4 pages/s) of FILE: its median.
+col_median() { awk -v k="$2" '{ print $k }' "$1" | median; }
+# ... and its range over the rounds, "min-max".
+col_range() { awk -v k="$2" '{ print $k }' "$1" | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.2f-%.2f", a, b }'; }
+# FILE1 / FILE2 round by round (rounds paired by number), every column, in
+# the same layout: the input of col_median or of another per_round.
+per_round() {
+    join <(sort -k1,1 "$1") <(sort -k1,1 "$2") |
+        awk '{ printf "%s %.6f %.6f %.6f\n", $1, ($5 > 0 ? $2 / $5 : 0), $3 / $6, $4 / $7 }'
+}
+# Client instructions per call of BIN MODE DEPTH (callgrind, as section
+# client: ($N2 - $N1 calls) / $((N2 - N1))); TAG names its output files.
+cg_per_call() {  # bin tag mode depth
+    local x y
+    x=$(CG_BIN=$1 CG_TAG=$2 cg_count "$3" "$4" $N1)
+    y=$(CG_BIN=$1 CG_TAG=$2 cg_count "$3" "$4" $N2)
+    echo $(((y - x) / (N2 - N1)))
+}
+within() { awk -v r="$1" -v t="$2" 'BEGIN { print (r <= t) ? "pass" : "MISS" }'; }
+
 # ---------------------------------------------------------------- blocking
 # The blocking API before and after lib/ was restructured: this tree's
 # bench/client_cpu.c built against the library of BENCH_BEFORE too (a
@@ -214,7 +274,6 @@ want client && client_cpu
 # walked there): client instructions (callgrind, as client_cpu above),
 # round trips (feed_stats.redis_calls) and Redis CPU (/proc), the last
 # two from FEED_BENCH_REPORT=1 runs, before and after interleaved by round.
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 blocking_before_after() {
     local before=${BENCH_BEFORE:-ec83fbd} full tree old new rounds n
     echo "bench: the blocking API before and after the restructure ($before)" >&2
@@ -247,49 +306,29 @@ blocking_before_after() {
     [[ -n ${BENCH_QUICK:-} ]] && rounds=3 n=5000
     "$new" page 0 1 >/dev/null     # warm uid 2, uncounted
     "$old" page 0 1 >/dev/null
-    local depth which r bin line ci cb ca rows=() worst_i=0 worst_c=0 rt_same=1 rt_all=""
-    for ((r = 0; r < rounds; r++)); do
-        for depth in 0 500; do
-            for which in before after; do
-                # the order turns around every other round
-                ((r % 2)) && which=$([[ $which == before ]] && echo after || echo before)
-                bin=$([[ $which == before ]] && echo "$old" || echo "$new")
-                line=$(FEED_BENCH_REPORT=1 "$bin" page "$depth" "$n")
-                # calls N redis_calls R redis_cpu_ns C wall_ns W
-                awk -v r="$r" '{ printf "%d %.4f %.4f %.1f\n", r, $4 / $2, $6 / $2 / 1000, $2 / ($8 / 1e9) }' \
-                    <<<"$line" >>"$WORK/blocking.$which.$depth"
-            done
-        done
-    done
+    # before is "a", after "b"
+    ab_rounds blocking "$(dirname "$old")" "$(dirname "$new")" "$rounds" \
+        "client_cpu page 0 $n" "client_cpu page 500 $n"
+    local depth rows=() worst_i=0 worst_c=0 rt_same=1 rt_all="" fb fa
     for depth in 0 500; do
-        ci=$(CG_BIN=$old CG_TAG=.before cg_count page $depth $N1)
-        cb=$(CG_BIN=$old CG_TAG=.before cg_count page $depth $N2)
-        local ib=$(((cb - ci) / (N2 - N1)))
-        ci=$(cg_count page $depth $N1)
-        ca=$(cg_count page $depth $N2)
-        local ia=$(((ca - ci) / (N2 - N1)))
-        local ri rtb rta cpub cpua rc rateb ratea
+        local ib ia ri rtb rta cpub cpua rc rateb ratea
+        ib=$(cg_per_call "$old" .before page $depth)
+        ia=$(cg_per_call "$new" "" page $depth)
         ri=$(awk -v a="$ia" -v b="$ib" 'BEGIN { printf "%.3f", a / b }')
-        rtb=$(awk '{ print $2 }' "$WORK/blocking.before.$depth" | median)
-        rta=$(awk '{ print $2 }' "$WORK/blocking.after.$depth" | median)
-        cpub=$(awk '{ print $3 }' "$WORK/blocking.before.$depth" | median)
-        cpua=$(awk '{ print $3 }' "$WORK/blocking.after.$depth" | median)
-        rateb=$(awk '{ print $4 }' "$WORK/blocking.before.$depth" | median)
-        ratea=$(awk '{ print $4 }' "$WORK/blocking.after.$depth" | median)
+        fb=$WORK/blocking.a.page.$depth fa=$WORK/blocking.b.page.$depth
+        rtb=$(col_median "$fb" 2) rta=$(col_median "$fa" 2)
+        cpub=$(col_median "$fb" 3) cpua=$(col_median "$fa" 3)
+        rateb=$(col_median "$fb" 4) ratea=$(col_median "$fa" 4)
         # Redis CPU: the median of the per-round ratios (rounds paired by number)
-        rc=$(join <(sort -k1,1 "$WORK/blocking.after.$depth") <(sort -k1,1 "$WORK/blocking.before.$depth") |
-            awk '{ print $3 / $6 }' | median)
-        rc=$(awk -v v="$rc" 'BEGIN { printf "%.3f", v }')
+        rc=$(awk -v v="$(per_round "$fa" "$fb" | awk '{ print $3 }' | median)" 'BEGIN { printf "%.3f", v }')
         [[ $rtb == "$rta" ]] || rt_same=0
         rt_all+="${rt_all:+; }depth $depth: $(printf '%.2f / %.2f' "$rtb" "$rta")"
         worst_i=$(awk -v r="$ri" -v w="$worst_i" 'BEGIN { print (r > w) ? r : w }')
         worst_c=$(awk -v r="$rc" -v w="$worst_c" 'BEGIN { print (r > w) ? r : w }')
         rows+=("$(printf '| %s | %s / %s | **%sx** %s | %.2f / %.2f | %s / %s µs | **%sx** %s | %s / %s |' \
-            "$depth" "$(printf "%'d" "$ib")" "$(printf "%'d" "$ia")" "$ri" \
-            "$(awk -v r="$ri" 'BEGIN { print (r <= 1.05) ? "pass" : "MISS" }')" "$rtb" "$rta" \
-            "$(printf '%.2f' "$cpub")" "$(printf '%.2f' "$cpua")" "$rc" \
-            "$(awk -v r="$rc" 'BEGIN { print (r <= 1.05) ? "pass" : "MISS" }')" \
-            "$(printf "%'.0f" "$rateb")" "$(printf "%'.0f" "$ratea")")")
+            "$depth" "$(printf "%'d" "$ib")" "$(printf "%'d" "$ia")" "$ri" "$(within "$ri" 1.05)" \
+            "$rtb" "$rta" "$(printf '%.2f' "$cpub")" "$(printf '%.2f' "$cpua")" "$rc" \
+            "$(within "$rc" 1.05)" "$(printf "%'.0f" "$rateb")" "$(printf "%'.0f" "$ratea")")")
     done
     {
         echo "## The blocking API before and after the restructure"
@@ -311,14 +350,168 @@ blocking_before_after() {
     } >"$WORK/sec_blocking.md"
     {
         printf 'blocking_instr\tblocking API after / before the restructure (%s): client instructions per cached page, depth 0 and 500 (callgrind)\t<= 1.05x\tworst %sx\t%s\n' \
-            "$full" "$worst_i" "$(awk -v r="$worst_i" 'BEGIN { print (r <= 1.05) ? "pass" : "MISS" }')"
+            "$full" "$worst_i" "$(within "$worst_i" 1.05)"
         printf 'blocking_rt\tblocking API before / after: round trips per cached page (feed_stats.redis_calls)\tthe same\t%s\t%s\n' \
             "$rt_all" "$( ((rt_same)) && echo pass || echo MISS)"
         printf 'blocking_cpu\tblocking API after / before: Redis CPU per cached page, depth 0 and 500\t<= 1.05x\tworst %sx\t%s\n' \
-            "$worst_c" "$(awk -v r="$worst_c" 'BEGIN { print (r <= 1.05) ? "pass" : "MISS" }')"
+            "$worst_c" "$(within "$worst_c" 1.05)"
     } >>"$WORK/summary.tsv"
 }
 want blocking && blocking_before_after
+
+# ---------------------------------------------------------------- hiredis
+# This tree against two hiredis builds in one run: bench/client_cpu.c and
+# bench/loop_cpu.c of $BUILD (its hiredis, the system's by default: "a")
+# and the same files built against BENCH_COMPARE_HIREDIS (an install
+# folder, e.g. build/hiredis-1.2 from tools/hiredis.sh) into
+# BENCH_COMPARE_BUILD (default build-<its name>, as make HIREDIS=DIR names
+# it: "b"), run side by side as section blocking runs before and after. The
+# headline figures each build gives (Redis CPU per cached page vs a plain
+# ZREVRANGE; one loop thread's pages/s vs one blocking thread's), then b / a
+# of each, and the figures under them: client instructions (callgrind),
+# Redis CPU, round trips and pages/s per page.
+hiredis_lib() {  # the libhiredis a program loads
+    ldd "$1" | awk '$1 ~ /^libhiredis\.so/ { print $3; exit }'
+}
+hiredis_version() {  # program: the version of the hiredis it loads
+    local so hd
+    so=$(hiredis_lib "$1")
+    hd=$(dirname "$(dirname "$so")")
+    if [[ -f $hd/lib/pkgconfig/hiredis.pc ]]; then
+        sed -n 's/^Version: //p' "$hd/lib/pkgconfig/hiredis.pc"
+    else
+        dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null ||
+            pkg-config --modversion hiredis 2>/dev/null || basename "$(readlink -f "$so")"
+    fi
+}
+hiredis_not_measured() {  # why
+    echo "bench: section hiredis skipped: $1" >&2
+    {
+        echo "## hiredis builds side by side"
+        echo
+        echo "Not measured: $1."
+    } >"$WORK/sec_hiredis.md"
+    printf 'hiredis_cpu\thiredis builds side by side\twithin 5%%\tnot measured (%s)\tMISS\n' "$1" \
+        >>"$WORK/summary.tsv"
+}
+hiredis_side_by_side() {
+    local dir=${BENCH_COMPARE_HIREDIS:-} cmp da db va vb rounds n nl
+    echo "bench: this tree against two hiredis builds, side by side" >&2
+    if [[ -z $dir ]]; then
+        hiredis_not_measured "no second hiredis (BENCH_COMPARE_HIREDIS=DIR; tools/hiredis.sh build/hiredis-1.2 makes one)"
+        return
+    fi
+    if [[ ! -f $dir/include/hiredis/hiredis.h ]]; then
+        hiredis_not_measured "no hiredis installed under $dir"
+        return
+    fi
+    dir=$(cd "$dir" && pwd)
+    cmp=${BENCH_COMPARE_BUILD:-build-$(basename "$dir")}
+    da=$BUILD/bench db=$cmp/bench
+    [[ -x $da/loop_cpu ]] || { echo "run.sh: $da/loop_cpu is missing (make bench-build)" >&2; exit 1; }
+    echo "bench: building client_cpu and loop_cpu against $dir into $cmp" >&2
+    make -j2 HIREDIS="$dir" BUILD="$cmp" "$db/client_cpu" "$db/loop_cpu" >"$WORK/hiredis-build.log" 2>&1 ||
+        { cat "$WORK/hiredis-build.log" >&2; exit 1; }
+    if [[ $(hiredis_lib "$da/client_cpu") == "$(hiredis_lib "$db/client_cpu")" ]]; then
+        hiredis_not_measured "$BUILD and $cmp load the same hiredis ($(hiredis_lib "$da/client_cpu"))"
+        return
+    fi
+    va=$(hiredis_version "$da/client_cpu") vb=$(hiredis_version "$db/client_cpu")
+    rounds=21 n=6000 nl=30000
+    [[ -n ${BENCH_QUICK:-} ]] && rounds=5 n=3000 nl=15000
+    "$da/client_cpu" page 0 1 >/dev/null     # warm uid 2, uncounted
+    "$db/client_cpu" page 0 1 >/dev/null
+    # Each headline figure's two runs follow each other in one build (the
+    # loop, the blocking first page, the plain read; then depth 500).
+    ab_rounds hiredis "$da" "$db" "$rounds" \
+        "loop_cpu libevent 0 $nl+client_cpu page 0 $n+client_cpu raw 0 $n" \
+        "client_cpu page 500 $n+client_cpu raw 500 $n"
+
+    local w=$WORK/hiredis x d head=() rows=() worst_h=0 worst_l=0 r ia ib
+    # Headline 1, each build: Redis CPU per page, feed_page / plain ZREVRANGE.
+    for d in 0 500; do
+        for x in a b; do per_round "$w.$x.page.$d" "$w.$x.raw.$d" >"$w.$x.vsraw.$d"; done
+        per_round "$w.b.vsraw.$d" "$w.a.vsraw.$d" >"$w.ba.vsraw.$d"
+        r=$(awk -v v="$(col_median "$w.ba.vsraw.$d" 3)" 'BEGIN { printf "%.3f", v }')
+        worst_h=$(awk -v r="$r" -v w="$worst_h" 'BEGIN { d = r > 1 ? r - 1 : 1 - r; e = w > 1 ? w - 1 : 1 - w; print (w == 0 || d > e) ? r : w }')
+        # shellcheck disable=SC2016  # the backquotes are Markdown's
+        head+=("$(printf '| Redis CPU per cached page vs a plain `ZREVRANGE` of the same items, %s | %.3fx | %.3fx | **%sx** %s | %s |' \
+            "$([[ $d == 0 ]] && echo "first page" || echo "depth 500 (rank hint)")" \
+            "$(col_median "$w.a.vsraw.$d" 3)" "$(col_median "$w.b.vsraw.$d" 3)" "$r" \
+            "$(awk -v r="$r" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "pass" : "MISS" }')" \
+            "$(col_range "$w.ba.vsraw.$d" 3)")")
+    done
+    # Headline 2, each build: one loop thread's pages/s / one blocking thread's.
+    for x in a b; do per_round "$w.$x.libevent.0" "$w.$x.page.0" >"$w.$x.loop.0"; done
+    per_round "$w.b.loop.0" "$w.a.loop.0" >"$w.ba.loop.0"
+    worst_l=$(awk -v v="$(col_median "$w.ba.loop.0" 4)" 'BEGIN { printf "%.3f", v }')
+    head+=("$(printf '| cached first pages/s: one libevent loop thread (256 in flight) vs one blocking thread | %.2fx | %.2fx | **%sx** %s | %s |' \
+        "$(col_median "$w.a.loop.0" 4)" "$(col_median "$w.b.loop.0" 4)" "$worst_l" \
+        "$(awk -v r="$worst_l" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "pass" : "MISS" }')" \
+        "$(col_range "$w.ba.loop.0" 4)")")
+    head+=("$(printf '| Redis CPU per cached first page: one loop thread vs one blocking thread | %.3fx | %.3fx | **%.3fx** | %s |' \
+        "$(col_median "$w.a.loop.0" 3)" "$(col_median "$w.b.loop.0" 3)" "$(col_median "$w.ba.loop.0" 3)" \
+        "$(col_range "$w.ba.loop.0" 3)")")
+
+    # Under them: per page, each build, and b / a.
+    local worst_i=1 worst_c=1 what mode
+    for what in "page 0|feed_page, first page" "page 500|feed_page, depth 500 (rank hint)" \
+                "raw 0|bare hiredis ZREVRANGE + parse, first page" "libevent 0|feed_async_page, one libevent loop, 256 in flight"; do
+        mode=${what%%|*} d=${mode#* } mode=${mode% *}
+        local prog=client_cpu
+        [[ $mode == libevent ]] && prog=loop_cpu
+        ia=$(cg_per_call "$da/$prog" .ha "$mode" "$d")
+        ib=$(cg_per_call "$db/$prog" .hb "$mode" "$d")
+        r=$(awk -v a="$ia" -v b="$ib" 'BEGIN { printf "%.3f", b / a }')
+        [[ $mode == raw ]] || worst_i=$(awk -v r="$r" -v w="$worst_i" 'BEGIN { print (r > w) ? r : w }')
+        per_round "$w.b.$mode.$d" "$w.a.$mode.$d" >"$w.ba.$mode.$d"
+        local rc
+        rc=$(awk -v v="$(col_median "$w.ba.$mode.$d" 3)" 'BEGIN { printf "%.3f", v }')
+        [[ $mode == raw ]] || worst_c=$(awk -v r="$rc" -v w="$worst_c" 'BEGIN { print (r > w) ? r : w }')
+        rows+=("$(printf '| %s | %s / %s | **%sx** | %.2f / %.2f | %.2f / %.2f µs | **%sx** | %s / %s | **%.3fx** |' \
+            "${what#*|}" "$(printf "%'d" "$ia")" "$(printf "%'d" "$ib")" "$r" \
+            "$(col_median "$w.a.$mode.$d" 2)" "$(col_median "$w.b.$mode.$d" 2)" \
+            "$(col_median "$w.a.$mode.$d" 3)" "$(col_median "$w.b.$mode.$d" 3)" "$rc" \
+            "$(printf "%'.0f" "$(col_median "$w.a.$mode.$d" 4)")" \
+            "$(printf "%'.0f" "$(col_median "$w.b.$mode.$d" 4)")" "$(col_median "$w.ba.$mode.$d" 4)")")
+    done
+    {
+        echo "## hiredis builds side by side"
+        echo
+        echo "This tree's \`bench/client_cpu.c\` (the blocking API, and a bare hiredis"
+        echo "\`ZREVRANGE\` with its parse) and \`bench/loop_cpu.c\` (\`feed_async_page\` on one"
+        echo "libevent loop, 256 requests in flight) built twice: against hiredis **$va**"
+        echo "(\`$BUILD\`, $(hiredis_lib "$da/client_cpu")) and against hiredis **$vb**"
+        echo "(\`$cmp\`, $(hiredis_lib "$db/client_cpu")), run against the same servers"
+        echo "in $rounds interleaved rounds ($n blocking calls, $nl loop pages per run; the"
+        echo "order turns around every other round; a figure and its peer run one after the"
+        echo "other in each build). Ratios are medians of per-round ratios; the last column"
+        echo "shows how far single rounds spread (the noise a 5% target is read against)."
+        echo "Instructions per page: callgrind, ($N2 - $N1 calls) / $((N2 - N1)), as in the"
+        echo "client section."
+        echo
+        echo "The headline figures, each build against its own peer, then $vb / $va:"
+        echo
+        echo "| figure | hiredis $va | hiredis $vb | $vb / $va (target: within 5%) | $vb / $va, rounds: lowest-highest |"
+        echo "| --- | ---: | ---: | ---: | ---: |"
+        printf '%s\n' "${head[@]}"
+        echo
+        echo "Per page, $va / $vb, and $vb / $va:"
+        echo
+        echo "| call | client instructions | ratio | round trips | Redis CPU | ratio | pages/s | ratio |"
+        echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        printf '%s\n' "${rows[@]}"
+    } >"$WORK/sec_hiredis.md"
+    {
+        printf 'hiredis_cpu\thiredis %s / %s (same run): Redis CPU per cached page vs a plain ZREVRANGE, depth 0 and 500\twithin 5%%\tfurthest %sx\t%s\n' \
+            "$vb" "$va" "$worst_h" "$(awk -v r="$worst_h" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "pass" : "MISS" }')"
+        printf 'hiredis_loop\thiredis %s / %s (same run): one loop thread vs one blocking thread, cached first pages/s\twithin 5%%\t%sx\t%s\n' \
+            "$vb" "$va" "$worst_l" "$(awk -v r="$worst_l" 'BEGIN { print (r >= 0.95 && r <= 1.05) ? "pass" : "MISS" }')"
+        printf 'hiredis_instr\thiredis %s / %s: client instructions per cached page, blocking and loop (callgrind); Redis CPU per page\treport\tworst %sx; worst %sx\treport\n' \
+            "$vb" "$va" "$worst_i" "$worst_c"
+    } >>"$WORK/summary.tsv"
+}
+want hiredis && hiredis_side_by_side
 
 # ---------------------------------------------------------------- charts
 # From the data of the pages, writes (rebuild) and pg sections: a run
@@ -377,7 +570,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
                pg_rate pg_cpu stampede fanout memory mem_pages encoding client_cpu wait_hook \
                wait_page wait_cluster_hook wait_cluster_fanout sync_apply sync_lag cluster_rt \
                cluster_cpu cluster_fanout async_pages async_cpu async_limit async_frozen \
-               async_memory blocking_instr blocking_rt blocking_cpu \
+               async_memory blocking_instr blocking_rt blocking_cpu hiredis_cpu hiredis_loop hiredis_instr \
                merge_first merge_depth merge_xover window_zombie window_partition \
                filter_cpu filter_sql filter_memory filter_memory_author; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
@@ -392,7 +585,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
         echo
     fi
     for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster \
-             async blocking merge window tls filter; do
+             async blocking hiredis merge window tls filter; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     echo "How these figures are made and how to read them, the misses included:"

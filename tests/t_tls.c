@@ -1,12 +1,14 @@
 /* t_tls.c -- TLS to Redis against real TLS-only servers (tests/tls.sh makes
  * the certificates with the openssl CLI and starts them): pages and hooks
  * over TLS, on the blocking and the async API (the whole test again as
- * t_tls:async); a Redis Cluster and a Sentinel set over TLS; every refusal
- * named: a wrong CA, a certificate for another name, a plaintext port, a
- * server that wants a client certificate; verification off taking a
- * self-signed certificate; feedcache-sync with the TLS flags; PostgreSQL over
- * TLS through libpq's sslmode. Skips (1..0) in a build without TLS:
- * t_tls_config checks that build's refusals. */
+ * t_tls:async); a Redis Cluster and a Sentinel set over TLS, with a MOVED
+ * and an ASK forced on the cluster; every refusal named: a wrong CA, a
+ * certificate for another name, a plaintext port, a server that wants a
+ * client certificate; verification off taking a self-signed certificate;
+ * pages on a loop with an error left on the thread's OpenSSL queue and
+ * every reply arriving in two parts; feedcache-sync with the TLS flags;
+ * PostgreSQL over TLS through libpq's sslmode. Skips (1..0) in a build
+ * without TLS: t_tls_config checks that build's refusals. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +26,18 @@ int main(void)
 
 #else
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/hiredis_ssl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "feedcache_libevent.h"
 #include "synctest.h"
@@ -196,6 +207,191 @@ static void pages_and_hooks(feed_config *cfg, const char *what, int peek_port)
     feed_close(f);
 }
 
+/* ---- redirects over TLS: MOVED and ASK forced by hand ---- */
+
+static redisReply *node_cmd(redisContext *c, int argc, const char **argv)
+{
+    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+
+    if (!r) {
+        tap_diag("%s", c->errstr);
+        tap_bail("a TLS cluster node stopped answering");
+        exit(1);
+    }
+    return r;
+}
+
+static redisReply *node(redisContext *c, const char *fmt, const char *a, const char *b)
+{
+    redisReply *r = redisCommand(c, fmt, a, b);
+
+    if (!r) {
+        tap_diag("%s", c->errstr);
+        tap_bail("a TLS cluster node stopped answering");
+        exit(1);
+    }
+    return r;
+}
+
+/* Page p equals SQL's first n items of uid. */
+static int page_is_sql(const feed_result *p, int64_t uid, size_t n)
+{
+    feed_item *want;
+    size_t nwant = tu_sql_feed(pg, uid, &want);
+    int same = p->count == (nwant < n ? nwant : n);
+
+    for (size_t i = 0; same && i < p->count; i++)
+        same = p->items[i].score == want[i].score && p->items[i].id == want[i].id;
+    free(want);
+    return same;
+}
+
+/* A slot caught mid-migration, then moved, under handles that had read
+ * the feed there, on the TLS cluster: the slot migrated by hand as
+ * t_cluster does (IMPORTING on the target, MIGRATING on the source, the
+ * slot's keys MIGRATEd over the cluster's TLS), so a read at the source
+ * gets -ASK, then SETSLOT NODE on every primary, so a call at the source
+ * gets -MOVED. Each redirect is followed over TLS to the node it names and
+ * answered from the copy that moved there: a page after ASK, a hook and a
+ * page after MOVED. */
+static void redirects_over_tls(void)
+{
+    const int64_t uid = 33;
+    int ports[3] = { 0 }, n = 0, src = -1, dst, rc;
+    redisContext *c[3];
+    redisReply *r;
+    char src_id[64], dst_id[64], slot[16], port[16];
+    const char *cursor = env_cluster;
+    feed_config cfg;
+    feed *f, *g;
+    feed_result res;
+    feed_stats before, d;
+
+    while (n < 3 && (cursor = strchr(cursor, ':')) != NULL)
+        ports[n++] = atoi(++cursor);
+    if (n != 3) {
+        tap_bail("TLS_CLUSTER does not name 3 nodes");
+        exit(1);
+    }
+    tls_config(&cfg, port_tls);
+    cfg.redis_cluster = env_cluster;
+    f = tu_open(&cfg);
+    g = tu_open(&cfg);
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 33");
+    tu_insert_rows(pg, uid, 25, tu_score_by10, tu_id_seq);
+    /* Both handles meet every node first (the 40 feeds of pages_and_hooks
+     * spread over the three): the target's lowest slot may become the moved
+     * one, where its restart fence key is then looked for, and a handle
+     * that never trusted the node would take the key's absence for another
+     * data set and flush the node, the moved copy with it. */
+    for (int64_t u = 1; u <= 40; u++)
+        for (int i = 0; i < 2; i++)
+            if (feed_page(i ? g : f, u, FEED_FIRST, 0, 10, &res) == FEED_OK)
+                feed_result_free(&res);
+    for (int i = 0; i < 2; i++) {   /* both cached, both handles know the slot's owner */
+        if (feed_page(i ? g : f, uid, FEED_FIRST, 0, 10, &res) == FEED_OK)
+            feed_result_free(&res);
+    }
+    for (int i = 0; i < 3; i++) {
+        c[i] = peek(ports[i]);
+        r = node(c[i], "EXISTS %s", tu_key(uid, ""), NULL);
+        if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+            src = i;
+        freeReplyObject(r);
+    }
+    if (!ok(src >= 0, "redirects: feed %lld is cached on a TLS cluster node", (long long)uid)) {
+        for (int i = 0; i < 3; i++)
+            redisFree(c[i]);
+        feed_close(g);
+        feed_close(f);
+        return;
+    }
+    dst = (src + 1) % 3;
+    r = node(c[src], "CLUSTER KEYSLOT %s", tu_key(uid, ""), NULL);
+    snprintf(slot, sizeof slot, "%lld", r->integer);
+    freeReplyObject(r);
+    r = node(c[src], "CLUSTER MYID", NULL, NULL);
+    snprintf(src_id, sizeof src_id, "%s", r->str);
+    freeReplyObject(r);
+    r = node(c[dst], "CLUSTER MYID", NULL, NULL);
+    snprintf(dst_id, sizeof dst_id, "%s", r->str);
+    freeReplyObject(r);
+    freeReplyObject(node(c[dst], "CLUSTER SETSLOT %s IMPORTING %s", slot, src_id));
+    freeReplyObject(node(c[src], "CLUSTER SETSLOT %s MIGRATING %s", slot, dst_id));
+    {   /* every key of the slot (the feed's and what shares its hash tag) */
+        redisReply *keys = node(c[src], "CLUSTER GETKEYSINSLOT %s 1000", slot, NULL);
+        const char *argv[8 + 64];
+        int argc = 0;
+        snprintf(port, sizeof port, "%d", ports[dst]);
+        argv[argc++] = "MIGRATE";
+        argv[argc++] = "127.0.0.1";
+        argv[argc++] = port;
+        argv[argc++] = "";
+        argv[argc++] = "0";
+        argv[argc++] = "5000";
+        argv[argc++] = "KEYS";
+        for (size_t i = 0; keys->type == REDIS_REPLY_ARRAY && i < keys->elements && argc < 8 + 64; i++)
+            argv[argc++] = keys->element[i]->str;
+        r = node_cmd(c[src], argc, argv);
+        if (!ok(r->type == REDIS_REPLY_STATUS && argc > 7,
+                "redirects: slot %s MIGRATING to the next node, its %d keys moved over TLS", slot,
+                argc - 7))
+            tap_diag("MIGRATE: %s", r->type == REDIS_REPLY_ERROR ? r->str : "no keys");
+        freeReplyObject(r);
+        freeReplyObject(keys);
+    }
+
+    /* -ASK: the source no longer has the key, the slot is still its own. */
+    feed_stats_get(f, &before);
+    rc = feed_page(f, uid, FEED_FIRST, 0, 10, &res);
+    d = tu_stats_since(f, &before);
+    if (!ok(rc == FEED_OK && page_is_sql(&res, uid, 10) && res.source == FEED_SOURCE_CACHE &&
+            d.redis_redirects > 0, "  ASK: the page follows it over TLS to the copy that moved "
+            "(source %d, %llu redirects)", rc == FEED_OK ? (int)res.source : -1,
+            (unsigned long long)d.redis_redirects))
+        tap_diag("rc %d: %s", rc, feed_errmsg(f));
+    if (rc == FEED_OK)
+        feed_result_free(&res);
+
+    /* -MOVED: the slot is the target's now; f and g still map it to the source. */
+    for (int i = 0; i < 3; i++)
+        freeReplyObject(node(c[i], "CLUSTER SETSLOT %s NODE %s", slot, dst_id));
+    tu_insert(pg, uid, 100000, 7777);
+    feed_stats_get(g, &before);
+    rc = feed_on_insert(g, uid, 100000, 7777);
+    d = tu_stats_since(g, &before);
+    if (!ok(rc == FEED_OK && d.redis_redirects > 0,
+            "  MOVED: the insert hook follows it over TLS (%llu redirects)",
+            (unsigned long long)d.redis_redirects))
+        tap_diag("rc %d: %s", rc, feed_errmsg(g));
+    feed_stats_get(f, &before);
+    rc = feed_page(f, uid, FEED_FIRST, 0, 10, &res);
+    d = tu_stats_since(f, &before);
+    if (!ok(rc == FEED_OK && page_is_sql(&res, uid, 10) && res.source == FEED_SOURCE_CACHE &&
+            res.count > 0 && res.items[0].id == 7777 && d.redis_redirects > 0,
+            "  MOVED: the page follows it over TLS, the hook's item on top (source %d, %llu "
+            "redirects)", rc == FEED_OK ? (int)res.source : -1,
+            (unsigned long long)d.redis_redirects))
+        tap_diag("rc %d: %s", rc, feed_errmsg(f));
+    if (rc == FEED_OK)
+        feed_result_free(&res);
+    r = node(c[dst], "EXISTS %s", tu_key(uid, ""), NULL);
+    ok(r->type == REDIS_REPLY_INTEGER && r->integer == 1 && tu_walks_equal_sql(f, pg, uid) &&
+       tu_walks_equal_sql(g, pg, uid), "  the copy is on the new owner; walks equal SQL");
+    freeReplyObject(r);
+    {
+        feed_stats s, t;
+        feed_stats_get(f, &s);
+        feed_stats_get(g, &t);
+        ok(s.redis_errors == 0 && t.redis_errors == 0 && s.fence_flushes + t.fence_flushes == 0,
+           "  no Redis error on the way, no node flushed");
+    }
+    for (int i = 0; i < 3; i++)
+        redisFree(c[i]);
+    feed_close(g);
+    feed_close(f);
+}
+
 /* The handle opens (PostgreSQL answers) but Redis is refused: the message
  * of the open, of a page within retry_ms and of feed_health name why. */
 static void refused(feed_config *cfg, const char *what, const char *want)
@@ -322,6 +518,192 @@ static void async_by_hand(void)
     event_base_free(base);
 }
 
+/* ---- a stale error on the thread's OpenSSL queue, on the loop ---- */
+
+/* What another OpenSSL user (the application, libpq) may leave on the
+ * thread's error queue: a reason put there by hand. hiredis_ssl asks
+ * SSL_get_error() whether a read that returned no data must wait for more
+ * (a TLS record that has not wholly arrived) or failed, and OpenSSL
+ * answers "failed" while anything is on the queue: the connection was
+ * dropped for it, and the stale reason named as the cause. */
+#define STALE_REASON "unsafe legacy renegotiation disabled"
+
+static void stale_error(void)
+{
+    ERR_clear_error();
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    ERR_raise(ERR_LIB_SSL, SSL_R_UNSAFE_LEGACY_RENEGOTIATION_DISABLED);
+#else
+    SSLerr(SSL_F_SSL_READ, SSL_R_UNSAFE_LEGACY_RENEGOTIATION_DISABLED);
+#endif
+}
+
+/* A TCP relay in front of the TLS Redis that hands each chunk the server
+ * sends on in two parts, 20 ms apart: the first byte, then the rest. Every
+ * record then reaches the client incomplete first, and the loop's read of
+ * it must wait for the rest (SSL_ERROR_WANT_READ). */
+#define RELAY_PAIRS 8
+
+typedef struct relay {
+    int          listen_fd, port, to;
+    int          cli[RELAY_PAIRS], srv[RELAY_PAIRS], n;
+    volatile int stop;
+    pthread_t    t;
+} relay;
+
+static int relay_write(int fd, const char *buf, size_t len)
+{
+    for (size_t at = 0; at < len;) {
+        ssize_t w = write(fd, buf + at, len - at);
+        if (w <= 0)
+            return -1;
+        at += (size_t)w;
+    }
+    return 0;
+}
+
+static void relay_drop(relay *rl, int i)
+{
+    close(rl->cli[i]);
+    close(rl->srv[i]);
+    rl->cli[i] = rl->srv[i] = -1;   /* poll() skips a negative fd */
+}
+
+static void relay_accept(relay *rl)
+{
+    struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)rl->to) };
+    int one = 1, c = accept(rl->listen_fd, NULL, NULL), s = socket(AF_INET, SOCK_STREAM, 0);
+
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (c < 0 || s < 0 || rl->n == RELAY_PAIRS ||
+        connect(s, (struct sockaddr *)&to, sizeof to) != 0) {
+        if (c >= 0)
+            close(c);
+        if (s >= 0)
+            close(s);
+        return;
+    }
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    rl->cli[rl->n] = c;
+    rl->srv[rl->n++] = s;
+}
+
+static void *relay_run(void *arg)
+{
+    relay *rl = arg;
+    static char buf[1 << 16];
+    struct timespec pause = { 0, 20000000 };
+
+    while (!rl->stop) {
+        struct pollfd p[1 + 2 * RELAY_PAIRS];
+        int n = rl->n;
+        p[0] = (struct pollfd){ rl->listen_fd, POLLIN, 0 };
+        for (int i = 0; i < n; i++) {
+            p[1 + 2 * i] = (struct pollfd){ rl->cli[i], POLLIN, 0 };
+            p[2 + 2 * i] = (struct pollfd){ rl->srv[i], POLLIN, 0 };
+        }
+        if (poll(p, (nfds_t)(1 + 2 * n), 50) <= 0)
+            continue;
+        if (p[0].revents & POLLIN)
+            relay_accept(rl);
+        for (int i = 0; i < n; i++) {
+            ssize_t m;
+            if (rl->cli[i] >= 0 && p[1 + 2 * i].revents) {   /* to the server as it comes */
+                m = read(rl->cli[i], buf, sizeof buf);
+                if (m <= 0 || relay_write(rl->srv[i], buf, (size_t)m) != 0) {
+                    relay_drop(rl, i);
+                    continue;
+                }
+            }
+            if (rl->srv[i] >= 0 && p[2 + 2 * i].revents) {   /* to the client in two parts */
+                m = read(rl->srv[i], buf, sizeof buf);
+                if (m <= 0 || relay_write(rl->cli[i], buf, 1) != 0 ||
+                    (nanosleep(&pause, NULL), relay_write(rl->cli[i], buf + 1, (size_t)m - 1)) != 0)
+                    relay_drop(rl, i);
+            }
+        }
+    }
+    for (int i = 0; i < rl->n; i++)
+        if (rl->cli[i] >= 0)
+            relay_drop(rl, i);
+    close(rl->listen_fd);
+    return NULL;
+}
+
+static int relay_start(relay *rl, int to)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    socklen_t len = sizeof a;
+
+    memset(rl, 0, sizeof *rl);
+    rl->to = to;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((rl->listen_fd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+        bind(rl->listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(rl->listen_fd, 8) != 0 ||
+        getsockname(rl->listen_fd, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    rl->port = ntohs(a.sin_port);
+    return pthread_create(&rl->t, NULL, relay_run, rl) == 0 ? 0 : -1;
+}
+
+static void relay_stop(relay *rl)
+{
+    rl->stop = 1;
+    pthread_join(rl->t, NULL);
+}
+
+/* Pages on the loop, each started after the application left an error on
+ * the queue, each reply coming in two parts: every page must come from
+ * Redis on the one connection, and no message may name the stale reason. */
+static void async_stale_error(void)
+{
+    struct event_base *base = event_base_new();
+    feed_config cfg;
+    feed_async *a;
+    feed_stats st;
+    relay rl;
+    arun r = { 0 };
+    int good = 0;
+
+    if (!ok(relay_start(&rl, port_tls) == 0, "stale error: a relay that splits every record")) {
+        event_base_free(base);
+        return;
+    }
+    tls_config(&cfg, rl.port);
+    if (!ok(feed_async_open_libevent(&a, &cfg, base) == FEED_OK, "stale error: async open")) {
+        tap_diag("%s", feed_async_errmsg(NULL));
+        relay_stop(&rl);
+        event_base_free(base);
+        return;
+    }
+    feed_async_page(a, 11, FEED_FIRST, 0, 10, a_page, &r);     /* connected, set up */
+    a_wait(base, &r);
+    for (int i = 0; i < 5; i++) {
+        unsigned long e;
+        r = (arun){ 0 };
+        stale_error();
+        e = ERR_peek_error();
+        feed_async_page(a, 11, FEED_FIRST, 0, 10, a_page, &r);
+        a_wait(base, &r);
+        if (e && r.rc == FEED_OK && r.source == FEED_SOURCE_CACHE && r.count == 10 &&
+            !strstr(r.msg, STALE_REASON))
+            good++;
+        else
+            tap_diag("page %d: queue %lu, rc %d source %d: %s", i, e, r.rc, (int)r.source, r.msg);
+    }
+    feed_async_stats_get(a, &st);
+    ok(good == 5 && st.redis_errors == 0 && st.redis_connects == 1,
+       "stale error: 5 of 5 pages from the cache with \"" STALE_REASON "\" on the queue, "
+       "replies split (%d right, %llu Redis errors, %llu connects)", good,
+       (unsigned long long)st.redis_errors, (unsigned long long)st.redis_connects);
+    ERR_clear_error();
+    feed_async_close(a);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    relay_stop(&rl);
+    event_base_free(base);
+}
+
 /* ---- feedcache-sync with the TLS flags ---- */
 
 static void sync_over_tls(void)
@@ -437,6 +819,7 @@ int main(void)
     tls_config(&cfg, port_tls);
     cfg.redis_cluster = env_cluster;
     pages_and_hooks(&cfg, "Redis Cluster over TLS (3 primaries)", 0);
+    redirects_over_tls();
 
     tls_config(&cfg, port_tls);
     cfg.redis_sentinels = env_sentinels;
@@ -488,6 +871,8 @@ int main(void)
 
     if (!tu_async())
         async_by_hand();
+    if (!tu_async())
+        async_stale_error();
     if (!tu_async())
         sync_over_tls();
     pg_over_tls();

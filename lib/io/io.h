@@ -39,10 +39,6 @@ int  feed__tls_begin(const feed_tls *t, redisContext *c, const char *host, char 
 void feed__tls_why(const redisContext *c, int handshake, char *why, size_t cap);
 /* 1 when c speaks TLS (its bytes must go through hiredis). */
 int  feed__tls_on(const redisContext *c);
-/* Before a round trip on a TLS connection: empty the thread's OpenSSL
- * error queue, so that a failure of the trip is named by its own reason,
- * never by one another OpenSSL user (libpq) left there. */
-void feed__tls_forget(void);
 
 /* ---- redis_sync.c ---- */
 

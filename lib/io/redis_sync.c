@@ -133,12 +133,9 @@ void feed__rs_write(redisContext *c, feed_trip *t)
     char buf[DIRECT_MAX];
     size_t at = 0, k = 0;
     int done = 0;
-    int tls = feed__tls_on(c);
 
     t->io = FEED_IO_OK;
     t->got = 0;
-    if (tls)
-        feed__tls_forget();
     if (direct_ok(c)) {
         for (; k < t->n; k++) {
             const char **argv;

@@ -18,6 +18,20 @@
  * failure there as a bare I/O error, so feed__tls_why() reads the queue
  * right after (same thread, same turn of the loop) to name the cause.
  *
+ * That queue must be empty before each SSL_read and SSL_write: hiredis_ssl
+ * asks SSL_get_error() whether a read or write that returned nothing must
+ * wait (a record not yet whole, a full socket) or failed, and
+ * SSL_get_error() answers "failed" whenever anything is on the queue, a
+ * reason another OpenSSL user on the thread (the application, libpq) left
+ * there included; the connection is dropped and that reason named.
+ * OpenSSL empties the queue itself at each step of a handshake, hiredis_ssl
+ * never does, and on a loop its reads and writes run from the loop's
+ * callbacks, where no code of the library runs first. So every TLS
+ * connection reads and writes through tls_funcs: hiredis_ssl's function
+ * table (redisContextFuncs, the transport table of hiredis.h's public
+ * redisContext, copied whole) with read and write wrapped to empty the
+ * queue first, on the blocking and the async API alike.
+ *
  * Built without hiredis_ssl (FEED_HAVE_TLS 0) no handle has a context:
  * config.c refuses every TLS field first.
  */
@@ -52,6 +66,44 @@ struct feed_tls {
 };
 
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+/* hiredis_ssl's function table as redisInitiateSSL set it (ssl_funcs), and
+ * the one every TLS context here gets (tls_funcs): the same, with read and
+ * write emptying the thread's error queue first. Filled once, from the
+ * first context made. */
+static pthread_mutex_t   tls_funcs_lock = PTHREAD_MUTEX_INITIALIZER;
+static redisContextFuncs ssl_funcs, tls_funcs;
+static const redisContextFuncs *ssl_funcs_from;
+
+static ssize_t tls_read(redisContext *c, char *buf, size_t cap)
+{
+    ERR_clear_error();
+    return ssl_funcs.read(c, buf, cap);
+}
+
+static ssize_t tls_write(redisContext *c)
+{
+    ERR_clear_error();
+    return ssl_funcs.write(c);
+}
+
+/* c (just given its TLS session) reads and writes through tls_funcs. A
+ * table other than the first one seen is left alone (one hiredis_ssl has
+ * one). */
+static void tls_wrap_io(redisContext *c)
+{
+    pthread_mutex_lock(&tls_funcs_lock);
+    if (!ssl_funcs_from && c->funcs && c->funcs->read && c->funcs->write) {
+        ssl_funcs = *c->funcs;
+        tls_funcs = ssl_funcs;
+        tls_funcs.read = tls_read;
+        tls_funcs.write = tls_write;
+        ssl_funcs_from = c->funcs;
+    }
+    if (ssl_funcs_from && c->funcs == ssl_funcs_from)
+        c->funcs = &tls_funcs;
+    pthread_mutex_unlock(&tls_funcs_lock);
+}
 
 static void tls_init_once(void)
 {
@@ -202,6 +254,7 @@ int feed__tls_begin(const feed_tls *t, redisContext *c, const char *host, char *
         feed__tls_why(c, 1, why, cap);
         return -1;
     }
+    tls_wrap_io(c);
     /* For feed__tls_why (hiredis leaves privdata to its user: not freed). */
     c->privdata = (void *)t;
     return 0;
@@ -245,11 +298,6 @@ int feed__tls_on(const redisContext *c)
     return c->privctx != NULL;
 }
 
-void feed__tls_forget(void)
-{
-    ERR_clear_error();
-}
-
 #else /* !FEED_HAVE_TLS */
 
 int feed__tls_open(const feed_config *cfg, feed_tls **out, char *why, size_t cap)
@@ -280,10 +328,6 @@ int feed__tls_on(const redisContext *c)
 {
     (void)c;
     return 0;
-}
-
-void feed__tls_forget(void)
-{
 }
 
 #endif /* FEED_HAVE_TLS */
