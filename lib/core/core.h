@@ -293,6 +293,7 @@ typedef struct feed_setup {
     char     **keys;            /* a SCAN reply's keys, "UNLINK" first */
     size_t    *klens, nkeys;
     char       key[300], pattern[600];
+    char       mark[84];        /* a fence key's value: "<run_id>:<replid>" */
     char       why[256];        /* the last trip's refusal */
     char       last[512];       /* the last Sentinel's */
     char       err[FEED_ERRMSG];

@@ -31,7 +31,12 @@
  * the old server. A node whose run_id differs serves no cached page (pages
  * come from PostgreSQL) until every "<prefix>:*" key has been dropped (SCAN
  * + UNLINK, resumable, at most redis_timeout_ms of it per set-up), then the
- * new run_id is written. Write hooks still run meanwhile: they only ever
+ * new run_id is written. The key holds the master_replid too
+ * ("<run_id>:<replid>"), and both must match: a primary that is demoted,
+ * resynced from a replica promoted meanwhile (behind it), then promoted
+ * again keeps its run_id, and its data set, the replica's, may hold the
+ * fence key it wrote itself before the failover; its replid, though, is
+ * new at each promotion. Write hooks still run meanwhile: they only ever
  * make a copy more right, and the copy is dropped anyway. Several handles
  * may flush at once; each SCAN step first looks whether another finished
  * (the fence then matches). Why every key must go before any page is
@@ -69,13 +74,13 @@
  * another primary (a reshard moves it, key by key) before any handle has
  * checked the promoted node's fence, and the copy then sits, whole, on a
  * node whose own fence is right. So each slot has a fence of its own too,
- * "<prefix>:fence:s{<n>}" in that slot: it names the run_id of the node on
- * which the slot's copies were found right, and it moves with the copies,
+ * "<prefix>:fence:s{<n>}" in that slot: it names the data set (run_id and
+ * replid, as above) of the node on which the slot's copies were found right, and it moves with the copies,
  * by replication to a replica and by MIGRATE to another primary. A read of
  * a slot on its owner waits (once per trust of the node, per handle) until
  * the slot's fence key names the owner; when it names another node, or is
  * missing, the slot's copies are dropped first (CLUSTER GETKEYSINSLOT and
- * UNLINK, each key of ours but the fence keys), then the owner's run_id is
+ * UNLINK, each key of ours but the fence keys), then the owner's is
  * written. So a slot that arrives, by a failover or a reshard, costs its
  * copies once, and never brings a stale one. A slot whose fence cannot be
  * read (it is migrating and the key left: -ASK, -MOVED) stays unchecked:
@@ -356,13 +361,21 @@ static int setup_keep_slot_keys(feed_setup *s, const redisReply *keys)
     return FEED_OK;
 }
 
-/* GET's reply of the fence key: right, and FEED_SR_MATCH when it names the
- * run_id of the server answering. */
+/* What a fence key holds for the data set answering: its run_id and its
+ * master_replid, "<run_id>:<replid>" (in s->mark). */
+static const char *setup_mark(feed_setup *s)
+{
+    snprintf(s->mark, sizeof s->mark, "%s:%s", s->node->fence.run_id, s->node->fence.replid);
+    return s->mark;
+}
+
+/* GET's reply of a fence key: right, and FEED_SR_MATCH when it names the
+ * data set answering (its run_id and replication id, read just before). */
 static int setup_fence_get(feed_setup *s, const redisReply *r)
 {
-    const char *run_id = s->node->fence.run_id;
+    const char *mark = setup_mark(s);
 
-    if (setup_is_str(r) && r->len == strlen(run_id) && memcmp(r->str, run_id, r->len) == 0)
+    if (setup_is_str(r) && r->len == strlen(mark) && memcmp(r->str, mark, r->len) == 0)
         s->said |= FEED_SR_MATCH;
     return setup_is_str(r) || r->type == REDIS_REPLY_NIL;
 }
@@ -594,7 +607,7 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         s->step = strcmp(n->fence.cursor, "0") == 0 ? STEP_RECORD : STEP_SCAN;
         return SETUP_AGAIN;
     case STEP_RECORD:
-        SETUP_ADD(s, "SET", s->key, n->fence.run_id);
+        SETUP_ADD(s, "SET", s->key, setup_mark(s));
         return setup_trip(s, 1, FEED_S_TRIP);
     case STEP_SLOT_LOOK: {
         int64_t tag = feed__slot_tag(&c->topo, s->slot);
@@ -616,7 +629,7 @@ static int setup_fence_step(feed_setup *s, int64_t now)
     case STEP_SLOT_UNLINK:
         return setup_trip(s, s->nkeys - 1, FEED_S_TRIP);
     case STEP_SLOT_RECORD:
-        SETUP_ADD(s, "SET", s->key, n->fence.run_id);
+        SETUP_ADD(s, "SET", s->key, setup_mark(s));
         return setup_trip(s, 1, FEED_S_TRIP);
     default:
         return FEED_S_DONE;
