@@ -474,8 +474,15 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
         }
         break;
     case STEP_SLOT_KEYS:
-        if ((ok = r->type == REDIS_REPLY_ARRAY) != 0 && setup_keep_slot_keys(s, r) != FEED_OK)
+        if (k == 0 && setup_redirected(r)) {
+            ok = 1;
+            s->said |= FEED_SR_MOVED;
+        } else if (k == 0) {
+            ok = setup_fence_get(s, r);
+        } else if ((ok = r->type == REDIS_REPLY_ARRAY) != 0 &&
+                   setup_keep_slot_keys(s, r) != FEED_OK) {
             s->said |= FEED_SR_NOMEM;
+        }
         break;
     case STEP_SLOT_UNLINK:
         ok = r->type == REDIS_REPLY_INTEGER || setup_redirected(r);
@@ -623,9 +630,13 @@ static int setup_fence_step(feed_setup *s, int64_t now)
     case STEP_SLOT_KEYS:
         if (now >= s->deadline)         /* the rest next time: the slot stays unchecked */
             return setup_finish(s, FEED_OK);
+        /* The fence first, in the same trip: when another handle has
+         * finished the slot meanwhile, the keys listed after it are its
+         * fresh copies, not ours to drop. */
         snprintf(s->slot_words[1], sizeof s->slot_words[1], "%u", s->count);
+        SETUP_ADD(s, "GET", s->key);
         SETUP_ADD(s, "CLUSTER", "GETKEYSINSLOT", s->slot_words[0], s->slot_words[1]);
-        return setup_trip(s, 1, FEED_S_TRIP);
+        return setup_trip(s, 2, FEED_S_TRIP);
     case STEP_SLOT_UNLINK:
         return setup_trip(s, s->nkeys - 1, FEED_S_TRIP);
     case STEP_SLOT_RECORD:
@@ -790,7 +801,9 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
             s->step = STEP_SLOT_KEYS;
         return;
     case STEP_SLOT_KEYS:
-        if (s->said & FEED_SR_NOMEM)
+        if (s->said & FEED_SR_MATCH)        /* another handle finished the slot */
+            setup_slot_trust(s);
+        else if (s->said & FEED_SR_NOMEM)
             setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
         else if (s->nkeys > 1)
             s->step = STEP_SLOT_UNLINK;
