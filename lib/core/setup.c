@@ -624,6 +624,7 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         snprintf(s->key, sizeof s->key, "%s:fence:s{%lld}", c->cfg.key_prefix, (long long)tag);
         snprintf(s->slot_words[0], sizeof s->slot_words[0], "%u", s->slot);
         s->count = SLOT_KEYS_FIRST;
+        s->deadline = now + c->cfg.redis_timeout_ms;   /* the slot's own flush */
         SETUP_ADD(s, "GET", s->key);
         return setup_trip(s, 1, FEED_S_TRIP);
     }
