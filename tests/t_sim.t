@@ -39,6 +39,8 @@ done <<'EOF2'
 640 4 0 cluster repairs given up whole at the first primary down
 4411 4 0 cluster repairs given up whole at the first primary down
 4897 4 0 cluster repairs given up whole at the first primary down
+9368 4 0 cluster a promoted replica's stale copy migrating past the node fences
+1243 4 4189 cluster a primary promoted back over its replica's older data set
 EOF2
 
 # A short run of the default config: no violation.
