@@ -446,6 +446,7 @@ void feed__xchg_end(feed_xchg *x);      /* free what it holds; any state */
 #define FEED_REPAIR_MAX 65536
 int  feed__repair_remember(const feed_core *c, int fam, int64_t owner);
 int  feed__repairs_pending(const feed_core *c);
+int  feed__repair_slot_pending(const feed_core *c, unsigned slot);
 void feed__repair_forget(void);   /* tests only */
 uint64_t feed__store_of(const feed_config *cfg);
 
