@@ -40,6 +40,7 @@ done <<'EOF2'
 4411 4 0 cluster repairs given up whole at the first primary down
 4897 4 0 cluster repairs given up whole at the first primary down
 9368 4 0 cluster a promoted replica's stale copy migrating past the node fences
+2479 4 691,2436,3094,3172,3284,3346,3402,3420 cluster-wait a read of a feed whose repair failed
 EOF2
 
 # A short run of the default config: no violation.
