@@ -442,6 +442,8 @@ static void dominant_author(void)
         ok(warm && feed_page(f, uid, FEED_FIRST, 0, 5, &res) == FEED_OK, "a new handle reads"
            " the reader's own feed (its connections set up, the restart fence checked)");
         feed_result_free(&res);
+        for (int k = 0; k < 4; k++)         /* and, on a cluster, the authors' slots' fences */
+            tu_settle_feed(f, authors[k]);
     }
     feed_stats_get(f, &before);
     ok(feed_page_merged(f, uid, authors, 4, FEED_FIRST, 0, 20, &res) == FEED_OK &&

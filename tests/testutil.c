@@ -76,6 +76,29 @@ void tu_settle(feed *f)
             bail("tu_settle: %s", feed_errmsg(f));
 }
 
+void tu_settle_feed(feed *f, int64_t uid)
+{
+    char tag[24];
+    unsigned slot;
+    feed_result res;
+
+    if (!tu_cluster())
+        return;
+    snprintf(tag, sizeof tag, "%lld", (long long)uid);
+    slot = feed__key_slot(tag, strlen(tag));
+    for (int64_t v = SETTLE_UID0 + 64;; v++) {
+        snprintf(tag, sizeof tag, "%lld", (long long)v);
+        if (feed__key_slot(tag, strlen(tag)) != slot)
+            continue;
+        if (feed_page(f, v, FEED_FIRST, 0, 1, &res) != FEED_OK)
+            bail("tu_settle_feed: %s", feed_errmsg(f));
+        feed_result_free(&res);
+        if (feed_invalidate(f, v) != FEED_OK)
+            bail("tu_settle_feed: %s", feed_errmsg(f));
+        return;
+    }
+}
+
 feed *tu_open_settled(const feed_config *cfg)
 {
     feed *f = tu_open(cfg);

@@ -147,6 +147,8 @@ void feed__core_free(feed_core *c)
     free(c->topo.nodes);
     free(c->topo.seeds);
     free(c->topo.owner);
+    free(c->topo.slot_epoch);
+    free(c->topo.slot_tag);
     for (size_t i = 0; i < sizeof c->owned / sizeof c->owned[0]; i++)
         free(c->owned[i]);
     memset(c, 0, sizeof *c);

@@ -72,6 +72,8 @@ typedef struct feed_fence {
     char replid[41];            /* its master_replid (INFO replication) */
     char trusted_run_id[41];    /* the data set last trusted here: "" = none yet */
     char trusted_replid[41];
+    uint32_t epoch;             /* cluster: this trust's number (feed_topo.epochs),
+                                   new each time the node is trusted again */
 } feed_fence;
 
 /* A Redis node: the one Redis, the primary the Sentinels name, or one node
@@ -100,6 +102,15 @@ typedef struct feed_topo {
     size_t      nseeds;
     uint16_t   *owner;          /* cluster: FEED_SLOTS entries, node index + 1; 0 = unknown */
     int         stale;          /* refresh the slot map before routing */
+    /* cluster, with the restart fence: a slot's copies are read on its
+     * owner only while slot_epoch[slot] is the owner's fence.epoch (the
+     * slot's own fence key was found naming the owner under that trust,
+     * setup.c); allocated with owner. epochs numbers the trusts. slot_tag:
+     * the n of each slot's fence key "<prefix>:fence:s{n}", made at its
+     * first use (NULL before). */
+    uint32_t   *slot_epoch;
+    uint32_t    epochs;
+    uint32_t   *slot_tag;
     int64_t     map_ms;         /* last refresh attempt */
     uint64_t    store;          /* which copies these are, for the repair list */
 } feed_topo;
@@ -176,6 +187,8 @@ int  feed__map_apply(feed_topo *t, int from, const redisReply *r);
 int  feed__map_candidate(feed_topo *t, int *phase, size_t *i);
 int  feed__map_owner(const feed_topo *t, unsigned slot);
 int  feed__fence_slot(const feed_topo *t, int i, unsigned slot);
+int  feed__slot_trusted(const feed_topo *t, const feed_node *n, unsigned slot);
+int64_t feed__slot_tag(feed_topo *t, unsigned slot);
 int *feed__map_primaries(const feed_topo *t, size_t *n);
 uint64_t feed__map_stamp(const feed_topo *t);
 
@@ -245,12 +258,15 @@ enum feed_swant {
     FEED_S_TRIP,        /* run s->trip on the node's connection */
     FEED_S_DONE         /* s->rc: FEED_OK, the node may serve; else why in s->err */
 };
-enum { FEED_SETUP_FULL, FEED_SETUP_HELLO };  /* with the fence, or the connection only */
+/* With the fence (on a cluster, the slot's too: setup.c), or the
+ * connection only. */
+enum { FEED_SETUP_FULL, FEED_SETUP_HELLO };
 enum {                  /* s->said, cleared before each step */
     FEED_SR_BAD   = 1,  /* a reply was not right (why in s->why) */
     FEED_SR_MATCH = 2,  /* the fence key names the run_id of the server answering */
     FEED_SR_MOVED = 4,  /* the fence key's slot is not served here (MOVED, ASK) */
-    FEED_SR_NOMEM = 8   /* no memory for the keys of a SCAN reply */
+    FEED_SR_NOMEM = 8,  /* no memory for the keys of a SCAN reply */
+    FEED_SR_FULL  = 16  /* GETKEYSINSLOT returned as many keys as asked */
 };
 struct feed_scmd {
     int         argc;
@@ -276,9 +292,12 @@ typedef struct feed_setup {
     int        script_of[FEED_SCRIPT_COUNT];   /* the scripts' step: command k loads this */
     unsigned   said;            /* FEED_SR_*: what the last trip's replies said */
     char       cursor[24];
+    unsigned   count;           /* the slot's flush: keys asked per GETKEYSINSLOT */
+    char       slot_words[2][12];   /* its slot and count, as text */
     char     **keys;            /* a SCAN reply's keys, "UNLINK" first */
     size_t    *klens, nkeys;
     char       key[300], pattern[600];
+    char       mark[84];        /* a fence key's value: "<run_id>:<replid>" */
     char       why[256];        /* the last trip's refusal */
     char       last[512];       /* the last Sentinel's */
     char       err[FEED_ERRMSG];
@@ -342,6 +361,7 @@ typedef struct feed_xcmd {
     int      ask;               /* ASKING at node ask - 1 next pass; 0: none */
     unsigned slot;
     unsigned char done;
+    unsigned char fenced;       /* set-ups that checked its slot's fence in this batch */
 } feed_xcmd;
 
 /* Per trip: what its commands are. */
@@ -366,7 +386,9 @@ enum {
     FEED_XP_NOSCRIPT = 8,   /* a node lost scripts: set it up again, send again once */
     FEED_XP_DEMOTED  = 16,  /* READONLY: the primary was demoted; ask the Sentinels */
     FEED_XP_SHORT    = 32,  /* WAIT or ROLE: too few replicas; the batch fails */
-    FEED_XP_FAILED   = 64   /* a trip failed (why on the request); the batch fails */
+    FEED_XP_FAILED   = 64,  /* a trip failed (why on the request); the batch fails */
+    FEED_XP_UNSURE   = 128  /* a read sent on by ASK: the target's copies of a slot
+                               being imported are not known right; the batch fails */
 };
 /* x->met: what the batch met, kept to its end. */
 enum {
@@ -428,6 +450,7 @@ void feed__xchg_end(feed_xchg *x);      /* free what it holds; any state */
 #define FEED_REPAIR_MAX 65536
 int  feed__repair_remember(const feed_core *c, int fam, int64_t owner);
 int  feed__repairs_pending(const feed_core *c);
+int  feed__repair_slot_pending(const feed_core *c, unsigned slot);
 void feed__repair_forget(void);   /* tests only */
 uint64_t feed__store_of(const feed_config *cfg);
 

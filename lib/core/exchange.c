@@ -15,7 +15,10 @@
  *   set up     each node of the pass connected and set up (setup.c), the
  *              restart fence cleared, or being cleared and the batch a hook
  *              (hooks only make a copy more right, and every copy is dropped
- *              anyway);
+ *              anyway); on a cluster a read also needs its slot's own fence
+ *              cleared on the slot's owner, and is never sent on by ASK: the
+ *              copies of a slot being imported are not known right until
+ *              the slot has arrived and its fence is checked there;
  *   pass       the commands still owed an answer, one trip per node, every
  *              node at once; a hook's trip ends with WAIT (redis_wait_replicas),
  *              a read's under Sentinel with ROLE (its answer is used only while
@@ -110,7 +113,7 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
         return;
     }
     for (size_t i = 0; i < b->n; i++)
-        x->cmds[i] = (feed_xcmd){ .node = -1, .ask = 0, .slot = b->slot, .done = 0 };
+        x->cmds[i] = (feed_xcmd){ .node = -1, .ask = 0, .slot = b->slot, .done = 0, .fenced = 0 };
     if (b->flags & FEED_B_EACH) {   /* each command's own slot */
         for (size_t i = 0; i < b->n; i++) {
             const char **argv;
@@ -255,6 +258,33 @@ static void xchg_judge_role(feed_xchg *x, const redisReply *r)
               cfg->redis_wait_replicas);
 }
 
+/* Does this batch read copies, on a cluster with the restart fence? Not
+ * hooks and repairs (they only make a copy more right, or drop it), nor
+ * walks over the nodes. */
+static int xchg_reads(const feed_xchg *x)
+{
+    return xchg_cluster(x) && x->c->cfg.redis_restart_fence &&
+           !(x->b->flags & (FEED_B_HOOK | FEED_B_NODE | FEED_B_REPAIR));
+}
+
+/* Command i of a batch that reads: must its slot's copies be known right?
+ * Yes unless it only drops a copy (DEL, UNLINK, invalidate.lua). Asked
+ * only off the hot path: when the slot is not yet trusted, or on ASK. */
+static int xchg_trusting(feed_xchg *x, size_t i)
+{
+    const char **argv;
+    const size_t *lens;
+    int argc = x->b->build(x->b->arg, i, &argv, &lens);
+
+    if (argc < 1)
+        return 1;
+    if ((lens[0] == 3 && memcmp(argv[0], "DEL", 3) == 0) ||
+        (lens[0] == 6 && memcmp(argv[0], "UNLINK", 6) == 0))
+        return 0;
+    return !(argc > 1 && lens[0] == 7 && memcmp(argv[0], "EVALSHA", 7) == 0 && lens[1] == 40 &&
+             memcmp(argv[1], x->c->sha[FEED_SCRIPT_INVALIDATE], 40) == 0);
+}
+
 /* One reply of a batch command: final, or what the next pass needs. */
 static void xchg_command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redisReply *r)
 {
@@ -305,6 +335,10 @@ static void xchg_command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redi
         topo->stale = 1;
         break;
     case FEED_V_ASK:
+        if (xchg_reads(x) && xchg_trusting(x, i)) {
+            x->pass |= FEED_XP_UNSURE;      /* a read: not at the target (xchg_route) */
+            break;
+        }
         k = feed__node_index(topo, &to);
         x->pass |= FEED_XP_ASK;
         x->cmds[i].ask = k >= 0 ? k + 1 : 0;
@@ -499,6 +533,27 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
         if (xchg_needs_setup(x, n))
             return xchg_setup(x, node, b->flags & FEED_B_NODE ? FEED_SETUP_HELLO
                               : FEED_SETUP_FULL, x->cmds[i].slot, x->state);
+        /* A read on a cluster: its slot's fence too (setup.c). Two set-ups
+         * at most (the first may have been another request's, joined by
+         * the event-loop driver), then the read goes to PostgreSQL. */
+        if (xchg_reads(x) && !feed__slot_trusted(&x->c->topo, n, x->cmds[i].slot) &&
+            xchg_trusting(x, i)) {
+            if (x->cmds[i].fenced < 2)
+                return xchg_setup(x, node, FEED_SETUP_FULL, x->cmds[i].slot, x->state);
+            x->c->topo.stale = 1;
+            return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d: the copies of slot "
+                                          "%u are not yet known to be right (the slot moved, "
+                                          "or its node came back from a restart or failover)",
+                                          n->addr.host, n->addr.port, x->cmds[i].slot));
+        }
+        /* The repairs ran first and left a feed of this slot on the list
+         * (a DEL redirected while another node's WAIT failed, say): its
+         * copy may miss the lost write. Rare: one atomic load otherwise. */
+        if (xchg_reads(x) && feed__repair_slot_pending(x->c, x->cmds[i].slot) &&
+            xchg_trusting(x, i))
+            return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis Cluster: a copy in slot %u "
+                                          "is still to be dropped (a lost write's repair failed)",
+                                          x->cmds[i].slot));
     }
     /* One trip per node, its commands in batch order: ASKING before each
      * one redirected by ASK, and the check at the end. */
@@ -624,6 +679,10 @@ void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
     }
     if (rc == FEED_OK) {
         xchg_node(x, x->setup_node)->fenced_by = x->id;   /* a fence step per batch */
+        for (size_t i = 0; i < x->b->n; i++)          /* and a slot's, at most twice */
+            if (!x->cmds[i].done && x->cmds[i].node == x->setup_node &&
+                x->cmds[i].slot == x->setup_slot && x->cmds[i].fenced < 2)
+                x->cmds[i].fenced++;
         return;
     }
     if (x->b->flags & FEED_B_NODE) {    /* that node's commands are lost, not the rest */
@@ -733,6 +792,13 @@ static int xchg_pass_ends(feed_xchg *x, int64_t now)
             xchg_node(x, 0)->state = FEED_NODE_DOWN;
             xchg_node(x, 0)->attempt_ms = now;
         }
+        xchg_done(x, FEED_EREDIS);
+        return 1;
+    }
+    if (x->pass & FEED_XP_UNSURE) {     /* a read met ASK: PostgreSQL answers it */
+        x->c->stats.redis_errors++;
+        feed__msg(x->err, FEED_EREDIS, "Redis Cluster: %s: a copy is read only on its slot's "
+                  "owner", x->why);
         xchg_done(x, FEED_EREDIS);
         return 1;
     }

@@ -118,6 +118,22 @@ int feed__repairs_pending(const feed_core *c)
     return atomic_load(&repair_pending) > 0;
 }
 
+/* Is a copy in slot still to be dropped (an entry of this store whose
+ * uid's keys hash there)? After the repairs ran and some failed, a read
+ * of that slot must not use the copy: its lost write may be missing. */
+int feed__repair_slot_pending(const feed_core *c, unsigned slot)
+{
+    int found = 0;
+
+    if (!feed__repairs_pending(c))
+        return 0;
+    pthread_mutex_lock(&repair_lock);
+    for (size_t i = 0; i < repair_count && !found; i++)
+        found = repair_list[i].store == c->topo.store && feed__uid_slot(repair_list[i].uid) == slot;
+    pthread_mutex_unlock(&repair_lock);
+    return found;
+}
+
 /* Tests only: forget every pending repair, so that each test or fuzz
  * run starts from the same state. */
 void feed__repair_forget(void)

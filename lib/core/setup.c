@@ -31,7 +31,12 @@
  * the old server. A node whose run_id differs serves no cached page (pages
  * come from PostgreSQL) until every "<prefix>:*" key has been dropped (SCAN
  * + UNLINK, resumable, at most redis_timeout_ms of it per set-up), then the
- * new run_id is written. Write hooks still run meanwhile: they only ever
+ * new run_id is written. The key holds the master_replid too
+ * ("<run_id>:<replid>"), and both must match: a primary that is demoted,
+ * resynced from a replica promoted meanwhile (behind it), then promoted
+ * again keeps its run_id, and its data set, the replica's, may hold the
+ * fence key it wrote itself before the failover; its replid, though, is
+ * new at each promotion. Write hooks still run meanwhile: they only ever
  * make a copy more right, and the copy is dropped anyway. Several handles
  * may flush at once; each SCAN step first looks whether another finished
  * (the fence then matches). Why every key must go before any page is
@@ -63,6 +68,25 @@
  * serves only to a client that said ASKING (without it every flush would
  * fail on them until the migration ends). A key that left meanwhile (its
  * slot migrated away: -ASK, -MOVED) is no longer the node's to drop.
+ *
+ * A node's fence is not enough on a cluster, because copies move between
+ * nodes: a replica promoted with a stale copy may give the copy's slot to
+ * another primary (a reshard moves it, key by key) before any handle has
+ * checked the promoted node's fence, and the copy then sits, whole, on a
+ * node whose own fence is right. So each slot has a fence of its own too,
+ * "<prefix>:fence:s{<n>}" in that slot: it names the data set (run_id and
+ * replid, as above) of the node on which the slot's copies were found right, and it moves with the copies,
+ * by replication to a replica and by MIGRATE to another primary. A read of
+ * a slot on its owner waits (once per trust of the node, per handle) until
+ * the slot's fence key names the owner; when it names another node, or is
+ * missing, the slot's copies are dropped first (CLUSTER GETKEYSINSLOT and
+ * UNLINK, each key of ours but the fence keys), then the owner's is
+ * written. So a slot that arrives, by a failover or a reshard, costs its
+ * copies once, and never brings a stale one. A slot whose fence cannot be
+ * read (it is migrating and the key left: -ASK, -MOVED) stays unchecked:
+ * the set-up still succeeds (a hook may go on), and the exchange sends no
+ * read there (exchange.c). Hooks need no check: they only make a copy
+ * more right, and the copy is dropped anyway.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,8 +96,14 @@
 
 enum {
     STEP_START, STEP_SENTINEL, STEP_CONNECT, STEP_AUTH, STEP_ROLE, STEP_SCRIPTS, STEP_AFTER,
-    STEP_LOOK, STEP_SCAN, STEP_UNLINK, STEP_CURSOR, STEP_RECORD, STEP_DONE
+    STEP_LOOK, STEP_SCAN, STEP_UNLINK, STEP_CURSOR, STEP_RECORD,
+    STEP_SLOT_LOOK, STEP_SLOT_KEYS, STEP_SLOT_UNLINK, STEP_SLOT_RECORD, STEP_DONE
 };
+
+/* The first count of keys asked of a slot by GETKEYSINSLOT, and the most
+ * (the count grows while a full answer holds none of our keys). */
+#define SLOT_KEYS_FIRST 1000u
+#define SLOT_KEYS_MOST  (1u << 24)
 
 static int setup_cluster(const feed_setup *s)
 {
@@ -146,6 +176,15 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
     static const size_t asking_len[1] = { 6 };
     feed_setup *s = arg;
 
+    if (s->step == STEP_SLOT_UNLINK) {  /* one UNLINK per key: the slot may be migrating */
+        s->cmds[0].argv[0] = "UNLINK";
+        s->cmds[0].lens[0] = 6;
+        s->cmds[0].argv[1] = s->keys[k + 1];
+        s->cmds[0].lens[1] = s->klens[k + 1];
+        *argv = s->cmds[0].argv;
+        *lens = s->cmds[0].lens;
+        return 2;
+    }
     if (s->step == STEP_UNLINK) {   /* the keys of one SCAN reply */
         if (!setup_cluster(s)) {    /* one UNLINK of them all */
             *argv = (const char **)s->keys;
@@ -244,24 +283,99 @@ static int setup_redirected(const redisReply *r)
            (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
 }
 
-/* The node's data set is ours: its fence is cleared, the set-up done. */
+/* Must the set-up check the fence of the slot about to be served? On a
+ * cluster, with the fence, on the slot's owner once the node is trusted,
+ * until the slot is (an ASK target that does not own the slot yet is
+ * never asked: nothing is read there, exchange.c). */
+static int setup_slot_wanted(const feed_setup *s)
+{
+    const feed_core *c = s->c;
+
+    return setup_cluster(s) && s->kind == FEED_SETUP_FULL && c->cfg.redis_restart_fence &&
+           s->slot < FEED_SLOTS && feed__map_owner(&c->topo, s->slot) == s->index &&
+           !feed__slot_trusted(&c->topo, s->node, s->slot);
+}
+
+/* The node's fence is cleared: the set-up is done, or goes on with the
+ * slot's fence. */
+static void setup_trusted(feed_setup *s)
+{
+    if (setup_slot_wanted(s))
+        s->step = STEP_SLOT_LOOK;
+    else
+        setup_finish(s, FEED_OK);
+}
+
+/* The node's data set is ours: its fence is cleared, with a new number
+ * (every slot's trust on the node was under the old one). */
 static void setup_trust(feed_setup *s)
 {
     feed_fence *fc = &s->node->fence;
+    feed_topo *t = &s->c->topo;
 
     fc->state = FEED_FENCE_TRUSTED;
     memcpy(fc->trusted_run_id, fc->run_id, sizeof fc->run_id);
     memcpy(fc->trusted_replid, fc->replid, sizeof fc->replid);
+    if (++t->epochs == 0)
+        ++t->epochs;
+    fc->epoch = t->epochs;
+    setup_trusted(s);
+}
+
+/* The slot's fence is found (or made) naming the node. */
+static void setup_slot_trust(feed_setup *s)
+{
+    s->c->topo.slot_epoch[s->slot] = s->node->fence.epoch;
     setup_finish(s, FEED_OK);
 }
 
-/* GET's reply of the fence key: right, and FEED_SR_MATCH when it names the
- * run_id of the server answering. */
+/* Keep the keys of a GETKEYSINSLOT reply that are copies of ours (under
+ * "<prefix>:", the fence keys left alone) for STEP_SLOT_UNLINK; keys[0]
+ * unused. FEED_SR_FULL when the reply held as many keys as asked. */
+static int setup_keep_slot_keys(feed_setup *s, const redisReply *keys)
+{
+    const char *prefix = s->c->cfg.key_prefix;
+    size_t plen = strlen(prefix);
+
+    setup_free_keys(s);
+    if (keys->elements >= s->count)
+        s->said |= FEED_SR_FULL;
+    s->keys = malloc((keys->elements + 1) * sizeof *s->keys);
+    s->klens = malloc((keys->elements + 1) * sizeof *s->klens);
+    if (!s->keys || !s->klens)
+        return FEED_ENOMEM;
+    s->keys[0] = (char *)"UNLINK";
+    s->klens[0] = 6;
+    s->nkeys = 1;
+    for (size_t i = 0; i < keys->elements; i++) {
+        const redisReply *k = keys->element[i];
+        if (!setup_is_str(k) || k->len <= plen || memcmp(k->str, prefix, plen) != 0 ||
+            k->str[plen] != ':' ||
+            (k->len >= plen + 6 && memcmp(k->str + plen + 1, "fence", 5) == 0))
+            continue;
+        if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
+            return FEED_ENOMEM;
+        memcpy(s->keys[s->nkeys], k->str, k->len + 1);
+        s->klens[s->nkeys++] = k->len;
+    }
+    return FEED_OK;
+}
+
+/* What a fence key holds for the data set answering: its run_id and its
+ * master_replid, "<run_id>:<replid>" (in s->mark). */
+static const char *setup_mark(feed_setup *s)
+{
+    snprintf(s->mark, sizeof s->mark, "%s:%s", s->node->fence.run_id, s->node->fence.replid);
+    return s->mark;
+}
+
+/* GET's reply of a fence key: right, and FEED_SR_MATCH when it names the
+ * data set answering (its run_id and replication id, read just before). */
 static int setup_fence_get(feed_setup *s, const redisReply *r)
 {
-    const char *run_id = s->node->fence.run_id;
+    const char *mark = setup_mark(s);
 
-    if (setup_is_str(r) && r->len == strlen(run_id) && memcmp(r->str, run_id, r->len) == 0)
+    if (setup_is_str(r) && r->len == strlen(mark) && memcmp(r->str, mark, r->len) == 0)
         s->said |= FEED_SR_MATCH;
     return setup_is_str(r) || r->type == REDIS_REPLY_NIL;
 }
@@ -350,6 +464,29 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
             if (setup_keep_keys(s, r->element[1]) != FEED_OK)
                 s->said |= FEED_SR_NOMEM;
         }
+        break;
+    case STEP_SLOT_LOOK:
+    case STEP_SLOT_RECORD:
+        if (setup_redirected(r)) {
+            ok = 1;
+            s->said |= FEED_SR_MOVED;
+        } else {
+            ok = s->step == STEP_SLOT_LOOK ? setup_fence_get(s, r) : r->type == REDIS_REPLY_STATUS;
+        }
+        break;
+    case STEP_SLOT_KEYS:
+        if (k == 0 && setup_redirected(r)) {
+            ok = 1;
+            s->said |= FEED_SR_MOVED;
+        } else if (k == 0) {
+            ok = setup_fence_get(s, r);
+        } else if ((ok = r->type == REDIS_REPLY_ARRAY) != 0 &&
+                   setup_keep_slot_keys(s, r) != FEED_OK) {
+            s->said |= FEED_SR_NOMEM;
+        }
+        break;
+    case STEP_SLOT_UNLINK:
+        ok = r->type == REDIS_REPLY_INTEGER || setup_redirected(r);
         break;
     case STEP_UNLINK:
         ok = !setup_cluster(s) ? r->type == REDIS_REPLY_INTEGER
@@ -442,9 +579,12 @@ static int setup_fence_step(feed_setup *s, int64_t now)
             s->step = STEP_SCRIPTS;
             return SETUP_AGAIN;
         }
-        if (s->kind != FEED_SETUP_FULL || !c->cfg.redis_restart_fence ||
-            n->fence.state == FEED_FENCE_TRUSTED)
+        if (s->kind != FEED_SETUP_FULL || !c->cfg.redis_restart_fence)
             return setup_finish(s, FEED_OK);
+        if (n->fence.state == FEED_FENCE_TRUSTED) {
+            setup_trusted(s);
+            return s->step == STEP_DONE ? FEED_S_DONE : SETUP_AGAIN;
+        }
         if (setup_fence_key(s, feed__fence_slot(&c->topo, s->index, s->slot)) != FEED_OK) {
             setup_fail(s, FEED_EREDIS, now, "restart fence: no key name for a slot of %s:%d",
                        n->addr.host, n->addr.port);
@@ -475,7 +615,34 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         s->step = strcmp(n->fence.cursor, "0") == 0 ? STEP_RECORD : STEP_SCAN;
         return SETUP_AGAIN;
     case STEP_RECORD:
-        SETUP_ADD(s, "SET", s->key, n->fence.run_id);
+        SETUP_ADD(s, "SET", s->key, setup_mark(s));
+        return setup_trip(s, 1, FEED_S_TRIP);
+    case STEP_SLOT_LOOK: {
+        int64_t tag = feed__slot_tag(&c->topo, s->slot);
+        if (tag < 0)
+            return setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory for the "
+                                             "slots' fence keys"));
+        snprintf(s->key, sizeof s->key, "%s:fence:s{%lld}", c->cfg.key_prefix, (long long)tag);
+        snprintf(s->slot_words[0], sizeof s->slot_words[0], "%u", s->slot);
+        s->count = SLOT_KEYS_FIRST;
+        s->deadline = now + c->cfg.redis_timeout_ms;   /* the slot's own flush */
+        SETUP_ADD(s, "GET", s->key);
+        return setup_trip(s, 1, FEED_S_TRIP);
+    }
+    case STEP_SLOT_KEYS:
+        if (now >= s->deadline)         /* the rest next time: the slot stays unchecked */
+            return setup_finish(s, FEED_OK);
+        /* The fence first, in the same trip: when another handle has
+         * finished the slot meanwhile, the keys listed after it are its
+         * fresh copies, not ours to drop. */
+        snprintf(s->slot_words[1], sizeof s->slot_words[1], "%u", s->count);
+        SETUP_ADD(s, "GET", s->key);
+        SETUP_ADD(s, "CLUSTER", "GETKEYSINSLOT", s->slot_words[0], s->slot_words[1]);
+        return setup_trip(s, 2, FEED_S_TRIP);
+    case STEP_SLOT_UNLINK:
+        return setup_trip(s, s->nkeys - 1, FEED_S_TRIP);
+    case STEP_SLOT_RECORD:
+        SETUP_ADD(s, "SET", s->key, setup_mark(s));
         return setup_trip(s, 1, FEED_S_TRIP);
     default:
         return FEED_S_DONE;
@@ -570,15 +737,27 @@ void feed__setup_connected(feed_setup *s, int ok, const char *why, int64_t now)
  * replies were not right, fails the set-up. */
 static void setup_fence_tripped(feed_setup *s, int64_t now)
 {
-    static const char *const cmd[STEP_RECORD + 1] = {
-        [STEP_LOOK] = "INFO", [STEP_SCAN] = "SCAN", [STEP_UNLINK] = "UNLINK", [STEP_RECORD] = "SET"
+    static const char *const cmd[STEP_SLOT_RECORD + 1] = {
+        [STEP_LOOK] = "INFO", [STEP_SCAN] = "SCAN", [STEP_UNLINK] = "UNLINK", [STEP_RECORD] = "SET",
+        [STEP_SLOT_LOOK] = "GET", [STEP_SLOT_KEYS] = "CLUSTER GETKEYSINSLOT",
+        [STEP_SLOT_UNLINK] = "UNLINK", [STEP_SLOT_RECORD] = "SET"
     };
     feed_core *c = s->c;
     feed_fence *fc = &s->node->fence;
     int same = fc->trusted_run_id[0] && strcmp(fc->trusted_run_id, fc->run_id) == 0 &&
                strcmp(fc->trusted_replid, fc->replid) == 0;
 
-    if (s->step <= STEP_RECORD && cmd[s->step] &&
+    if (s->step >= STEP_SLOT_LOOK && s->step <= STEP_SLOT_RECORD && s->trip.io == FEED_IO_OK &&
+        (s->said & (FEED_SR_BAD | FEED_SR_MOVED))) {
+        /* The slot's fence could not be read or written (it is migrating,
+         * or the map is old): the slot stays unchecked, the connection is
+         * fine. */
+        if (s->said & FEED_SR_MOVED)
+            c->topo.stale = 1;
+        setup_finish(s, FEED_OK);
+        return;
+    }
+    if (s->step <= STEP_SLOT_RECORD && cmd[s->step] &&
         (s->trip.io != FEED_IO_OK || (s->said & FEED_SR_BAD))) {
         setup_fail(s, FEED_EREDIS, now, "Redis %s (restart fence): %s", cmd[s->step],
                    s->trip.io != FEED_IO_OK ? s->trip.why : s->why);
@@ -616,6 +795,32 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
         return;
     case STEP_RECORD:
         setup_trust(s);
+        return;
+    case STEP_SLOT_LOOK:
+        if (s->said & FEED_SR_MATCH)
+            setup_slot_trust(s);
+        else
+            s->step = STEP_SLOT_KEYS;
+        return;
+    case STEP_SLOT_KEYS:
+        if (s->said & FEED_SR_MATCH)        /* another handle finished the slot */
+            setup_slot_trust(s);
+        else if (s->said & FEED_SR_NOMEM)
+            setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
+        else if (s->nkeys > 1)
+            s->step = STEP_SLOT_UNLINK;
+        else if (!(s->said & FEED_SR_FULL))
+            s->step = STEP_SLOT_RECORD;     /* none of ours left */
+        else if (s->count < SLOT_KEYS_MOST)
+            s->count *= 8;                  /* a full answer of other keys: ask for more */
+        else
+            setup_finish(s, FEED_OK);       /* unchecked: its reads go to PostgreSQL */
+        return;
+    case STEP_SLOT_UNLINK:
+        s->step = STEP_SLOT_KEYS;
+        return;
+    case STEP_SLOT_RECORD:
+        setup_slot_trust(s);
         return;
     default:
         return;

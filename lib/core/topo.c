@@ -51,7 +51,8 @@ int feed__topo_init(feed_core *c)
     }
     if (feed__parse_addrs(c->cfg.redis_cluster, &t->seeds, &t->nseeds) != FEED_OK)
         return FEED_ENOMEM;     /* the list was checked: only memory can fail */
-    if ((t->owner = calloc(FEED_SLOTS, sizeof *t->owner)) == NULL)
+    if ((t->owner = calloc(FEED_SLOTS, sizeof *t->owner)) == NULL ||
+        (t->slot_epoch = calloc(FEED_SLOTS, sizeof *t->slot_epoch)) == NULL)
         return FEED_ENOMEM;
     t->stale = 1;
     return FEED_OK;
@@ -152,6 +153,40 @@ int feed__fence_slot(const feed_topo *t, int i, unsigned slot)
         if (t->owner[s] == i + 1)
             return (int)s;
     return (int)slot;
+}
+
+/* May the copies of slot be read on node n (its owner)? Its fence cleared,
+ * and the slot's own fence found naming it under that same trust (setup.c
+ * says why a node's fence is not enough on a cluster). One compare on the
+ * read path. */
+int feed__slot_trusted(const feed_topo *t, const feed_node *n, unsigned slot)
+{
+    return n->fence.state == FEED_FENCE_TRUSTED && n->fence.epoch != 0 &&
+           t->slot_epoch[slot] == n->fence.epoch;
+}
+
+/* The n of slot's fence key "<prefix>:fence:s{n}": the least n whose text
+ * hashes to slot (the prefix holds no braces, so the tag alone decides).
+ * The table of all 16384 is made at the first call, about 170,000 hashes
+ * (every slot is reached below 10^6); -1 without memory. */
+int64_t feed__slot_tag(feed_topo *t, unsigned slot)
+{
+    char num[21];
+    size_t left = FEED_SLOTS;
+
+    if (!t->slot_tag) {
+        if ((t->slot_tag = malloc(FEED_SLOTS * sizeof *t->slot_tag)) == NULL)
+            return -1;
+        memset(t->slot_tag, 0xff, FEED_SLOTS * sizeof *t->slot_tag);
+        for (uint32_t n = 0; left > 0 && n < 1000000; n++) {
+            unsigned s = feed__key_slot(num, feed__i64_to_str(n, num));
+            if (t->slot_tag[s] == UINT32_MAX) {
+                t->slot_tag[s] = n;
+                left--;
+            }
+        }
+    }
+    return slot < FEED_SLOTS ? (int64_t)t->slot_tag[slot] : -1;
 }
 
 /* The nodes that own a slot in the map (the primaries), in index order:

@@ -7,6 +7,7 @@
  * a reply the library sees can never disagree.
  */
 #include "sim.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -826,6 +827,42 @@ static void simr_cmd_scan(simr *r, const simr_args *a)
     free(v);
 }
 
+/* CLUSTER GETKEYSINSLOT slot count: the first count keys of the slot (in
+ * name order, as Redis 7.0 keeps a slot's keys), whatever the slot map
+ * says: a node lists the keys it holds. */
+static void simr_cmd_cluster(simr *r, const simr_args *a)
+{
+    long long slot, count;
+    simr_key **v;
+    size_t n = 0;
+
+    if (a->argc != 4 || !simr_is(a, 1, "GETKEYSINSLOT")) {
+        simr_err(r, "ERR unknown subcommand for 'cluster'");
+        return;
+    }
+    if (simr_parse_ll(a->v[2], a->l[2], &slot) < 0 || slot < 0 || slot >= 16384) {
+        simr_err(r, "ERR Invalid slot");
+        return;
+    }
+    if (simr_parse_ll(a->v[3], a->l[3], &count) < 0 || count < 0) {
+        simr_err(r, "ERR Invalid number of keys");
+        return;
+    }
+    if ((v = simr_sorted(r)) == NULL) {
+        r->oom = 1;
+        return;
+    }
+    for (size_t i = 0; i < r->n && n < (size_t)count; i++)
+        n += feed__key_slot(v[i]->name, v[i]->nlen) == (unsigned)slot;
+    simr_putf(r, "*%zu\r\n", n);
+    for (size_t i = 0, put = 0; i < r->n && put < n; i++)
+        if (feed__key_slot(v[i]->name, v[i]->nlen) == (unsigned)slot) {
+            simr_bulk(r, v[i]->name, v[i]->nlen);
+            put++;
+        }
+    free(v);
+}
+
 static void simr_cmd_info(simr *r)
 {
     char buf[512];
@@ -1270,6 +1307,8 @@ static void simr_dispatch(simr *r, const simr_args *a)
         simr_cmd_script(r, a);
     else if (simr_is(a, 0, "SCAN"))
         simr_cmd_scan(r, a);
+    else if (simr_is(a, 0, "CLUSTER"))
+        simr_cmd_cluster(r, a);
     else if (simr_is(a, 0, "PING"))
         simr_put(r, "+PONG\r\n", 7);
     else if (simr_is(a, 0, "INFO"))

@@ -1353,14 +1353,15 @@ static void sim_request_done(sim_world *w, sim_client *cl)
     }
 }
 
-/* Has some handle set up server s as it now runs, its fence done? */
-static int sim_fenced(sim_world *w, int s)
+/* Has some handle set up server s as it now runs, its fence done (on a
+ * cluster, the fence of slot too, the slot a copy lives in)? */
+static int sim_fenced(sim_world *w, int s, unsigned slot)
 {
     for (int i = 0; i < w->ncl; i++)
         for (size_t k = 0; k < w->cl[i].core.topo.nnodes; k++) {
             feed_node *n = w->cl[i].core.topo.nodes[k];
             if (n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == s &&
-                (!w->fence || n->fence.state == FEED_FENCE_TRUSTED))
+                (!w->fence || feed__slot_trusted(&w->cl[i].core.topo, n, slot)))
                 return 1;
         }
     return 0;
@@ -1380,7 +1381,7 @@ static int sim_settled(sim_world *w)
         for (int64_t o = 1; o <= w->uids + w->authors && ready; o++) {
             char key[128], lease[128];
             sim_owner_keys(w, o > w->uids, o <= w->uids ? o : 100 + o - w->uids, key, lease);
-            ready = sim_fenced(w, sim_key_server(w, key));
+            ready = sim_fenced(w, sim_key_server(w, key), feed__key_slot(key, strlen(key)));
         }
     }
     for (int i = 0; i < w->ncl && w->topo != SIM_TOPO_CLUSTER; i++) {
