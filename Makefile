@@ -217,8 +217,8 @@ pc_subst = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 # install, the documents' samples, the example servers).
 COMPAT_TESTS := walk hooks model lease async plain ranked newer merge defaults hostile auth \
                 health fault_redis fault_pg fault_hooks invalidate errors format sync \
-                ha_sentinel ha_failover kinds tls tls_config
-COMPAT_RUNS  := $(foreach t,walk hooks model lease merge ranked,t_$(t):async t_$(t):cluster) \
+                ha_sentinel ha_failover kinds tls tls_config filter
+COMPAT_RUNS  := $(foreach t,walk hooks model lease merge ranked filter,t_$(t):async t_$(t):cluster) \
                 t_walk:async-uv t_hooks:async-uv t_sync:cluster t_cluster:cluster \
                 t_ha_cluster:cluster t_cluster:async:cluster t_tls:async
 COMPAT_SCRIPTS := symbols install readme http minimal
