@@ -342,6 +342,8 @@ static int call_page(feed *f, int64_t uid, const spec *sp, int64_t score, int64_
 /* A write between pages: called with the page number. */
 typedef void between_fn(int64_t uid, size_t page, uint64_t *rng);
 
+static size_t short_pages;   /* pages with has_more and fewer than limit items */
+
 /* Walk with every page checked against SQL as it is then; the walk's items
  * strictly in page order (no repeat); with no writes, their concatenation
  * is SQL's whole answer. Counts pages into *npages if not NULL. */
@@ -370,6 +372,7 @@ static int walk_pages(feed *f, int64_t uid, const spec *sp, size_t limit, int bo
         pages++;
         if (!page_ok(pg, uid, sp, score, id, limit, &r, bounded, what))
             good = 0;
+        short_pages += r.has_more && r.count < limit;
         for (size_t i = 0; i < r.count; i++, got++) {
             if (got && !before(last.score, last.id, r.items[i].score, r.items[i].id)) {
                 tap_diag("%s: (%lld,%lld) after (%lld,%lld): repeated or out of order", what,
@@ -760,6 +763,7 @@ static void max_scan(feed *f5, uint64_t *rng)
     size_t nh, wrong = 0, walks = 0;
     keep_arg k3 = { 3, 1, 0 }, none = { 0, 0, 1 };
 
+    short_pages = 0;
     for (size_t s = 0; s < NSHARES; s++) {
         hidden_share(shares[s], hide, &nh);
         for (int64_t uid = 1; uid <= 4; uid++)
@@ -774,6 +778,8 @@ static void max_scan(feed *f5, uint64_t *rng)
     }
     is_int(wrong, 0, "filter_max_scan 5: %zu walks equal SQL (a short page only with"
            " has_more)", walks);
+    ok(short_pages > 0, "  %zu pages came back short, with has_more: the budget held",
+       short_pages);
 
     /* Everything hidden by the predicate (which PostgreSQL cannot apply): every
      * page examines at most 5 items, holds none, and says has_more until the
