@@ -2,7 +2,28 @@
  * clause: random feeds with ties and authors, 0% to 100% of authors hidden,
  * a predicate, page sizes 1..max_page, copies cold, warm, partial and
  * empty; every walk equals SQL, no page is short before the end, and the
- * cursor never skips nor repeats. */
+ * cursor never skips nor repeats. Then, each page checked against SQL as it
+ * is at that moment (items, has_more, where the next cursor lies):
+ *
+ *   merged      feed_page_merged_filtered against the reader's feed filtered
+ *               by item author UNION the posts of the merged authors not
+ *               hidden; the hidden authors' copies are never created;
+ *               without item_author_column only merged authors are hidden;
+ *   newer       feed_page_newer_filtered from cursors on, between, above and
+ *               below the items, refreshed until has_more is 0;
+ *   predicate   it gets each item's author, INT64_MIN for a NULL one;
+ *   mutes       an author muted or unmuted mid-walk: no repeat, and the pages
+ *               after it equal SQL with the new filter from the cursor on;
+ *   max_scan    filter_max_scan 5: short pages only with has_more, walks still
+ *               equal SQL, no page examines more than 5 items;
+ *   empty       NULL or empty filters: exactly the unfiltered page and cost;
+ *   hooks       writes and their hooks between pages (authors the cache has
+ *               never seen), and threads writing while others walk;
+ *   bad input   FEED_EINVAL with a message naming the call; the unfiltered
+ *               calls' bad input refused alike;
+ *   Redis down  (single Redis only) filtered pages still exact, from SQL.
+ *
+ * Env: FEED_FILTER_SEED, FEED_FILTER_SECONDS (the threads' phase, default 2). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -712,13 +733,14 @@ static void newer_tests(feed *f, feed *f5, uint64_t *rng)
 /* ---- the filter changes between pages -------------------------------------- */
 
 static spec *mute_spec;
+static int mute_delta;
 
 static void mute_at_3(int64_t uid, size_t page, uint64_t *rng)
 {
     (void)uid;
     (void)rng;
-    if (page == 3)
-        mute_spec->nh += 3;      /* three more authors muted mid-walk */
+    if (page == 3)               /* three authors muted (or unmuted) mid-walk */
+        mute_spec->nh = (size_t)((int)mute_spec->nh + mute_delta);
 }
 
 static void mute_mid_walk(feed *f, feed *f5, uint64_t *rng)
@@ -727,19 +749,21 @@ static void mute_mid_walk(feed *f, feed *f5, uint64_t *rng)
 
     for (int64_t uid = 1; uid <= 4; uid++)
         for (size_t z = 0; z < NLIMITS; z++)
-            for (int bounded = 0; bounded < 2; bounded++) {
+            for (int bounded = 0; bounded < 4; bounded++) {
                 int64_t hide[AUTHORS] = { 0, 7, 14, 3, 11, 19 };
-                spec sp = { hide, 3, NULL, NULL, 0, 1 };
+                spec sp = { hide, bounded & 2 ? 6 : 3, NULL, NULL, 0, 1 };
                 char what[96];
-                snprintf(what, sizeof what, "uid %lld, mute after 3 pages, limit %zu%s",
-                         (long long)uid, limits[z], bounded ? ", max_scan 5" : "");
+                snprintf(what, sizeof what, "uid %lld, %s after 3 pages, limit %zu%s",
+                         (long long)uid, bounded & 2 ? "unmute" : "mute", limits[z],
+                         bounded & 1 ? ", max_scan 5" : "");
                 mute_spec = &sp;
+                mute_delta = bounded & 2 ? -3 : 3;
                 walks++;
-                wrong += !walk_pages(bounded ? f5 : f, uid, &sp, limits[z], bounded, mute_at_3,
-                                     rng, NULL, what);
+                wrong += !walk_pages(bounded & 1 ? f5 : f, uid, &sp, limits[z], bounded & 1,
+                                     mute_at_3, rng, NULL, what);
             }
-    is_int(wrong, 0, "a mute added mid-walk (%zu walks): no repeat, and every page after it"
-           " equals SQL with the new filter from the cursor on", walks);
+    is_int(wrong, 0, "a mute added or removed mid-walk (%zu walks): no repeat, and every page"
+           " after it equals SQL with the new filter from the cursor on", walks);
 }
 
 /* ---- filter_max_scan --------------------------------------------------------- */
