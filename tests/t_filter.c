@@ -570,6 +570,71 @@ static void merged_walks(feed *f, uint64_t *rng)
     is_int(atomic_load(&keep_wrong), 0, "  the predicate got each item's author");
 }
 
+static void write_one(feed *f, PGconn *db, int64_t uid, uint64_t *rng);
+
+/* Between merged pages: a write to the reader's feed and one to a merged
+ * author's posts, each followed by its hook. */
+static feed *merge_hook_f;
+
+static void merged_writes(int64_t uid, size_t page, uint64_t *rng)
+{
+    int64_t a = merged[tu_rand_below(rng, NMERGE)];
+
+    (void)page;
+    write_one(merge_hook_f, pg, uid, rng);
+    if (tu_rand_below(rng, 3) != 0) {
+        int64_t id = atomic_fetch_add(&next_id, 1), score = tu_rand_below(rng, 32) - 1;
+        add_post(a, score, id);
+        if (feed_author_on_insert(merge_hook_f, a, score, id) != FEED_OK)
+            tap_diag("feed_author_on_insert: %s", feed_errmsg(merge_hook_f));
+    } else {
+        long long id = tu_sql_int(pg, "WITH d AS (DELETE FROM author_post WHERE author = %lld"
+                                  " AND id = (SELECT id FROM author_post WHERE author = %lld"
+                                  " ORDER BY random() LIMIT 1) RETURNING id) SELECT"
+                                  " coalesce((SELECT id FROM d), -1)", (long long)a,
+                                  (long long)a);
+        if (id >= 0 && feed_author_on_delete(merge_hook_f, a, id) != FEED_OK)
+            tap_diag("feed_author_on_delete: %s", feed_errmsg(merge_hook_f));
+    }
+}
+
+/* Merged pages with writes and hooks between them, and with filter_max_scan 5. */
+static void merged_hooks_and_budget(feed *f, feed *f5, uint64_t *rng)
+{
+    int64_t hide[AUTHORS + NMERGE];
+    keep_arg kc = { 0, 1, 0 }, k3 = { 3, 1, 0 };
+    size_t wrong = 0, walks = 0, wrong5 = 0, walks5 = 0;
+
+    merge_hook_f = f;
+    for (size_t s = 0; s < NSHARES; s++) {
+        size_t nh, nmh = (size_t)shares[s] * NMERGE / 100;
+        hidden_share(shares[s], hide, &nh);
+        for (size_t i = 0; i < nmh; i++)
+            hide[nh++] = merged[(i * 3) % NMERGE];
+        for (size_t z = 0; z < NLIMITS; z++)
+            for (int64_t uid = 10; uid <= 11; uid++) {
+                spec sp = { hide, nh, z & 1 ? &k3 : &kc, merged, NMERGE, 1 };
+                char what[128];
+                snprintf(what, sizeof what, "merged, max_scan 5, uid %lld, %d%% hidden, limit %zu",
+                         (long long)uid, shares[s], limits[z]);
+                walks5++;
+                wrong5 += !walk_pages(f5, uid, &sp, limits[z], 1, NULL, rng, NULL, what);
+                if (s == 0 || s == NSHARES - 1)
+                    continue;
+                snprintf(what, sizeof what, "merged, hooks, uid %lld, %d%% hidden, limit %zu",
+                         (long long)uid, shares[s], limits[z]);
+                walks++;
+                wrong += !walk_pages(f, uid, &sp, limits[z], 0, merged_writes, rng, NULL, what);
+                wrong += !walk_pages(f, uid, &sp, limits[z], 0, NULL, rng, NULL, what);
+            }
+    }
+    is_int(wrong5, 0, "merged, filter_max_scan 5: %zu walks equal SQL (short pages only with"
+           " has_more)", walks5);
+    is_int(wrong, 0, "merged: writes + hooks on both tables between the pages of %zu walks:"
+           " every page equals SQL as it is then, and a walk after them too", walks);
+    is_int(atomic_load(&keep_wrong), 0, "  the predicate got each item's author");
+}
+
 static void merged_without_author_column(uint64_t *rng)
 {
     feed *g = tu_open_with(set_noauthor);
@@ -1374,6 +1439,7 @@ int main(void)
     make_merged(&rng);
     merged_walks(f, &rng);
     merged_without_author_column(&rng);
+    merged_hooks_and_budget(f, f5, &rng);
     newer_tests(f, f5, &rng);
     mute_mid_walk(f, f5, &rng);
     max_scan(f5, &rng);
