@@ -1230,6 +1230,48 @@ static void empty_filter(feed *f)
     is_int(cost, 0, "  at the unfiltered call's cost (Redis round trips and SQL statements)");
 }
 
+/* ---- odd hidden sets and authors ------------------------------------------ */
+
+static void odd_authors(feed *f, feed *f5, uint64_t *rng)
+{
+    static int64_t many[FEED_FILTER_MAX_AUTHORS];
+    int64_t dup[] = { 7, 7, 3, 3, 7, 19, 3 };
+    int64_t odd[] = { -1, INT64_MAX, -9000000000000LL, 0 };
+    int64_t hide_odd[] = { INT64_MAX, -1 };
+    keep_arg kc = { 0, 1, 0 };
+    size_t wrong = 0;
+
+    for (size_t i = 0; i < FEED_FILTER_MAX_AUTHORS; i++)   /* authors 0..9 and 990 others */
+        many[i] = i < 10 ? (int64_t)(9 - i) : 100000 + (int64_t)i * 3;
+    for (size_t z = 0; z < NLIMITS; z++)
+        for (int64_t uid = 1; uid <= 2; uid++) {
+            spec sm = { many, FEED_FILTER_MAX_AUTHORS, &kc, NULL, 0, 1 };
+            spec sd = { dup, 7, NULL, NULL, 0, 1 };
+            wrong += !walk_pages(f, uid, &sm, limits[z], 0, NULL, rng, NULL, "1000 hidden");
+            wrong += !walk_pages(f5, uid, &sm, limits[z], 1, NULL, rng, NULL,
+                                 "1000 hidden, max_scan 5");
+            wrong += !walk_pages(f, uid, &sd, limits[z], 0, NULL, rng, NULL, "repeats");
+        }
+    is_int(wrong, 0, "FEED_FILTER_MAX_AUTHORS hidden (past the copy too), and a hidden set"
+           " with repeats in no order: walks equal SQL");
+
+    /* negative and extreme author ids, a partial copy */
+    for (size_t i = 0; i < 70; i++)
+        add_item(pg, 6, tu_rand_below(rng, 10), atomic_fetch_add(&next_id, 1),
+                 i % 11 == 0 ? NO_AUTHOR : odd[tu_rand_below(rng, 4)]);
+    wrong = 0;
+    for (size_t z = 0; z < NLIMITS; z++)
+        for (int pass = 0; pass < 2; pass++) {
+            spec sp = { hide_odd, 2, &kc, NULL, 0, 1 };
+            wrong += !walk_pages(pass ? f5 : f, 6, &sp, limits[z], pass, NULL, rng, NULL,
+                                 "odd authors");
+            wrong += !refresh_ok(pass ? f5 : f, 6, &sp, -5, 0, limits[z], pass,
+                                 "odd authors, newer");
+        }
+    is_int(wrong + (size_t)atomic_load(&keep_wrong), 0, "authors -1, INT64_MAX and"
+           " -9e12 hidden or shown as SQL says, the predicate told each");
+}
+
 /* ---- bad input -------------------------------------------------------------- */
 
 static void bad_input(feed *f)
@@ -1446,6 +1488,7 @@ int main(void)
     empty_filter(f);
     hooks_between_pages(f, &rng);
     threads(f, &rng);
+    odd_authors(f, f5, &rng);
     bad_input(f);
     if (!tu_cluster()) {
         fault_setup();
