@@ -993,6 +993,33 @@ static void hooks_between_pages(feed *f, uint64_t *rng)
        r.count ? (long long)r.items[0].id : -1LL);
     feed_result_free(&r);
     is_int(atomic_load(&keep_wrong), 0, "  the predicate got each item's author");
+
+    /* Each author is looked up once: a page read again from the warm copy
+     * sends PostgreSQL nothing, NULL authors included. */
+    {
+        feed_stats s0, d;
+        keep_arg kn = { 0, 1, 0 };
+        feed_filter fn = { hide, nh, keep_fn, &kn };
+        int64_t id = atomic_fetch_add(&next_id, 1);
+        add_item(pg, 31, top + 1, id, NO_AUTHOR);
+        is_int(feed_on_insert(f, 31, top + 1, id), FEED_OK, "a NULL author's item inserted"
+               " by a hook");
+        for (int k = 0; k < 3; k++) {
+            feed_stats_get(f, &s0);
+            is_int(feed_page_filtered(f, 31, FEED_FIRST, 0, 10, &fn, &r), FEED_OK,
+                   "  filtered page %d of the warm copy", k + 1);
+            d = tu_stats_since(f, &s0);
+            ok(r.source == FEED_SOURCE_CACHE && r.count && r.items[0].id == id,
+               "  from the cache, the NULL author's item shown first");
+            if (k == 0)
+                ok(d.sql_queries == 1, "  the first one looks the new item's author up: %llu"
+                   " statement", (unsigned long long)d.sql_queries);
+            else
+                ok(d.sql_queries == 0, "  read again: %llu statements (authors known,"
+                   " NULL ones too)", (unsigned long long)d.sql_queries);
+            feed_result_free(&r);
+        }
+    }
 }
 
 /* ---- threads ------------------------------------------------------------- */
