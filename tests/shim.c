@@ -271,6 +271,44 @@ int tu_feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size_t n,
                                           on_page, &c));
 }
 
+int tu_feed_page_filtered(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
+                          size_t limit, const feed_filter *filter, feed_result *out)
+{
+    BEGIN(f);
+    if (!t || !out)
+        return feed_page_filtered(f, uid, last_score, last_id, limit, filter, out);
+    memset(out, 0, sizeof *out);
+    c.out = out;
+    return run(&c, feed_async_page_filtered(t->a, uid, last_score, last_id, limit, filter,
+                                            on_page, &c));
+}
+
+int tu_feed_page_merged_filtered(feed *f, int64_t uid, const int64_t *authors, size_t n,
+                                 int64_t last_score, int64_t last_id, size_t limit,
+                                 const feed_filter *filter, feed_result *out)
+{
+    BEGIN(f);
+    if (!t || !out)
+        return feed_page_merged_filtered(f, uid, authors, n, last_score, last_id, limit,
+                                         filter, out);
+    memset(out, 0, sizeof *out);
+    c.out = out;
+    return run(&c, feed_async_page_merged_filtered(t->a, uid, authors, n, last_score, last_id,
+                                                   limit, filter, on_page, &c));
+}
+
+int tu_feed_page_newer_filtered(feed *f, int64_t uid, int64_t score, int64_t id, size_t limit,
+                                const feed_filter *filter, feed_result *out)
+{
+    BEGIN(f);
+    if (!t || !out)
+        return feed_page_newer_filtered(f, uid, score, id, limit, filter, out);
+    memset(out, 0, sizeof *out);
+    c.out = out;
+    return run(&c, feed_async_page_newer_filtered(t->a, uid, score, id, limit, filter, on_page,
+                                                  &c));
+}
+
 int tu_feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
 {
     BEGIN(f);

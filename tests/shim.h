@@ -1,7 +1,8 @@
 /* shim.h -- the C tests through the asynchronous API.
  *
  * With FEED_TEST_ASYNC=libevent (or libuv) in the environment, every
- * feed_page, feed_page_ranked, feed_page_newer, feed_page_merged,
+ * feed_page, feed_page_ranked, feed_page_newer, feed_page_merged, their
+ * _filtered twins,
  * feed_on_insert, feed_on_delete, feed_author_on_insert,
  * feed_author_on_delete, feed_author_invalidate, feed_fanout and feed_invalidate a
  * test makes runs as its
@@ -35,6 +36,13 @@ int  tu_feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t 
                         feed_result *out);
 int  tu_feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size_t n,
                         int64_t last_score, int64_t last_id, size_t limit, feed_result *out);
+int  tu_feed_page_filtered(feed *f, int64_t uid, int64_t last_score, int64_t last_id,
+                          size_t limit, const feed_filter *filter, feed_result *out);
+int  tu_feed_page_merged_filtered(feed *f, int64_t uid, const int64_t *authors, size_t n,
+                                  int64_t last_score, int64_t last_id, size_t limit,
+                                  const feed_filter *filter, feed_result *out);
+int  tu_feed_page_newer_filtered(feed *f, int64_t uid, int64_t score, int64_t id, size_t limit,
+                                 const feed_filter *filter, feed_result *out);
 int  tu_feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id);
 int  tu_feed_on_delete(feed *f, int64_t uid, int64_t id);
 int  tu_feed_author_on_insert(feed *f, int64_t author, int64_t score, int64_t id);
@@ -59,6 +67,11 @@ uint32_t tu_feed_retry_after_ms(const feed *f);
 #define feed_page_ranked(f, u, s, i, r, l, o, n) tu_feed_page_ranked(f, u, s, i, r, l, o, n)
 #define feed_page_newer(f, u, s, i, l, o) tu_feed_page_newer(f, u, s, i, l, o)
 #define feed_page_merged(f, u, a, n, s, i, l, o) tu_feed_page_merged(f, u, a, n, s, i, l, o)
+#define feed_page_filtered(f, u, s, i, l, fl, o) tu_feed_page_filtered(f, u, s, i, l, fl, o)
+#define feed_page_merged_filtered(f, u, a, n, s, i, l, fl, o) \
+    tu_feed_page_merged_filtered(f, u, a, n, s, i, l, fl, o)
+#define feed_page_newer_filtered(f, u, s, i, l, fl, o) \
+    tu_feed_page_newer_filtered(f, u, s, i, l, fl, o)
 #define feed_on_insert(f, u, s, i)   tu_feed_on_insert(f, u, s, i)
 #define feed_author_on_insert(f, a, s, i) tu_feed_author_on_insert(f, a, s, i)
 #define feed_author_on_delete(f, a, i) tu_feed_author_on_delete(f, a, i)

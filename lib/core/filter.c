@@ -281,8 +281,11 @@ static void filter_hmget_reply(void *arg, size_t i, const redisReply *r)
         if (k >= r->elements)
             break;
         e = r->element[k++];
-        if (e->type == REDIS_REPLY_STRING && feed__parse_i64(e->str, e->len, &a) == FEED_OK &&
-            a != INT64_MIN && a != AUTHOR_GONE) {
+        if (e->type == REDIS_REPLY_STRING && e->len == 0) {
+            fo->need[w] = 0;            /* known: a NULL author (see filter_ask_learn) */
+        } else if (e->type == REDIS_REPLY_STRING &&
+                   feed__parse_i64(e->str, e->len, &a) == FEED_OK &&
+                   a != INT64_MIN && a != AUTHOR_GONE) {
             fo->author[w] = a;
             fo->need[w] = 0;
         }
@@ -357,7 +360,9 @@ static enum feed_want filter_ask_lookup(filter_op *fo)
 
 /* HSET key m a ... for the authors just found (learnt[w]), with the copy's
  * TTL. Only those of items of the cached copy: items past it (a chunk from
- * SQL) would only make the hash larger than the copy.
+ * SQL) would only make the hash larger than the copy. A NULL author is kept
+ * too, as the empty string: else an item whose author is NULL would be
+ * looked up in PostgreSQL on every page that examines it, not once.
  *
  * One field more, FILTER_WIDE_FIELD, whose value is longer than Redis's
  * hash-max-listpack-value (64 bytes by default), keeps the hash a hash
@@ -393,7 +398,7 @@ static enum feed_want filter_ask_learn(filter_op *fo, const unsigned char *learn
         fo->lens[a] = feed__member_encode(fo->walk[w].id, t);
         fo->argv[a++] = t;
         t += FEED_MEMBER_MAX;
-        fo->lens[a] = feed__i64_to_str(fo->author[w], t);
+        fo->lens[a] = fo->author[w] == INT64_MIN ? 0 : feed__i64_to_str(fo->author[w], t);
         fo->argv[a++] = t;
         t += 21;
     }
@@ -444,7 +449,7 @@ static enum feed_want filter_looked_up(filter_op *fo, int64_t now)
         hit = bsearch(&key, q->rows.items, q->rows.count, sizeof key, by_id);
         fo->author[w] = hit ? hit->score : AUTHOR_GONE;
         fo->need[w] = 0;
-        if (hit && hit->score != INT64_MIN && hit->score != AUTHOR_GONE && fo->chunk_cached) {
+        if (hit && hit->score != AUTHOR_GONE && fo->chunk_cached) {    /* NULL ones too */
             learnt[w] = 1;
             nlearnt++;
         }
