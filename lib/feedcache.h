@@ -665,7 +665,7 @@ typedef struct feed_filter {
     size_t         n_hide_authors; /* 0 .. FEED_FILTER_MAX_AUTHORS; the array is read
                                       during the call only, never kept */
     feed_keep_fn  *keep;           /* NULL: no predicate */
-    void          *keep_arg;       /* passed to keep as it is */
+    void          *keep_arg;       /* passed to keep as it is; must be NULL when keep is */
 } feed_filter;
 
 /* feed_page, feed_page_merged and feed_page_newer with a filter (NULL, or
@@ -699,7 +699,8 @@ typedef struct feed_filter {
  * _REBUILD over _CACHE). feed_stats.pages counts one page per call.
  *
  * Errors: those of the unfiltered call; FEED_EINVAL (with a message naming
- * the call) for hide_authors NULL with n_hide_authors > 0, n_hide_authors >
+ * the call) for hide_authors NULL with n_hide_authors > 0, keep_arg set
+ * with keep NULL (a predicate lost on the way), n_hide_authors >
  * FEED_FILTER_MAX_AUTHORS, hidden authors on a handle without
  * item_author_column (feed_page_merged_filtered accepts them there and
  * hides only the merged authors: the reader's feed items cannot be told

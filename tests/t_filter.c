@@ -110,7 +110,7 @@ static int walk_equals(feed *f, int64_t uid, const int64_t *hidden, size_t nh, i
     row *want;
     size_t nwant = sql_filtered(uid, hidden, nh, &want), got = 0, pages = 0;
     int64_t score = FEED_FIRST, id = 0;
-    feed_filter flt = { hidden, nh, mod ? keep_mod : NULL, &mod };
+    feed_filter flt = { hidden, nh, mod ? keep_mod : NULL, mod ? &mod : NULL };
     int ok = 1;
 
     if (mod) {                  /* apply the predicate to SQL's answer too */
@@ -1005,15 +1005,31 @@ static void hooks_between_pages(feed *f, uint64_t *rng)
         is_int(feed_on_insert(f, 31, top + 1, id), FEED_OK, "a NULL author's item inserted"
                " by a hook");
         for (int k = 0; k < 3; k++) {
-            feed_stats_get(f, &s0);
-            is_int(feed_page_filtered(f, 31, FEED_FIRST, 0, 10, &fn, &r), FEED_OK,
-                   "  filtered page %d of the warm copy", k + 1);
-            d = tu_stats_since(f, &s0);
+            /* A copy dropped meanwhile (a hook of the threads above that
+             * timed out on a loaded machine is repaired by dropping its
+             * copy) is rebuilt: read again until the page comes from the
+             * cache; the counts are the cached read's. */
+            int tries = 0, rebuilt = 0, rc;
+            do {
+                if (tries)
+                    feed_result_free(&r);
+                feed_stats_get(f, &s0);
+                rc = feed_page_filtered(f, 31, FEED_FIRST, 0, 10, &fn, &r);
+                d = tu_stats_since(f, &s0);
+                rebuilt += rc == FEED_OK && r.source != FEED_SOURCE_CACHE;
+            } while (rc == FEED_OK && r.source != FEED_SOURCE_CACHE && ++tries < 3);
+            if (rebuilt)
+                tap_diag("filtered page %d: %d reads before one from the cache", k + 1, tries);
+            is_int(rc, FEED_OK, "  filtered page %d of the warm copy", k + 1);
             ok(r.source == FEED_SOURCE_CACHE && r.count && r.items[0].id == id,
-               "  from the cache, the NULL author's item shown first");
-            if (k == 0)
-                ok(d.sql_queries == 1, "  the first one looks the new item's author up: %llu"
-                   " statement", (unsigned long long)d.sql_queries);
+               "  from the cache, the NULL author's item shown first (source %d, %zu items,"
+               " first %lld, %llu round trips, %llu statements)", (int)r.source, r.count,
+               r.count ? (long long)r.items[0].id : -1LL, (unsigned long long)d.redis_calls,
+               (unsigned long long)d.sql_queries);
+            if (k == 0)     /* after a read from SQL (no author learnt), still owed */
+                ok(rebuilt ? d.sql_queries <= 1 : d.sql_queries == 1, "  the first one from"
+                   " the cache looks the new item's author up: %llu statement",
+                   (unsigned long long)d.sql_queries);
             else
                 ok(d.sql_queries == 0, "  read again: %llu statements (authors known,"
                    " NULL ones too)", (unsigned long long)d.sql_queries);
@@ -1186,8 +1202,8 @@ static int same_result(const feed_result *a, const feed_result *b)
 
 static void empty_filter(feed *f)
 {
-    feed_filter none = { NULL, 0, NULL, NULL }, argonly = { NULL, 0, NULL, &none };
-    const feed_filter *flts[3] = { NULL, &none, &argonly };
+    feed_filter none = { NULL, 0, NULL, NULL };
+    const feed_filter *flts[2] = { NULL, &none };
     size_t wrong = 0, cost = 0, pages = 0;
 
     for (int kind = 0; kind < 3; kind++)
@@ -1214,7 +1230,7 @@ static void empty_filter(feed *f)
                         wrong++;
                         break;
                     }
-                    for (int k = 0; k < 3; k++) {
+                    for (int k = 0; k < 2; k++) {
                         feed_stats_get(f, &s0);
                         rc = kind == 0 ? feed_page_filtered(f, uid, score, id, limits[z],
                                                             flts[k], &b[k])
@@ -1252,7 +1268,7 @@ static void empty_filter(feed *f)
                     feed_result_free(&a);
                 }
             }
-    is_int(wrong, 0, "an empty filter (NULL, nothing hidden, keep_arg without keep): %zu pages"
+    is_int(wrong, 0, "an empty filter (NULL, or nothing hidden and no predicate): %zu pages"
            " of feed_page, _merged and _newer exactly the unfiltered call's", pages);
     is_int(cost, 0, "  at the unfiltered call's cost (Redis round trips and SQL statements)");
 }
@@ -1306,6 +1322,7 @@ static void bad_input(feed *f)
     static int64_t many[FEED_FILTER_MAX_AUTHORS + 1];
     feed_filter nullhide = { NULL, 2, NULL, NULL }, toomany = { many, FEED_FILTER_MAX_AUTHORS + 1,
                                                                 NULL, NULL };
+    feed_filter argonly = { NULL, 0, NULL, &nullhide };
     feed_filter maxok = { many, FEED_FILTER_MAX_AUTHORS, NULL, NULL };
     feed_filter ok1 = { many, 1, NULL, NULL };
     feed *plain;
@@ -1318,15 +1335,17 @@ static void bad_input(feed *f)
     for (size_t i = 0; i <= FEED_FILTER_MAX_AUTHORS; i++)
         many[i] = 1000 + (int64_t)i;
     for (int kind = 0; kind < 3; kind++) {
-        const feed_filter *bad[2] = { &nullhide, &toomany };
-        for (int b = 0; b < 2; b++) {
+        const feed_filter *bad[3] = { &nullhide, &toomany, &argonly };
+        static const char *why[3] = { "hide_authors NULL, n 2",
+                                      "n_hide_authors > FEED_FILTER_MAX_AUTHORS",
+                                      "keep_arg without keep" };
+        for (int b = 0; b < 3; b++) {
             memset(&r, 0x5a, sizeof r);
             rc = kind == 0 ? feed_page_filtered(f, 1, FEED_FIRST, 0, 5, bad[b], &r)
                : kind == 1 ? feed_page_merged_filtered(f, 1, merged, NMERGE, FEED_FIRST, 0, 5,
                                                        bad[b], &r)
                : feed_page_newer_filtered(f, 1, 0, 0, 5, bad[b], &r);
-            is_int(rc, FEED_EINVAL, "%s, %s: FEED_EINVAL", names[kind],
-                   b ? "n_hide_authors > FEED_FILTER_MAX_AUTHORS" : "hide_authors NULL, n 2");
+            is_int(rc, FEED_EINVAL, "%s, %s: FEED_EINVAL", names[kind], why[b]);
             ok(names_call(feed_errmsg(f), names[kind]), "  naming the call: %s",
                feed_errmsg(f));
             ok(r.items == NULL && r.count == 0, "  *out zeroed");

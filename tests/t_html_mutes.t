@@ -9,7 +9,7 @@
 # the ids SQL returns with the mute in its WHERE clause, in order, none by
 # the muted author; the mute in the panel; the mutes table holding it. The
 # same for a timeline. Screenshots: $BUILD/artifacts/feed_mutes.png and
-# feed_evhttp_mutes.png (the notice and the refilled page 1).
+# $BUILD/artifacts/feed_evhttp_mutes.png (the notice and the refilled page 1).
 #
 # Its own feed table (html_mute_entry), key prefix and ids (94xxxxx).
 set -uo pipefail

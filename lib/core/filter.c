@@ -237,6 +237,7 @@ static enum feed_want filter_take(filter_op *fo, int64_t now)
         /* Rows PostgreSQL read and hid count too, and the walk goes on
          * after the last row it read. */
         fo->examined += (size_t)fo->sql_scanned - fo->nwalk;
+        fo->first = 0;
         fo->score = fo->sql_last.score;
         fo->id = fo->sql_last.id;
     }
@@ -755,6 +756,8 @@ int feed__filter_check(const feed_core *c, char *err, const char *fn, int kind,
     if (!filter->hide_authors && filter->n_hide_authors > 0)
         return feed__msg(err, FEED_EINVAL, "%s: hide_authors is NULL, n_hide_authors %zu", fn,
                          filter->n_hide_authors);
+    if (!filter->keep && filter->keep_arg)
+        return feed__msg(err, FEED_EINVAL, "%s: keep_arg is set but keep is NULL", fn);
     if (filter->n_hide_authors > FEED_FILTER_MAX_AUTHORS)
         return feed__msg(err, FEED_EINVAL, "%s: %zu authors to hide, at most %d", fn,
                          filter->n_hide_authors, FEED_FILTER_MAX_AUTHORS);

@@ -406,6 +406,35 @@ static int setup_keep_keys(feed_setup *s, const redisReply *keys)
     return FEED_OK;
 }
 
+/* setup_slot_reply: what reply k of a slot fence's step says (1: as it
+ * must be). A redirect says the slot is not served here (FEED_SR_MOVED). */
+static int setup_slot_reply(feed_setup *s, size_t k, const redisReply *r)
+{
+    int ok;
+
+    switch (s->step) {
+    case STEP_SLOT_LOOK:
+    case STEP_SLOT_RECORD:
+        if (setup_redirected(r)) {
+            s->said |= FEED_SR_MOVED;
+            return 1;
+        }
+        return s->step == STEP_SLOT_LOOK ? setup_fence_get(s, r) : r->type == REDIS_REPLY_STATUS;
+    case STEP_SLOT_KEYS:
+        if (k == 0 && setup_redirected(r)) {
+            s->said |= FEED_SR_MOVED;
+            return 1;
+        }
+        if (k == 0)
+            return setup_fence_get(s, r);
+        if ((ok = r->type == REDIS_REPLY_ARRAY) != 0 && setup_keep_slot_keys(s, r) != FEED_OK)
+            s->said |= FEED_SR_NOMEM;
+        return ok;
+    default:    /* STEP_SLOT_UNLINK */
+        return r->type == REDIS_REPLY_INTEGER || setup_redirected(r);
+    }
+}
+
 /* What each reply of the current step says: ok[k], and what it carries
  * (an address, a SHA, a run_id, a cursor and keys). The step's end
  * (feed__setup_tripped) judges. */
@@ -467,26 +496,9 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
         break;
     case STEP_SLOT_LOOK:
     case STEP_SLOT_RECORD:
-        if (setup_redirected(r)) {
-            ok = 1;
-            s->said |= FEED_SR_MOVED;
-        } else {
-            ok = s->step == STEP_SLOT_LOOK ? setup_fence_get(s, r) : r->type == REDIS_REPLY_STATUS;
-        }
-        break;
     case STEP_SLOT_KEYS:
-        if (k == 0 && setup_redirected(r)) {
-            ok = 1;
-            s->said |= FEED_SR_MOVED;
-        } else if (k == 0) {
-            ok = setup_fence_get(s, r);
-        } else if ((ok = r->type == REDIS_REPLY_ARRAY) != 0 &&
-                   setup_keep_slot_keys(s, r) != FEED_OK) {
-            s->said |= FEED_SR_NOMEM;
-        }
-        break;
     case STEP_SLOT_UNLINK:
-        ok = r->type == REDIS_REPLY_INTEGER || setup_redirected(r);
+        ok = setup_slot_reply(s, k, r);
         break;
     case STEP_UNLINK:
         ok = !setup_cluster(s) ? r->type == REDIS_REPLY_INTEGER
@@ -735,6 +747,42 @@ void feed__setup_connected(feed_setup *s, int ok, const char *why, int64_t now)
 
 /* What a trip of the fence's steps says. A step whose trip failed, or whose
  * replies were not right, fails the set-up. */
+/* setup_slot_tripped: the next step of a slot fence that answered as it
+ * must: trusted, or its copies listed, dropped, the fence written. */
+static void setup_slot_tripped(feed_setup *s)
+{
+    switch (s->step) {
+    case STEP_SLOT_LOOK:
+        if (s->said & FEED_SR_MATCH)
+            setup_slot_trust(s);
+        else
+            s->step = STEP_SLOT_KEYS;
+        return;
+    case STEP_SLOT_KEYS:
+        if (s->said & FEED_SR_MATCH)        /* another handle finished the slot */
+            setup_slot_trust(s);
+        else if (s->said & FEED_SR_NOMEM)
+            setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
+        else if (s->nkeys > 1)
+            s->step = STEP_SLOT_UNLINK;
+        else if (!(s->said & FEED_SR_FULL))
+            s->step = STEP_SLOT_RECORD;     /* none of ours left */
+        else if (s->count < SLOT_KEYS_MOST)
+            s->count *= 8;                  /* a full answer of other keys: ask for more */
+        else
+            setup_finish(s, FEED_OK);       /* unchecked: its reads go to PostgreSQL */
+        return;
+    case STEP_SLOT_UNLINK:
+        s->step = STEP_SLOT_KEYS;
+        return;
+    case STEP_SLOT_RECORD:
+        setup_slot_trust(s);
+        return;
+    default:
+        return;
+    }
+}
+
 static void setup_fence_tripped(feed_setup *s, int64_t now)
 {
     static const char *const cmd[STEP_SLOT_RECORD + 1] = {
@@ -796,33 +844,8 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
     case STEP_RECORD:
         setup_trust(s);
         return;
-    case STEP_SLOT_LOOK:
-        if (s->said & FEED_SR_MATCH)
-            setup_slot_trust(s);
-        else
-            s->step = STEP_SLOT_KEYS;
-        return;
-    case STEP_SLOT_KEYS:
-        if (s->said & FEED_SR_MATCH)        /* another handle finished the slot */
-            setup_slot_trust(s);
-        else if (s->said & FEED_SR_NOMEM)
-            setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
-        else if (s->nkeys > 1)
-            s->step = STEP_SLOT_UNLINK;
-        else if (!(s->said & FEED_SR_FULL))
-            s->step = STEP_SLOT_RECORD;     /* none of ours left */
-        else if (s->count < SLOT_KEYS_MOST)
-            s->count *= 8;                  /* a full answer of other keys: ask for more */
-        else
-            setup_finish(s, FEED_OK);       /* unchecked: its reads go to PostgreSQL */
-        return;
-    case STEP_SLOT_UNLINK:
-        s->step = STEP_SLOT_KEYS;
-        return;
-    case STEP_SLOT_RECORD:
-        setup_slot_trust(s);
-        return;
     default:
+        setup_slot_tripped(s);
         return;
     }
 }
