@@ -329,6 +329,31 @@ static void setup_slot_trust(feed_setup *s)
     setup_finish(s, FEED_OK);
 }
 
+/* setup_unlink_begin: an UNLINK of up to n keys to come (keys[0] is
+ * "UNLINK"), the last list freed; FEED_OK or FEED_ENOMEM. */
+static int setup_unlink_begin(feed_setup *s, size_t n)
+{
+    setup_free_keys(s);
+    s->keys = malloc((n + 1) * sizeof *s->keys);
+    s->klens = malloc((n + 1) * sizeof *s->klens);
+    if (!s->keys || !s->klens)
+        return FEED_ENOMEM;
+    s->keys[0] = (char *)"UNLINK";
+    s->klens[0] = 6;
+    s->nkeys = 1;
+    return FEED_OK;
+}
+
+/* setup_unlink_add: key k of a reply (freed meanwhile) into that UNLINK. */
+static int setup_unlink_add(feed_setup *s, const redisReply *k)
+{
+    if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
+        return FEED_ENOMEM;
+    memcpy(s->keys[s->nkeys], k->str, k->len + 1);
+    s->klens[s->nkeys++] = k->len;
+    return FEED_OK;
+}
+
 /* Keep the keys of a GETKEYSINSLOT reply that are copies of ours (under
  * "<prefix>:", the fence keys left alone) for STEP_SLOT_UNLINK; keys[0]
  * unused. FEED_SR_FULL when the reply held as many keys as asked. */
@@ -337,26 +362,18 @@ static int setup_keep_slot_keys(feed_setup *s, const redisReply *keys)
     const char *prefix = s->c->cfg.key_prefix;
     size_t plen = strlen(prefix);
 
-    setup_free_keys(s);
     if (keys->elements >= s->count)
         s->said |= FEED_SR_FULL;
-    s->keys = malloc((keys->elements + 1) * sizeof *s->keys);
-    s->klens = malloc((keys->elements + 1) * sizeof *s->klens);
-    if (!s->keys || !s->klens)
+    if (setup_unlink_begin(s, keys->elements) != FEED_OK)
         return FEED_ENOMEM;
-    s->keys[0] = (char *)"UNLINK";
-    s->klens[0] = 6;
-    s->nkeys = 1;
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
         if (!setup_is_str(k) || k->len <= plen || memcmp(k->str, prefix, plen) != 0 ||
             k->str[plen] != ':' ||
             (k->len >= plen + 6 && memcmp(k->str + plen + 1, "fence", 5) == 0))
             continue;
-        if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
+        if (setup_unlink_add(s, k) != FEED_OK)
             return FEED_ENOMEM;
-        memcpy(s->keys[s->nkeys], k->str, k->len + 1);
-        s->klens[s->nkeys++] = k->len;
     }
     return FEED_OK;
 }
@@ -386,22 +403,14 @@ static int setup_keep_keys(feed_setup *s, const redisReply *keys)
 {
     size_t klen = strlen(s->key);
 
-    setup_free_keys(s);
-    s->keys = malloc((keys->elements + 1) * sizeof *s->keys);
-    s->klens = malloc((keys->elements + 1) * sizeof *s->klens);
-    if (!s->keys || !s->klens)
+    if (setup_unlink_begin(s, keys->elements) != FEED_OK)
         return FEED_ENOMEM;
-    s->keys[0] = (char *)"UNLINK";
-    s->klens[0] = 6;
-    s->nkeys = 1;
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
         if (!setup_is_str(k) || (k->len == klen && memcmp(k->str, s->key, klen) == 0))
             continue;
-        if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
+        if (setup_unlink_add(s, k) != FEED_OK)
             return FEED_ENOMEM;
-        memcpy(s->keys[s->nkeys], k->str, k->len + 1);
-        s->klens[s->nkeys++] = k->len;
     }
     return FEED_OK;
 }
