@@ -341,14 +341,17 @@ static void redirects_over_tls(void)
         freeReplyObject(keys);
     }
 
-    /* -ASK: the source no longer has the key, the slot is still its own. */
+    /* -ASK: the source no longer has the key, the slot is still its own. A
+     * read is not sent on by ASK (a copy of a slot being imported is not
+     * known right before the slot arrives, docs/ha.md): PostgreSQL answers,
+     * the ASK having come back over TLS. */
     feed_stats_get(f, &before);
     rc = feed_page(f, uid, FEED_FIRST, 0, 10, &res);
     d = tu_stats_since(f, &before);
-    if (!ok(rc == FEED_OK && page_is_sql(&res, uid, 10) && res.source == FEED_SOURCE_CACHE &&
-            d.redis_redirects > 0, "  ASK: the page follows it over TLS to the copy that moved "
-            "(source %d, %llu redirects)", rc == FEED_OK ? (int)res.source : -1,
-            (unsigned long long)d.redis_redirects))
+    if (!ok(rc == FEED_OK && page_is_sql(&res, uid, 10) && res.source == FEED_SOURCE_DB &&
+            strstr(feed_errmsg(f), "ASK") != NULL, "  ASK over TLS: the page comes from "
+            "PostgreSQL, not the importing node (source %d: %s)",
+            rc == FEED_OK ? (int)res.source : -1, feed_errmsg(f)))
         tap_diag("rc %d: %s", rc, feed_errmsg(f));
     if (rc == FEED_OK)
         feed_result_free(&res);
@@ -367,7 +370,9 @@ static void redirects_over_tls(void)
     feed_stats_get(f, &before);
     rc = feed_page(f, uid, FEED_FIRST, 0, 10, &res);
     d = tu_stats_since(f, &before);
-    if (!ok(rc == FEED_OK && page_is_sql(&res, uid, 10) && res.source == FEED_SOURCE_CACHE &&
+    /* From the new owner: its copy, or (its slot fence not yet naming the
+     * node) a rebuild there. */
+    if (!ok(rc == FEED_OK && page_is_sql(&res, uid, 10) && res.source != FEED_SOURCE_DB &&
             res.count > 0 && res.items[0].id == 7777 && d.redis_redirects > 0,
             "  MOVED: the page follows it over TLS, the hook's item on top (source %d, %llu "
             "redirects)", rc == FEED_OK ? (int)res.source : -1,
@@ -383,8 +388,10 @@ static void redirects_over_tls(void)
         feed_stats s, t;
         feed_stats_get(f, &s);
         feed_stats_get(g, &t);
-        ok(s.redis_errors == 0 && t.redis_errors == 0 && s.fence_flushes + t.fence_flushes == 0,
-           "  no Redis error on the way, no node flushed");
+        ok(t.redis_errors == 0 && s.fence_flushes + t.fence_flushes == 0,
+           "  no error for the hooks' handle, no node flushed (%llu, %llu errors; %llu"
+           " flushes)", (unsigned long long)s.redis_errors, (unsigned long long)t.redis_errors,
+           (unsigned long long)(s.fence_flushes + t.fence_flushes));
     }
     for (int i = 0; i < 3; i++)
         redisFree(c[i]);
