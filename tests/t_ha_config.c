@@ -106,7 +106,7 @@ static void fence(redisContext *r)
     tu_walk_info info;
     redisReply *rep;
     feed *f, *g;
-    char run_id[41] = "";
+    char run_id[96] = "";
     const char *p;
 
     tu_sql(pg, "DELETE FROM feed_entry WHERE uid = %d", UID);
@@ -145,13 +145,18 @@ static void fence(redisContext *r)
     is_int(st.fence_flushes, 1, "one flush");
     is_int(count_keys(r, "hz:{1*"), 0, "every hz:* key of the old data set is gone");
     is_int(count_keys(r, "hzz:*"), KEYS, "keys of another prefix are untouched");
+    /* The fence names the data set: "<run_id>:<master_replid>". */
     rep = tu_redis_cmd(r, "INFO server");
     if ((p = strstr(rep->str, "run_id:")) != NULL)
-        snprintf(run_id, sizeof run_id, "%.40s", p + 7);
+        snprintf(run_id, sizeof run_id, "%.40s:", p + 7);
+    freeReplyObject(rep);
+    rep = tu_redis_cmd(r, "INFO replication");
+    if ((p = strstr(rep->str, "master_replid:")) != NULL)
+        snprintf(run_id + strlen(run_id), sizeof run_id - strlen(run_id), "%.40s", p + 14);
     freeReplyObject(rep);
     rep = tu_redis_cmd(r, "GET hz:fence");
     is_str(rep->type == REDIS_REPLY_STRING ? rep->str : "", run_id,
-           "the fence names the live server");
+           "the fence names the live server and its data set (run_id:master_replid)");
     freeReplyObject(rep);
 
     g = tu_open(&cfg);
