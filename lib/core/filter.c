@@ -21,14 +21,16 @@
  *            the hash expired or evicted, a chunk from SQL): one statement
  *            on the primary, never the replica (a row the replica lacks
  *            would look deleted);
- *   LEARN    what the lookup found goes into the hash (HSET, PEXPIRE to the
- *            copy's TTL), best effort: an item's author never changes, so a
- *            stale entry is only memory, never a wrong page;
- *   SQL      once a chunk came from PostgreSQL (the walk is past the cached
- *            copy) and the filter needs authors: FEED_SQL_FILTER, which
- *            leaves the hidden authors' rows out inside PostgreSQL, returns
- *            the others with their authors and reads at most what is left
- *            of the page's budget.
+ *   LEARN    what the lookup found for items of the cached copy goes into
+ *            the hash (HSET, PEXPIRE to the copy's TTL), best effort: an
+ *            item's author never changes, so a stale entry is only memory,
+ *            never a wrong page;
+ *   SQL      once a page's chunk came from PostgreSQL (the walk is past the
+ *            cached copy) and the filter needs authors, that chunk is
+ *            dropped unexamined and the walk goes on with FEED_SQL_FILTER,
+ *            which leaves the hidden authors' rows out inside PostgreSQL,
+ *            returns the others with their authors and reads at most what
+ *            is left of the page's budget.
  *
  * Each chunk is then examined in walk order (take): an item shown, or
  * hidden; the position moves to it either way. Once the page holds limit
