@@ -513,6 +513,26 @@ hiredis_side_by_side() {
 }
 want hiredis && hiredis_side_by_side
 
+# ---------------------------------------------------------------- tls
+# Section tls needs a build with TLS (hiredis >= 1.0 with hiredis_ssl). When
+# $BUILD has none (Debian 12's hiredis 0.14), feedbench wrote "not measured";
+# the second hiredis of section hiredis, when it has hiredis_ssl, measures
+# it instead, against the same servers and data.
+tls_on_second_hiredis() {
+    local dir=${BENCH_COMPARE_HIREDIS:-} cmp
+    [[ -n $dir && -f $dir/include/hiredis/hiredis_ssl.h ]] || return 0
+    grep -q '^Not measured: this build has no TLS' "$WORK/sec_tls.md" 2>/dev/null || return 0
+    dir=$(cd "$dir" && pwd)
+    cmp=${BENCH_COMPARE_BUILD:-build-$(basename "$dir")}
+    echo "bench: section tls on $cmp ($BUILD has no TLS)" >&2
+    make -j2 HIREDIS="$dir" BUILD="$cmp" "$cmp/bench/feedbench" >"$WORK/tls-build.log" 2>&1 ||
+        { cat "$WORK/tls-build.log" >&2; exit 1; }
+    BENCH_NPROC=$NPROC "$cmp/bench/feedbench" "$WORK" tls
+    printf '\nMeasured with `%s/bench/feedbench`, built against hiredis %s (`%s`): `%s` has no TLS.\n' \
+        "$cmp" "$(hiredis_version "$cmp/bench/feedbench")" "$dir" "$BUILD" >>"$WORK/sec_tls.md"
+}
+want tls && tls_on_second_hiredis
+
 # ---------------------------------------------------------------- charts
 # From the data of the pages, writes (rebuild) and pg sections: a run
 # without one of them has none of those charts; the merge chart comes with
@@ -532,7 +552,8 @@ CPU=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
 REDIS_V=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 PG_V=$(psql -X -At -c 'SHOW server_version')
-HIREDIS_V=$(dpkg-query -W -f='${Version}' libhiredis-dev 2>/dev/null || echo '?')
+HIREDIS_V=$(hiredis_version "$BUILD/bench/feedbench")   # the one $BUILD loads
+[[ -n $HIREDIS_V ]] || HIREDIS_V='?'
 CC_V=$(${CC:-cc} --version | head -n1)
 TOTAL_S=$((SECONDS - START))
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
