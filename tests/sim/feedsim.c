@@ -28,10 +28,7 @@
  * On a Redis Cluster (three primaries and a replica of each; slots that
  * migrate key by key; failovers that kill or demote a primary): cluster
  * (the defaults), cluster-nofence (the fence off), cluster-wait
- * (redis_wait_replicas = 1), cluster-flap (the defaults; failovers in
- * every schedule, each demoting its primary at once, so a primary is
- * promoted back after a resync, no sooner than SIM_EPISODE_MS; readers
- * idle towards a node across that; no migrations).
+ * (redis_wait_replicas = 1).
  * With SIM_EXPECT=violation the exit status is inverted: 0 when some
  * schedule breaks the invariant (a control, or a mutant found).
  */
@@ -91,10 +88,6 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
     }
     if (strcmp(o->mode, "cluster-wait") == 0)
         w->wait_replicas = 1;
-    if (strcmp(o->mode, "cluster-flap") == 0) {
-        w->flap = 1;
-        w->failover_kinds = 2;          /* demoted at once, so promoted back later */
-    }
     if (strcmp(o->mode, "sentinel-nofence") == 0 || strcmp(o->mode, "cluster-nofence") == 0)
         w->fence = 0;
     for (int k = 0; k < SIM_F_COUNT; k++) {
@@ -110,10 +103,6 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         w->rate[SIM_F_FAILOVER] = 5;    /* every faulty schedule may fail over */
     if (w->topo == SIM_TOPO_CLUSTER && seed % 3 != 0 && w->rate[SIM_F_MIGRATE] == 0)
         w->rate[SIM_F_MIGRATE] = 20;    /* and migrate slots */
-    if (w->flap) {                      /* every schedule: primaries come and go */
-        w->rate[SIM_F_FAILOVER] = 30;
-        w->rate[SIM_F_MIGRATE] = 0;
-    }
     memcpy(w->mask, o->mask, o->nmask * sizeof *o->mask);
     w->nmask = o->nmask;
 }
@@ -197,8 +186,7 @@ int main(int argc, char **argv)
         strcmp(o.mode, "replica-unbounded") && strcmp(o.mode, "sentinel") &&
         strcmp(o.mode, "sentinel-nofence") && strcmp(o.mode, "sentinel-wait") &&
         strcmp(o.mode, "sentinel-nowait") && strcmp(o.mode, "cluster") &&
-        strcmp(o.mode, "cluster-nofence") && strcmp(o.mode, "cluster-wait") &&
-        strcmp(o.mode, "cluster-flap")) {
+        strcmp(o.mode, "cluster-nofence") && strcmp(o.mode, "cluster-wait")) {
         fprintf(stderr, "feedsim: unknown mode %s\n", o.mode);
         return 2;
     }
