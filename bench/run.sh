@@ -384,6 +384,9 @@ hiredis_version() {  # program: the version of the hiredis it loads
             pkg-config --modversion hiredis 2>/dev/null || basename "$(readlink -f "$so")"
     fi
 }
+compare_build() {  # DIR (absolute): the build folder of BENCH_COMPARE_HIREDIS=DIR
+    echo "${BENCH_COMPARE_BUILD:-build-$(basename "$1")}"
+}
 hiredis_not_measured() {  # why
     echo "bench: section hiredis skipped: $1" >&2
     {
@@ -406,7 +409,7 @@ hiredis_side_by_side() {
         return
     fi
     dir=$(cd "$dir" && pwd)
-    cmp=${BENCH_COMPARE_BUILD:-build-$(basename "$dir")}
+    cmp=$(compare_build "$dir")
     da=$BUILD/bench db=$cmp/bench
     [[ -x $da/loop_cpu ]] || { echo "run.sh: $da/loop_cpu is missing (make bench-build)" >&2; exit 1; }
     echo "bench: building client_cpu and loop_cpu against $dir into $cmp" >&2
@@ -523,11 +526,12 @@ tls_on_second_hiredis() {
     [[ -n $dir && -f $dir/include/hiredis/hiredis_ssl.h ]] || return 0
     grep -q '^Not measured: this build has no TLS' "$WORK/sec_tls.md" 2>/dev/null || return 0
     dir=$(cd "$dir" && pwd)
-    cmp=${BENCH_COMPARE_BUILD:-build-$(basename "$dir")}
+    cmp=$(compare_build "$dir")
     echo "bench: section tls on $cmp ($BUILD has no TLS)" >&2
     make -j2 HIREDIS="$dir" BUILD="$cmp" "$cmp/bench/feedbench" >"$WORK/tls-build.log" 2>&1 ||
         { cat "$WORK/tls-build.log" >&2; exit 1; }
     BENCH_NPROC=$NPROC "$cmp/bench/feedbench" "$WORK" tls
+    # shellcheck disable=SC2016  # the backquotes are Markdown's
     printf '\nMeasured with `%s/bench/feedbench`, built against hiredis %s (`%s`): `%s` has no TLS.\n' \
         "$cmp" "$(hiredis_version "$cmp/bench/feedbench")" "$dir" "$BUILD" >>"$WORK/sec_tls.md"
 }
