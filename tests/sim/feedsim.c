@@ -88,6 +88,8 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
     }
     if (strcmp(o->mode, "cluster-wait") == 0)
         w->wait_replicas = 1;
+    if (strcmp(o->mode, "async") == 0)
+        w->async = 1;                   /* an async handle in every schedule */
     if (strcmp(o->mode, "sentinel-nofence") == 0 || strcmp(o->mode, "cluster-nofence") == 0)
         w->fence = 0;
     for (int k = 0; k < SIM_F_COUNT; k++) {
@@ -186,7 +188,8 @@ int main(int argc, char **argv)
         strcmp(o.mode, "replica-unbounded") && strcmp(o.mode, "sentinel") &&
         strcmp(o.mode, "sentinel-nofence") && strcmp(o.mode, "sentinel-wait") &&
         strcmp(o.mode, "sentinel-nowait") && strcmp(o.mode, "cluster") &&
-        strcmp(o.mode, "cluster-nofence") && strcmp(o.mode, "cluster-wait")) {
+        strcmp(o.mode, "cluster-nofence") && strcmp(o.mode, "cluster-wait") &&
+        strcmp(o.mode, "async")) {
         fprintf(stderr, "feedsim: unknown mode %s\n", o.mode);
         return 2;
     }

@@ -101,12 +101,69 @@ static void *sim_conn(sim_world *w, int s)
     return (void *)(w->sv[s].epoch * SIM_SERVERS + (uintptr_t)s);
 }
 
+/* An async handle (sim_async_*, below): several requests in flight on one
+ * core, as lib/drive/async.c carries them on an event loop. Its nodes'
+ * connections are sim_aconn: trips appended whole in the order the
+ * requests send them (any request's, or a set-up's), their commands
+ * reaching the server in that order, their replies coming back in that
+ * order; when a connection goes, every trip on it ends at once. */
+#define SIM_AREQS  4            /* the async handle's readers */
+#define SIM_ACONNS 24
+#define SIM_ATRIPS 24           /* trips queued on one connection */
+#define SIM_ANODES 32
+
+typedef struct sim_atrip {
+    feed_trip  *t;
+    sim_client *owner;          /* the request; NULL: the set-up of node `node` */
+    int         node;
+    int64_t     sent;
+    size_t      applied;        /* its commands that reached the server */
+    redisReply *replies[64];
+} sim_atrip;
+
+typedef struct sim_aconn {
+    int        used, server;
+    uintptr_t  epoch;           /* the server's incarnation it was made on */
+    int        asking;          /* its last command was ASKING */
+    long long  woff;            /* the offset of its last write (WAIT) */
+    sim_atrip  q[SIM_ATRIPS];   /* the trips on it, oldest first */
+    size_t     count;
+} sim_aconn;
+
+typedef struct sim_ahandle {
+    feed_core      core;
+    int            id;          /* in the trace: its set-ups' and repairs' commands */
+    sim_aconn      conns[SIM_ACONNS];
+    feed_setup    *setup[SIM_ANODES];       /* each node's set-up under way: one, shared */
+    int            setup_aw[SIM_ANODES];    /* what it waits for (SIM_AW_*; NONE: to run) */
+    unsigned long  setup_ready[SIM_ANODES]; /* its place in the ready queue (0: none) */
+    sim_client    *req[SIM_AREQS];
+    int            nreq;
+    sim_client    *sqlq[SIM_AREQS + 1];     /* one statement at a time, in order */
+    size_t         nsql;
+    sim_client     pg;          /* runs the statement at the head of sqlq */
+    sim_client     rep;         /* the repair request, while `repairing` */
+    int            repairing;
+    unsigned long  seq;         /* the ready queue's and the waiters' order */
+    int64_t        ready_at;    /* the loop's next turn: later after a pause */
+} sim_ahandle;
+
+/* The server an async connection reaches; -1 when it is closed. */
+static int sim_aconn_server(const sim_world *w, const sim_aconn *k)
+{
+    if (!k->used || w->sv[k->server].epoch != k->epoch || w->sv[k->server].dead)
+        return -1;
+    return k->server;
+}
+
 /* The server a live connection reaches; -1 when it is closed. */
 static int sim_conn_server(const sim_world *w, const void *io)
 {
     uintptr_t v = (uintptr_t)io;
     int s = (int)(v % SIM_SERVERS);
 
+    if (w->ah && v >= (uintptr_t)w->ah->conns && v < (uintptr_t)(w->ah->conns + SIM_ACONNS))
+        return sim_aconn_server(w, io);
     if (!io || s >= w->nsv || w->sv[s].epoch != v / SIM_SERVERS || w->sv[s].dead)
         return -1;
     return s;
@@ -145,11 +202,11 @@ static void sim_sync(sim_world *w, int j)
     w->sv[j].synced = simr_offset(p->r);
 }
 
-/* Before a command of cl's runs on server s: what ROLE lists (the
- * replicas following s) and what WAIT answers (those holding cl's last
- * write on s). A WAIT blocks until enough replicas hold it or its timeout
+/* Before a command of a connection's runs on server s: what ROLE lists
+ * (the replicas following s) and what WAIT answers (those holding the
+ * connection's last write on s, at offset woff). A WAIT blocks until enough replicas hold it or its timeout
  * passes: each replica behind may catch up meanwhile, or not. */
-static void sim_links(sim_world *w, sim_client *cl, int s, int wait)
+static void sim_links(sim_world *w, const feed_core *c, long long woff, int s, int wait)
 {
     int attached = 0, acked = 0;
 
@@ -157,12 +214,12 @@ static void sim_links(sim_world *w, sim_client *cl, int s, int wait)
         if (w->sv[j].sentinel || w->sv[j].of != s || w->sv[j].dead)
             continue;
         attached++;
-        if (wait && w->sv[j].synced < cl->woff[s] && sim_pick(w, 2))
+        if (wait && w->sv[j].synced < woff && sim_pick(w, 2))
             sim_sync(w, j);
-        acked += w->sv[j].synced >= cl->woff[s];
+        acked += w->sv[j].synced >= woff;
     }
-    if (wait && acked < (int)cl->core.cfg.redis_wait_replicas)
-        w->now += cl->core.cfg.redis_wait_timeout_ms;
+    if (wait && acked < (int)c->cfg.redis_wait_replicas)
+        w->now += c->cfg.redis_wait_timeout_ms;
     simr_set_links(w->sv[s].r, attached, acked);
 }
 
@@ -374,18 +431,19 @@ static redisReply *sim_cluster_slots(sim_world *w)
     return sim_resp(buf, used);
 }
 
-/* A cluster node's own answer to a command of cl's (ASKING, CLUSTER
- * SLOTS, a redirect), or NULL: the data set answers. */
-static redisReply *sim_cluster_cmd(sim_world *w, sim_client *cl, int s, int argc,
+/* A cluster node's own answer to a command of a connection's (ASKING,
+ * CLUSTER SLOTS, a redirect), or NULL: the data set answers. *asking: the
+ * connection said ASKING just before. */
+static redisReply *sim_cluster_cmd(sim_world *w, int *asking_flag, int s, int argc,
                                    const char *const *argv, const size_t *lens)
 {
     char buf[160];
     unsigned slot = 0;
-    int v, asking = cl->asking[s];
+    int v, asking = *asking_flag;
 
-    cl->asking[s] = 0;
+    *asking_flag = 0;
     if (argc == 1 && sim_word(argv[0], lens[0], "ASKING")) {
-        cl->asking[s] = 1;
+        *asking_flag = 1;
         return sim_resp("+OK\r\n", 5);
     }
     if (argc == 2 && sim_word(argv[0], lens[0], "CLUSTER") && sim_word(argv[1], lens[1], "SLOTS"))
@@ -406,8 +464,11 @@ static redisReply *sim_cluster_cmd(sim_world *w, sim_client *cl, int s, int argc
     return sim_resp(buf, strlen(buf));
 }
 
-/* Command k of trip t reaches server s: run it, keep its reply. */
-static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int s)
+/* Command k of trip t reaches server s on a connection of handle c's
+ * (ASKING said just before: *asking; its last write's offset: *woff), as
+ * client `id` in the trace: run it. Its reply; *wrote: it wrote. */
+static redisReply *sim_command(sim_world *w, const feed_core *c, int id, int *asking,
+                               long long *woff, feed_trip *t, size_t k, int s, int *wrote)
 {
     const char **argv;
     const size_t *lens;
@@ -416,47 +477,61 @@ static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int 
     redisReply *r;
 
     if (w->topo != SIM_TOPO_SINGLE)
-        sim_links(w, cl, s, argc > 0 && lens[0] == 4 && memcmp(argv[0], "WAIT", 4) == 0);
-    r = w->topo == SIM_TOPO_CLUSTER ? sim_cluster_cmd(w, cl, s, argc, argv, lens) : NULL;
+        sim_links(w, c, *woff, s, argc > 0 && lens[0] == 4 && memcmp(argv[0], "WAIT", 4) == 0);
+    r = w->topo == SIM_TOPO_CLUSTER ? sim_cluster_cmd(w, asking, s, argc, argv, lens) : NULL;
     if (!r)
         r = simr_exec(w->sv[s].r, argc, argv, lens, w->now);
-    if (simr_offset(w->sv[s].r) != off) {
-        cl->woff[s] = simr_offset(w->sv[s].r);
-        if (cl->aw == SIM_AW_PASS) {        /* the request's write, not a fence's */
-            cl->hoff[s] = cl->woff[s];
-            cl->hoff_epoch[s] = w->sv[s].epoch;
-        }
-    }
-
+    *wrote = simr_offset(w->sv[s].r) != off;
+    if (*wrote)
+        *woff = simr_offset(w->sv[s].r);
     if (!r) {
         fprintf(stderr, "sim: out of memory\n");
         exit(3);
     }
     if (w->trace) {
         char words[200], rep[80];
-        sim_words((const char (*)[41])cl->core.sha, words, sizeof words, argc, argv, lens);
+        sim_words((const char (*)[41])c->sha, words, sizeof words, argc, argv, lens);
         sim_reply_text(rep, sizeof rep, r);
         if (w->nsv > 1)
-            sim_trace(w, "c%d  %s:%d%s -> %s", cl->id, w->sv[s].host, w->sv[s].port, words, rep);
+            sim_trace(w, "c%d  %s:%d%s -> %s", id, w->sv[s].host, w->sv[s].port, words, rep);
         else
-            sim_trace(w, "c%d  redis%s -> %s", cl->id, words, rep);
+            sim_trace(w, "c%d  redis%s -> %s", id, words, rep);
+    }
+    return r;
+}
+
+/* Command k of trip t reaches server s: run it, keep its reply. */
+static void sim_apply(sim_world *w, sim_client *cl, feed_trip *t, size_t k, int s)
+{
+    int wrote;
+    redisReply *r = sim_command(w, cl->c, cl->id, &cl->asking[s], &cl->woff[s], t, k, s, &wrote);
+
+    if (wrote && cl->aw == SIM_AW_PASS) {      /* the request's write, not a fence's */
+        cl->hoff[s] = cl->woff[s];
+        cl->hoff_epoch[s] = w->sv[s].epoch;
     }
     cl->replies[cl->napplied++] = r;
 }
 
 /* The replies of trip t come back: the first `got` are handed over, and
  * the trip ends with io. */
-static void sim_deliver(sim_world *w, sim_client *cl, feed_trip *t, size_t got, int io,
-                        const char *why)
+static void sim_deliver_replies(redisReply **replies, size_t *napplied, feed_trip *t,
+                                size_t got, int io, const char *why)
 {
     for (size_t k = 0; k < got; k++)
-        t->reply(t->arg, k, cl->replies[k]);
-    for (size_t k = 0; k < cl->napplied; k++)
-        freeReplyObject(cl->replies[k]);
-    cl->napplied = 0;
+        t->reply(t->arg, k, replies[k]);
+    for (size_t k = 0; k < *napplied; k++)
+        freeReplyObject(replies[k]);
+    *napplied = 0;
     t->got = got;
     t->io = io;
     snprintf(t->why, sizeof t->why, "%s", why);
+}
+
+static void sim_deliver(sim_world *w, sim_client *cl, feed_trip *t, size_t got, int io,
+                        const char *why)
+{
+    sim_deliver_replies(cl->replies, &cl->napplied, t, got, io, why);
     (void)w;
 }
 
@@ -484,7 +559,7 @@ static int sim_advance(sim_world *w, sim_client *cl)
 {
     for (;;) {
         sim_frame *f = sim_top(cl);
-        feed_core *c = &cl->core;
+        feed_core *c = cl->c;
 
         if (f->setup) {
             feed_setup *s = f->setup;
@@ -621,7 +696,7 @@ static int sim_pg_begin(sim_world *w, sim_client *cl)
     int server = op->sql.server;
     feed_pgio io = { .how = FEED_PIO_START };
 
-    feed__pgstmt_begin(&cl->pgm, &cl->core, &op->sql, op->err, cl->pg_texts,
+    feed__pgstmt_begin(&cl->pgm, cl->c, &op->sql, op->err, cl->pg_texts,
                        &cl->pg_attempt[server], w->now);
     io.had_conn = cl->pg_conn[server] != 0;
     io.conn_ok = sim_pg_live(w, cl, server);
@@ -720,23 +795,23 @@ static int sim_pg_step(sim_world *w, sim_client *cl)
 }
 
 /* The node a setup or pass works on, by the core's index. */
-static feed_node *sim_node(sim_client *cl, int i) { return cl->core.topo.nodes[i]; }
+static feed_node *sim_node(sim_client *cl, int i) { return cl->c->topo.nodes[i]; }
 
 /* A timeout: the client waited redis_timeout_ms for nothing. */
 static void sim_timeout(sim_world *w, sim_client *cl)
 {
-    w->now += cl->core.cfg.redis_timeout_ms;
+    w->now += cl->c->cfg.redis_timeout_ms;
 }
 
 /* A Sentinel's answer to set-up s's probe: the primary it names, as a
  * Sentinel sends it (the bytes read by hiredis's reader). */
-static void sim_probe(sim_world *w, sim_client *cl, feed_setup *s)
+static void sim_probe(sim_world *w, int id, feed_setup *s)
 {
     int at = sim_server_at(w, &s->probe, 1);
     feed_trip *t = &s->trip;
 
     if (at < 0 || t->n != 1 || sim_fault(w, SIM_F_SENTINEL, "a Sentinel refuses a connection")) {
-        sim_trace(w, "c%d  Sentinel %s:%d refuses", cl->id, s->probe.host, s->probe.port);
+        sim_trace(w, "c%d  Sentinel %s:%d refuses", id, s->probe.host, s->probe.port);
         t->io = FEED_IO_FAILED;
         t->got = 0;
         snprintf(t->why, sizeof t->why, "Connection refused (simulated)");
@@ -754,7 +829,7 @@ static void sim_probe(sim_world *w, sim_client *cl, feed_setup *s)
         else
             snprintf(buf, sizeof buf, "*-1\r\n");
         out = sim_resp(buf, strlen(buf));
-        sim_trace(w, "c%d  Sentinel %s:%d names %s:%d", cl->id, s->probe.host, s->probe.port,
+        sim_trace(w, "c%d  Sentinel %s:%d names %s:%d", id, s->probe.host, s->probe.port,
                   p->host, p->port);
         t->reply(t->arg, 0, out);
         freeReplyObject(out);
@@ -771,7 +846,7 @@ static void sim_complete(sim_world *w, sim_client *cl)
 
     switch (cl->aw) {
     case SIM_AW_PROBE:
-        sim_probe(w, cl, f->setup);
+        sim_probe(w, cl->id, f->setup);
         break;
     case SIM_AW_CONNECT: {
         feed_node *n = sim_node(cl, f->setup->index);
@@ -823,7 +898,7 @@ static void sim_complete(sim_world *w, sim_client *cl)
         if (!last)
             return;
         feed__xchg_pass_done(&f->x, w->now);
-        for (size_t k = 0; k < cl->core.topo.nnodes; k++)
+        for (size_t k = 0; k < cl->c->topo.nnodes; k++)
             sim_close_if_down(sim_node(cl, (int)k));
         break;
     }
@@ -838,16 +913,550 @@ static void sim_complete(sim_world *w, sim_client *cl)
 }
 
 /* ------------------------------------------------------------------------
+ * The async handle: several requests in flight on one core, interleaved
+ * at every await, as lib/drive/async.c runs them on an event loop. What it
+ * shares as async.c does: the nodes and their connections (sim_aconn:
+ * trips answered in order, a fault ending every trip on the connection at
+ * once), one set-up per node joined by every request that needs it (the
+ * fence check, the scripts' load), one SQL statement at a time on the
+ * handle's connection, in order, and one repair request the others wait
+ * for. Ready requests run one after another, never one inside another
+ * (async.c's run_queue); the loop itself may pause (a stalled process).
+ * ------------------------------------------------------------------------ */
+
+static void sim_request_done(sim_world *w, sim_client *cl);
+static void sim_plan(sim_world *w, sim_client *cl);
+static void sim_core_init(sim_world *w, feed_core *c);
+
+/* r joins the ready queue (or keeps its place there). */
+static void sim_aready(sim_ahandle *h, sim_client *r)
+{
+    r->aw = SIM_AW_SHARED;
+    r->shared = SIM_SH_READY;
+    if (!r->ready_seq)
+        r->ready_seq = ++h->seq;
+}
+
+static void sim_await(sim_ahandle *h, sim_client *r, int what)
+{
+    r->aw = SIM_AW_SHARED;
+    r->shared = what;
+    r->wait_seq = ++h->seq;
+}
+
+/* One of r's trips is over; after the last, r reads its pass. */
+static void sim_atrip_over(sim_ahandle *h, sim_client *r)
+{
+    if (--r->trips_left == 0) {
+        r->pass_over = 1;
+        sim_aready(h, r);
+    }
+}
+
+/* Trip 0 of connection k ends with its first `got` replies and io. */
+static void sim_aend(sim_world *w, sim_ahandle *h, sim_aconn *k, size_t got, int io,
+                     const char *why)
+{
+    sim_atrip a = k->q[0];
+
+    memmove(&k->q[0], &k->q[1], --k->count * sizeof *k->q);
+    sim_deliver_replies(a.replies, &a.applied, a.t, got, io, why);
+    if (a.owner) {
+        sim_atrip_over(h, a.owner);
+    } else {
+        feed__setup_tripped(h->setup[a.node], w->now);
+        h->setup_aw[a.node] = SIM_AW_NONE;
+        h->setup_ready[a.node] = ++h->seq;
+    }
+}
+
+/* Connection k goes: every trip on it ends with io, its node forgets it. */
+static void sim_aclose(sim_world *w, sim_ahandle *h, sim_aconn *k, int io, const char *why)
+{
+    for (size_t i = 0; i < h->core.topo.nnodes; i++)
+        if (h->core.topo.nodes[i]->io == k)
+            h->core.topo.nodes[i]->io = NULL;
+    while (k->count > 0)
+        sim_aend(w, h, k, 0, io, why);
+    k->used = 0;
+}
+
+/* A DOWN node loses its connection, unless its set-up is under way
+ * (async.c, close_down_nodes). */
+static void sim_aclose_down(sim_world *w, sim_ahandle *h)
+{
+    for (size_t i = 0; i < h->core.topo.nnodes; i++) {
+        feed_node *n = h->core.topo.nodes[i];
+        if (n->state == FEED_NODE_DOWN && n->io && !(i < SIM_ANODES && h->setup[i]))
+            sim_aclose(w, h, n->io, FEED_IO_FAILED, "connection dropped");
+    }
+}
+
+/* Append trip t of owner (NULL: node's set-up) to node's connection; 0,
+ * or -1 when there is none (t ends failed at once). */
+static int sim_asend(sim_world *w, sim_ahandle *h, int node, feed_trip *t, sim_client *owner)
+{
+    sim_aconn *k = h->core.topo.nodes[node]->io;
+
+    t->io = FEED_IO_OK;
+    t->got = 0;
+    t->why[0] = '\0';
+    if (!k || k->count == SIM_ATRIPS) {
+        t->io = FEED_IO_FAILED;
+        snprintf(t->why, sizeof t->why, "connection lost");
+        return -1;
+    }
+    k->q[k->count++] = (sim_atrip){ t, owner, node, w->now, 0, { NULL } };
+    return 0;
+}
+
+/* A set-up as far as it goes (async.c, setup_run). */
+static void sim_asetup_run(sim_world *w, sim_ahandle *h, int node)
+{
+    feed_setup *s = h->setup[node];
+    feed_node *n = h->core.topo.nodes[node];
+
+    for (;;) {
+        sim_aclose_down(w, h);
+        switch (feed__setup_next(s, w->now)) {
+        case FEED_S_PROBE:
+            h->setup_aw[node] = SIM_AW_PROBE;
+            return;
+        case FEED_S_CONNECT:
+            if (n->io)
+                sim_aclose(w, h, n->io, FEED_IO_FAILED, "connection dropped");
+            h->setup_aw[node] = SIM_AW_CONNECT;
+            return;
+        case FEED_S_TRIP:
+            if (sim_asend(w, h, node, &s->trip, NULL) == 0) {
+                h->setup_aw[node] = SIM_AW_TRIP;
+                return;
+            }
+            feed__setup_tripped(s, w->now);
+            continue;
+        case FEED_S_DONE: {
+            /* Its waiters go on, in the order they came; one that needs
+             * the fence and met a connection-only set-up asks again. */
+            for (;;) {
+                sim_client *first = NULL;
+                for (int i = 0; i < h->nreq + 1; i++) {
+                    sim_client *r = i < h->nreq ? h->req[i] : &h->rep;
+                    if (r->aw == SIM_AW_SHARED && r->shared == SIM_SH_SETUP &&
+                        r->frames[0].x.setup_node == node &&
+                        (!first || r->wait_seq < first->wait_seq))
+                        first = r;
+                }
+                if (!first)
+                    break;
+                if (!(first->frames[0].x.setup_kind == FEED_SETUP_FULL &&
+                      s->kind == FEED_SETUP_HELLO && s->rc == FEED_OK))
+                    feed__xchg_setup_done(&first->frames[0].x, s->rc, s->err, w->now);
+                sim_aready(h, first);
+            }
+            feed__setup_end(s);
+            free(s);
+            h->setup[node] = NULL;
+            h->setup_aw[node] = SIM_AW_NONE;
+            sim_aclose_down(w, h);
+            return;
+        }
+        }
+    }
+}
+
+/* r's exchange needs its node set up: join the set-up under way, or
+ * start one. */
+static void sim_aneed_setup(sim_world *w, sim_ahandle *h, sim_client *r)
+{
+    feed_xchg *x = &r->frames[0].x;
+
+    if (x->setup_node >= SIM_ANODES) {
+        fprintf(stderr, "sim: more than %d nodes\n", SIM_ANODES);
+        exit(3);
+    }
+    if (!h->setup[x->setup_node]) {
+        feed_setup *s = malloc(sizeof *s);
+        if (!s) {
+            fprintf(stderr, "sim: out of memory\n");
+            exit(3);
+        }
+        feed__setup_begin(s, &h->core, x->setup_node, x->setup_kind, x->setup_slot, w->now);
+        h->setup[x->setup_node] = s;
+        h->setup_aw[x->setup_node] = SIM_AW_NONE;
+        h->setup_ready[x->setup_node] = ++h->seq;
+    }
+    sim_await(h, r, SIM_SH_SETUP);
+}
+
+/* r's exchange needs the repairs first: start them unless under way, and
+ * wait. 0: none to run. */
+static int sim_aneed_repairs(sim_world *w, sim_ahandle *h, sim_client *r)
+{
+    if (!h->repairing) {
+        feed_op *op = feed__repair_op(&h->core);
+        if (!op)
+            return 0;
+        sim_trace(w, "c%d  the repair list first (c%d runs it)", r->id, h->rep.id);
+        h->rep.frames[0] = (sim_frame){ .op = op, .heap = 1 };
+        h->rep.depth = 1;
+        h->repairing = 1;
+        sim_aready(h, &h->rep);
+    }
+    sim_await(h, r, SIM_SH_REPAIR);
+    return 1;
+}
+
+/* The statements in order: begin the head's, as far as it goes. */
+static void sim_asql_begin(sim_world *w, sim_ahandle *h)
+{
+    while (h->nsql > 0) {
+        h->pg.frames[0] = (sim_frame){ .op = h->sqlq[0]->frames[0].op };
+        h->pg.depth = 1;
+        h->pg.id = h->sqlq[0]->id;
+        if (sim_pg_begin(w, &h->pg))
+            return;                     /* its step awaited */
+        h->pg.aw = SIM_AW_NONE;
+        h->pg.depth = 0;
+        sim_aready(h, h->sqlq[0]);
+        memmove(&h->sqlq[0], &h->sqlq[1], --h->nsql * sizeof *h->sqlq);
+    }
+}
+
+static void sim_asql_enqueue(sim_world *w, sim_ahandle *h, sim_client *r)
+{
+    sim_await(h, r, SIM_SH_SQL);
+    h->sqlq[h->nsql++] = r;
+    if (h->nsql == 1)
+        sim_asql_begin(w, h);
+}
+
+/* r's pass: its trips on their nodes' connections. */
+static void sim_asend_pass(sim_world *w, sim_ahandle *h, sim_client *r)
+{
+    feed_xchg *x = &r->frames[0].x;
+
+    sim_await(h, r, SIM_SH_PASS);
+    r->trips_left = x->ntrips + 1;
+    for (size_t k = 0; k < x->ntrips; k++)
+        if (sim_asend(w, h, x->trips[k].trip.node, &x->trips[k].trip, r) != 0)
+            sim_atrip_over(h, r);
+    sim_atrip_over(h, r);
+}
+
+/* r's request is done: the repairs wake their waiters; a reader's page
+ * is checked, and its next request planned. */
+static void sim_afinished(sim_world *w, sim_ahandle *h, sim_client *r)
+{
+    if (r == &h->rep) {
+        for (int i = 0; i < h->nreq; i++)
+            if (h->req[i]->aw == SIM_AW_SHARED && h->req[i]->shared == SIM_SH_REPAIR)
+                sim_aready(h, h->req[i]);
+        sim_op_free(&r->frames[0]);
+        r->depth = 0;
+        r->aw = SIM_AW_NONE;
+        h->repairing = 0;
+        return;
+    }
+    r->aw = SIM_AW_NONE;
+    sim_request_done(w, r);
+    sim_plan(w, r);
+}
+
+/* Request r as far as it goes now (async.c, req_run). */
+static void sim_areq_run(sim_world *w, sim_ahandle *h, sim_client *r)
+{
+    sim_frame *f = &r->frames[0];
+
+    if (r->pass_over) {
+        r->pass_over = 0;
+        feed__xchg_pass_done(&f->x, w->now);
+        sim_aclose_down(w, h);
+    }
+    for (;;) {
+        if (f->in_batch) {
+            switch (feed__xchg_next(&f->x, w->now)) {
+            case FEED_X_REPAIR:
+                if (sim_aneed_repairs(w, h, r))
+                    return;
+                continue;
+            case FEED_X_SETUP:
+                sim_aneed_setup(w, h, r);
+                return;
+            case FEED_X_PASS:
+                sim_asend_pass(w, h, r);
+                return;
+            case FEED_X_WAKE:
+                r->aw = SIM_AW_WAKE;
+                r->ready_at = f->x.wake_at;
+                return;
+            case FEED_X_DONE:
+                f->op->redis_rc = f->x.rc;
+                feed__xchg_end(&f->x);
+                f->in_batch = 0;
+                break;
+            }
+        }
+        switch (f->op->step(f->op, w->now)) {
+        case FEED_W_REDIS:
+            feed__xchg_begin(&f->x, &h->core, &f->op->batch, f->op->err, w->now);
+            f->in_batch = 1;
+            continue;
+        case FEED_W_SQL:
+            sim_asql_enqueue(w, h, r);
+            return;
+        case FEED_W_WAKE:
+            r->aw = SIM_AW_WAKE;
+            r->ready_at = f->op->wake_at;
+            return;
+        case FEED_W_DONE:
+            sim_afinished(w, h, r);
+            return;
+        }
+    }
+}
+
+/* Run the ready requests and set-ups, oldest first, until none is left
+ * (async.c, run_queue). */
+static void sim_arun_queue(sim_world *w, sim_ahandle *h)
+{
+    for (;;) {
+        unsigned long best = 0;
+        sim_client *r = NULL;
+        int node = -1;
+
+        for (int i = 0; i < h->nreq + 1; i++) {
+            sim_client *q = i < h->nreq ? h->req[i] : &h->rep;
+            if (q->aw == SIM_AW_SHARED && q->shared == SIM_SH_READY && q->ready_seq &&
+                (!best || q->ready_seq < best)) {
+                best = q->ready_seq;
+                r = q;
+            }
+        }
+        for (int i = 0; i < SIM_ANODES; i++)
+            if (h->setup[i] && h->setup_ready[i] && (!best || h->setup_ready[i] < best)) {
+                best = h->setup_ready[i];
+                node = i;
+                r = NULL;
+            }
+        if (!best)
+            return;
+        if (r) {
+            r->ready_seq = 0;
+            sim_areq_run(w, h, r);
+        } else {
+            h->setup_ready[node] = 0;
+            sim_asetup_run(w, h, node);
+        }
+    }
+}
+
+/* A step of connection k: its next command reaches the server, or the
+ * oldest trip's replies come back (either, when both can: the server
+ * runs what was written while the client has not yet read), with the
+ * faults of sim_complete, which strike every trip on it. */
+static void sim_aconn_step(sim_world *w, sim_ahandle *h, sim_aconn *k)
+{
+    static const char *reset = "Connection reset by peer (simulated)";
+    static const char *slow = "Resource temporarily unavailable (simulated timeout)";
+    sim_atrip *head = &k->q[0];
+    size_t next = 0;
+    int at = sim_aconn_server(w, k);
+
+    while (next < k->count && k->q[next].applied == k->q[next].t->n)
+        next++;
+    if (at < 0) {
+        sim_trace(w, "c%d  connection closed by the server: %zu trips end", h->id, k->count);
+        sim_aclose(w, h, k, FEED_IO_CLOSED, reset);
+    } else if (next < k->count && (next > 0 || sim_pick(w, 2))) {
+        sim_atrip *a = &k->q[next];
+        int wrote;
+        if (sim_fault(w, SIM_F_DROP, "connection lost before a command")) {
+            sim_aclose(w, h, k, FEED_IO_CLOSED, reset);
+            return;
+        }
+        a->replies[a->applied] = sim_command(w, &h->core, a->owner ? a->owner->id : h->id,
+                                             &k->asking, &k->woff, a->t, a->applied, at, &wrote);
+        a->applied++;
+    } else if (head->applied < head->t->n) {
+        return;                         /* nothing to read yet */
+    } else if (w->now - head->sent > (int64_t)h->core.cfg.redis_timeout_ms) {
+        sim_trace(w, "c%d  replies later than redis_timeout_ms: a timeout, %zu trips end",
+                  h->id, k->count);
+        sim_aclose(w, h, k, FEED_IO_FAILED, slow);
+    } else if (sim_fault(w, SIM_F_LOST, "replies lost after the commands ran")) {
+        size_t got = sim_pick(w, head->t->n);
+        w->now += h->core.cfg.redis_timeout_ms;
+        sim_aend(w, h, k, got, FEED_IO_FAILED, slow);
+        sim_aclose(w, h, k, FEED_IO_FAILED, slow);
+    } else {
+        sim_aend(w, h, k, head->t->n, FEED_IO_OK, "");
+    }
+}
+
+/* A set-up's connect (or Sentinel question) completes. */
+static void sim_asetup_step(sim_world *w, sim_ahandle *h, int node)
+{
+    feed_setup *s = h->setup[node];
+    feed_node *n = h->core.topo.nodes[node];
+    int at;
+
+    if (h->setup_aw[node] == SIM_AW_PROBE) {
+        sim_probe(w, h->id, s);
+    } else if ((at = sim_server_at(w, &n->addr, 0)) < 0 || w->now < w->sv[at].down_until ||
+               w->sv[at].dead || sim_fault(w, SIM_F_REFUSE, "connection refused")) {
+        sim_trace(w, "c%d  connect refused", h->id);
+        feed__setup_connected(s, 0, "Connection refused (simulated)", w->now);
+    } else {
+        sim_aconn *k = NULL;
+        for (int i = 0; i < SIM_ACONNS && !k; i++)
+            if (!h->conns[i].used)
+                k = &h->conns[i];
+        if (!k) {
+            fprintf(stderr, "sim: more than %d connections\n", SIM_ACONNS);
+            exit(3);
+        }
+        *k = (sim_aconn){ .used = 1, .server = at, .epoch = w->sv[at].epoch };
+        n->io = k;
+        sim_trace(w, "c%d  connected to %s:%d", h->id, n->addr.host, n->addr.port);
+        feed__setup_connected(s, 1, "", w->now);
+    }
+    h->setup_aw[node] = SIM_AW_NONE;
+    h->setup_ready[node] = ++h->seq;
+}
+
+/* What the handle's loop may do now, as codes for sim_async_event
+ * (a connection's step: its index; a set-up's: 100 + node; the
+ * statement's: 200; the repair request's wake-up: 300). */
+static size_t sim_async_events(const sim_world *w, int *ev, int64_t *soonest)
+{
+    const sim_ahandle *h = w->ah;
+    size_t n = 0;
+
+    if (!h)
+        return 0;
+    if (h->ready_at > w->now) {
+        if (h->ready_at < *soonest)
+            *soonest = h->ready_at;
+        return 0;
+    }
+    for (int i = 0; i < SIM_ACONNS; i++)
+        if (h->conns[i].used && h->conns[i].count > 0)
+            ev[n++] = i;
+    for (int i = 0; i < SIM_ANODES; i++)
+        if (h->setup[i] && (h->setup_aw[i] == SIM_AW_CONNECT || h->setup_aw[i] == SIM_AW_PROBE))
+            ev[n++] = 100 + i;
+    if (h->nsql > 0 && h->pg.aw == SIM_AW_PG)
+        ev[n++] = 200;
+    if (h->repairing && h->rep.aw == SIM_AW_WAKE) {
+        if (h->rep.ready_at <= w->now)
+            ev[n++] = 300;
+        else if (h->rep.ready_at < *soonest)
+            *soonest = h->rep.ready_at;
+    }
+    return n;
+}
+
+/* One turn of the handle's loop: event ev, then the ready queue; the
+ * loop may pause after it. */
+static void sim_async_event(sim_world *w, int ev)
+{
+    sim_ahandle *h = w->ah;
+
+    if (ev < 100) {
+        sim_aconn_step(w, h, &h->conns[ev]);
+    } else if (ev < 200) {
+        sim_asetup_step(w, h, ev - 100);
+    } else if (ev == 200) {
+        if (!sim_pg_step(w, &h->pg)) {
+            h->pg.aw = SIM_AW_NONE;
+            h->pg.depth = 0;
+            sim_aready(h, h->sqlq[0]);
+            memmove(&h->sqlq[0], &h->sqlq[1], --h->nsql * sizeof *h->sqlq);
+            sim_asql_begin(w, h);
+        }
+    } else {
+        sim_aready(h, &h->rep);
+    }
+    sim_arun_queue(w, h);
+    h->ready_at = w->now + (sim_fault(w, SIM_F_PAUSE, "the async handle's loop pauses")
+                                ? (int64_t)sim_pick(w, 3 * w->lease_ms)
+                                : (int64_t)sim_pick(w, 2));
+}
+
+/* An async request's own turn: it begins, or its wake-up is due. */
+static void sim_async_go(sim_world *w, sim_client *cl)
+{
+    if (cl->aw == SIM_AW_START)
+        sim_trace(w, "c%d  (async) begins", cl->id);
+    sim_aready(cl->ah, cl);
+    sim_arun_queue(w, cl->ah);
+}
+
+/* The async handle of a schedule that draws one: n readers on one core
+ * (after the other clients, so a schedule without one draws as before). */
+static void sim_async_new(sim_world *w, int n)
+{
+    sim_ahandle *h = calloc(1, sizeof *h);
+
+    if (!h) {
+        fprintf(stderr, "sim: out of memory\n");
+        exit(3);
+    }
+    w->ah = h;
+    sim_core_init(w, &h->core);
+    h->id = w->ncl + n;
+    h->pg.c = h->rep.c = &h->core;
+    h->pg.ah = h->rep.ah = h;
+    h->rep.id = h->id;
+    for (int i = 0; i < n; i++) {
+        sim_client *cl = &w->cl[w->ncl++];
+        memset(cl, 0, sizeof *cl);
+        cl->id = w->ncl - 1;
+        cl->kind = SIM_READER;
+        cl->c = &h->core;
+        cl->ah = h;
+        cl->ops_left = w->ops;
+        h->req[h->nreq++] = cl;
+    }
+    sim_trace(w, "    c%d..c%d: requests of one async handle (c%d: its set-ups and repairs)",
+              w->ncl - n, w->ncl - 1, h->id);
+}
+
+static void sim_client_free(sim_client *cl);
+
+/* The handle's own state (its requests are clients, freed with them). */
+static void sim_async_free(sim_world *w)
+{
+    sim_ahandle *h = w->ah;
+
+    if (!h)
+        return;
+    for (int i = 0; i < SIM_ACONNS; i++)
+        for (size_t j = 0; j < h->conns[i].count; j++)
+            for (size_t k = 0; k < h->conns[i].q[j].applied; k++)
+                freeReplyObject(h->conns[i].q[j].replies[k]);
+    for (int i = 0; i < SIM_ANODES; i++)
+        if (h->setup[i]) {
+            feed__setup_end(h->setup[i]);
+            free(h->setup[i]);
+        }
+    h->pg.depth = 0;
+    sim_client_free(&h->pg);
+    sim_client_free(&h->rep);
+    feed__core_free(&h->core);
+    free(h);
+    w->ah = NULL;
+}
+
+/* ------------------------------------------------------------------------
  * Clients: the handles and what the applications do with them
  * ------------------------------------------------------------------------ */
 
-static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
+/* A handle's core as the schedule configures it (its token seed drawn). */
+static void sim_core_init(sim_world *w, feed_core *c)
 {
     feed_config cfg;
 
-    memset(cl, 0, sizeof *cl);
-    cl->id = id;
-    cl->kind = kind;
     feed_config_init(&cfg);
     cfg.redis_wait_replicas = w->wait_replicas;
     if (w->topo == SIM_TOPO_SENTINEL) {
@@ -872,12 +1481,21 @@ static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
     }
     if (w->authors)
         cfg.author_table = "authors";
-    if (feed__core_init(&cl->core, &cfg) != FEED_OK || feed__topo_init(&cl->core) != FEED_OK) {
+    if (feed__core_init(c, &cfg) != FEED_OK || feed__topo_init(c) != FEED_OK) {
         fprintf(stderr, "sim: cannot make a handle\n");
         exit(3);
     }
-    cl->core.token_seed = sim_next(w);
-    memcpy(w->shas, cl->core.sha, sizeof w->shas);
+    c->token_seed = sim_next(w);
+    memcpy(w->shas, c->sha, sizeof w->shas);
+}
+
+static void sim_client_init(sim_world *w, sim_client *cl, int id, int kind)
+{
+    memset(cl, 0, sizeof *cl);
+    cl->id = id;
+    cl->kind = kind;
+    cl->c = &cl->core;
+    sim_core_init(w, cl->c);
 }
 
 static void sim_client_free(sim_client *cl)
@@ -900,7 +1518,8 @@ static void sim_client_free(sim_client *cl)
         feed__pgstmt_end(&cl->pgm);
     for (int i = 0; i < FEED_PG_TEXTS; i++)
         free(cl->pg_texts[i]);
-    feed__core_free(&cl->core);
+    if (cl->c == &cl->core)
+        feed__core_free(cl->c);
 }
 
 /* Start request op on cl (op on the heap, freed when done). */
@@ -985,7 +1604,7 @@ static void sim_fanout(sim_world *w, sim_client *cl)
         cl->aw = SIM_AW_IDLE;
         return;
     }
-    op = feed__fanout_op(&cl->core, cl->err, uids, n, score, id, &rc);
+    op = feed__fanout_op(cl->c, cl->err, uids, n, score, id, &rc);
     if (!op) {
         fprintf(stderr, "sim: fanout_op: %s\n", cl->err);
         exit(3);
@@ -1045,7 +1664,7 @@ static void sim_writer_next(sim_world *w, sim_client *cl)
         return;
     }
     h = sim_alloc(feed__hook_op_size());
-    rc = feed__hook_init(h, &cl->core, cl->err, kind,
+    rc = feed__hook_init(h, cl->c, cl->err, kind,
                          table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, uid, score, id);
     if (rc != FEED_OK) {
         fprintf(stderr, "sim: hook_init: %s\n", cl->err);
@@ -1084,7 +1703,7 @@ static void sim_sync_next(sim_world *w, sim_client *cl)
             } else {
                 break;
             }
-        op = feed__invalidate_many_op(&cl->core, cl->err,
+        op = feed__invalidate_many_op(cl->c, cl->err,
                                       cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED
                                                                    : FEED_FAM_AUTHOR,
                                       uids, n, &rc);
@@ -1098,7 +1717,7 @@ static void sim_sync_next(sim_world *w, sim_client *cl)
         return;
     }
     op = sim_alloc(feed__hook_op_size());
-    if (feed__hook_init((feed_hook_op *)op, &cl->core, cl->err, FEED_HOOK_INVALIDATE,
+    if (feed__hook_init((feed_hook_op *)op, cl->c, cl->err, FEED_HOOK_INVALIDATE,
                         cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR,
                         cl->sync_uid, 0, 0) != FEED_OK)
         exit(3);
@@ -1135,14 +1754,14 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
     }
     if (cl->newer) {
         op = sim_alloc(feed__newer_op_size());
-        rc = feed__newer_init((feed_newer_op *)op, &cl->core, cl->err, cl->uid, cl->score,
+        rc = feed__newer_init((feed_newer_op *)op, cl->c, cl->err, cl->uid, cl->score,
                               cl->last_id, cl->limit, &cl->page);
         if (rc != FEED_OK) {
             fprintf(stderr, "sim: newer_init: %s\n", cl->err);
             exit(3);
         }
     } else if (cl->nauthors) {
-        op = feed__merged_op(&cl->core, cl->err, cl->uid, cl->authors, cl->nauthors, cl->score,
+        op = feed__merged_op(cl->c, cl->err, cl->uid, cl->authors, cl->nauthors, cl->score,
                              cl->last_id, cl->limit, &cl->page, &rc);
         if (!op) {
             fprintf(stderr, "sim: merged_op: %s\n", cl->err);
@@ -1150,7 +1769,7 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
         }
     } else {
         op = sim_alloc(feed__page_op_size());
-        rc = feed__page_init((feed_page_op *)op, &cl->core, cl->err, cl->uid, cl->score,
+        rc = feed__page_init((feed_page_op *)op, cl->c, cl->err, cl->uid, cl->score,
                              cl->last_id, -1, cl->limit, &cl->page);
         if (rc != FEED_OK) {
             fprintf(stderr, "sim: page_init: %s\n", cl->err);
@@ -1358,10 +1977,10 @@ static void sim_request_done(sim_world *w, sim_client *cl)
 static int sim_fenced(sim_world *w, int s, unsigned slot)
 {
     for (int i = 0; i < w->ncl; i++)
-        for (size_t k = 0; k < w->cl[i].core.topo.nnodes; k++) {
-            feed_node *n = w->cl[i].core.topo.nodes[k];
+        for (size_t k = 0; k < w->cl[i].c->topo.nnodes; k++) {
+            feed_node *n = w->cl[i].c->topo.nodes[k];
             if (n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == s &&
-                (!w->fence || feed__slot_trusted(&w->cl[i].core.topo, n, slot)))
+                (!w->fence || feed__slot_trusted(&w->cl[i].c->topo, n, slot)))
                 return 1;
         }
     return 0;
@@ -1385,10 +2004,10 @@ static int sim_settled(sim_world *w)
         }
     }
     for (int i = 0; i < w->ncl && w->topo != SIM_TOPO_CLUSTER; i++) {
-        feed_node *n = w->cl[i].core.topo.nodes[0];
+        feed_node *n = w->cl[i].c->topo.nodes[0];
         ready |= n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == w->prim;
     }
-    return ready && !feed__repairs_pending(&w->cl[0].core) &&
+    return ready && !feed__repairs_pending(w->cl[0].c) &&
            (!w->sync || w->sync_done == w->nwrites);
 }
 
@@ -1580,7 +2199,7 @@ static int sim_key_server(sim_world *w, const char *key)
 /* A feed's (or an author's) copy key, for the faults and the final look. */
 static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease)
 {
-    feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+    feed__family_keys(w->cl[0].c->cfg.key_prefix, w->cl[0].c->key_cap,
                       author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
 }
 
@@ -1635,7 +2254,7 @@ static void sim_world_faults(sim_world *w)
         int64_t owner = author ? 101 + (int64_t)sim_pick(w, (uint64_t)w->authors)
                                : 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
         const char *which;
-        feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+        feed__family_keys(w->cl[0].c->cfg.key_prefix, w->cl[0].c->key_cap,
                           author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
         which = sim_pick(w, 2) ? key : lease;
         if (w->topo == SIM_TOPO_CLUSTER)
@@ -1744,7 +2363,7 @@ static void sim_check_copies(sim_world *w)
         const simpg_row *rows = simpg_rows(w->pg, table, owner, simpg_version(w->pg), &n);
         int end = 0, bad = 0;
 
-        feed__family_keys(w->cl[0].core.cfg.key_prefix, w->cl[0].core.key_cap,
+        feed__family_keys(w->cl[0].c->cfg.key_prefix, w->cl[0].c->key_cap,
                           table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, owner, key, lease);
         r = simr_execv(w->sv[sim_key_server(w, key)].r, w->now, argv);
         for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
@@ -1770,9 +2389,23 @@ static void sim_check_copies(sim_world *w)
     }
 }
 
+/* How many requests the schedule's async handle carries (0: none): drawn
+ * from the seed apart from the schedule's own draws, so that a schedule
+ * without one is the one it was before async handles were simulated. */
+static int sim_async_drawn(const sim_world *w)
+{
+    uint64_t z = (w->seed + 0x632be59bd9b4e019ULL) * 0x9e3779b97f4a7c15ULL;
+
+    z ^= z >> 31;
+    if (!w->async && (z >> 7) % 2 == 0)
+        return 0;
+    return 2 + (int)((z >> 11) % (SIM_AREQS - 1));
+}
+
 int sim_run(sim_world *w)
 {
     int readers = 1 + (int)sim_pick(w, 3), writers = 1 + (int)sim_pick(w, 2), active, wid = 0;
+    int areqs;
     int64_t settle_until = 0;
 
     w->uids = 1 + (int)sim_pick(w, 3);
@@ -1802,24 +2435,35 @@ int sim_run(sim_world *w)
             w->cl[i].wid = wid++;
         sim_plan(w, &w->cl[i]);
     }
+    if ((areqs = sim_async_drawn(w)) > 0) {
+        sim_async_new(w, areqs);
+        for (int i = w->ncl - areqs; i < w->ncl; i++)
+            sim_plan(w, &w->cl[i]);
+    }
 
     for (long step = 0; step < 200000; step++) {
         sim_client *cand[SIM_CLIENTS];
-        int ncand = 0;
+        int ncand = 0, ev[SIM_ACONNS + SIM_ANODES + 2];
         int64_t soonest = INT64_MAX;
+        size_t nev;
 
         active = 0;
         for (int i = 0; i < w->ncl; i++) {
             sim_client *cl = &w->cl[i];
+            int64_t at = cl->ah && cl->ah->ready_at > cl->ready_at ? cl->ah->ready_at
+                                                                   : cl->ready_at;
             if (cl->aw == SIM_AW_NONE)
                 continue;
             if (cl->kind != SIM_SYNC || cl->aw != SIM_AW_IDLE)
                 active++;
-            if (cl->ready_at <= w->now)
+            if (cl->aw == SIM_AW_SHARED)
+                continue;               /* its handle's loop moves it */
+            if (at <= w->now)
                 cand[ncand++] = cl;
-            else if (cl->ready_at < soonest)
-                soonest = cl->ready_at;
+            else if (at < soonest)
+                soonest = at;
         }
+        nev = sim_async_events(w, ev, &soonest);
         if (active == 0) {
             /* The writers are done: heal, let the log follower catch up and
              * every handle run its repairs, then look at the copies. */
@@ -1845,16 +2489,31 @@ int sim_run(sim_world *w)
             }
             break;
         }
-        if (ncand == 0) {
+        if (ncand == 0 && nev == 0) {
+            if (soonest == INT64_MAX) {
+                sim_violation(w, "%d requests wait for something that never comes", active);
+                break;
+            }
             w->now = soonest;
             continue;
         }
-        sim_client *cl = cand[sim_pick(w, (uint64_t)ncand)];
+        uint64_t pick = sim_pick(w, (uint64_t)ncand + nev);
+        sim_client *cl = pick < (uint64_t)ncand ? cand[pick] : NULL;
         w->steps++;
         if (!w->healed)
             sim_world_faults(w);
         if (w->topo != SIM_TOPO_SINGLE)
             sim_topo_step(w, 0);
+        if (!cl || cl->ah) {
+            if (cl)
+                sim_async_go(w, cl);
+            else
+                sim_async_event(w, ev[pick - (uint64_t)ncand]);
+            w->now += (int64_t)sim_pick(w, 2);
+            if (w->violations)
+                break;
+            continue;
+        }
         if (cl->aw == SIM_AW_IDLE) {
             sim_plan(w, cl);
             continue;
@@ -1882,6 +2541,7 @@ int sim_run(sim_world *w)
     }
     for (int i = 0; i < w->ncl; i++)
         sim_client_free(&w->cl[i]);
+    sim_async_free(w);
     for (int j = 0; j < w->nsv; j++) {
         simr_free(w->sv[j].r);
         simr_free(w->sv[j].snap);

@@ -8,7 +8,7 @@
 #include "core/core.h"
 #include "sim/sim.h"
 
-#define SIM_CLIENTS   8
+#define SIM_CLIENTS   12
 #define SIM_WRITES    4096
 #define SIM_MASK_MAX  256
 #define SIM_FAULT_LOG 256
@@ -30,8 +30,13 @@ enum {
     SIM_AW_PASS,        /* an exchange's pass: each trip's commands, then its replies */
     SIM_AW_PG,          /* a step of a statement: connect, prepare, describe, query */
     SIM_AW_WAKE,        /* the clock to reach ready_at */
-    SIM_AW_PROBE        /* a set-up's question to a Sentinel */
+    SIM_AW_PROBE,       /* a set-up's question to a Sentinel */
+    SIM_AW_SHARED       /* an async request: on its handle's connections, a set-up
+                           it joined, the handle's statement queue or its repairs */
 };
+
+/* What an async request in SIM_AW_SHARED waits for. */
+enum { SIM_SH_READY, SIM_SH_PASS, SIM_SH_SETUP, SIM_SH_REPAIR, SIM_SH_SQL };
 
 /* The faults, each with its own rate (per mille of the draws for it). */
 enum {
@@ -61,9 +66,19 @@ typedef struct sim_frame {
     feed_setup *setup;
 } sim_frame;
 
+struct sim_ahandle;
+
 typedef struct sim_client {
     int          id, kind, wid;
     feed_core    core;
+    feed_core   *c;             /* the handle's: its own core, or an async handle's */
+    /* a request of an async handle (sim_async_*): its handle, the trips of
+     * its pass still out, the pass over, its place in the ready queue */
+    struct sim_ahandle *ah;
+    size_t       trips_left;
+    int          pass_over;
+    int          shared;        /* SIM_AW_SHARED: what it waits for (SIM_SH_*) */
+    unsigned long ready_seq, wait_seq;
     char         err[FEED_ERRMSG];
     sim_frame    frames[4];
     int          depth;
@@ -115,6 +130,7 @@ typedef struct sim_world {
     uint32_t   max_len, ttl_seconds, lease_ms;
     int64_t    max_lag_ms;      /* the replica's bound (mode replica) */
     int        fence, sync, kills, replica, expect_errors;
+    int        async;           /* 0: an async handle in half the schedules; 1: in all */
     unsigned   rate[SIM_F_COUNT];
     /* The Redis servers (and Sentinels), addressed by host:port. A single
      * Redis: sv[0]. Under Sentinel: a primary, its replica, and Sentinels
@@ -179,6 +195,7 @@ typedef struct sim_world {
     char       why[600];
     FILE      *trace;
     char       shas[FEED_SCRIPT_COUNT][41];
+    struct sim_ahandle *ah;     /* the async handle, if the schedule drew one */
 } sim_world;
 
 void sim_trace(sim_world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
