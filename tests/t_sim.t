@@ -19,6 +19,17 @@ verdict $? "SIM_SEED=7 replays the same trace ($(wc -l <<<"$a") lines) twice"
 like "$(tail -n1 <<<"$a")" '^seed 7 \(default\): [0-9]+ steps, [0-9]+ requests, [0-9]+ pages, [0-9]+ faults, no violation$' \
     "its last line names the seed, its size and the verdict"
 
+# So is one with an async handle (several requests in flight on one core).
+a=$(SIM_SEED=3 "$sim" async 2>&1)
+b=$(SIM_SEED=3 "$sim" async 2>&1)
+[[ $a == "$b" && $(grep -c '(async) begins' <<<"$a") -gt 10 ]]
+verdict $? "SIM_SEED=3 async replays the same trace ($(wc -l <<<"$a") lines) twice"
+# A schedule without an async handle draws as before there were any.
+a=$(SIM_SEED=3 SIM_ASYNC=0 "$sim" default 2>&1)
+b=$(SIM_SEED=3 "$sim" default 2>&1)
+! grep -q '(async) begins' <<<"$a" && grep -q '(async) begins' <<<"$b"
+verdict $? "SIM_ASYNC=0 leaves the async handle out; seed 3 of default draws one"
+
 # So is one with several servers: under Sentinel, on a cluster.
 for mode in sentinel cluster; do
     a=$(SIM_SEED=7 "$sim" "$mode" 2>&1)
@@ -29,10 +40,12 @@ done
 
 # Schedules that broke the invariant on main before their fix (the shrunk
 # form the simulation printed). The simulation has grown since: they now
-# replay the same seed and options, not necessarily the same steps.
+# replay the same seed and options, not necessarily the same steps (with
+# no async handle, as when they were found: a schedule that draws none is
+# the one it was before).
 while read -r seed ops mask mode what; do
     [[ $mask == 0 ]] && mask=
-    out=$(SIM_SEED=$seed SIM_OPS=$ops SIM_MASK=$mask "$sim" "$mode" 2>&1 | tail -n1)
+    out=$(SIM_ASYNC=0 SIM_SEED=$seed SIM_OPS=$ops SIM_MASK=$mask "$sim" "$mode" 2>&1 | tail -n1)
     like "$out" 'no violation$' "seed $seed ($what) holds: $out"
 done <<'EOF2'
 1505 4 650,702 default repair list taken off before the DELs landed
@@ -43,9 +56,12 @@ done <<'EOF2'
 2479 4 691,2436,3094,3172,3284,3346,3402,3420 cluster-wait a read of a feed whose repair failed
 EOF2
 
-# A short run of the default config: no violation.
+# A short run of the default config: no violation; and of async, an async
+# handle in every schedule.
 out=$(SIM_SCHEDULES=400 BUILD=$BUILD tests/sim/run.sh default 2>&1)
 like "$(tail -n1 <<<"$out")" '^400 schedules, 0 violations$' "400 schedules of the default config hold"
+out=$(SIM_SCHEDULES=400 BUILD=$BUILD tests/sim/run.sh async 2>&1)
+like "$(tail -n1 <<<"$out")" '^400 schedules, 0 violations$' "400 schedules with an async handle hold"
 
 # The controls: with the restart fence off, a restart from an older
 # snapshot leaves a stale copy; writers killed between commit and hook

@@ -11,6 +11,8 @@
  *                         fault draws that do not strike ("3,17,40")
  *   SIM_FIRST, SIM_STRIDE the seeds first, first + stride, ... (tests/sim/run.sh
  *                         runs one process per core so)
+ *   SIM_ASYNC=0|1         no schedule has an async handle / every one has
+ *                         (default: half of them, drawn by seed)
  *
  * MODE: default (the default config: restart fence on, no writer dies),
  * nofence (the fence off), kills (writers die between commit and hook),
@@ -29,6 +31,9 @@
  * migrate key by key; failovers that kill or demote a primary): cluster
  * (the defaults), cluster-nofence (the fence off), cluster-wait
  * (redis_wait_replicas = 1).
+ * async: the default config, with an async handle in every schedule (2 to 4
+ * readers' requests in flight on one core; every other mode has one in
+ * half its schedules, SIM_ASYNC=0|1 says none or all).
  * With SIM_EXPECT=violation the exit status is inverted: 0 when some
  * schedule breaks the invariant (a control, or a mutant found).
  */
@@ -90,6 +95,8 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         w->wait_replicas = 1;
     if (strcmp(o->mode, "async") == 0)
         w->async = 1;                   /* an async handle in every schedule */
+    if (getenv("SIM_ASYNC"))            /* 0: in none, 1: in every one */
+        w->async = atoi(getenv("SIM_ASYNC")) ? 1 : -1;
     if (strcmp(o->mode, "sentinel-nofence") == 0 || strcmp(o->mode, "cluster-nofence") == 0)
         w->fence = 0;
     for (int k = 0; k < SIM_F_COUNT; k++) {
@@ -151,7 +158,9 @@ static void sim_shrink(uint64_t seed, sim_opts *o)
 
 static void print_replay(uint64_t seed, const sim_opts *o)
 {
-    printf("# replay: SIM_SEED=%llu SIM_OPS=%d SIM_MASK=", (unsigned long long)seed, o->ops);
+    printf("# replay: %s%s%sSIM_SEED=%llu SIM_OPS=%d SIM_MASK=",
+           getenv("SIM_ASYNC") ? "SIM_ASYNC=" : "", getenv("SIM_ASYNC") ? getenv("SIM_ASYNC") : "",
+           getenv("SIM_ASYNC") ? " " : "", (unsigned long long)seed, o->ops);
     for (size_t i = 0; i < o->nmask; i++)
         printf("%s%zu", i ? "," : "", o->mask[i]);
     printf(" %s/tests/feedsim %s\n", getenv("BUILD") ? getenv("BUILD") : "build", o->mode);

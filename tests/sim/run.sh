@@ -6,7 +6,7 @@
 # processes' results and one last line "N schedules, V violations".
 # SIM_SEED=n replays seed n alone, traced. SIM_EXPECT=violation: succeed
 # only when some schedule breaks the invariant (a control run).
-# MODE: default, nofence, kills, kills-sync, replica, replica-unbounded;
+# MODE: default, async, nofence, kills, kills-sync, replica, replica-unbounded;
 # under Sentinel: sentinel, sentinel-nofence, sentinel-wait, sentinel-nowait;
 # on a Redis Cluster: cluster, cluster-nofence, cluster-wait (feedsim.c says
 # what each one runs).

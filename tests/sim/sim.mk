@@ -5,7 +5,11 @@
 #   make sim          build/tests/feedsim: SIM_SCHEDULES schedules (default
 #                     100000; SIM_SECONDS=n instead runs n seconds) of the
 #                     default config, each checked; prints "N schedules"
+#                     (half of them with an async handle: several
+#                     requests in flight on one core)
 #   SIM_SEED=n make sim   replay seed n with a readable trace
+#   make sim-async    mode async: an async handle in every schedule
+#                     (20,000 schedules; SIM_SCHEDULES=n for more)
 #   make sim-controls the fence off, writers killed between commit and hook,
 #                     a replica with no lag bound: each expected to break;
 #                     with the log follower, and with the bound, not. Under
@@ -26,7 +30,7 @@ SIM_INC  := $(shell pkg-config --cflags lua5.1 2>/dev/null || echo -I/usr/includ
 SIM_LIBS := $(shell pkg-config --libs lua5.1 2>/dev/null || echo -llua5.1) -lcrypto
 FEEDSIM  := $(BUILD)/tests/feedsim
 
-.PHONY: sim sim-controls sim-mutants sim-topo
+.PHONY: sim sim-async sim-controls sim-mutants sim-topo
 
 $(SIM_OBJ) $(BUILD)/tests/sim/feedsim.o: $(BUILD)/tests/sim/%.o: tests/sim/%.c tests/sim/*.h $(LIB_HDR)
 	@mkdir -p $(dir $@)
@@ -43,6 +47,9 @@ $(BUILD)/tests/t_sim_%: tests/t_sim_%.c $(SIM_OBJ) $(BUILD)/tests/testutil.o $(B
 
 sim: $(FEEDSIM)
 	BUILD=$(BUILD) tests/sim/run.sh default
+
+sim-async: $(FEEDSIM)
+	BUILD=$(BUILD) SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} tests/sim/run.sh async
 
 sim-controls: $(FEEDSIM)
 	SIM_EXPECT=violation SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} BUILD=$(BUILD) tests/sim/run.sh nofence

@@ -2397,7 +2397,7 @@ static int sim_async_drawn(const sim_world *w)
     uint64_t z = (w->seed + 0x632be59bd9b4e019ULL) * 0x9e3779b97f4a7c15ULL;
 
     z ^= z >> 31;
-    if (!w->async && (z >> 7) % 2 == 0)
+    if (w->async < 0 || (!w->async && (z >> 7) % 2 == 0))
         return 0;
     return 2 + (int)((z >> 11) % (SIM_AREQS - 1));
 }

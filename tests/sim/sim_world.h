@@ -130,7 +130,7 @@ typedef struct sim_world {
     uint32_t   max_len, ttl_seconds, lease_ms;
     int64_t    max_lag_ms;      /* the replica's bound (mode replica) */
     int        fence, sync, kills, replica, expect_errors;
-    int        async;           /* 0: an async handle in half the schedules; 1: in all */
+    int        async;           /* an async handle: 0 in half the schedules, 1 in all, -1 none */
     unsigned   rate[SIM_F_COUNT];
     /* The Redis servers (and Sentinels), addressed by host:port. A single
      * Redis: sv[0]. Under Sentinel: a primary, its replica, and Sentinels
