@@ -1277,6 +1277,11 @@ static void sim_aconn_step(sim_world *w, sim_ahandle *h, sim_aconn *k)
         a->replies[a->applied] = sim_command(w, &h->core, a->owner ? a->owner->id : h->id,
                                              &k->asking, &k->woff, a->t, a->applied, at, &wrote);
         a->applied++;
+        if (wrote && a->owner) {        /* a request's write, not a set-up's (WAIT: the
+                                           connection's last write, whoever made it) */
+            a->owner->hoff[at] = k->woff;
+            a->owner->hoff_epoch[at] = w->sv[at].epoch;
+        }
     } else if (head->applied < head->t->n) {
         return;                         /* nothing to read yet */
     } else if (w->now - head->sent > (int64_t)h->core.cfg.redis_timeout_ms) {
@@ -1392,9 +1397,10 @@ static void sim_async_go(sim_world *w, sim_client *cl)
     sim_arun_queue(w, cl->ah);
 }
 
-/* The async handle of a schedule that draws one: n readers on one core
- * (after the other clients, so a schedule without one draws as before). */
-static void sim_async_new(sim_world *w, int n)
+/* The async handle of a schedule that draws one: n requests on one core,
+ * readers, the last a writer's if `writer` (after the other clients, so a
+ * schedule without one draws as before). */
+static void sim_async_new(sim_world *w, int n, int writer)
 {
     sim_ahandle *h = calloc(1, sizeof *h);
 
@@ -1412,14 +1418,15 @@ static void sim_async_new(sim_world *w, int n)
         sim_client *cl = &w->cl[w->ncl++];
         memset(cl, 0, sizeof *cl);
         cl->id = w->ncl - 1;
-        cl->kind = SIM_READER;
+        cl->kind = writer && i == n - 1 ? SIM_WRITER : SIM_READER;
         cl->c = &h->core;
         cl->ah = h;
-        cl->ops_left = w->ops;
+        cl->ops_left = cl->kind == SIM_WRITER ? w->ops * 2 : w->ops;
+        cl->wid = w->writers - 1;
         h->req[h->nreq++] = cl;
     }
-    sim_trace(w, "    c%d..c%d: requests of one async handle (c%d: its set-ups and repairs)",
-              w->ncl - n, w->ncl - 1, h->id);
+    sim_trace(w, "    c%d..c%d: requests of one async handle%s (c%d: its set-ups and repairs)",
+              w->ncl - n, w->ncl - 1, writer ? ", the last a writer's" : "", h->id);
 }
 
 static void sim_client_free(sim_client *cl);
@@ -2389,28 +2396,31 @@ static void sim_check_copies(sim_world *w)
     }
 }
 
-/* How many requests the schedule's async handle carries (0: none): drawn
- * from the seed apart from the schedule's own draws, so that a schedule
- * without one is the one it was before async handles were simulated. */
-static int sim_async_drawn(const sim_world *w)
+/* How many requests the schedule's async handle carries (0: none), and
+ * whether one of them is a writer's: drawn from the seed apart from the
+ * schedule's own draws, so that a schedule without one is the one it was
+ * before async handles were simulated. */
+static int sim_async_drawn(const sim_world *w, int *writer)
 {
     uint64_t z = (w->seed + 0x632be59bd9b4e019ULL) * 0x9e3779b97f4a7c15ULL;
 
     z ^= z >> 31;
+    *writer = 0;
     if (w->async < 0 || (!w->async && (z >> 7) % 2 == 0))
         return 0;
+    *writer = (z >> 17) % 2 == 0;
     return 2 + (int)((z >> 11) % (SIM_AREQS - 1));
 }
 
 int sim_run(sim_world *w)
 {
     int readers = 1 + (int)sim_pick(w, 3), writers = 1 + (int)sim_pick(w, 2), active, wid = 0;
-    int areqs;
+    int awriter, areqs = sim_async_drawn(w, &awriter);
     int64_t settle_until = 0;
 
     w->uids = 1 + (int)sim_pick(w, 3);
     w->authors = (int)sim_pick(w, 4);
-    w->writers = writers;
+    w->writers = writers + awriter;    /* an async writer's ids: the last share */
     w->max_len = 2 + (uint32_t)sim_pick(w, 7);
     w->ttl_seconds = sim_pick(w, 3) ? 0 : 1;
     w->lease_ms = 30 + (uint32_t)sim_pick(w, 100);
@@ -2435,8 +2445,8 @@ int sim_run(sim_world *w)
             w->cl[i].wid = wid++;
         sim_plan(w, &w->cl[i]);
     }
-    if ((areqs = sim_async_drawn(w)) > 0) {
-        sim_async_new(w, areqs);
+    if (areqs > 0) {
+        sim_async_new(w, areqs, awriter);
         for (int i = w->ncl - areqs; i < w->ncl; i++)
             sim_plan(w, &w->cl[i]);
     }
@@ -2504,6 +2514,10 @@ int sim_run(sim_world *w)
             sim_world_faults(w);
         if (w->topo != SIM_TOPO_SINGLE)
             sim_topo_step(w, 0);
+        if (cl && cl->aw == SIM_AW_IDLE) {
+            sim_plan(w, cl);
+            continue;
+        }
         if (!cl || cl->ah) {
             if (cl)
                 sim_async_go(w, cl);
@@ -2512,10 +2526,6 @@ int sim_run(sim_world *w)
             w->now += (int64_t)sim_pick(w, 2);
             if (w->violations)
                 break;
-            continue;
-        }
-        if (cl->aw == SIM_AW_IDLE) {
-            sim_plan(w, cl);
             continue;
         }
         if (cl->aw != SIM_AW_START)
