@@ -1580,7 +1580,8 @@ static void sim_new_post(sim_world *w, sim_client *cl, const int64_t *mine, size
         /* Two draws in this order (in one expression the order would be
          * the compiler's: a seed would replay differently in another build). */
         int64_t low = (int64_t)sim_pick(w, 20) * w->writers + cl->wid;
-        *id = low + ((int64_t)sim_pick(w, 2) << 33);
+        int64_t high = (int64_t)sim_pick(w, 2) << 33;
+        *id = low + high - high % w->writers;   /* still the writer's: id % writers */
     }
     *score = (int64_t)sim_pick(w, 12) * 10;
     if (sim_pick(w, 8) == 0)
