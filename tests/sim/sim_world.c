@@ -2413,11 +2413,55 @@ static int sim_async_drawn(const sim_world *w, int *writer)
     return 2 + (int)((z >> 11) % (SIM_AREQS - 1));
 }
 
+/* The clients that may move now (into cand), the soonest time another
+ * may; returns how many are still at work. */
+static int sim_candidates(sim_world *w, sim_client **cand, int *ncand, int64_t *soonest)
+{
+    int active = 0;
+
+    for (int i = 0; i < w->ncl; i++) {
+        sim_client *cl = &w->cl[i];
+        int64_t at = cl->ah && cl->ah->ready_at > cl->ready_at ? cl->ah->ready_at : cl->ready_at;
+        if (cl->aw == SIM_AW_NONE)
+            continue;
+        if (cl->kind != SIM_SYNC || cl->aw != SIM_AW_IDLE)
+            active++;
+        if (cl->aw == SIM_AW_SHARED)
+            continue;                   /* its handle's loop moves it */
+        if (at <= w->now)
+            cand[(*ncand)++] = cl;
+        else if (at < *soonest)
+            *soonest = at;
+    }
+    return active;
+}
+
+/* The writers are done: heal, let the log follower catch up and every
+ * handle run its repairs (the readers read on until that settles). */
+static void sim_heal(sim_world *w)
+{
+    w->healed = 1;
+    w->healed_at = w->now;
+    w->pg_down_until = 0;
+    for (int j = 0; j < w->nsv; j++)
+        w->sv[j].down_until = 0;
+    if (w->topo != SIM_TOPO_SINGLE)
+        sim_topo_step(w, 1);
+    sim_trace(w, "    writers done: faults heal");
+    for (int i = 0; i < w->ncl; i++)
+        if (w->cl[i].kind != SIM_SYNC) {
+            w->cl[i].kind = SIM_READER;
+            w->cl[i].ops_left = 1;
+            w->cl[i].walking = 0;
+            w->cl[i].ready_at = w->now + 1;
+            sim_plan(w, &w->cl[i]);
+        }
+}
+
 int sim_run(sim_world *w)
 {
     int readers = 1 + (int)sim_pick(w, 3), writers = 1 + (int)sim_pick(w, 2), active, wid = 0;
     int awriter, areqs = sim_async_drawn(w, &awriter);
-    int64_t settle_until = 0;
 
     w->uids = 1 + (int)sim_pick(w, 3);
     w->authors = (int)sim_pick(w, 4);
@@ -2458,44 +2502,12 @@ int sim_run(sim_world *w)
         int64_t soonest = INT64_MAX;
         size_t nev;
 
-        active = 0;
-        for (int i = 0; i < w->ncl; i++) {
-            sim_client *cl = &w->cl[i];
-            int64_t at = cl->ah && cl->ah->ready_at > cl->ready_at ? cl->ah->ready_at
-                                                                   : cl->ready_at;
-            if (cl->aw == SIM_AW_NONE)
-                continue;
-            if (cl->kind != SIM_SYNC || cl->aw != SIM_AW_IDLE)
-                active++;
-            if (cl->aw == SIM_AW_SHARED)
-                continue;               /* its handle's loop moves it */
-            if (at <= w->now)
-                cand[ncand++] = cl;
-            else if (at < soonest)
-                soonest = at;
-        }
+        active = sim_candidates(w, cand, &ncand, &soonest);
         nev = sim_async_events(w, ev, &soonest);
         if (active == 0) {
-            /* The writers are done: heal, let the log follower catch up and
-             * every handle run its repairs, then look at the copies. */
+            /* Heal, then look at the copies once the readers are done. */
             if (!w->healed) {
-                w->healed = 1;
-                w->healed_at = w->now;
-                w->pg_down_until = 0;
-                for (int j = 0; j < w->nsv; j++)
-                    w->sv[j].down_until = 0;
-                if (w->topo != SIM_TOPO_SINGLE)
-                    sim_topo_step(w, 1);
-                settle_until = w->now + 1;
-                sim_trace(w, "    writers done: faults heal");
-                for (int i = 0; i < w->ncl; i++)
-                    if (w->cl[i].kind != SIM_SYNC) {
-                        w->cl[i].kind = SIM_READER;
-                        w->cl[i].ops_left = 1;
-                        w->cl[i].walking = 0;
-                        w->cl[i].ready_at = settle_until;
-                        sim_plan(w, &w->cl[i]);
-                    }
+                sim_heal(w);
                 continue;
             }
             break;
