@@ -553,6 +553,20 @@ static void sim_op_free(sim_frame *f)
     f->op = NULL;
 }
 
+/* The request's batch goes to the exchange; its exchange is over. */
+static void sim_xchg_start(sim_world *w, feed_core *c, sim_frame *f)
+{
+    feed__xchg_begin(&f->x, c, &f->op->batch, f->op->err, w->now);
+    f->in_batch = 1;
+}
+
+static void sim_xchg_over(sim_frame *f)
+{
+    f->op->redis_rc = f->x.rc;
+    feed__xchg_end(&f->x);
+    f->in_batch = 0;
+}
+
 /* Run cl's machines until they wait for something; the await is in
  * cl->aw. Returns 1 when cl's top request is done. */
 static int sim_advance(sim_world *w, sim_client *cl)
@@ -627,16 +641,13 @@ static int sim_advance(sim_world *w, sim_client *cl)
                 cl->ready_at = f->x.wake_at;
                 return 0;
             case FEED_X_DONE:
-                f->op->redis_rc = f->x.rc;
-                feed__xchg_end(&f->x);
-                f->in_batch = 0;
+                sim_xchg_over(f);
                 continue;
             }
         }
         switch (f->op->step(f->op, w->now)) {
         case FEED_W_REDIS:
-            feed__xchg_begin(&f->x, c, &f->op->batch, f->op->err, w->now);
-            f->in_batch = 1;
+            sim_xchg_start(w, c, f);
             continue;
         case FEED_W_SQL:
             if (sim_pg_begin(w, cl))
@@ -1190,16 +1201,13 @@ static void sim_areq_run(sim_world *w, sim_ahandle *h, sim_client *r)
                 r->ready_at = f->x.wake_at;
                 return;
             case FEED_X_DONE:
-                f->op->redis_rc = f->x.rc;
-                feed__xchg_end(&f->x);
-                f->in_batch = 0;
+                sim_xchg_over(f);
                 break;
             }
         }
         switch (f->op->step(f->op, w->now)) {
         case FEED_W_REDIS:
-            feed__xchg_begin(&f->x, &h->core, &f->op->batch, f->op->err, w->now);
-            f->in_batch = 1;
+            sim_xchg_start(w, &h->core, f);
             continue;
         case FEED_W_SQL:
             sim_asql_enqueue(w, h, r);
