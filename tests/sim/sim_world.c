@@ -1275,7 +1275,7 @@ static void sim_aconn_step(sim_world *w, sim_ahandle *h, sim_aconn *k)
     if (at < 0) {
         sim_trace(w, "c%d  connection closed by the server: %zu trips end", h->id, k->count);
         sim_aclose(w, h, k, FEED_IO_CLOSED, reset);
-    } else if (next < k->count && (next > 0 || sim_pick(w, 2))) {
+    } else if (next < k->count && (next == 0 || sim_pick(w, 2))) {
         sim_atrip *a = &k->q[next];
         int wrote;
         if (sim_fault(w, SIM_F_DROP, "connection lost before a command")) {
@@ -1290,8 +1290,6 @@ static void sim_aconn_step(sim_world *w, sim_ahandle *h, sim_aconn *k)
             a->owner->hoff[at] = k->woff;
             a->owner->hoff_epoch[at] = w->sv[at].epoch;
         }
-    } else if (head->applied < head->t->n) {
-        return;                         /* nothing to read yet */
     } else if (w->now - head->sent > (int64_t)h->core.cfg.redis_timeout_ms) {
         sim_trace(w, "c%d  replies later than redis_timeout_ms: a timeout, %zu trips end",
                   h->id, k->count);
