@@ -1299,6 +1299,9 @@ static void sim_aconn_step(sim_world *w, sim_ahandle *h, sim_aconn *k)
         w->now += h->core.cfg.redis_timeout_ms;
         sim_aend(w, h, k, got, FEED_IO_FAILED, slow);
         sim_aclose(w, h, k, FEED_IO_FAILED, slow);
+    } else if (sim_fault(w, SIM_F_DROP, "connection lost while the replies come back")) {
+        sim_aend(w, h, k, sim_pick(w, head->t->n), FEED_IO_CLOSED, reset);  /* those read */
+        sim_aclose(w, h, k, FEED_IO_CLOSED, reset);
     } else {
         sim_aend(w, h, k, head->t->n, FEED_IO_OK, "");
     }
