@@ -1261,7 +1261,9 @@ static void sim_arun_queue(sim_world *w, sim_ahandle *h)
 /* A step of connection k: its next command reaches the server, or the
  * oldest trip's replies come back (either, when both can: the server
  * runs what was written while the client has not yet read), with the
- * faults of sim_complete, which strike every trip on it. */
+ * faults of sim_complete, which strike every trip on it. A connection the
+ * server closed goes, with or without trips (an idle one too: the loop
+ * reads its EOF, and the node's next trip fails at once). */
 static void sim_aconn_step(sim_world *w, sim_ahandle *h, sim_aconn *k)
 {
     static const char *reset = "Connection reset by peer (simulated)";
@@ -1272,7 +1274,7 @@ static void sim_aconn_step(sim_world *w, sim_ahandle *h, sim_aconn *k)
 
     while (next < k->count && k->q[next].applied == k->q[next].t->n)
         next++;
-    if (at < 0) {
+    if (at < 0) {           /* the loop reads the EOF, idle or not (redis_async.c) */
         sim_trace(w, "c%d  connection closed by the server: %zu trips end", h->id, k->count);
         sim_aclose(w, h, k, FEED_IO_CLOSED, reset);
     } else if (next < k->count && (next == 0 || sim_pick(w, 2))) {
@@ -1353,8 +1355,8 @@ static size_t sim_async_events(const sim_world *w, int *ev, int64_t *soonest)
             *soonest = h->ready_at;
         return 0;
     }
-    for (int i = 0; i < SIM_ACONNS; i++)
-        if (h->conns[i].used && h->conns[i].count > 0)
+    for (int i = 0; i < SIM_ACONNS; i++)    /* trips to carry, or a close to notice */
+        if (h->conns[i].used && (h->conns[i].count > 0 || sim_aconn_server(w, &h->conns[i]) < 0))
             ev[n++] = i;
     for (int i = 0; i < SIM_ANODES; i++)
         if (h->setup[i] && (h->setup_aw[i] == SIM_AW_CONNECT || h->setup_aw[i] == SIM_AW_PROBE))
