@@ -416,6 +416,8 @@ typedef struct feed_xchg {
     uint64_t          id;
     int               setup_node, setup_kind;
     unsigned          setup_slot;
+    uint64_t          repair_gen;       /* the repair list's generation when it asked
+                                           for the repairs (feed__repair_gen) */
     int64_t           wake_at;
     int               map_rc, map_fail_rc;
     int               map_phase;    /* slot map refresh: the candidates walked */
@@ -438,6 +440,9 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now);
 void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now);
 void feed__xchg_pass_done(feed_xchg *x, int64_t now);
 void feed__xchg_end(feed_xchg *x);      /* free what it holds; any state */
+/* The repairs x waited for were another request's, taken before x asked
+ * (feed__repair_op_gen below x->repair_gen): x asks for them again. */
+void feed__xchg_repair_again(feed_xchg *x);
 
 /* ------------------------------------------------------------------------
  * Repairs (repair.c)
@@ -449,6 +454,8 @@ void feed__xchg_end(feed_xchg *x);      /* free what it holds; any state */
  * (FEED_REPAIR_MAX feeds) is full. */
 #define FEED_REPAIR_MAX 65536
 int  feed__repair_remember(const feed_core *c, int fam, int64_t owner);
+/* The repair list's generation: it grows with every loss remembered. */
+uint64_t feed__repair_gen(void);
 int  feed__repairs_pending(const feed_core *c);
 int  feed__repair_slot_pending(const feed_core *c, unsigned slot);
 void feed__repair_forget(void);   /* tests only */
@@ -724,6 +731,9 @@ feed_op *feed__filter_op(feed_core *c, char *err, int kind, int64_t uid,
 
 /* repair.c */
 feed_op *feed__repair_op(feed_core *c);
+/* The generation of the list a repair request took: it drops every loss
+ * remembered up to it. */
+uint64_t feed__repair_op_gen(const feed_op *op);
 
 /* connect.c: a handle's first connects (feed_open): Redis (node 0, or the
  * cluster's map), then PostgreSQL's primary, then its replica. */

@@ -619,6 +619,12 @@ static enum feed_xwant xchg_map_next(feed_xchg *x, int64_t now)
 
 /* ---- The machine ------------------------------------------------------- */
 
+void feed__xchg_repair_again(feed_xchg *x)
+{
+    if (x->state == XCHG_ROUTE)
+        x->state = XCHG_START;
+}
+
 enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
 {
     switch (x->state) {
@@ -634,8 +640,10 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
             return xchg_map_next(x, now);
         }
         x->state = XCHG_ROUTE;
-        if (!(x->b->flags & (FEED_B_REPAIR | FEED_B_NODE)) && feed__repairs_pending(x->c))
+        if (!(x->b->flags & (FEED_B_REPAIR | FEED_B_NODE)) && feed__repairs_pending(x->c)) {
+            x->repair_gen = feed__repair_gen();
             return FEED_X_REPAIR;
+        }
         return xchg_route(x, now);
     case XCHG_ROUTE:
         return xchg_route(x, now);

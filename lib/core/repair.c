@@ -112,6 +112,16 @@ int feed__repair_remember(const feed_core *c, int fam, int64_t owner)
     return done;
 }
 
+uint64_t feed__repair_gen(void)
+{
+    uint64_t gen;
+
+    pthread_mutex_lock(&repair_lock);
+    gen = repair_gen;
+    pthread_mutex_unlock(&repair_lock);
+    return gen;
+}
+
 int feed__repairs_pending(const feed_core *c)
 {
     (void)c;
@@ -149,12 +159,13 @@ void feed__repair_forget(void)
  * request of the process that reaches Redis drops them again first, so no
  * page anywhere in the process is read between a handle taking the list
  * and its DELs landing. */
-static repair_entry *repair_take(uint64_t store, size_t *n)
+static repair_entry *repair_take(uint64_t store, size_t *n, uint64_t *gen)
 {
     repair_entry *uids = NULL;
 
     *n = 0;
     pthread_mutex_lock(&repair_lock);
+    *gen = repair_gen;
     for (size_t i = 0; i < repair_count; i++)
         *n += repair_list[i].store == store;
     if (*n > 0 && (uids = malloc(*n * sizeof *uids)) != NULL) {
@@ -202,6 +213,7 @@ typedef struct repair_op {
     feed_op  op;
     repair_entry *uids;
     size_t   n;
+    uint64_t gen;               /* the list's generation when taken */
     unsigned char *ok;          /* per uid: 1 lease dropped, 2 copy dropped */
     char    *keys;              /* two key buffers */
     const char *argv[2];
@@ -269,6 +281,11 @@ static void repair_free(feed_op *op)
     free(r);
 }
 
+uint64_t feed__repair_op_gen(const feed_op *op)
+{
+    return ((const repair_op *)op)->gen;
+}
+
 /* A request that drops this store's remembered copies; NULL when there is
  * none (or no memory: the entries stay, the next call tries again). */
 feed_op *feed__repair_op(feed_core *c)
@@ -277,7 +294,7 @@ feed_op *feed__repair_op(feed_core *c)
 
     if (!r)
         return NULL;
-    r->uids = repair_take(c->topo.store, &r->n);
+    r->uids = repair_take(c->topo.store, &r->n, &r->gen);
     if (!r->uids || !(r->ok = calloc(r->n, 1)) || !(r->keys = malloc(2 * c->key_cap))) {
         free(r->uids);
         free(r->ok);

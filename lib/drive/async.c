@@ -257,9 +257,13 @@ static void finished(feed_areq *r)
 {
     feed_async *a = r->a;
 
-    if (r == a->repair)
-        while (a->on[FEED_AT_REPAIR].head)
-            task_move(a, a->on[FEED_AT_REPAIR].head, FEED_AT_READY);
+    if (r == a->repair)         /* one that joined it after a newer loss asks again */
+        while (a->on[FEED_AT_REPAIR].head) {
+            feed_areq *w = (feed_areq *)a->on[FEED_AT_REPAIR].head;
+            if (w->x.repair_gen > feed__repair_op_gen(r->op))
+                feed__xchg_repair_again(&w->x);
+            task_move(a, &w->task, FEED_AT_READY);
+        }
     if (r->api == FEED_API_INTERNAL) {
         req_end(r, r->op->rc);
         return;

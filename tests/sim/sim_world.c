@@ -1158,10 +1158,14 @@ static void sim_asend_pass(sim_world *w, sim_ahandle *h, sim_client *r)
  * is checked, and its next request planned. */
 static void sim_afinished(sim_world *w, sim_ahandle *h, sim_client *r)
 {
-    if (r == &h->rep) {
+    if (r == &h->rep) {         /* one that joined it after a newer loss asks again */
         for (int i = 0; i < h->nreq; i++)
-            if (h->req[i]->aw == SIM_AW_SHARED && h->req[i]->shared == SIM_SH_REPAIR)
+            if (h->req[i]->aw == SIM_AW_SHARED && h->req[i]->shared == SIM_SH_REPAIR) {
+                feed_xchg *x = &h->req[i]->frames[0].x;
+                if (x->repair_gen > feed__repair_op_gen(r->frames[0].op))
+                    feed__xchg_repair_again(x);
                 sim_aready(h, h->req[i]);
+            }
         sim_op_free(&r->frames[0]);
         r->depth = 0;
         r->aw = SIM_AW_NONE;
