@@ -980,6 +980,7 @@ static void frozen(int store)
 
 int main(void)
 {
+    tu_plain_redis_only("t_async");
     fault_setup();
     pg = tu_begin(&r);
     concurrent_walks(0);

@@ -281,8 +281,11 @@ static void sentinel_kill(PGconn *pg)
 
 int main(void)
 {
-    PGconn *pg = tu_begin(NULL);
+    PGconn *pg;
     int off, on;
+
+    tu_plain_redis_only("t_defaults");     /* its restart-from-snapshot control */
+    pg = tu_begin(NULL);
 
     fault_setup();
     off = restart_from_snapshot(pg, 0);

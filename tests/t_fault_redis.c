@@ -400,12 +400,7 @@ static void restarted_empty(void)
 
 int main(void)
 {
-    /* Its faults stop, freeze and restart the one Redis of a plain run; a
-     * cluster's nodes are t_cluster's and t_ha_cluster's to fault. */
-    if (tu_cluster()) {
-        printf("1..0 # SKIP faults the single Redis (run t_fault_redis without :cluster)\n");
-        return 0;
-    }
+    tu_plain_redis_only("t_fault_redis");   /* a cluster's nodes are t_cluster's to fault */
     fault_setup();
     pg = tu_begin(NULL);
     tu_insert_rows(pg, UID, ROWS, score_of, id_of);

@@ -167,6 +167,7 @@ int main(void)
 {
     PGconn *pg;
 
+    tu_plain_redis_only("t_health");
     fault_setup();
     pg = tu_begin(NULL);
     healthy();

@@ -497,6 +497,7 @@ int main(void)
 {
     redisReply *rep;
 
+    tu_plain_redis_only("t_kinds");
     fault_setup();
     pg = tu_begin(&r);
     tu_sql(pg, "TRUNCATE author_post");

@@ -36,6 +36,14 @@ int tu_cluster(void)
     return v && strcmp(v, "1") == 0;
 }
 
+void tu_plain_redis_only(const char *test)
+{
+    if (!tu_cluster())
+        return;
+    printf("1..0 # SKIP acts on the single Redis (run %s without :cluster)\n", test);
+    exit(0);
+}
+
 void tu_config(feed_config *cfg)
 {
     feed_config_init(cfg);

@@ -14,6 +14,9 @@
  * seeds in FEED_REDIS_CLUSTER): tu_config then sets redis_cluster, and
  * tu_redis_cmd follows the key to its node. */
 int tu_cluster(void);
+/* For a test whose faults, ACLs or controls act on the single Redis of a
+ * plain run: under the cluster it prints a TAP skip naming itself and exits 0. */
+void tu_plain_redis_only(const char *test);
 
 /* Defaults plus the test servers from the environment. */
 void tu_config(feed_config *cfg);
