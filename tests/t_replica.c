@@ -17,11 +17,19 @@
  *     BEHIND ms later the pages past the cache come from the primary and
  *     show it; the control, a handle whose bound (60 s) still covers the
  *     proof it took before the pause, serves the replica's rows: stale;
+ *   - a proof dates from when the primary's position was read, not from
+ *     the replica's answer: replay paused, the replica frozen under a
+ *     probe, a row committed, the replica thawed BOUND + 400 ms later and
+ *     answering that it has replayed the position: the page comes from the
+ *     primary (the proof already expired), and so do the pages after it,
+ *     which show the row (with the proof dated from the answer, they came
+ *     from the replica, without it);
  *   - replica frozen (SIGSTOP): a page past the cache comes from the primary
  *     within 2 x pg_timeout_ms (one timeout on the replica), the next ones
  *     at once while the replica waits out retry_ms; thawed, it serves again;
  *   - replica stopped: the primary answers; a handle opens without it;
  *     started again, it serves again. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,6 +364,73 @@ static void behind(void)
     feed_close(h);
 }
 
+#define SLOW_BOUND 300   /* ms: pg_replica_max_lag_ms of slow_answer's handle */
+#define SLOW_WRITE 200   /* ms into the page: the row commits */
+#define SLOW_THAW  900   /* ms into the page: the replica answers its probe */
+
+static PGconn *writer;          /* slow_writer's own connection to the primary */
+static double slow_committed;
+
+/* While the page waits on the frozen replica: commit a row on the primary,
+ * then thaw the replica. */
+static void *slow_writer(void *arg)
+{
+    double t0 = *(const double *)arg;
+
+    fault_sleep_ms(t0 + SLOW_WRITE - fault_now_ms());
+    tu_insert(writer, A, -11, 9996);
+    slow_committed = fault_now_ms();
+    fault_sleep_ms(t0 + SLOW_THAW - fault_now_ms());
+    fault_srv("replica-thaw", 0);
+    return NULL;
+}
+
+static void slow_answer(void)
+{
+    feed *h = open_handle(SLOW_BOUND);
+    pthread_t th;
+    feed_result res;
+    feed_stats s0, d;
+    tu_walk_info info;
+    double t0, answered;
+    int rc, same;
+
+    writer = tu_pg();
+    ok(caught_up() && proven(h), "the replica is caught up; a handle with a bound of %d ms"
+       " proved it", SLOW_BOUND);
+    tu_sql(rep, "SELECT pg_wal_replay_pause()");
+    fault_sleep_ms(SLOW_BOUND + 100);           /* the proof expires: the next page probes */
+    fault_inject("replica-freeze");
+    feed_stats_get(h, &s0);
+    t0 = fault_now_ms();
+    if (pthread_create(&th, NULL, slow_writer, &t0) != 0)
+        tap_bail("pthread_create failed");
+    rc = deep_page(h, &res);
+    answered = fault_now_ms();
+    pthread_join(th, NULL);
+    d = tu_stats_since(h, &s0);
+    if (!ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && d.replica_lagging == 1 &&
+            d.replica_fallbacks == 0, "replay paused, the replica frozen under the probe and"
+            " thawed %.0f ms later: the page comes from the primary (%llu lagging)",
+            answered - t0, (unsigned long long)d.replica_lagging))
+        why(h, rc, &res, &d);
+    feed_result_free(&res);
+    is_int(feed_on_insert(h, A, -11, 9996), FEED_OK, "  a row committed %.0f ms into that page,"
+           " below the cache, hooked", slow_committed - t0);
+    feed_stats_get(h, &s0);
+    same = tu_walk_equals_sql(h, pg, A, LIMIT, &info);
+    d = tu_stats_since(h, &s0);
+    ok(same && info.sources[FEED_SOURCE_DB] > 0,
+       "  a walk begun %.0f ms after the row's commit (bound %d ms) equals the primary's SQL"
+       " (%d pages past the cache, %llu replica statements)%s%s", fault_now_ms() - slow_committed,
+       SLOW_BOUND, info.sources[FEED_SOURCE_DB], (unsigned long long)d.replica_queries,
+       same ? "" : ": ", same ? "" : info.why);
+    tu_sql(rep, "SELECT pg_wal_replay_resume()");
+    ok(caught_up(), "replay resumed: the replica caught up");
+    PQfinish(writer);
+    feed_close(h);
+}
+
 static void frozen(feed *f)
 {
     feed_result res;
@@ -458,6 +533,7 @@ int main(void)
     paused(f);
     bounded(f);
     behind();
+    slow_answer();
     frozen(f);
     stopped(f);
     feed_close(f);

@@ -54,6 +54,7 @@ done <<'EOF2'
 4897 4 0 cluster repairs given up whole at the first primary down
 9368 4 0 cluster a promoted replica's stale copy migrating past the node fences
 2479 4 691,2436,3094,3172,3284,3346,3402,3420 cluster-wait a read of a feed whose repair failed
+3917 4 347,765,851,966 replica a replica lag proof dated from the replica's late answer
 EOF2
 
 # Found with an async handle (so replayed with one): a request that joined

@@ -158,7 +158,7 @@ typedef struct feed_core {
 
     /* sql.c: the replica's lag proof (pg_replica_max_lag_ms). */
     int64_t replica_fresh_until;
-    int64_t replica_probe_ms;   /* 0: no probe */
+    int64_t replica_probe_ms;   /* when the last probe was asked of the primary; 0: none */
     int64_t replica_tried_ms;
     char    replica_probe_lsn[32];
 
@@ -522,6 +522,7 @@ typedef struct feed_sqlpage {
     int     nparams;
     int64_t uid;
     int64_t probe_ms;           /* the previous probe's time */
+    int64_t asked_ms;           /* this probe's time: when it was asked of the primary */
     char   *why;                /* the replica's failure, kept while the primary reads:
                                    FEED_ERRMSG bytes on the heap, made only then (most
                                    pages never need it); NULL none */

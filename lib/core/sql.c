@@ -8,14 +8,17 @@
  * replica answers only while it is proven to have replayed what the
  * primary had written that long before:
  *
- * A probe is the primary's WAL insert position L, read at probe_ms: every
- * transaction that had committed by then wrote its commit record below L.
- * Once the replica has replayed past L, it shows all of them, so until
- * probe_ms + max every page it answers shows every write committed at least
- * max ms before the page: the bound. Each probe is checked twice: at once
- * (an idle replica passes), and again at the next probe, by when a replica
- * that streams with a lag below max/4 has replayed it; a busy primary thus
- * still keeps the replica usable. Probes run only when the window has
+ * A probe is the primary's WAL insert position L, asked for at probe_ms:
+ * every transaction that had committed by then wrote its commit record
+ * below L. Once the replica has replayed past L, it shows all of them, so
+ * until probe_ms + max every page it answers shows every write committed at
+ * least max ms before the page: the bound. The window opens when L was
+ * asked for, not when the replica said it had replayed it: that answer may
+ * come long after (a slow connect, a paused client) and says nothing of
+ * what the primary committed meanwhile. Each probe is checked twice: at
+ * once (an idle replica passes), and again at the next probe, by when a
+ * replica that streams with a lag below max/4 has replayed it; a busy
+ * primary thus still keeps the replica usable. Probes run only when the window has
  * closed, at most once per max/4 ms: two small statements each.
  */
 #include <stdio.h>
@@ -78,6 +81,7 @@ static int replica_fresh(feed_sqlpage *sp, feed_op *op, int64_t now)
     if (now - c->replica_tried_ms < max / 4 + 1)
         return 0;
     c->replica_tried_ms = now;
+    sp->asked_ms = now;     /* before L is read: every commit until now is below it */
     feed__sql_ask(op, FEED_SQL_PROBE_PRIMARY, FEED_PG_PRIMARY, sp->uid, NULL, 0);
     sp->state = SP_PROBED_PRIMARY;
     return -1;
@@ -113,7 +117,7 @@ enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, in
         snprintf(q->text[0], sizeof q->text[0], "%s", lsn);
         snprintf(c->replica_probe_lsn, sizeof c->replica_probe_lsn, "%s", lsn);
         sp->probe_ms = c->replica_probe_ms;
-        c->replica_probe_ms = now;
+        c->replica_probe_ms = sp->asked_ms;
         feed__sql_ask(op, FEED_SQL_PROBE_REPLICA, FEED_PG_REPLICA, sp->uid, NULL, 0);
         sp->state = SP_PROBED_REPLICA;
         return FEED_W_SQL;
@@ -121,7 +125,7 @@ enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, in
         /* NULL (not in recovery: not a replica) proves nothing. */
         if (op->sql_rc == FEED_OK) {
             if (strcmp(q->text[0], "t") == 0)
-                c->replica_fresh_until = now + c->cfg.pg_replica_max_lag_ms;
+                c->replica_fresh_until = sp->asked_ms + c->cfg.pg_replica_max_lag_ms;
             else if (sp->probe_ms && strcmp(q->text[1], "t") == 0)
                 c->replica_fresh_until = sp->probe_ms + c->cfg.pg_replica_max_lag_ms;
         }
