@@ -18,8 +18,8 @@
  * what the primary committed meanwhile. Each probe is checked twice: at
  * once (an idle replica passes), and again at the next probe, by when a
  * replica that streams with a lag below max/4 has replayed it; a busy
- * primary thus still keeps the replica usable. Probes run only when the window has
- * closed, at most once per max/4 ms: two small statements each.
+ * primary thus still keeps the replica usable. Probes run only when the
+ * window has closed, at most once per max/4 ms: two small statements each.
  */
 #include <stdio.h>
 #include <stdlib.h>
