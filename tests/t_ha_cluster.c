@@ -20,6 +20,15 @@
  *
  * feed_health is checked on the way: every primary answers before; right
  * after the SIGKILL the slot map still names P, which does not answer.
+ *
+ * Then a primary that comes back: with R frozen and cut off as above, a
+ * hook P acknowledges, R thawed and promoted at once (CLUSTER FAILOVER
+ * TAKEOVER), P demoted and fully resynced from R (so its copy misses the
+ * item now), and P promoted back (TAKEOVER again). A reader's handle that
+ * cached the feed before and sent nothing since keeps its connections and
+ * meets the same slot map: its trust in P lapsed in the meantime
+ * (redis_timeout_ms without a reply), so it reads P's identity again, finds
+ * a new replication id, flushes, and walks equal to SQL.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -318,6 +327,113 @@ static void failover_case(int mode)
        "%s: node %d back as a replica, the cluster is whole", name, p);
 }
 
+/* How many members of key on node port have score; -1 for another answer. */
+static long long zcount_at(int port, const char *key, long long score)
+{
+    redisContext *c = tu_redis_at(port);
+    redisReply *r = redisCommand(c, "ZCOUNT %s %lld %lld", key, score, score);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+/* Is node port, within ms, a replica whose link to its primary is up
+ * (ROLE ["slave", host, port, "connected", offset])? */
+static int replica_synced(int port, double ms)
+{
+    double end = fault_now_ms() + ms;
+
+    while (fault_now_ms() < end) {
+        redisContext *c = tu_redis_at(port);
+        redisReply *r = redisCommand(c, "ROLE");
+        int yes = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 &&
+                  strcmp(r->element[0]->str, "slave") == 0 &&
+                  r->element[3]->type == REDIS_REPLY_STRING &&
+                  strcmp(r->element[3]->str, "connected") == 0;
+        freeReplyObject(r);
+        redisFree(c);
+        if (yes)
+            return 1;
+        fault_sleep_ms(100);
+    }
+    return 0;
+}
+
+/* One command on node port: 0 when it answered +OK. */
+static int node_ok(int port, const char *cmd)
+{
+    redisContext *c = tu_redis_at(port);
+    redisReply *r = redisCommand(c, cmd);
+    int rc = r && r->type == REDIS_REPLY_STATUS ? 0 : -1;
+
+    freeReplyObject(r);
+    redisFree(c);
+    return rc;
+}
+
+/* P demoted, resynced from its replica promoted behind it, and promoted
+ * back, while a reader's handle stays idle towards it. */
+static void flap_case(void)
+{
+    int64_t uid = UID + 3;
+    feed_config cfg;
+    feed_stats st;
+    tu_walk_info info;
+    feed *reader, *writer;
+    char key[256];
+    int p, r, rc;
+    redisContext *c;
+    redisReply *rep;
+
+    tu_config(&cfg);
+    cfg.key_prefix = "hc3";
+    cfg.retry_ms = 100;             /* redis_timeout_ms: the default, 250 */
+    reader = tu_open(&cfg);
+    writer = tu_open(&cfg);
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = %lld", (long long)uid);
+    tu_insert_rows(pg, uid, ROWS, score_of, id_of);
+    ok(tu_walk_equals_sql(reader, pg, uid, LIMIT, &info), "flap: the feed is cached (%s)",
+       info.why);
+    snprintf(key, sizeof key, "%s", tu_key_of("hc3", uid, ""));
+    p = owner_of(key);
+    r = p ? replica_of(p) : 0;
+    ok(p > 0 && r > 0 && node_int(p, "WAIT 1 5000", NULL) == 1,
+       "flap: the copy is on primary %d and its replica %d", p, r);
+    if (p <= 0 || r <= 0) {
+        tap_bail("no primary/replica pair found");
+        exit(255);
+    }
+    frozen_port = r;
+    ok(kill(pid_of(r), SIGSTOP) == 0, "flap: replica %d frozen", r);
+    c = tu_redis_at(p);
+    rep = redisCommand(c, "CLIENT KILL TYPE replica");
+    freeReplyObject(rep);
+    redisFree(c);
+    tu_insert(pg, uid, 100000, 5000);
+    rc = feed_on_insert(writer, uid, 100000, 5000);
+    is_int(rc, FEED_OK, "flap: primary %d acknowledged the hook", p);
+    thaw();
+    ok(node_ok(r, "CLUSTER FAILOVER TAKEOVER") == 0 && wait_primary(r, 10000),
+       "flap: replica %d promoted at once, without the hook's write", r);
+    ok(replica_synced(p, 30000), "flap: %d demoted and resynced from %d", p, r);
+    ok(node_ok(p, "CLUSTER FAILOVER TAKEOVER") == 0 && wait_primary(p, 10000) &&
+       cl_srv("cluster-wait", 0) == 0, "flap: %d promoted back", p);
+    is_int((int)zcount_at(p, key, 100000), 0, "flap: %d's copy misses the acknowledged write "
+           "now (the loss is real)", p);
+
+    /* The reader: same connections, same slot map, nothing sent since. */
+    feed_stats_get(reader, &st);
+    ok(tu_walk_equals_sql(reader, pg, uid, LIMIT, &info),
+       "flap: the idle reader walks equal to SQL (%s)", info.why);
+    st = tu_stats_since(reader, &st);
+    ok(st.fence_flushes >= 1, "flap: it read %d's identity again and flushed (%llu)", p,
+       (unsigned long long)st.fence_flushes);
+    feed_close(writer);
+    feed_close(reader);
+}
+
 int main(void)
 {
     if (!tu_cluster()) {
@@ -329,6 +445,7 @@ int main(void)
     failover_case(NONE);
     failover_case(FENCE);
     failover_case(BOTH);
+    flap_case();
     PQfinish(pg);
     return tap_done();
 }
