@@ -52,7 +52,10 @@
  * set can have replaced it since. Then the fence key proves nothing more,
  * and a key that is missing or names another node (on a cluster it lives
  * in the node's lowest slot, and a reshard moves slots with their keys) is
- * written again instead of costing the node a flush. On a cluster a
+ * written again instead of costing the node a flush; a key whose slot is
+ * served elsewhere (-MOVED) too, but only on a node INFO says is a
+ * primary: a demoted one, not yet resynced, answers the same, and may be
+ * promoted (a new replid) before the next look. On a cluster a
  * trust also lapses when the node has not been heard from as a primary for
  * redis_timeout_ms (topo.c says why: a demotion and a promotion back that
  * the handle did not see), and the look is taken again: the same identity
