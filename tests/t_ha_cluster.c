@@ -358,21 +358,27 @@ static void failover_case(int mode)
        "%s: node %d back as a replica, the cluster is whole", name, p);
 }
 
-/* How many members of key on node port have score; -1 for another answer. */
+/* How many members of key on node port have score; -1 for another answer
+ * (said as a diagnostic: a redirect means the node does not serve the
+ * key's slot, which is another failure than a copy holding the write). */
 static long long zcount_at(int port, const char *key, long long score)
 {
     redisContext *c = tu_redis_at(port);
     redisReply *r = redisCommand(c, "ZCOUNT %s %lld %lld", key, score, score);
     long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
 
+    if (v < 0)
+        tap_diag("ZCOUNT on %d: %s", port, !r ? c->errstr : r->type == REDIS_REPLY_ERROR ?
+                 r->str : "not an integer");
     freeReplyObject(r);
     redisFree(c);
     return v;
 }
 
-/* Is node port, within ms, a replica whose link to its primary is up
- * (ROLE ["slave", host, port, "connected", offset])? */
-static int replica_synced(int port, double ms)
+/* Is node port, within ms, a replica of node of whose link to it is up
+ * (ROLE ["slave", host, of, "connected", offset])? Of that node, not of
+ * any: promoted back, port takes over the slots of the primary it follows. */
+static int replica_synced(int port, int of, double ms)
 {
     double end = fault_now_ms() + ms;
 
@@ -381,6 +387,7 @@ static int replica_synced(int port, double ms)
         redisReply *r = redisCommand(c, "ROLE");
         int yes = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 &&
                   strcmp(r->element[0]->str, "slave") == 0 &&
+                  r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == of &&
                   r->element[3]->type == REDIS_REPLY_STRING &&
                   strcmp(r->element[3]->str, "connected") == 0;
         freeReplyObject(r);
@@ -473,7 +480,7 @@ static void flap_case(void)
     ok(takeover_on_thaw(cr) == 0 && wait_primary(r, 10000),
        "flap: replica %d promoted at once, without the hook's write", r);
     redisFree(cr);
-    ok(replica_synced(p, 30000), "flap: %d demoted and resynced from %d", p, r);
+    ok(replica_synced(p, r, 30000), "flap: %d demoted and resynced from %d", p, r);
     ok(node_ok(p, "CLUSTER FAILOVER TAKEOVER") == 0 && wait_primary(p, 10000) &&
        cl_srv("cluster-wait", 0) == 0, "flap: %d promoted back", p);
     is_int((int)zcount_at(p, key, 100000), 0, "flap: %d's copy misses the acknowledged write "
