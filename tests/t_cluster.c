@@ -471,6 +471,10 @@ static void fanout_by_node(PGconn *pg)
 
     tu_config(&cfg);
     cfg.max_len = 12;           /* feeds of up to 30 rows: some partial windows */
+    /* The reshard takes seconds: with the default 250 ms a node's trust
+     * lapses meanwhile, and the look taken again finds the stale map
+     * itself (a slot's fence key MOVED) before the fan-out is sent. */
+    cfg.redis_timeout_ms = 60000;
     f = tu_open(&cfg);
     check = tu_open(&cfg);
     for (int k = 0; k < FAN_FEEDS; k++) {

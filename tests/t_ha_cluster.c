@@ -20,6 +20,15 @@
  *
  * feed_health is checked on the way: every primary answers before; right
  * after the SIGKILL the slot map still names P, which does not answer.
+ *
+ * Then a primary that comes back: with R frozen and cut off as above, a
+ * hook P acknowledges, R thawed and promoted at once (CLUSTER FAILOVER
+ * TAKEOVER), P demoted and fully resynced from R (so its copy misses the
+ * item now), and P promoted back (TAKEOVER again). A reader's handle that
+ * cached the feed before and sent nothing since keeps its connections and
+ * meets the same slot map: its trust in P lapsed in the meantime
+ * (redis_timeout_ms without a reply), so it reads P's identity again, finds
+ * a new replication id, flushes, and walks equal to SQL.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -128,6 +137,36 @@ static int replica_of(int port)
     return rep;
 }
 
+/* The ms it took until replica port held key as primary p does (the
+ * same ZCARD, read on the replica after READONLY); -1 if not within ms.
+ * Not WAIT on a connection of the test's own: WAIT counts the replicas
+ * that acknowledged that connection's writes, and a connection that wrote
+ * nothing is acknowledged by any replica online, holding the copy or not.
+ * And a replica can lack it then: the first case runs right after the
+ * cluster is made, and a replica that has just loaded its full sync is
+ * streamed the writes made since only after its next ACK, up to a second
+ * later, by which time the case may have cut the link. */
+static int replica_holds(int p, int port, const char *key, double ms)
+{
+    long long want = node_int(p, "ZCARD", key);
+    double start = fault_now_ms(), end = start + ms;
+
+    while (want > 0 && fault_now_ms() < end) {
+        redisContext *c = tu_redis_at(port);
+        redisReply *ro = redisCommand(c, "READONLY");
+        redisReply *r = redisCommand(c, "ZCARD %s", key);
+        int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == want;
+
+        freeReplyObject(ro);
+        freeReplyObject(r);
+        redisFree(c);
+        if (yes)
+            return (int)(fault_now_ms() - start);
+        fault_sleep_ms(50);
+    }
+    return -1;
+}
+
 static pid_t pid_of(int port)
 {
     char path[4096];
@@ -217,7 +256,7 @@ static void failover_case(int mode)
     tu_walk_info info;
     feed *f, *other;
     char prefix[16], key[256];
-    int p, r, rc;
+    int p, r, rc, held;
     redisContext *c;
     redisReply *rep;
 
@@ -242,8 +281,9 @@ static void failover_case(int mode)
     snprintf(key, sizeof key, "%s", tu_key_of(prefix, uid, ""));
     p = owner_of(key);
     r = p ? replica_of(p) : 0;
-    ok(p > 0 && r > 0 && node_int(p, "WAIT 1 5000", NULL) == 1,
-       "%s: the copy is on primary %d and its replica %d", name, p, r);
+    held = p > 0 && r > 0 ? replica_holds(p, r, key, 10000) : -1;
+    ok(held >= 0, "%s: the copy is on primary %d and its replica %d (after %d ms)", name, p, r,
+       held);
     if (p <= 0 || r <= 0) {
         tap_bail("no primary/replica pair found");
         exit(255);
@@ -318,6 +358,162 @@ static void failover_case(int mode)
        "%s: node %d back as a replica, the cluster is whole", name, p);
 }
 
+/* How many members of key on node port have score; -1 for another answer
+ * (said as a diagnostic: a redirect means the node does not serve the
+ * key's slot, which is another failure than a copy holding the write). */
+static long long zcount_at(int port, const char *key, long long score)
+{
+    redisContext *c = tu_redis_at(port);
+    redisReply *r = redisCommand(c, "ZCOUNT %s %lld %lld", key, score, score);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+
+    if (v < 0)
+        tap_diag("ZCOUNT on %d: %s", port, !r ? c->errstr : r->type == REDIS_REPLY_ERROR ?
+                 r->str : "not an integer");
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+/* Is node port, within ms, a replica of node of whose link to it is up
+ * (ROLE ["slave", host, of, "connected", offset])? Of that node, not of
+ * any: promoted back, port takes over the slots of the primary it follows. */
+static int replica_synced(int port, int of, double ms)
+{
+    double end = fault_now_ms() + ms;
+
+    while (fault_now_ms() < end) {
+        redisContext *c = tu_redis_at(port);
+        redisReply *r = redisCommand(c, "ROLE");
+        int yes = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 5 &&
+                  strcmp(r->element[0]->str, "slave") == 0 &&
+                  r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == of &&
+                  r->element[3]->type == REDIS_REPLY_STRING &&
+                  strcmp(r->element[3]->str, "connected") == 0;
+        freeReplyObject(r);
+        redisFree(c);
+        if (yes)
+            return 1;
+        fault_sleep_ms(100);
+    }
+    return 0;
+}
+
+/* One command on node port: 0 when it answered +OK. */
+static int node_ok(int port, const char *cmd)
+{
+    redisContext *c = tu_redis_at(port);
+    redisReply *r = redisCommand(c, cmd);
+    int rc = r && r->type == REDIS_REPLY_STATUS ? 0 : -1;
+
+    freeReplyObject(r);
+    redisFree(c);
+    return rc;
+}
+
+/* Promotes node port, frozen, by CLUSTER FAILOVER TAKEOVER on c (a
+ * connection made before the freeze) sent while it is frozen, then thaws
+ * it: the first pass of its event loop reads the command and promotes it
+ * before its replication cron can reconnect to its primary and fetch what
+ * it missed. Sent after the thaw, the command raced that reconnect, and the
+ * write meant to be lost sometimes arrived first. 0 on +OK. */
+static int takeover_on_thaw(redisContext *c)
+{
+    redisReply *r = NULL;
+    int done = 0, rc;
+
+    if (redisAppendCommand(c, "CLUSTER FAILOVER TAKEOVER") != REDIS_OK)
+        return -1;
+    while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK)
+            return -1;
+    thaw();
+    if (redisGetReply(c, (void **)&r) != REDIS_OK)
+        return -1;
+    rc = r && r->type == REDIS_REPLY_STATUS ? 0 : -1;
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Promotes replica port back (CLUSTER FAILOVER TAKEOVER) and waits until
+ * the cluster agrees and port serves key's slot (EXISTS answers, no
+ * redirect); at most 3 times, saying so before each retry. 0 when it does.
+ * A takeover takes its config epoch without the other primaries' votes,
+ * and the slots it claims are not promised to stay with it: a node that
+ * lost them is a replica again, answers MOVED, and is told once more. */
+static int promote_back(int port, const char *key)
+{
+    for (int i = 0; i < 3; i++) {
+        if (i > 0)
+            tap_diag("%d does not serve %s after its takeover: once more", port, key);
+        if (node_ok(port, "CLUSTER FAILOVER TAKEOVER") == 0 && wait_primary(port, 10000) &&
+            cl_srv("cluster-wait", 0) == 0 && node_int(port, "EXISTS", key) >= 0)
+            return 0;
+    }
+    return -1;
+}
+
+/* P demoted, resynced from its replica promoted behind it, and promoted
+ * back, while a reader's handle stays idle towards it. */
+static void flap_case(void)
+{
+    int64_t uid = UID + 3;
+    feed_config cfg;
+    feed_stats st;
+    tu_walk_info info;
+    feed *reader, *writer;
+    char key[256];
+    int p, r, rc, held;
+    redisContext *c, *cr;
+    redisReply *rep;
+
+    tu_config(&cfg);
+    cfg.key_prefix = "hc3";
+    cfg.retry_ms = 100;             /* redis_timeout_ms: the default, 250 */
+    reader = tu_open(&cfg);
+    writer = tu_open(&cfg);
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = %lld", (long long)uid);
+    tu_insert_rows(pg, uid, ROWS, score_of, id_of);
+    ok(tu_walk_equals_sql(reader, pg, uid, LIMIT, &info), "flap: the feed is cached (%s)",
+       info.why);
+    snprintf(key, sizeof key, "%s", tu_key_of("hc3", uid, ""));
+    p = owner_of(key);
+    r = p ? replica_of(p) : 0;
+    held = p > 0 && r > 0 ? replica_holds(p, r, key, 10000) : -1;
+    ok(held >= 0, "flap: the copy is on primary %d and its replica %d (after %d ms)", p, r, held);
+    if (p <= 0 || r <= 0) {
+        tap_bail("no primary/replica pair found");
+        exit(255);
+    }
+    cr = tu_redis_at(r);
+    frozen_port = r;
+    ok(kill(pid_of(r), SIGSTOP) == 0, "flap: replica %d frozen", r);
+    c = tu_redis_at(p);
+    rep = redisCommand(c, "CLIENT KILL TYPE replica");
+    freeReplyObject(rep);
+    redisFree(c);
+    tu_insert(pg, uid, 100000, 5000);
+    rc = feed_on_insert(writer, uid, 100000, 5000);
+    is_int(rc, FEED_OK, "flap: primary %d acknowledged the hook", p);
+    ok(takeover_on_thaw(cr) == 0 && wait_primary(r, 10000),
+       "flap: replica %d promoted at once, without the hook's write", r);
+    redisFree(cr);
+    ok(replica_synced(p, r, 30000), "flap: %d demoted and resynced from %d", p, r);
+    ok(promote_back(p, key) == 0, "flap: %d promoted back", p);
+    is_int((int)zcount_at(p, key, 100000), 0, "flap: %d's copy misses the acknowledged write "
+           "now (the loss is real)", p);
+
+    /* The reader: same connections, same slot map, nothing sent since. */
+    feed_stats_get(reader, &st);
+    ok(tu_walk_equals_sql(reader, pg, uid, LIMIT, &info),
+       "flap: the idle reader walks equal to SQL (%s)", info.why);
+    st = tu_stats_since(reader, &st);
+    ok(st.fence_flushes >= 1, "flap: it read %d's identity again and flushed (%llu)", p,
+       (unsigned long long)st.fence_flushes);
+    feed_close(writer);
+    feed_close(reader);
+}
+
 int main(void)
 {
     if (!tu_cluster()) {
@@ -329,6 +525,7 @@ int main(void)
     failover_case(NONE);
     failover_case(FENCE);
     failover_case(BOTH);
+    flap_case();
     PQfinish(pg);
     return tap_done();
 }

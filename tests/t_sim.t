@@ -55,6 +55,8 @@ done <<'EOF2'
 9368 4 0 cluster a promoted replica's stale copy migrating past the node fences
 2479 4 691,2436,3094,3172,3284,3346,3402,3420 cluster-wait a read of a feed whose repair failed
 3917 4 347,765,851,966 replica a replica lag proof dated from the replica's late answer
+413 4 0 cluster-flap a primary demoted and promoted back, unseen by an idle reader
+801 4 1151 cluster-flap a demoted node trusted by its look, then promoted unsynced
 EOF2
 
 # Found with an async handle (so replayed with one): a request that joined
@@ -114,7 +116,10 @@ done
 # On a cluster, failovers that kill or demote a primary and slots that
 # migrate meanwhile: the defaults and WAIT hold (`make sim-topo` runs
 # longer budgets of both).
-for mode in cluster cluster-wait; do
+# cluster-flap: primaries demoted and promoted back (after a resync from
+# the replica promoted meanwhile) while readers sit idle towards them: a
+# trust that lapses after redis_timeout_ms of silence catches each one.
+for mode in cluster cluster-wait cluster-flap; do
     out=$(SIM_SCHEDULES=300 BUILD=$BUILD tests/sim/run.sh "$mode" 2>&1)
     like "$(tail -n1 <<<"$out")" '^300 schedules, 0 violations$' "$mode: 300 schedules hold"
 done

@@ -63,8 +63,11 @@ const char *feed__script_name(enum feed_script s);
 #define FEED_HINTS 64               /* page.c: rank hints kept per handle (2-way sets) */
 #define FEED_TTL_SLOTS 256          /* rebuild.c: copies whose TTL the handle knows */
 
-/* The restart fence of one connection (setup.c). */
-enum { FEED_FENCE_UNKNOWN, FEED_FENCE_FLUSHING, FEED_FENCE_TRUSTED };
+/* The restart fence of one connection (setup.c). LAPSED (cluster):
+ * trusted, but not heard from as a primary for redis_timeout_ms (topo.c,
+ * feed__fence_lapse, says why): its identity is read again before it
+ * serves, and the same identity keeps the slots' trust. */
+enum { FEED_FENCE_UNKNOWN, FEED_FENCE_FLUSHING, FEED_FENCE_TRUSTED, FEED_FENCE_LAPSED };
 typedef struct feed_fence {
     int  state;                 /* FEED_FENCE_* */
     char cursor[24];            /* SCAN cursor of a flush in progress */
@@ -74,6 +77,9 @@ typedef struct feed_fence {
     char trusted_replid[41];
     uint32_t epoch;             /* cluster: this trust's number (feed_topo.epochs),
                                    new each time the node is trusted again */
+    int64_t  look_ms;           /* when the identity above was last asked (INFO) */
+    int64_t  heard_ms;          /* cluster: when the last trip was sent that the node
+                                   answered as a primary, under this trust */
 } feed_fence;
 
 /* A Redis node: the one Redis, the primary the Sentinels name, or one node
@@ -188,6 +194,8 @@ int  feed__map_candidate(feed_topo *t, int *phase, size_t *i);
 int  feed__map_owner(const feed_topo *t, unsigned slot);
 int  feed__fence_slot(const feed_topo *t, int i, unsigned slot);
 int  feed__slot_trusted(const feed_topo *t, const feed_node *n, unsigned slot);
+void feed__fence_lapse(const feed_topo *t, feed_node *n, uint32_t trust_ms, int64_t now);
+void feed__fence_heard(feed_node *n, int64_t sent_ms);
 int64_t feed__slot_tag(feed_topo *t, unsigned slot);
 int *feed__map_primaries(const feed_topo *t, size_t *n);
 uint64_t feed__map_stamp(const feed_topo *t);
@@ -266,7 +274,8 @@ enum {                  /* s->said, cleared before each step */
     FEED_SR_MATCH = 2,  /* the fence key names the run_id of the server answering */
     FEED_SR_MOVED = 4,  /* the fence key's slot is not served here (MOVED, ASK) */
     FEED_SR_NOMEM = 8,  /* no memory for the keys of a SCAN reply */
-    FEED_SR_FULL  = 16  /* GETKEYSINSLOT returned as many keys as asked */
+    FEED_SR_FULL  = 16, /* GETKEYSINSLOT returned as many keys as asked */
+    FEED_SR_PRIMARY = 32    /* INFO replication says role:master */
 };
 struct feed_scmd {
     int         argc;
@@ -283,6 +292,7 @@ typedef struct feed_setup {
     int        step;
     int        rc;
     int64_t    deadline;        /* the fence's flushing, per set-up */
+    int64_t    sent_ms;         /* when the step's trip was sent */
     feed_addr  probe;           /* FEED_S_PROBE: the Sentinel to ask */
     size_t     sentinel;        /* the next Sentinel to ask */
     feed_addr  found;
@@ -419,6 +429,7 @@ typedef struct feed_xchg {
     uint64_t          repair_gen;       /* the repair list's generation when it asked
                                            for the repairs (feed__repair_gen) */
     int64_t           wake_at;
+    int64_t           pass_ms;      /* when the pass in flight was sent */
     int               map_rc, map_fail_rc;
     int               map_phase;    /* slot map refresh: the candidates walked */
     size_t            map_i;

@@ -326,6 +326,10 @@ static void xchg_command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redi
             b->reply(b->arg, i, r);
         return;
     case FEED_V_MOVED:
+        /* The node does not serve the slot (a replica now, or it gave the
+         * slot away): the handle's trust in it ends here (topo.c). */
+        if (n->fence.state == FEED_FENCE_TRUSTED || n->fence.state == FEED_FENCE_LAPSED)
+            n->fence.state = FEED_FENCE_UNKNOWN;
         k = feed__node_index(topo, &to);
         x->pass |= FEED_XP_MOVED;
         if (k >= 0) {
@@ -526,6 +530,9 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
         }
         x->cmds[i].node = node;
         n = xchg_node(x, node);
+        /* A cluster node not heard from as a primary lately is looked at
+         * again first (topo.c, feed__fence_lapse). */
+        feed__fence_lapse(&x->c->topo, n, x->c->cfg.redis_timeout_ms, now);
         if (!xchg_needs_setup(x, n) && !xchg_usable(x, n))
             return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
                                           "restart or failover: its cached copies are being "
@@ -577,6 +584,7 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
         x->c->stats.redis_calls++;
     }
     x->pass = 0;
+    x->pass_ms = now;
     x->state = XCHG_PASS;
     return FEED_X_PASS;
 }
@@ -875,6 +883,13 @@ void feed__xchg_pass_done(feed_xchg *x, int64_t now)
         feed_xtrip *t = &x->trips[k];
         if (t->trip.got > 0)
             xchg_node(x, t->trip.node)->fresh = 0;
+        /* A command with a key answered, not redirected: the node was a
+         * primary after the pass was sent (topo.c: what a trust rests on).
+         * Not the slot map's trip (a replica answers CLUSTER SLOTS too), and
+         * not a walk's (PING, SCAN: a replica answers them). */
+        if (t->trip.io == FEED_IO_OK && t->applied > 0 && x->state != XCHG_MAP_ASK &&
+            !(x->b->flags & FEED_B_NODE))
+            feed__fence_heard(xchg_node(x, t->trip.node), x->pass_ms);
         if (t->trip.io != FEED_IO_OK)
             xchg_trip_failed(x, t, now);
     }

@@ -52,10 +52,18 @@
  * set can have replaced it since. Then the fence key proves nothing more,
  * and a key that is missing or names another node (on a cluster it lives
  * in the node's lowest slot, and a reshard moves slots with their keys) is
- * written again instead of costing the node a flush. Otherwise the key
- * decides; on a cluster a key whose slot the node no longer serves (a
- * stale slot map: -MOVED, -ASK) decides nothing: the request fails, the
- * connection stays, and the next one looks again with a fresh map.
+ * written again instead of costing the node a flush; a key whose slot is
+ * served elsewhere (-MOVED) too, but only on a node INFO says is a
+ * primary: a demoted one, not yet resynced, answers the same, and may be
+ * promoted (a new replid) before the next look. On a cluster a
+ * trust also lapses when the node has not been heard from as a primary for
+ * redis_timeout_ms (topo.c says why: a demotion and a promotion back that
+ * the handle did not see), and the look is taken again: the same identity
+ * and key trust the node again with its slots' trust kept; anything else
+ * goes on as after a reconnect. Otherwise the key decides; on a cluster a
+ * key whose slot the node no longer serves (a stale slot map: -MOVED,
+ * -ASK) decides nothing: the request fails, the connection stays, and the
+ * next one looks again with a fresh map.
  *
  * On a Redis Cluster each node holds its own copies, so each node has its
  * own fence, and the fence key is one per node: "<prefix>:fence{<n>}", n
@@ -275,6 +283,15 @@ static int setup_info_field(const redisReply *info, const char *field, char out[
     return 1;
 }
 
+/* INFO replication's master_replid into the node's fence, and whether the
+ * node is a primary (FEED_SR_PRIMARY); 0 if the replid is absent. */
+static int setup_info_replication(feed_setup *s, const redisReply *info)
+{
+    if (setup_is_str(info) && strstr(info->str, "role:master"))
+        s->said |= FEED_SR_PRIMARY;
+    return setup_info_field(info, "master_replid", s->node->fence.replid);
+}
+
 /* A -MOVED or -ASK: on a cluster node, the key's slot is not (or no
  * longer) served here. */
 static int setup_redirected(const redisReply *r)
@@ -314,6 +331,7 @@ static void setup_trust(feed_setup *s)
     feed_topo *t = &s->c->topo;
 
     fc->state = FEED_FENCE_TRUSTED;
+    fc->heard_ms = fc->look_ms;
     memcpy(fc->trusted_run_id, fc->run_id, sizeof fc->run_id);
     memcpy(fc->trusted_replid, fc->replid, sizeof fc->replid);
     if (++t->epochs == 0)
@@ -483,7 +501,7 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
         if (k == 0) {
             ok = setup_info_field(r, "run_id", n->fence.run_id);
         } else if (k == 1) {
-            ok = setup_info_field(r, "master_replid", n->fence.replid);
+            ok = setup_info_replication(s, r);
         } else if (setup_cluster(s) && setup_redirected(r)) {
             ok = 1;
             s->said |= FEED_SR_MOVED;
@@ -612,9 +630,10 @@ static int setup_fence_step(feed_setup *s, int64_t now)
             return FEED_S_DONE;
         }
         setup_scan_pattern(s);
-        s->step = n->fence.state == FEED_FENCE_UNKNOWN ? STEP_LOOK : STEP_SCAN;
+        s->step = n->fence.state == FEED_FENCE_FLUSHING ? STEP_SCAN : STEP_LOOK;
         return SETUP_AGAIN;
     case STEP_LOOK:
+        n->fence.look_ms = now;
         SETUP_ADD(s, "INFO", "server");
         SETUP_ADD(s, "INFO", "replication");
         SETUP_ADD(s, "GET", s->key);
@@ -681,6 +700,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
     s->why[0] = '\0';
     s->said = 0;
     s->ncmds = 0;
+    s->sent_ms = now;
     for (;;) {
         switch (s->step) {
         case STEP_START:
@@ -760,6 +780,11 @@ void feed__setup_connected(feed_setup *s, int ok, const char *why, int64_t now)
  * must: trusted, or its copies listed, dropped, the fence written. */
 static void setup_slot_tripped(feed_setup *s)
 {
+    /* The slot's fence key answered, not redirected: the node was a
+     * primary after the trip was sent (topo.c). Not an UNLINK's: they take
+     * a redirect as done. */
+    if (s->step != STEP_SLOT_UNLINK)
+        feed__fence_heard(s->node, s->sent_ms);
     switch (s->step) {
     case STEP_SLOT_LOOK:
         if (s->said & FEED_SR_MATCH)
@@ -822,7 +847,15 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
     }
     switch (s->step) {
     case STEP_LOOK:
-        if ((s->said & FEED_SR_MATCH) || ((s->said & FEED_SR_MOVED) && same)) {
+        if (fc->state == FEED_FENCE_LAPSED && same && (s->said & FEED_SR_MATCH)) {
+            /* A trust lapsed by time alone (topo.c) and the same data set
+             * still: no promotion, no resync since, so the slots' trust
+             * stands (same epoch). */
+            fc->state = FEED_FENCE_TRUSTED;
+            fc->heard_ms = fc->look_ms;
+            setup_trusted(s);
+        } else if ((s->said & FEED_SR_MATCH) ||   /* MOVED from a primary: a reshard */
+                   ((s->said & FEED_SR_MOVED) && same && (s->said & FEED_SR_PRIMARY))) {
             setup_trust(s);
         } else if (s->said & FEED_SR_MOVED) {
             c->stats.redis_errors++;

@@ -165,6 +165,48 @@ int feed__slot_trusted(const feed_topo *t, const feed_node *n, unsigned slot)
            t->slot_epoch[slot] == n->fence.epoch;
 }
 
+/* A trust in a cluster node outlives nothing it has not seen. A primary
+ * can be demoted, resynced from its replica promoted meanwhile (which may
+ * miss writes the primary acknowledged), and promoted back, keeping its
+ * run_id; a handle that holds its connection and sends it nothing meets
+ * the same node and the same slot map afterwards, and its fence and slot
+ * trusts would pass the other data set. Any command with a key sent to the
+ * node while it is a replica is answered MOVED (the answering node's trust
+ * then ends, exchange.c), so only a handle idle towards the node through
+ * the whole episode can miss it. Hence the bound: the trust lapses
+ * trust_ms (redis_timeout_ms) after the sending of the last trip the node
+ * answered as a primary (a reply to a command with a key, not MOVED, to a
+ * trip that ended before this one is routed), and a lapsed node is asked
+ * its run_id and master_replid again (one trip, setup.c) before it
+ * serves: a promotion since gave it a new replid, and its copies are then
+ * dropped. The same identity means the same data set, and the slots'
+ * trust is kept. Between the last proof and a read reaching the node lie
+ * at most trust_ms and the read's own trip (a reply later than
+ * redis_timeout_ms is not used), and so this holds while a demotion and
+ * a promotion back take longer than twice redis_timeout_ms (500 ms by
+ * default): two cluster failovers, each through the cluster bus's votes,
+ * and a resync between (docs/internals.md, what the simulation assumes).
+ * A bound of redis_timeout_ms, not less, so that a handle busy with the
+ * node at its link's pace never lapses. The cost: one compare per node
+ * on the way out, one store per trip on the way back, and one trip more
+ * for the first read after an idle spell; nothing per read. */
+void feed__fence_lapse(const feed_topo *t, feed_node *n, uint32_t trust_ms, int64_t now)
+{
+    if (t->cluster && n->fence.state == FEED_FENCE_TRUSTED &&
+        now - n->fence.heard_ms > (int64_t)trust_ms)
+        n->fence.state = FEED_FENCE_LAPSED;
+}
+
+/* A trip sent at sent_ms was answered by n as a primary (a command with a
+ * key, not redirected): its trust holds for redis_timeout_ms from then. A
+ * node not trusted now gains nothing (its next trust starts at its own
+ * look). */
+void feed__fence_heard(feed_node *n, int64_t sent_ms)
+{
+    if (n->fence.state == FEED_FENCE_TRUSTED && sent_ms > n->fence.heard_ms)
+        n->fence.heard_ms = sent_ms;
+}
+
 /* The n of slot's fence key "<prefix>:fence:s{n}": the least n whose text
  * hashes to slot (the prefix holds no braces, so the tag alone decides).
  * The table of all 16384 is made at the first call, about 170,000 hashes

@@ -30,7 +30,10 @@
  * On a Redis Cluster (three primaries and a replica of each; slots that
  * migrate key by key; failovers that kill or demote a primary): cluster
  * (the defaults), cluster-nofence (the fence off), cluster-wait
- * (redis_wait_replicas = 1).
+ * (redis_wait_replicas = 1), cluster-flap (the defaults; failovers in
+ * every schedule, each demoting its primary at once, so a primary is
+ * promoted back after a resync, no sooner than SIM_EPISODE_MS; readers
+ * idle towards a node across that; no migrations).
  * async: the default config, with an async handle in every schedule (2 to 4
  * readers' requests in flight on one core; every other mode has one in
  * half its schedules, SIM_ASYNC=0|1 says none or all).
@@ -93,6 +96,10 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
     }
     if (strcmp(o->mode, "cluster-wait") == 0)
         w->wait_replicas = 1;
+    if (strcmp(o->mode, "cluster-flap") == 0) {
+        w->flap = 1;
+        w->failover_kinds = 2;          /* demoted at once, so promoted back later */
+    }
     if (strcmp(o->mode, "async") == 0)
         w->async = 1;                   /* an async handle in every schedule */
     if (getenv("SIM_ASYNC"))            /* 0: in none, 1: in every one */
@@ -112,6 +119,10 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         w->rate[SIM_F_FAILOVER] = 5;    /* every faulty schedule may fail over */
     if (w->topo == SIM_TOPO_CLUSTER && seed % 3 != 0 && w->rate[SIM_F_MIGRATE] == 0)
         w->rate[SIM_F_MIGRATE] = 20;    /* and migrate slots */
+    if (w->flap) {                      /* every schedule: primaries come and go */
+        w->rate[SIM_F_FAILOVER] = 30;
+        w->rate[SIM_F_MIGRATE] = 0;
+    }
     memcpy(w->mask, o->mask, o->nmask * sizeof *o->mask);
     w->nmask = o->nmask;
 }
@@ -198,7 +209,7 @@ int main(int argc, char **argv)
         strcmp(o.mode, "sentinel-nofence") && strcmp(o.mode, "sentinel-wait") &&
         strcmp(o.mode, "sentinel-nowait") && strcmp(o.mode, "cluster") &&
         strcmp(o.mode, "cluster-nofence") && strcmp(o.mode, "cluster-wait") &&
-        strcmp(o.mode, "async")) {
+        strcmp(o.mode, "cluster-flap") && strcmp(o.mode, "async")) {
         fprintf(stderr, "feedsim: unknown mode %s\n", o.mode);
         return 2;
     }

@@ -8,7 +8,7 @@
 # only when some schedule breaks the invariant (a control run).
 # MODE: default, async, nofence, kills, kills-sync, replica, replica-unbounded;
 # under Sentinel: sentinel, sentinel-nofence, sentinel-wait, sentinel-nowait;
-# on a Redis Cluster: cluster, cluster-nofence, cluster-wait (feedsim.c says
+# on a Redis Cluster: cluster, cluster-nofence, cluster-wait, cluster-flap (feedsim.c says
 # what each one runs).
 set -euo pipefail
 BUILD=${BUILD:-build}

@@ -68,6 +68,7 @@ sim-topo: $(FEEDSIM)
 	BUILD=$(BUILD) SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} tests/sim/run.sh sentinel-wait
 	BUILD=$(BUILD) SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} tests/sim/run.sh cluster
 	BUILD=$(BUILD) SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} tests/sim/run.sh cluster-wait
+	BUILD=$(BUILD) SIM_SCHEDULES=$${SIM_SCHEDULES:-20000} tests/sim/run.sh cluster-flap
 
 sim-mutants:
 	BUILD=$(BUILD) tests/sim/mutants.sh

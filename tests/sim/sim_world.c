@@ -594,6 +594,7 @@ static int sim_advance(sim_world *w, sim_client *cl)
                 return 0;
             case FEED_S_TRIP:
                 cl->aw = SIM_AW_TRIP;
+                cl->trip_ms = w->now;
                 cl->trip = &s->trip;
                 cl->io = c->topo.nodes[s->index]->io;
                 cl->cmd_k = 0;
@@ -633,6 +634,7 @@ static int sim_advance(sim_world *w, sim_client *cl)
                     continue;
                 }
                 cl->aw = SIM_AW_PASS;
+                cl->trip_ms = w->now;
                 cl->trip_i = 0;
                 cl->cmd_k = 0;
                 return 0;
@@ -892,6 +894,11 @@ static void sim_complete(sim_world *w, sim_client *cl)
         } else if (cl->cmd_k < t->n) {
             sim_apply(w, cl, t, cl->cmd_k++, at);
             return;                     /* one command per step: others may land between */
+        } else if (w->now - cl->trip_ms > (int64_t)cl->core.cfg.redis_timeout_ms) {
+            /* The client (or its network) was slow past redis_timeout_ms:
+             * the drivers give up on the replies (a timeout), as here. */
+            sim_trace(w, "c%d  replies later than redis_timeout_ms: a timeout", cl->id);
+            sim_deliver(w, cl, t, 0, FEED_IO_FAILED, "Resource temporarily unavailable (simulated timeout)");
         } else if (sim_fault(w, SIM_F_LOST, "replies lost after the commands ran")) {
             size_t got = sim_pick(w, t->n);
             sim_timeout(w, cl);
@@ -1553,6 +1560,11 @@ static void sim_start(sim_world *w, sim_client *cl, feed_op *op, int64_t think)
     cl->started_v = simpg_version(w->pg);
     cl->started_ms = w->now;
     memcpy(cl->hoff_start, cl->hoff, sizeof cl->hoff);
+    /* cluster-flap: a reader now and then idle longer than a demotion and
+     * promotion back of a primary take (its handle keeps its connections
+     * and sends them nothing meanwhile), a writer less. */
+    if (w->flap && !w->healed && cl->kind != SIM_SYNC && sim_pick(w, 2) == 0)
+        think += (int64_t)sim_pick(w, (cl->kind == SIM_READER ? 3 : 1) * SIM_EPISODE_MS);
     cl->ready_at = (cl->ready_at > w->now ? cl->ready_at : w->now) + think;
     cl->aw = SIM_AW_START;
 }
@@ -2105,6 +2117,12 @@ static void sim_failover(sim_world *w)
             kinds[nk++] = k;
     if (r < 0 || nk == 0)
         return;
+    /* A replica that was this primary's primary until lately (demoted,
+     * resynced) is not promoted back sooner than SIM_EPISODE_MS after its
+     * demotion: two failovers take the cluster bus's votes (or Sentinel's
+     * agreement) and a resync between, never an instant. */
+    if (w->sv[r].demoted_at && w->now < w->sv[r].demoted_at + SIM_EPISODE_MS)
+        return;
     kind = kinds[sim_pick(w, (uint64_t)nk)];
     sim_acked_lost(w, p, w->sv[p].acked > 0 && w->sv[r].synced < w->sv[p].acked, "promoted replica");
     /* What the promoted replica holds, or what was found lost already:
@@ -2114,6 +2132,7 @@ static void sim_failover(sim_world *w)
     w->sv[r].acked = 0;
     simr_promote(w->sv[r].r, sim_next(w));
     w->sv[r].of = -1;
+    w->sv[r].demoted_at = 0;
     w->sv[p].heir = r;
     if (w->topo == SIM_TOPO_CLUSTER) {
         for (int k = 0; k < 16384; k++)
@@ -2133,6 +2152,7 @@ static void sim_failover(sim_world *w)
     } else if (kind == 1) {
         w->sv[p].of = r;
         w->sv[p].synced = -1;
+        w->sv[p].demoted_at = w->now;
         simr_set_role(w->sv[p].r, 1, 0);
     } else {
         w->sv[p].demote_at = w->now + 1 + (int64_t)sim_pick(w, 200);
@@ -2174,6 +2194,7 @@ static void sim_topo_step(sim_world *w, int heal)
         if (v->demote_at && (heal || w->now >= v->demote_at)) {
             sim_acked_lost(w, j, v->acked > v->acked_then, "old primary, demoted");
             v->demote_at = 0;
+            v->demoted_at = w->now;
             v->of = v->heir;
             v->synced = -1;
             simr_set_role(v->r, 1, 0);

@@ -13,6 +13,11 @@
 #define SIM_MASK_MAX  256
 #define SIM_FAULT_LOG 256
 #define SIM_SERVERS   8
+/* The least time from a primary's demotion to its promotion again (an
+ * episode of two failovers and a resync between them): the library's
+ * trust in a cluster node rests on it being above twice redis_timeout_ms
+ * (lib/core/topo.c), 500 ms with the default the simulation keeps. */
+#define SIM_EPISODE_MS 600
 
 /* The Redis topology. */
 enum { SIM_TOPO_SINGLE, SIM_TOPO_SENTINEL, SIM_TOPO_CLUSTER };
@@ -87,6 +92,8 @@ typedef struct sim_client {
     feed_trip   *trip;          /* SIM_AW_TRIP */
     void        *io;
     size_t       trip_i, cmd_k;
+    int64_t      trip_ms;       /* when the trip (or pass) began: its replies are due by
+                                   redis_timeout_ms later, or they are lost (a timeout) */
     redisReply  *replies[64];
     size_t       napplied;
     /* PostgreSQL: the statement machine in progress, each server's
@@ -131,6 +138,8 @@ typedef struct sim_world {
     int64_t    max_lag_ms;      /* the replica's bound (mode replica) */
     int        fence, sync, kills, replica, expect_errors;
     int        async;           /* an async handle: 0 in half the schedules, 1 in all, -1 none */
+    int        flap;            /* mode cluster-flap: primaries demoted and promoted back,
+                                   readers idle for a while between pages */
     unsigned   rate[SIM_F_COUNT];
     /* The Redis servers (and Sentinels), addressed by host:port. A single
      * Redis: sv[0]. Under Sentinel: a primary, its replica, and Sentinels
@@ -148,6 +157,8 @@ typedef struct sim_world {
         int64_t   down_until;   /* refuses connects until then */
         int64_t   demote_at;    /* an old primary left writable: a replica from then (0: no) */
         int       heir;         /* an old primary: the replica promoted in its place */
+        int64_t   demoted_at;   /* a primary demoted (not killed): promoted again no
+                                   sooner than SIM_EPISODE_MS later */
         long long acked;        /* the offset of the last write acknowledged to a writer */
         long long acked_then;   /* an old primary: what its heir holds of it, or was found lost */
         struct sim_guard { struct sim_world *w; int s; } guard;
