@@ -508,6 +508,40 @@ static void stopped(feed *f)
     replica_answers(f, "  after retry_ms it answers deep pages again");
 }
 
+/* A lag proof is of the server it was taken on: a page whose replica
+ * connection is gone does not connect one (a multi-host conninfo may reach
+ * another, lagging server) but goes to the primary; the next probe
+ * connects, and proves the new connection before it serves a page. */
+static void reconnected(void)
+{
+    feed *h = open_handle(2000);
+    feed_stats s0, d;
+    feed_result res;
+    int rc;
+
+    ok(proven(h), "bound 2000 ms: a deep page from the replica, proven caught up");
+    is_int(tu_sql_int(rep, "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity"
+                           " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                           " AND datname = current_database()") > 0, 1,
+           "  the handle's replica connection ended by the server");
+    feed_stats_get(h, &s0);
+    rc = deep_page(h, &res);
+    d = tu_stats_since(h, &s0);
+    if (!ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && d.replica_fallbacks == 1 &&
+            d.pg_connects == 0, "  the next deep page comes from the primary; no connect for it"
+            " (%llu fallback, %llu connects)", (unsigned long long)d.replica_fallbacks,
+            (unsigned long long)d.pg_connects))
+        why(h, rc, &res, &d);
+    if (rc == FEED_OK)
+        feed_result_free(&res);
+    fault_sleep_ms(600);            /* past a quarter of the bound: a probe may run */
+    feed_stats_get(h, &s0);
+    ok(proven(h), "  then a probe connects again and the replica serves, proven anew");
+    d = tu_stats_since(h, &s0);
+    ok(d.pg_connects >= 1, "  (%llu connect, by the probe)", (unsigned long long)d.pg_connects);
+    feed_close(h);
+}
+
 int main(void)
 {
     feed *f;
@@ -536,6 +570,7 @@ int main(void)
     slow_answer();
     frozen(f);
     stopped(f);
+    reconnected();
     feed_close(f);
     PQfinish(rep);
 

@@ -420,19 +420,24 @@ static enum feed_pwant pgstmt_timed_out(feed_pgstmt *p, int64_t now)
 static enum feed_pwant pgstmt_connect(feed_pgstmt *p, int64_t now)
 {
     feed_core *c = p->c;
-    int rc = feed__retry_due(c, *p->attempt_ms, now, p->who, p->err);
+    int rc;
 
     p->drop = 1;
-    if (rc != FEED_OK)
+    if (p->q->server == FEED_PG_REPLICA) {
+        /* A lag proof holds for the server it was taken on: a new
+         * connection may reach another (a multi-host conninfo). So it
+         * ends here, and a page sent under it does not connect: only a
+         * probe does, and the primary answers this page. */
+        c->replica_fresh_until = 0;
+        c->replica_probe_ms = 0;
+        if (c->cfg.pg_replica_max_lag_ms > 0 && p->q->stmt >= 0 && p->q->stmt < FEED_SQL_STMTS)
+            return pgstmt_finish(p, feed__msg(p->err, FEED_EPG, "%s: no connection, and a lag "
+                                              "proof holds only on the one it was taken on", p->who));
+    }
+    if ((rc = feed__retry_due(c, *p->attempt_ms, now, p->who, p->err)) != FEED_OK)
         return pgstmt_finish(p, rc);
     *p->attempt_ms = now;
     c->stats.pg_connects++;
-    if (p->q->server == FEED_PG_REPLICA) {
-        /* A lag proof holds for the server it was taken on: a new
-         * connection may reach another (a multi-host conninfo). */
-        c->replica_fresh_until = 0;
-        c->replica_probe_ms = 0;
-    }
     p->text = p->q->server == FEED_PG_REPLICA ? c->cfg.pg_replica_conninfo : c->cfg.pg_conninfo;
     p->state = PS_CONNECT;
     return FEED_P_CONNECT;
