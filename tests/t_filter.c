@@ -1517,10 +1517,30 @@ int main(void)
         is_int(wrong + (size_t)atomic_load(&keep_wrong), 0, "the predicate gets each item's"
                " author (INT64_MIN for NULL) and the walks equal SQL");
         for (int64_t uid = 1; uid <= 2; uid++) {
-            long long n = tu_redis_int(rds, "HLEN %s", tu_key_of(PREFIX, uid, ":authors"));
-            long long ttl = tu_redis_int(rds, "PTTL %s", tu_key_of(PREFIX, uid, ":authors"));
-            ok(n > 0 && ttl > 0, "uid %lld: the authors hash beside the copy holds %lld"
+            long long n = tu_redis_int(rds, "ZCARD %s", tu_key_of(PREFIX, uid, ":authors_z"));
+            long long ttl = tu_redis_int(rds, "PTTL %s", tu_key_of(PREFIX, uid, ":authors_z"));
+            ok(n > 0 && ttl > 0, "uid %lld: the author index beside the copy holds %lld"
                " authors and expires (PTTL %lld)", (long long)uid, n, ttl);
+        }
+        {   /* its authors known, a warm filtered page is one round trip */
+            int64_t nobody = 999999;
+            feed_filter none = { &nobody, 1, NULL, NULL };
+            feed_stats s0, s1;
+            feed_result r;
+            int rc1, rc2;
+            feed_stats_get(f, &s0);
+            rc1 = feed_page_filtered(f, 1, FEED_FIRST, 0, 7, &none, &r);
+            if (rc1 == FEED_OK)
+                feed_result_free(&r);
+            feed_stats_get(f, &s1);
+            rc2 = rc1 == FEED_OK ? feed_page_filtered(f, 2, FEED_FIRST, 0, 7, &none, &r) : rc1;
+            if (rc2 == FEED_OK)
+                feed_result_free(&r);
+            ok(rc2 == FEED_OK && s1.redis_calls - s0.redis_calls == 1 &&
+               s1.sql_queries == s0.sql_queries, "a warm filtered page whose authors the index"
+               " knows: one Redis round trip (%llu), no statement (%llu)",
+               (unsigned long long)(s1.redis_calls - s0.redis_calls),
+               (unsigned long long)(s1.sql_queries - s0.sql_queries));
         }
     }
 

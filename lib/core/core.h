@@ -708,6 +708,17 @@ int     feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid,
                         int64_t last_score, int64_t last_id, int64_t rank, size_t limit,
                         feed_result *out);
 int64_t feed__page_next_rank(const feed_page_op *p);
+/* A rider: one command more in the batch of the request's first plain read
+ * (not in its scripts or retries), so that a filtered page reads its
+ * authors in the page's own round trip (filter.c). build gives the
+ * command; reply gets its reply, error replies included, and nothing when
+ * Redis could not answer. The rider must outlive the request's first step. */
+typedef struct feed_rider {
+    void  *arg;
+    int  (*build)(void *arg, const char ***argv, const size_t **lens);
+    void (*reply)(void *arg, const redisReply *r);
+} feed_rider;
+void    feed__page_ride(feed_page_op *p, const feed_rider *rider);
 /* A page served (page.c, newer.c, merged.c): out->items holds avail items
  * in the page's order; at most limit are shown, has_more and the next
  * cursor (the last shown) follow, and the statistics count it. */

@@ -15,16 +15,24 @@
  *            the page still needs, grown by the share of items this handle
  *            has seen hidden lately (so that most pages take one chunk);
  *   AUTHORS  when the filter needs the chunk's authors (hidden authors, or a
- *            predicate, on a feed with item_author_column): HMGET on the
- *            copy's authors hash, "<key>:authors" (one round trip);
- *   LOOKUP   the authors that hash did not know (an item a hook inserted,
- *            the hash expired or evicted, a chunk from SQL): one statement
+ *            predicate, on a feed with item_author_column), they come from
+ *            the copy's author index "<key>:authors_z": a sorted set of
+ *            "<author>:<member>" (author empty when NULL) at the items'
+ *            scores. A page request reads it in its own round trip: the
+ *            index's entries from the cursor down ride along with the plain
+ *            read (feed__page_ride), as many as the chunk asks for and a
+ *            margin. What the rider did not cover (a merged or newer chunk,
+ *            an index short of entries) is read here, by the chunk's score
+ *            span (one round trip);
+ *   LOOKUP   the authors the index did not know (an item a hook inserted,
+ *            the index expired or evicted, a chunk from SQL): one statement
  *            on the primary, never the replica (a row the replica lacks
  *            would look deleted);
  *   LEARN    what the lookup found for items of the cached copy goes into
- *            the hash (HSET, PEXPIRE to the copy's TTL), best effort: an
- *            item's author never changes, so a stale entry is only memory,
- *            never a wrong page;
+ *            the index (ZADD, trimmed to its newest FILTER_INDEX_CAP entries,
+ *            PEXPIRE to the copy's TTL), best effort: an item's author never
+ *            changes, so a stale entry (an item deleted since) is only
+ *            memory, never a wrong page;
  *   SQL      once a page's chunk came from PostgreSQL (the walk is past the
  *            cached copy) and the filter needs authors, that chunk is
  *            dropped unexamined and the walk goes on with FEED_SQL_FILTER,
@@ -54,6 +62,10 @@ enum { F_CHUNK, F_AUTHORS, F_LOOKUP, F_LEARN, F_SQL, F_DONE };
 /* An item's author when its row is gone from SQL: hidden (the filtered
  * query would not return it either). */
 #define AUTHOR_GONE (INT64_MIN + 1)
+
+/* Entries the author index keeps (its newest): the copy's and a margin for
+ * entries of items deleted since, which only a trim or the TTL removes. */
+#define FILTER_INDEX_CAP(c) ((c)->cfg.max_len + (c)->cfg.max_len / 4 + 16)
 
 typedef struct filter_op {
     feed_op        op;
@@ -97,12 +109,19 @@ typedef struct filter_op {
     feed_sqlpage   sp;
 
     /* AUTHORS, LOOKUP and LEARN. */
-    char          *key;             /* the authors hash */
+    char          *key;             /* the author index */
+    feed_rider     rider;           /* its read in a page request's plain read */
+    const char    *rargv[7];
+    size_t         rlens[7];
+    char           rnum[3][24];     /* max, min, count */
+    feed_item     *seen;            /* index entries read: {author, id} */
+    size_t         nseen, seen_cap;
+    int            seen_nomem;
     const char   **argv;
     size_t        *lens, argc;
     char          *text;
-    const char    *expire[3];
-    size_t         expire_lens[3];
+    const char    *expire[7];       /* LEARN: the trim and PEXPIRE */
+    size_t         expire_lens[7];
     int64_t       *ids;             /* the ids looked up */
     size_t         nids;
 } filter_op;
@@ -254,13 +273,110 @@ static enum feed_want filter_take(filter_op *fo, int64_t now)
 
 /* ---- AUTHORS, LOOKUP, LEARN ------------------------------------------------- */
 
-static int filter_hmget_build(void *arg, size_t i, const char ***argv, const size_t **lens)
+/* The reply of an author index read (the rider's, or AUTHORS'): its entries
+ * into fo->seen. Entries that are not "<author>:<member>" are skipped: the
+ * lookup finds those items' authors. */
+static void filter_index_reply(filter_op *fo, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+        return;
+    if (fo->nseen + r->elements > fo->seen_cap) {
+        size_t cap = fo->nseen + r->elements;
+        feed_item *s = realloc(fo->seen, cap * sizeof *s);
+        if (!s) {
+            fo->seen_nomem = 1;         /* only a lookup more */
+            return;
+        }
+        fo->seen = s;
+        fo->seen_cap = cap;
+    }
+    for (size_t k = 0; k < r->elements; k++) {
+        const redisReply *e = r->element[k];
+        const char *colon;
+        feed_item it = { INT64_MIN, 0 };
+        if (e->type != REDIS_REPLY_STRING || !(colon = memchr(e->str, ':', e->len)))
+            continue;
+        if (colon > e->str && (feed__parse_i64(e->str, (size_t)(colon - e->str), &it.score)
+                               != FEED_OK || it.score == INT64_MIN || it.score == AUTHOR_GONE))
+            continue;
+        if (feed__member_decode(colon + 1, e->len - (size_t)(colon + 1 - e->str), &it.id)
+            != FEED_OK)
+            continue;
+        fo->seen[fo->nseen++] = it;
+    }
+}
+
+static int by_id(const void *x, const void *y)
+{
+    int64_t a = ((const feed_item *)x)->id, b = ((const feed_item *)y)->id;
+
+    return (a > b) - (a < b);
+}
+
+/* The chunk's items the index entries read know get their authors (a NULL
+ * one stays INT64_MIN, known); returns how many are still needed. */
+static size_t filter_index_apply(filter_op *fo)
+{
+    size_t needed = 0;
+
+    qsort(fo->seen, fo->nseen, sizeof *fo->seen, by_id);
+    for (size_t w = 0; w < fo->nwalk; w++) {
+        feed_item key = { 0, fo->walk[w].id }, *hit;
+        if (!fo->need[w])
+            continue;
+        hit = fo->nseen ? bsearch(&key, fo->seen, fo->nseen, sizeof key, by_id) : NULL;
+        if (hit) {
+            fo->author[w] = hit->score;
+            fo->need[w] = 0;
+        } else {
+            needed++;
+        }
+    }
+    fo->nseen = 0;
+    return needed;
+}
+
+/* The rider: the index from the cursor down, in the page read's batch. */
+static int filter_rider_build(void *arg, const char ***argv, const size_t **lens)
 {
     filter_op *fo = arg;
 
-    if (fo->op.state == F_LEARN && i == 1) {
+    *argv = fo->rargv;
+    *lens = fo->rlens;
+    return 7;
+}
+
+static void filter_rider_reply(void *arg, const redisReply *r)
+{
+    filter_index_reply(arg, r);
+}
+
+/* ZREVRANGEBYSCORE key max min LIMIT 0 count in fo->rargv. */
+static void filter_index_read(filter_op *fo, const char *max, const char *min, size_t count)
+{
+    const char *v[7] = { "ZREVRANGEBYSCORE", fo->key, max, min, "LIMIT", "0", fo->rnum[2] };
+
+    feed__i64_to_str((int64_t)count, fo->rnum[2]);
+    for (int i = 0; i < 7; i++) {
+        fo->rargv[i] = v[i];
+        fo->rlens[i] = strlen(v[i]);
+    }
+}
+
+static int filter_batch_build(void *arg, size_t i, const char ***argv, const size_t **lens)
+{
+    filter_op *fo = arg;
+
+    if (fo->op.state == F_AUTHORS)
+        return filter_rider_build(arg, argv, lens);
+    if (i == 1) {                       /* LEARN: the trim, then PEXPIRE */
         *argv = fo->expire;
         *lens = fo->expire_lens;
+        return 4;
+    }
+    if (i == 2) {
+        *argv = fo->expire + 4;
+        *lens = fo->expire_lens + 4;
         return 3;
     }
     *argv = fo->argv;
@@ -268,31 +384,13 @@ static int filter_hmget_build(void *arg, size_t i, const char ***argv, const siz
     return (int)fo->argc;
 }
 
-static void filter_hmget_reply(void *arg, size_t i, const redisReply *r)
+static void filter_batch_reply(void *arg, size_t i, const redisReply *r)
 {
     filter_op *fo = arg;
-    size_t k = 0;
 
     (void)i;
-    if (fo->op.state != F_AUTHORS || r->type != REDIS_REPLY_ARRAY)
-        return;                         /* LEARN's replies: best effort */
-    for (size_t w = 0; w < fo->nwalk; w++) {
-        const redisReply *e;
-        int64_t a;
-        if (!fo->need[w])
-            continue;
-        if (k >= r->elements)
-            break;
-        e = r->element[k++];
-        if (e->type == REDIS_REPLY_STRING && e->len == 0) {
-            fo->need[w] = 0;            /* known: a NULL author (see filter_ask_learn) */
-        } else if (e->type == REDIS_REPLY_STRING &&
-                   feed__parse_i64(e->str, e->len, &a) == FEED_OK &&
-                   a != INT64_MIN && a != AUTHOR_GONE) {
-            fo->author[w] = a;
-            fo->need[w] = 0;
-        }
-    }
+    if (fo->op.state == F_AUTHORS)      /* LEARN's replies: best effort */
+        filter_index_reply(fo, r);
 }
 
 static enum feed_want filter_send(filter_op *fo, int state, size_t n)
@@ -300,11 +398,11 @@ static enum feed_want filter_send(filter_op *fo, int state, size_t n)
     fo->op.state = state;
     fo->op.batch = (feed_batch){ .n = n, .flags = 0, .arg = fo,
                                  .slot = feed__key_slot(fo->key, strlen(fo->key)),
-                                 .build = filter_hmget_build, .reply = filter_hmget_reply };
+                                 .build = filter_batch_build, .reply = filter_batch_reply };
     return FEED_W_REDIS;
 }
 
-/* Room for the commands of nwalk items: HMGET key m..., HSET key ~ v m a ... */
+/* Room for the commands of nwalk items: ZADD key s "a:m" ... */
 static int filter_room(filter_op *fo)
 {
     size_t n = fo->nwalk;
@@ -313,35 +411,29 @@ static int filter_room(filter_op *fo)
     free(fo->lens);
     free(fo->text);
     free(fo->ids);
-    fo->argv = malloc((4 + 2 * n) * sizeof *fo->argv);
-    fo->lens = malloc((4 + 2 * n) * sizeof *fo->lens);
-    fo->text = malloc(n * (FEED_MEMBER_MAX + 21) + 1);
+    fo->argv = malloc((2 + 2 * n) * sizeof *fo->argv);
+    fo->lens = malloc((2 + 2 * n) * sizeof *fo->lens);
+    fo->text = malloc(n * (FEED_MEMBER_MAX + 43) + 1);
     fo->ids = malloc((n + 1) * sizeof *fo->ids);
     if (!fo->argv || !fo->lens || !fo->text || !fo->ids)
         return feed__msg(fo->op.err, FEED_ENOMEM, "out of memory for %zu authors", n);
     return FEED_OK;
 }
 
+/* AUTHORS: the index over the score span of the items still needed. */
 static enum feed_want filter_ask_authors(filter_op *fo)
 {
-    size_t a = 0;
-    char *t;
+    int64_t hi = INT64_MIN, lo = INT64_MAX;
 
-    if (filter_room(fo) != FEED_OK)
-        return filter_finish(fo, FEED_ENOMEM);
-    t = fo->text;
-    fo->argv[a] = "HMGET";
-    fo->lens[a++] = 5;
-    fo->argv[a] = fo->key;
-    fo->lens[a++] = strlen(fo->key);
     for (size_t w = 0; w < fo->nwalk; w++) {
         if (!fo->need[w])
             continue;
-        fo->lens[a] = feed__member_encode(fo->walk[w].id, t);
-        fo->argv[a++] = t;
-        t += FEED_MEMBER_MAX;
+        hi = fo->walk[w].score > hi ? fo->walk[w].score : hi;
+        lo = fo->walk[w].score < lo ? fo->walk[w].score : lo;
     }
-    fo->argc = a;
+    feed__i64_to_str(hi, fo->rnum[0]);
+    feed__i64_to_str(lo, fo->rnum[1]);
+    filter_index_read(fo, fo->rnum[0], fo->rnum[1], FILTER_INDEX_CAP(fo->op.c));
     return filter_send(fo, F_AUTHORS, 1);
 }
 
@@ -349,6 +441,8 @@ static enum feed_want filter_ask_lookup(filter_op *fo)
 {
     feed_sql *q = &fo->op.sql;
 
+    if (filter_room(fo) != FEED_OK)
+        return filter_finish(fo, FEED_ENOMEM);
     fo->nids = 0;
     for (size_t w = 0; w < fo->nwalk; w++)
         if (fo->need[w])
@@ -361,64 +455,46 @@ static enum feed_want filter_ask_lookup(filter_op *fo)
     return FEED_W_SQL;
 }
 
-/* HSET key m a ... for the authors just found (learnt[w]), with the copy's
- * TTL. Only those of items of the cached copy: items past it (a chunk from
- * SQL) would only make the hash larger than the copy. A NULL author is kept
- * too, as the empty string: else an item whose author is NULL would be
- * looked up in PostgreSQL on every page that examines it, not once.
- *
- * One field more, FILTER_WIDE_FIELD, whose value is longer than Redis's
- * hash-max-listpack-value (64 bytes by default), keeps the hash a hash
- * table from its first write: a small hash is otherwise a listpack, which
- * HMGET searches field by field (bench/, section filter: at 428 entries an
- * HMGET of a page's authors took 47 us as a listpack, 2 us as a table). A
- * member is never "~" (lib/base/codec.c), so no id meets it. Only for
- * copies of more than FILTER_LISTPACK_MAX items: below, a listpack is short
- * enough to search and costs a quarter of a table's memory. */
-#define FILTER_LISTPACK_MAX 128
-#define FILTER_WIDE_FIELD "~"
-#define FILTER_WIDE_VALUE "a hash table, not a listpack: HMGET looks each field up in O(1)" \
-                          " (lib/core/filter.c)"
+/* ZADD key score "<author>:<member>" ... for the authors just found
+ * (learnt[w]), the index trimmed to its newest FILTER_INDEX_CAP entries,
+ * with the copy's TTL. Only those of items of the cached copy: items past it
+ * (a chunk from SQL) would only make the index larger than the copy. A NULL
+ * author is kept too, as the empty string: else an item whose author is
+ * NULL would be looked up in PostgreSQL on every page that examines it. */
 static enum feed_want filter_ask_learn(filter_op *fo, const unsigned char *learnt)
 {
     feed_core *c = fo->op.c;
+    const char *tail[7] = { "ZREMRANGEBYRANK", fo->key, "0", fo->rnum[2],
+                            "PEXPIRE", fo->key, c->ttl_ms };
     size_t a = 0;
     char *t = fo->text;
 
-    fo->argv[a] = "HSET";
+    fo->argv[a] = "ZADD";
     fo->lens[a++] = 4;
     fo->argv[a] = fo->key;
     fo->lens[a++] = strlen(fo->key);
-    if (c->cfg.max_len > FILTER_LISTPACK_MAX) {
-        fo->argv[a] = FILTER_WIDE_FIELD;
-        fo->lens[a++] = 1;
-        fo->argv[a] = FILTER_WIDE_VALUE;
-        fo->lens[a++] = strlen(FILTER_WIDE_VALUE);
-    }
     for (size_t w = 0; w < fo->nwalk; w++) {
+        size_t n = 0;
         if (!learnt[w])
             continue;
-        fo->lens[a] = feed__member_encode(fo->walk[w].id, t);
-        fo->argv[a++] = t;
-        t += FEED_MEMBER_MAX;
-        fo->lens[a] = fo->author[w] == INT64_MIN ? 0 : feed__i64_to_str(fo->author[w], t);
+        fo->lens[a] = feed__i64_to_str(fo->walk[w].score, t);
         fo->argv[a++] = t;
         t += 21;
+        if (fo->author[w] != INT64_MIN)
+            n = feed__i64_to_str(fo->author[w], t);
+        t[n++] = ':';
+        n += feed__member_encode(fo->walk[w].id, t + n);
+        fo->lens[a] = n;
+        fo->argv[a++] = t;
+        t += n + 1;
     }
     fo->argc = a;
-    fo->expire[0] = "PEXPIRE";
-    fo->expire[1] = fo->key;
-    fo->expire[2] = c->ttl_ms;
-    for (int i = 0; i < 3; i++)
-        fo->expire_lens[i] = strlen(fo->expire[i]);
-    return filter_send(fo, F_LEARN, strcmp(c->ttl_ms, "0") != 0 ? 2 : 1);
-}
-
-static int by_id(const void *x, const void *y)
-{
-    int64_t a = ((const feed_item *)x)->id, b = ((const feed_item *)y)->id;
-
-    return (a > b) - (a < b);
+    feed__i64_to_str(-(int64_t)FILTER_INDEX_CAP(c) - 1, fo->rnum[2]);
+    for (int i = 0; i < 7; i++) {
+        fo->expire[i] = tail[i];
+        fo->expire_lens[i] = strlen(tail[i]);
+    }
+    return filter_send(fo, F_LEARN, strcmp(c->ttl_ms, "0") != 0 ? 3 : 2);
 }
 
 /* The lookup answered: each item asked for gets its author, or is gone. */
@@ -480,6 +556,9 @@ static enum feed_want filter_chunk_ready(filter_op *fo, int64_t now)
                         fo->tags[w] != INT64_MIN);
         needed += fo->need[w];
     }
+    if (needed > 0 && fo->nseen > 0)    /* the rider's entries */
+        needed = filter_index_apply(fo);
+    fo->nseen = 0;
     if (needed == 0)
         return filter_take(fo, now);
     return filter_ask_authors(fo);
@@ -673,6 +752,14 @@ static enum feed_want filter_next_chunk(filter_op *fo, int64_t now)
                                        last, fo->id, -1, n, &fo->chunk)) != FEED_OK) {
             free(fo->inner);
             fo->inner = NULL;
+        } else if (fo->by_author) {
+            /* The index's entries from the position down: those of the
+             * chunk, and a margin for entries of items deleted since. */
+            if (!fo->first)
+                feed__i64_to_str(fo->score, fo->rnum[0]);
+            filter_index_read(fo, fo->first ? "+inf" : fo->rnum[0], "-inf", n + n / 4 + 8);
+            fo->rider = (feed_rider){ fo, filter_rider_build, filter_rider_reply };
+            feed__page_ride((feed_page_op *)fo->inner, &fo->rider);
         }
     }
     if (!fo->inner)
@@ -703,11 +790,10 @@ static enum feed_want filter_step(feed_op *op, int64_t now)
         }
         return filter_inner_step(fo, now);
     case F_AUTHORS:
-        if (op->redis_rc != FEED_OK)        /* the hash cannot say: SQL will */
+        if (op->redis_rc != FEED_OK)        /* the index cannot say: SQL will */
             op->err[0] = '\0';
-        for (size_t w = 0; w < fo->nwalk; w++)
-            if (fo->need[w])
-                return filter_ask_lookup(fo);
+        if (filter_index_apply(fo) > 0)
+            return filter_ask_lookup(fo);
         return filter_take(fo, now);
     case F_LOOKUP:
         return filter_looked_up(fo, now);
@@ -745,6 +831,7 @@ static void filter_free(feed_op *op)
     free(fo->lens);
     free(fo->text);
     free(fo->ids);
+    free(fo->seen);
     free(fo);
 }
 
@@ -822,7 +909,7 @@ feed_op *feed__filter_op(feed_core *c, char *err, int kind, int64_t uid,
     fo->hide = malloc((nh + 1) * sizeof *fo->hide);
     fo->merge = malloc((n + 1) * sizeof *fo->merge);
     fo->shown = malloc((limit + 1) * sizeof *fo->shown);
-    fo->key = malloc(c->key_cap + sizeof ":authors");
+    fo->key = malloc(c->key_cap + sizeof ":authors_z");
     if (!fo->hide || !fo->merge || !fo->shown || !fo->key) {
         filter_free(&fo->op);
         *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a filtered page");
@@ -838,7 +925,7 @@ feed_op *feed__filter_op(feed_core *c, char *err, int kind, int64_t uid,
     fo->key[0] = '\0';
     if (c->cfg.item_author_column) {
         feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, fo->key, NULL);
-        strcat(fo->key, ":authors");
+        strcat(fo->key, ":authors_z");
     }
     *rc = FEED_OK;
     return &fo->op;

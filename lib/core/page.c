@@ -74,6 +74,9 @@ struct feed_page_op {
     char         num[4][24];
     char         member[FEED_MEMBER_MAX];
 
+    const feed_rider *rider;    /* one command more in the first plain read */
+    size_t       rider_at;      /* its index in that batch */
+
     feed_rebuild rb;
     feed_sqlpage sp;
     /* Why Redis failed, for the page PostgreSQL answers (ask_db, its one
@@ -332,6 +335,8 @@ static int batch_build(void *arg, size_t i, const char ***argv, const size_t **l
 {
     feed_page_op *p = arg;
 
+    if (p->rider && p->op.state == P_PLAIN && i == p->rider_at)
+        return p->rider->build(p->rider->arg, argv, lens);
     if (i == 0) {
         *argv = p->argv;
         *lens = p->lens;
@@ -346,6 +351,8 @@ static void batch_reply(void *arg, size_t i, const redisReply *r);
 
 static enum feed_want ask_redis(feed_page_op *p, int state, size_t n)
 {
+    if (p->rider && state == P_PLAIN)
+        p->rider_at = n++;
     p->op.state = state;
     p->op.batch = (feed_batch){ .n = n, .flags = 0, .arg = p, .build = batch_build,
                                 .reply = batch_reply };
@@ -447,7 +454,9 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
 {
     feed_page_op *p = arg;
 
-    if (p->op.state == P_SCRIPT)
+    if (p->rider && p->op.state == P_PLAIN && i == p->rider_at)
+        p->rider->reply(p->rider->arg, r);
+    else if (p->op.state == P_SCRIPT)
         parse_answer(p, r);
     else if (p->op.state == P_PLAIN && i == 0)
         read_plain_reply(p, r);
@@ -693,6 +702,7 @@ static enum feed_want page_step(feed_op *op, int64_t now)
     case P_START:
         return ask_cache(p, now);
     case P_PLAIN:
+        p->rider = NULL;        /* it rode once; its reply is in */
         return plain_done(p, now);
     case P_TTL_REFRESH:
         if (op->redis_rc == FEED_OK && p->pttl_seen)   /* refreshed: the full TTL */
@@ -777,6 +787,7 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
     p->a.rows.count = 0;
     p->rb.n = 0;
     p->sp.why = NULL;
+    p->rider = NULL;
     if (c->key_cap <= KEY_INLINE) {
         p->key = p->keys;
         p->lease_key = p->keys + KEY_INLINE;
@@ -788,6 +799,11 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
     feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, p->key, NULL);
     p->lease_key[0] = '\0';
     return FEED_OK;
+}
+
+void feed__page_ride(feed_page_op *p, const feed_rider *rider)
+{
+    p->rider = rider;
 }
 
 int64_t feed__page_next_rank(const feed_page_op *p)
