@@ -6,9 +6,9 @@
  *      author), and with a hide set none of the feed's authors is in (0%
  *      matching); warm copies, first pages and pages at depth 500, in
  *      interleaved rounds; ratios to the unfiltered page of the same depth.
- *      Twice: with the authors hash as those pages filled it (a listpack up
- *      to hash-max-listpack-entries fields, where HMGET scans), and once a
- *      walk of the whole copy filled it (a hashtable).
+ *      Twice: with the author index as those pages filled it (a listpack up
+ *      to zset-max-listpack-entries entries), and once a walk of the whole
+ *      copy filled it (a skiplist).
  *   2. SQL work past the cached copy: a walk of pages from the copy's last
  *      item on, unfiltered (the plain keyset page) and filtered at 10%, 50%
  *      and 90% hidden: index rows PostgreSQL read (pg_stat_user_tables, the
@@ -16,8 +16,8 @@
  *      and rows read per visible item.
  *   3. Memory per cached item: a plain zset of the same items (decimal ids),
  *      the copy of a handle without item_author_column, and the copy plus
- *      its authors hash once filtered pages walked the copy (and a page past
- *      it); max_len 100 (listpacks) and 1,000 (skiplist and hashtable).
+ *      its author index once filtered pages walked the copy (and a page past
+ *      it); max_len 100 (listpacks) and 1,000 (skiplists).
  *
  * Data (its own, beside bench/load.sql's): table filter_entry (uid, score,
  * id, author), FILTER_UID with FILTER_ROWS rows, row g by author g % 100 (each
@@ -247,8 +247,8 @@ static void cmd_mix(char *out, size_t cap, const cmdrow *a, size_t na, const cmd
     }
 }
 
-/* What a page sends Redis: the page's reads and scripts, the authors hash. */
-#define FILTER_CMDS "=zrevrange,zrevrangebyscore,pttl,pexpire,evalsha,hmget,hset"
+/* What a page sends Redis: the page's reads and scripts, the author index. */
+#define FILTER_CMDS "=zrevrange,zrevrangebyscore,pttl,pexpire,evalsha,zadd,zremrangebyrank"
 
 static void walk_copy(feed *f, const feed_item *all, size_t nall, uint32_t max_len, int hide,
                       feed_keep_fn *keep);
@@ -256,7 +256,7 @@ static const char *encoding(redisContext *c, const char *key, char buf[16]);
 
 enum { NV = 2 * NHIDE };
 
-/* One measure of the variants of part 1 in the authors hash's present state:
+/* One measure of the variants of part 1 in the author index's present state:
  * counters over 200 pages each, then interleaved rounds; one table. Returns
  * the worst ratio at 10% hidden, and its round trips in *rt10. */
 static double redis_measure(FILE *md, redisContext *c, pid_t rpid, fctx *ctx,
@@ -269,8 +269,8 @@ static double redis_measure(FILE *md, redisContext *c, pid_t rpid, fctx *ctx,
     cmdrow *ca = malloc(2 * 256 * sizeof *ca), *cb = ca + 256;
     int rounds = q_rounds(9);
     double secs = q_secs(0.3);
-    const char *hkey = b_key("flt", FILTER_UID, ":authors");
-    long long hlen = b_cmd_int(c, "HLEN %s", hkey);
+    const char *hkey = b_key("flt", FILTER_UID, ":authors_z");
+    long long hlen = b_cmd_int(c, "ZCARD %s", hkey);
 
     if (!ca)
         die("out of memory");
@@ -292,7 +292,7 @@ static double redis_measure(FILE *md, redisContext *c, pid_t rpid, fctx *ctx,
     }
     note("filter: Redis CPU per page (%s), %d rounds of %d variants", state, rounds, NV);
     run_rounds(v, NV, rounds, secs, 3, c, rpid);
-    fprintf(md, "#### The authors hash %s: HLEN %lld, %s\n\n"
+    fprintf(md, "#### The author index %s: ZCARD %lld, %s\n\n"
             "| page | variant | Redis CPU per page | / unfiltered | server time (commandstats)"
             " | / unfiltered | round trips per page | SQL statements per page | items examined"
             " | latency p50 | p99 |\n"
@@ -341,7 +341,7 @@ static void redis_cost(FILE *md, PGconn *pg, redisContext *c, pid_t rpid, const 
     feed *warm_f = open_filter("flt", FILTER_LEN, 1);
 
     warm(warm_f, c, FILTER_UID, "flt", FILTER_LEN);
-    b_cmd_ok(c, "DEL %s", b_key("flt", FILTER_UID, ":authors"));
+    b_cmd_ok(c, "DEL %s", b_key("flt", FILTER_UID, ":authors_z"));
     memset(ctx, 0, sizeof ctx);
     for (int d = 0; d < 2; d++) {
         for (int h = 0; h < NHIDE; h++) {
@@ -372,20 +372,18 @@ static void redis_cost(FILE *md, PGconn *pg, redisContext *c, pid_t rpid, const 
             " before the measure.\n\n"
             "### Redis CPU and round trips per page\n\n"
             "Redis CPU per page is the redis-server process's utime + stime over a round /"
-            " pages; server time is INFO commandstats (the page's reads and scripts, HMGET"
-            " and HSET of the authors hash) over the pages; %d interleaved rounds of %.2f s"
+            " pages; server time is INFO commandstats (the page's reads and scripts, and"
+            " the author index's reads and writes) over the pages; %d interleaved rounds of %.2f s"
             " per variant, medians, each ratio the median of the per-round ratios to the"
             " unfiltered page at the same depth. Round trips and SQL statements per page"
             " from the handle's `feed_stats` over 200 pages. Items examined: the unfiltered"
-            " rank of the page's cursor minus its start. Measured twice: with the authors"
-            " hash as the measured pages filled it (the authors of the items they examined,"
-            " learnt in the order first seen: a hash of up to hash-max-listpack-entries"
-            " (here %lld) fields stays a listpack, where HMGET looks for each field in"
-            " turn), then once"
-            " filtered pages walked the whole copy and a page past it (the hash holds every"
-            " copy item's author, and those of the first page past the copy).\n\n",
+            " rank of the page's cursor minus its start. Measured twice: with the author"
+            " index as the measured pages filled it (the authors of the items they examined:"
+            " up to zset-max-listpack-entries (here %lld) entries it stays a listpack),"
+            " then once filtered pages walked the whole copy and a page past it (the index"
+            " holds every copy item's author).\n\n",
             NUM(FILTER_ROWS), FILTER_LEN, DEEP, q_rounds(9), q_secs(0.3),
-            config_num(c, "hash-max-listpack-entries"));
+            config_num(c, "zset-max-listpack-entries"));
     worst[0] = redis_measure(md, c, rpid, ctx, examined, "as these pages filled it", &rt10[0],
                              r50[0], r90[0]);
     walk_copy(warm_f, all, nall, FILTER_LEN, H_10, NULL);
@@ -393,12 +391,13 @@ static void redis_cost(FILE *md, PGconn *pg, redisContext *c, pid_t rpid, const 
                              "after a walk of the whole copy and a page past it", &rt10[1],
                              r50[1], r90[1]);
     fprintf(md, "A warm filtered page is the unfiltered page read (for as many items as the"
-            " handle's learnt share predicts, in chunks of at most max_page), then an HMGET"
-            " of those items' authors on `<key>:authors`: two round trips a chunk; a page"
-            " that needs more than one chunk (90%% hidden: more than max_page items) takes"
-            " two more per chunk.\n\n");
+            " handle's learnt share predicts) with a read of the author index from the same"
+            " cursor in the same pipeline (`<key>:authors_z`): one round trip a chunk while"
+            " the index covers the chunk; a chunk it does not cover takes one more (the"
+            " index by the chunk's score span), and items it does not know a lookup in"
+            " PostgreSQL.\n\n");
     out_summary("filter_cpu", "filtered pages: Redis CPU of a warm page at 10% hidden vs"
-                " feed_page, first and depth 500, the authors hash as the pages filled it /"
+                " feed_page, first and depth 500, the author index as the pages filled it /"
                 " filled for the whole copy; round trips", "<= 1.3x, one round trip",
                 verdict(worst[0] <= 1.3 && worst[1] <= 1.3 && rt10[0] <= 1.0 && rt10[1] <= 1.0),
                 "worst %.2fx / %.2fx, %.2f round trips per page; 50%%: %.2fx, %.2fx / %.2fx,"
@@ -471,7 +470,7 @@ static void sql_cost(FILE *md, PGconn *pg, redisContext *c, const feed_item *all
             " statements and Redis round trips from `feed_stats`. The unfiltered walk is the"
             " plain keyset page (`feed_page`, one statement a page). A filtered page past the"
             " copy: the first chunk as `feed_page` reads it, its authors looked up (one"
-            " statement) and learnt into the hash, then `author <> ALL($5)` statements that"
+            " statement) and learnt into the index, then `author <> ALL($5)` statements that"
             " read at most the rest of the page's estimate each. Before the walk the handle"
             " served 20 first pages with the same filter, so that its estimate of the"
             " hidden share (which moves an eighth of the way a page) is near the truth.\n\n"
@@ -616,7 +615,7 @@ static int keep_not_tenth(void *arg, int64_t score, int64_t id, int64_t author)
 }
 
 /* Filtered pages from the top until the walk has examined the whole copy of
- * f (max_len items): the authors hash then holds what a viewer's walk
+ * f (max_len items): the author index then holds what a viewer's walk
  * through the copy put there, the first page past the copy included (its
  * items' authors are learnt too). */
 static void walk_copy(feed *f, const feed_item *all, size_t nall, uint32_t max_len, int hide,
@@ -648,19 +647,18 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
 
     fprintf(md, "### Memory per cached item\n\n"
             "`MEMORY USAGE key SAMPLES 0` over the copy's items (ZCARD), the server's"
-            " defaults: zset-max-listpack-entries %lld, hash-max-listpack-entries %lld."
+            " defaults: zset-max-listpack-entries %lld."
             " *Plain zset*: the same items with decimal ids, one ZADD, nothing else."
             " *No author column*:"
             " the copy of a handle without `item_author_column`, after filtered pages (a"
-            " predicate: there is no author to hide) walked it; it has no authors hash."
-            " *Author column*: the copy plus `<key>:authors` after filtered pages hiding 10%%"
-            " walked the whole copy, up to the first page past it (the hash holds the"
-            " authors of the items those pages examined, HLEN: those of the first page past"
-            " the copy too).\n\n"
+            " predicate: there is no author to hide) walked it; it has no author index."
+            " *Author column*: the copy plus `<key>:authors_z` after filtered pages hiding"
+            " 10%% walked the whole copy, up to the first page past it (the index holds the"
+            " authors of the copy's items those pages examined, ZCARD).\n\n"
             "| max_len | plain zset | no author column: copy | / plain (target <= 1.15x) |"
-            " author column: copy | authors hash (HLEN) | copy + hash | / plain |\n"
+            " author column: copy | author index (ZCARD) | copy + index | / plain |\n"
             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-            config_num(c, "zset-max-listpack-entries"), config_num(c, "hash-max-listpack-entries"));
+            config_num(c, "zset-max-listpack-entries"));
     for (int k = 0; k < 2; k++) {
         char pfx_n[16], pfx_a[16], e_plain[16], e_n[16], e_a[16], e_h[16];
         feed *fn, *fa;
@@ -678,15 +676,15 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
         card_n = b_cmd_int(c, "ZCARD %s", b_key(pfx_n, FILTER_UID, ""));
         card_a = b_cmd_int(c, "ZCARD %s", b_key(pfx_a, FILTER_UID, ""));
         b_n = usage(c, b_key(pfx_n, FILTER_UID, ""));
-        b_nh = usage(c, b_key(pfx_n, FILTER_UID, ":authors"));
+        b_nh = usage(c, b_key(pfx_n, FILTER_UID, ":authors_z"));
         b_a = usage(c, b_key(pfx_a, FILTER_UID, ""));
-        b_h = usage(c, b_key(pfx_a, FILTER_UID, ":authors"));
-        hlen = b_cmd_int(c, "HLEN %s", b_key(pfx_a, FILTER_UID, ":authors"));
+        b_h = usage(c, b_key(pfx_a, FILTER_UID, ":authors_z"));
+        hlen = b_cmd_int(c, "ZCARD %s", b_key(pfx_a, FILTER_UID, ":authors_z"));
         encoding(c, b_key(pfx_n, FILTER_UID, ""), e_n);
         encoding(c, b_key(pfx_a, FILTER_UID, ""), e_a);
-        encoding(c, b_key(pfx_a, FILTER_UID, ":authors"), e_h);
+        encoding(c, b_key(pfx_a, FILTER_UID, ":authors_z"), e_h);
         if (b_nh != 0)
-            die("filter: a handle without item_author_column wrote an authors hash");
+            die("filter: a handle without item_author_column wrote an author index");
         if (card_n != card_a)
             die("filter: copies of %lld and %lld items", card_n, card_a);
         plain = plain_zset(c, all, (size_t)card_n, e_plain);
@@ -701,7 +699,7 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
         worst_author = pa / pp > worst_author ? pa / pp : worst_author;
         feed_invalidate(fn, FILTER_UID);
         feed_invalidate(fa, FILTER_UID);
-        b_cmd_ok(c, "DEL %s", b_key(pfx_a, FILTER_UID, ":authors"));
+        b_cmd_ok(c, "DEL %s", b_key(pfx_a, FILTER_UID, ":authors_z"));
         feed_close(fn);
         feed_close(fa);
     }
@@ -710,7 +708,7 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
                 " author column / plain zset, max_len 100 and 1,000", "<= 1.15x",
                 verdict(worst_plain <= 1.15), "worst %.2fx", worst_plain);
     out_summary("filter_memory_author", "filtered pages: memory per cached item with the"
-                " authors hash filled (copy + hash) / plain zset, max_len 100 and 1,000",
+                " author index filled (copy + index) / plain zset, max_len 100 and 1,000",
                 "report", "report", "worst %.2fx", worst_author);
 }
 
@@ -736,7 +734,7 @@ void section_filter(void)
     sql_cost(md, pg, c, all, nall);
     memory_cost(md, c, all, nall);
     fclose(md);
-    b_cmd_ok(c, "DEL %s %s", b_key("flt", FILTER_UID, ""), b_key("flt", FILTER_UID, ":authors"));
+    b_cmd_ok(c, "DEL %s %s", b_key("flt", FILTER_UID, ""), b_key("flt", FILTER_UID, ":authors_z"));
     PQclear(b_sql(pg, "DROP TABLE " FILTER_TABLE));
     free(all);
     PQfinish(pg);
