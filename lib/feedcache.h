@@ -687,10 +687,10 @@ typedef struct feed_filter {
  * How: the page is read in chunks from the cached copy (as feed_page reads
  * it, rebuilds and leases included), each chunk as large as what this
  * handle has seen of hidden items so far predicts the page needs; the
- * authors of cached items come from a hash beside the copy,
- * "<prefix>:2:{<uid>}:authors", filled from PostgreSQL the first time an
- * item is looked at (the hooks do not know authors: an item inserted by a
- * hook costs one lookup, once). Past the copy, PostgreSQL reads with the
+ * authors of cached items come from an index beside the copy, the sorted
+ * set "<prefix>:2:{<uid>}:authors_z" read in the page's own round trip,
+ * filled from PostgreSQL the first time an item is looked at (the hooks do
+ * not know authors: an item inserted by a hook costs one lookup, once). Past the copy, PostgreSQL reads with the
  * hidden authors in the statement. A merged page leaves the hidden authors
  * out of the merge (their copies are not read) and hides the reader's feed
  * items by their author. Cost and figures: docs/filter.md.
