@@ -753,11 +753,13 @@ static enum feed_want filter_next_chunk(filter_op *fo, int64_t now)
             free(fo->inner);
             fo->inner = NULL;
         } else if (fo->by_author) {
-            /* The index's entries from the position down: those of the
-             * chunk, and a margin for entries of items deleted since. */
+            /* The index's entries from the position down: the chunk's, the
+             * cursor's own, and a small margin for entries of items deleted
+             * since (each entry read costs Redis about what a page item
+             * does). */
             if (!fo->first)
                 feed__i64_to_str(fo->score, fo->rnum[0]);
-            filter_index_read(fo, fo->first ? "+inf" : fo->rnum[0], "-inf", n + n / 4 + 8);
+            filter_index_read(fo, fo->first ? "+inf" : fo->rnum[0], "-inf", n + n / 16 + 2);
             fo->rider = (feed_rider){ fo, filter_rider_build, filter_rider_reply };
             feed__page_ride((feed_page_op *)fo->inner, &fo->rider);
         }
