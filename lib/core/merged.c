@@ -280,21 +280,6 @@ static void took(merged_op *m, msrc *s, int verdict, const char *what)
     }
 }
 
-static void read_reply(merged_op *m, const mcmd *c, const redisReply *r)
-{
-    msrc *s = &m->src[c->src];
-    feed_cursor_q q = m->q;
-    size_t asked = m->q.first ? s->want : s->want + 1;
-
-    if (c->kind == C_PTTL) {
-        if (r->type == REDIS_REPLY_INTEGER)
-            s->pttl = r->integer;
-        return;
-    }
-    q.want = s->want;
-    took(m, s, feed__merge_plain(r, &q, asked, &s->rows, &s->ended), "merged page read");
-}
-
 /* One plain read for every source in state S_READ, one batch; on a first
  * page's first round, a PTTL too where the TTL may need a refresh. */
 static enum feed_want ask_read(merged_op *m, int64_t now)
@@ -582,12 +567,10 @@ static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
 {
     feed_source source = FEED_SOURCE_CACHE;
 
-    for (size_t k = 0; k < m->n; k++) {
-        if (m->src[k].from == FEED_SOURCE_DB)
-            source = FEED_SOURCE_DB;
-        else if (m->src[k].from == FEED_SOURCE_REBUILD && source == FEED_SOURCE_CACHE)
-            source = FEED_SOURCE_REBUILD;
-    }
+    /* The worst of the sources': DB over REBUILD over CACHE, as they are numbered. */
+    for (size_t k = 0; k < m->n; k++)
+        if (m->src[k].from > source)
+            source = m->src[k].from;
     learn_shares(m, items, count);
     if (m->tags)
         tag_items(m, items, count);
@@ -650,11 +633,17 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
     merged_op *m = arg;
     const mcmd *c = &m->cmds[i];
     msrc *s = &m->src[c->src];
+    feed_cursor_q q = m->q;
 
     switch (c->kind) {
-    case C_READ:
+    case C_READ:            /* it asked for want entries, or want + 1 after a cursor */
+        q.want = s->want;
+        took(m, s, feed__merge_plain(r, &q, m->q.first ? s->want : s->want + 1, &s->rows,
+                                     &s->ended), "merged page read");
+        return;
     case C_PTTL:
-        read_reply(m, c, r);
+        if (r->type == REDIS_REPLY_INTEGER)
+            s->pttl = r->integer;
         return;
     case C_PEXPIRE:
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
@@ -843,11 +832,8 @@ feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *au
 {
     merged_op *m;
 
-    if (!c->merge && !(c->merge = calloc(1, sizeof *c->merge))) {
-        *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a merged page");
-        return NULL;
-    }
-    if (!(m = calloc(1, sizeof *m))) {
+    if ((!c->merge && !(c->merge = calloc(1, sizeof *c->merge))) ||
+        !(m = calloc(1, sizeof *m))) {
         *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a merged page");
         return NULL;
     }
