@@ -6,34 +6,23 @@
  * prefix of its rows. merge.c says what each answer proves and cuts the
  * page; this request asks, in as few round trips as that allows:
  *
- *   READ     one plain read per source (ZREVRANGE from rank 0 for a first
- *            page, ZREVRANGEBYSCORE from the cursor's score after one),
- *            every source in one batch of independent commands: one
- *            pipeline per Redis node, the nodes at once; on a first page a
- *            PTTL rides along for the copies whose TTL may need a refresh
- *            (rebuild.c, "TTL refresh": the same rule, per source; a PEXPIRE
- *            batch follows for those with less than half left). The
- *            reader's feed is asked for limit + 1 items, as a plain page
- *            is; an author for as many as it put into its last merged page
- *            on this handle, and two more (a few, the first time). Every
- *            entry Redis returns costs it a score formatted as text, most
- *            of a read's cost: an author rarely holds more than a few items
- *            of a page, and merge.c's proof tells when one might.
+ *   READ     one plain read per source, all in one batch (one pipeline per
+ *            Redis node, the nodes at once), with a PTTL on first pages
+ *            where a TTL may need a refresh. The reader's feed is asked for
+ *            limit + 1 items, as a plain page is; an author for as many as
+ *            it put into its last merged page on this handle, and two more.
+ *            Every entry Redis returns costs it a score formatted as text,
+ *            most of a read's cost: an author rarely holds more than a few
+ *            items of a page, and merge.c's proof tells when one might.
  *   SEEK     page.lua for the sources a plain read could not prove (an
- *            absent key on a first page, a long run of ties at the
- *            cursor), one batch: their answer, or a miss with or without
- *            the lease.
- *   REBUILD  the sources whose lease we took: their top max_len + 1 rows
- *            from the primary in ONE statement, installed in one batch
- *            (stage, expire, rebuild.lua each: rebuild.c's install); their
- *            answers are cut from those rows.
+ *            absent key on a first page, a long run of ties at the cursor).
+ *   REBUILD  the sources whose lease we took: their top rows in ONE
+ *            statement, installed in one batch; their answers are cut from
+ *            those rows.
  *   WAIT     a source another handle is rebuilding is asked again after a
- *            growing pause (a wake-up), up to lease_wait_ms, as page.c
- *            does; then SQL.
- *   SQL      the sources whose copy ends before the page needs (a partial
- *            copy, an absent one after a cursor, Redis failed, a reply that
- *            was not ours) in ONE statement: limit + 1 rows after the
- *            cursor each, from the replica when one may answer (sql.c).
+ *            pause, as page.c does; then SQL.
+ *   SQL      the sources whose copy ends before the page needs (or Redis
+ *            failed, or a reply was not ours) in ONE statement.
  *   CUT      feed__merge_cut: the page, when the answers prove it; else
  *            the sources that block it are read again for limit + 1 items
  *            (a second round trip, then SQL for copies that end), after
@@ -41,10 +30,9 @@
  *
  * A warm page is one round trip per node; its work grows with n and limit,
  * never with the cursor's depth or a feed's size. What the handle keeps
- * (struct feed_merge_hints: TTLs known, each author's share of its last
- * page) are guesses that save round trips, never what a page rests on.
+ * (TTLs known, each author's share of its last page) are guesses that save
+ * round trips, never what a page rests on.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,7 +126,7 @@ typedef struct merged_op {
     size_t        sql_n;
     feed_sqlpage  sp;
     unsigned char *blocking;
-    int64_t      *tags;         /* feed__merged_tags: asked for (NULL: not), then filled */
+    int64_t      *tags;         /* feed__merged_want_tags: asked for (NULL: not) */
     char          redis_msg[FEED_ERRMSG];
     char          kept[FEED_ERRMSG];    /* op.kept: redis_msg may be in use then */
 } merged_op;
@@ -344,8 +332,7 @@ static enum feed_want ask_seek(merged_op *m)
 
 /* ---- SQL: one statement for many sources --------------------------------- */
 
-/* The statement over the sources in state st, from the top (first) or
- * after the cursor, `per` rows each: op->sql's merge fields set. */
+/* op->sql's merge fields: the statement over the sources in state st. */
 static void sql_sources(merged_op *m, int st)
 {
     feed_sql *q = &m->op.sql;
