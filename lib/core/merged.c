@@ -105,7 +105,7 @@ enum { M_START, M_READ, M_TTL, M_SEEK, M_REBUILD, M_WAIT, M_SQL, M_DONE };
 typedef struct merged_op {
     feed_op       op;
     feed_cursor_q q;            /* want = limit + 1 */
-    size_t        limit, n;     /* n sources: [0] the reader's feed, then authors */
+    size_t        n;            /* n sources: [0] the reader's feed, then authors */
     msrc         *src;
     char         *keys;
     feed_result  *out;
@@ -171,8 +171,8 @@ static void unanswered_to_sql(merged_op *m, int from)
 
 /* ---- Batches ------------------------------------------------------------ */
 
-static mcmd *cmd_add(merged_op *m, int kind, size_t src, int argc, const char *const *argv,
-                     const size_t *lens)
+static void cmd_add(merged_op *m, int kind, size_t src, int argc, const char *const *argv,
+                    const size_t *lens)
 {
     mcmd *c = &m->cmds[m->ncmds++];
 
@@ -183,7 +183,6 @@ static mcmd *cmd_add(merged_op *m, int kind, size_t src, int argc, const char *c
         c->argv[i] = argv[i];
         c->lens[i] = lens ? lens[i] : strlen(argv[i]);
     }
-    return c;
 }
 
 static int batch_build(void *arg, size_t i, const char ***argv, const size_t **lens)
@@ -562,7 +561,7 @@ static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
     if (m->tags)
         tag_items(m, items, count);
     m->out->items = items;
-    feed__page_served(m->op.c, m->out, count, m->limit, source);
+    feed__page_served(m->op.c, m->out, count, m->q.want - 1, source);
     return finish(m, FEED_OK);
 }
 
@@ -830,7 +829,6 @@ feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *au
     m->op.step = merged_step;
     m->op.free = merged_free;
     m->op.state = M_START;
-    m->limit = limit;
     m->out = out;
     m->wait = (feed_wait){ 0, 1 };
     m->q = (feed_cursor_q){ last_score == FEED_FIRST, last_score, last_id, limit + 1 };
