@@ -175,8 +175,8 @@ static enum feed_want newer_step(feed_op *op, int64_t now)
         n->lens[5] = feed__i64_to_str(n->cursor.score, n->score);
         n->lens[6] = feed__member_encode(n->cursor.id, n->member);
         op->state = N_CACHE;
-        op->batch = (feed_batch){ .n = 1, .slot = c->topo.cluster ? feed__uid_slot(n->uid) : 0, .arg = n,
-                                  .build = newer_build, .reply = newer_reply };
+        op->batch = (feed_batch){ .n = 1, .slot = c->topo.cluster ? feed__uid_slot(n->uid) : 0,
+                                  .arg = n, .build = newer_build, .reply = newer_reply };
         return FEED_W_REDIS;
     case N_CACHE:
         if (op->redis_rc == FEED_ENOMEM || n->nomem)
