@@ -826,7 +826,8 @@ typedef struct feed_merge_answer {
 } feed_merge_answer;
 #define FEED_MERGE_UNPROVEN ((size_t)-2)
 #define FEED_MERGE_DISORDER ((size_t)-1)
-/* The merged page from n answers: the first q->want distinct pairs of their
+/* The merged page from n answers (at most FEED_MERGE_MAX + 1, the reader's
+ * feed and the authors): the first q->want distinct pairs of their
  * union, written to out (q->want entries) when the answers prove them;
  * returns how many (fewer only when every source ended). Otherwise
  * FEED_MERGE_UNPROVEN, and blocking[k] = 1 for each source that must

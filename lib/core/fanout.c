@@ -24,6 +24,7 @@
 #include "core/core.h"
 
 #define FANOUT_GROUP 100
+#define FANOUT_ARGS (2 * FANOUT_GROUP + 8)  /* a call's: its keys, and a few more */
 
 typedef struct fanout_op {
     feed_op        op;
@@ -37,8 +38,8 @@ typedef struct fanout_op {
     size_t         naway;
     int            bad_reply;   /* a reply that named no such feed */
     char          *keys;        /* 2 * FANOUT_GROUP keys of key_cap bytes */
-    const char   **argv;
-    size_t        *lens;
+    const char    *argv[FANOUT_ARGS];
+    size_t         lens[FANOUT_ARGS];
     char           score[21], member[FEED_MEMBER_MAX], max_len[21], count[21], nkeys[12];
     size_t         member_len;
 } fanout_op;
@@ -214,8 +215,6 @@ static void fanout_free(feed_op *op)
     free(f->group);
     free(f->away);
     free(f->keys);
-    free(f->argv);
-    free(f->lens);
     free(f);
 }
 
@@ -223,7 +222,6 @@ feed_op *feed__fanout_op(feed_core *c, char *err, const int64_t *uids, size_t n,
                          int64_t score, int64_t id, int *rc)
 {
     fanout_op *f = calloc(1, sizeof *f);
-    size_t most = 2 * FANOUT_GROUP + 8;
 
     if (f) {
         f->op.c = c;
@@ -236,11 +234,8 @@ feed_op *feed__fanout_op(feed_core *c, char *err, const int64_t *uids, size_t n,
         f->group = malloc((n + 1) * sizeof *f->group);
         f->away = malloc(n * sizeof *f->away);
         f->keys = malloc(2 * FANOUT_GROUP * c->key_cap);
-        f->argv = malloc(most * sizeof *f->argv);
-        f->lens = malloc(most * sizeof *f->lens);
     }
-    if (!f || !f->uids || !f->sorted || !f->group || !f->away || !f->keys || !f->argv ||
-        !f->lens) {
+    if (!f || !f->uids || !f->sorted || !f->group || !f->away || !f->keys) {
         if (f)
             fanout_free(&f->op);
         *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a fan-out of %zu", n);

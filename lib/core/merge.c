@@ -75,8 +75,7 @@ int feed__merge_plain(const redisReply *r, const feed_cursor_q *q, size_t asked,
     size_t npairs, j = 0;
     int v;
 
-    rows->items = NULL;
-    rows->count = 0;
+    *rows = (feed_rows){ NULL, 0 };
     *ended = 0;
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0)
         return FEED_MERGE_BAD;
@@ -110,8 +109,7 @@ int feed__merge_script(const redisReply *r, const feed_cursor_q *q, feed_rows *r
 {
     size_t elements, first = 0;
 
-    rows->items = NULL;
-    rows->count = 0;
+    *rows = (feed_rows){ NULL, 0 };
     *ended = 0;
     if (r->type == REDIS_REPLY_INTEGER)
         return r->integer == 1 ? FEED_MERGE_LEASED
@@ -207,19 +205,15 @@ static size_t union_top(const feed_merge_answer *src, size_t n, size_t want, siz
 size_t feed__merge_cut(const feed_merge_answer *src, size_t n, const feed_cursor_q *q,
                        feed_item *out, unsigned char *blocking)
 {
-    size_t *head = malloc((n ? n : 1) * sizeof *head), count, known = 0;
+    size_t head[FEED_MERGE_MAX + 1], count;
     int open = 0, nowhere = 0;
     feed_item top = { 0, 0 };
 
-    if (!head)
-        return FEED_MERGE_DISORDER;
     for (size_t k = 0; k < n; k++) {
         const feed_rows *r = &src[k].rows;
         for (size_t i = 0; i < r->count; i++)
-            if (!after(q, r->items[i]) || (i > 0 && !above(r->items[i - 1], r->items[i]))) {
-                free(head);
+            if (!after(q, r->items[i]) || (i > 0 && !above(r->items[i - 1], r->items[i])))
                 return FEED_MERGE_DISORDER;
-            }
         if (src[k].ended)
             continue;
         if (r->count == 0) {
@@ -232,18 +226,14 @@ size_t feed__merge_cut(const feed_merge_answer *src, size_t n, const feed_cursor
     count = union_top(src, n, q->want, head, out);
     /* Proven: every source ended, or want pairs known, the last of them at
      * or above L. */
-    if (!nowhere && (!open || (count == q->want && !above(top, out[count - 1])))) {
-        free(head);
+    if (!nowhere && (!open || (count == q->want && !above(top, out[count - 1]))))
         return count;
-    }
     /* Not proven: which sources must say more. */
-    known = count;
     for (size_t k = 0; k < n; k++) {
         const feed_rows *r = &src[k].rows;
         blocking[k] = !src[k].ended &&
-                      (r->count == 0 || known < q->want ||
-                       above(r->items[r->count - 1], out[known - 1]));
+                      (r->count == 0 || count < q->want ||
+                       above(r->items[r->count - 1], out[count - 1]));
     }
-    free(head);
     return FEED_MERGE_UNPROVEN;
 }

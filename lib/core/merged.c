@@ -6,34 +6,23 @@
  * prefix of its rows. merge.c says what each answer proves and cuts the
  * page; this request asks, in as few round trips as that allows:
  *
- *   READ     one plain read per source (ZREVRANGE from rank 0 for a first
- *            page, ZREVRANGEBYSCORE from the cursor's score after one),
- *            every source in one batch of independent commands: one
- *            pipeline per Redis node, the nodes at once; on a first page a
- *            PTTL rides along for the copies whose TTL may need a refresh
- *            (rebuild.c, "TTL refresh": the same rule, per source; a PEXPIRE
- *            batch follows for those with less than half left). The
- *            reader's feed is asked for limit + 1 items, as a plain page
- *            is; an author for as many as it put into its last merged page
- *            on this handle, and two more (a few, the first time). Every
- *            entry Redis returns costs it a score formatted as text, most
- *            of a read's cost: an author rarely holds more than a few items
- *            of a page, and merge.c's proof tells when one might.
+ *   READ     one plain read per source, all in one batch (one pipeline per
+ *            Redis node, the nodes at once), with a PTTL on first pages
+ *            where a TTL may need a refresh. The reader's feed is asked for
+ *            limit + 1 items, as a plain page is; an author for as many as
+ *            it put into its last merged page on this handle, and two more.
+ *            Every entry Redis returns costs it a score formatted as text,
+ *            most of a read's cost: an author rarely holds more than a few
+ *            items of a page, and merge.c's proof tells when one might.
  *   SEEK     page.lua for the sources a plain read could not prove (an
- *            absent key on a first page, a long run of ties at the
- *            cursor), one batch: their answer, or a miss with or without
- *            the lease.
- *   REBUILD  the sources whose lease we took: their top max_len + 1 rows
- *            from the primary in ONE statement, installed in one batch
- *            (stage, expire, rebuild.lua each: rebuild.c's install); their
- *            answers are cut from those rows.
+ *            absent key on a first page, a long run of ties at the cursor).
+ *   REBUILD  the sources whose lease we took: their top rows in ONE
+ *            statement, installed in one batch; their answers are cut from
+ *            those rows.
  *   WAIT     a source another handle is rebuilding is asked again after a
- *            growing pause (a wake-up), up to lease_wait_ms, as page.c
- *            does; then SQL.
- *   SQL      the sources whose copy ends before the page needs (a partial
- *            copy, an absent one after a cursor, Redis failed, a reply that
- *            was not ours) in ONE statement: limit + 1 rows after the
- *            cursor each, from the replica when one may answer (sql.c).
+ *            pause, as page.c does; then SQL.
+ *   SQL      the sources whose copy ends before the page needs (or Redis
+ *            failed, or a reply was not ours) in ONE statement.
  *   CUT      feed__merge_cut: the page, when the answers prove it; else
  *            the sources that block it are read again for limit + 1 items
  *            (a second round trip, then SQL for copies that end), after
@@ -41,10 +30,9 @@
  *
  * A warm page is one round trip per node; its work grows with n and limit,
  * never with the cursor's depth or a feed's size. What the handle keeps
- * (struct feed_merge_hints: TTLs known, each author's share of its last
- * page) are guesses that save round trips, never what a page rests on.
+ * (TTLs known, each author's share of its last page) are guesses that save
+ * round trips, never what a page rests on.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,7 +105,7 @@ enum { M_START, M_READ, M_TTL, M_SEEK, M_REBUILD, M_WAIT, M_SQL, M_DONE };
 typedef struct merged_op {
     feed_op       op;
     feed_cursor_q q;            /* want = limit + 1 */
-    size_t        limit, n;     /* n sources: [0] the reader's feed, then authors */
+    size_t        n;            /* n sources: [0] the reader's feed, then authors */
     msrc         *src;
     char         *keys;
     feed_result  *out;
@@ -138,7 +126,7 @@ typedef struct merged_op {
     size_t        sql_n;
     feed_sqlpage  sp;
     unsigned char *blocking;
-    int64_t      *tags;         /* feed__merged_tags: asked for (NULL: not), then filled */
+    int64_t      *tags;         /* feed__merged_want_tags: asked for (NULL: not) */
     char          redis_msg[FEED_ERRMSG];
     char          kept[FEED_ERRMSG];    /* op.kept: redis_msg may be in use then */
 } merged_op;
@@ -183,8 +171,8 @@ static void unanswered_to_sql(merged_op *m, int from)
 
 /* ---- Batches ------------------------------------------------------------ */
 
-static mcmd *cmd_add(merged_op *m, int kind, size_t src, int argc, const char *const *argv,
-                     const size_t *lens)
+static void cmd_add(merged_op *m, int kind, size_t src, int argc, const char *const *argv,
+                    const size_t *lens)
 {
     mcmd *c = &m->cmds[m->ncmds++];
 
@@ -195,7 +183,6 @@ static mcmd *cmd_add(merged_op *m, int kind, size_t src, int argc, const char *c
         c->argv[i] = argv[i];
         c->lens[i] = lens ? lens[i] : strlen(argv[i]);
     }
-    return c;
 }
 
 static int batch_build(void *arg, size_t i, const char ***argv, const size_t **lens)
@@ -280,21 +267,6 @@ static void took(merged_op *m, msrc *s, int verdict, const char *what)
     }
 }
 
-static void read_reply(merged_op *m, const mcmd *c, const redisReply *r)
-{
-    msrc *s = &m->src[c->src];
-    feed_cursor_q q = m->q;
-    size_t asked = m->q.first ? s->want : s->want + 1;
-
-    if (c->kind == C_PTTL) {
-        if (r->type == REDIS_REPLY_INTEGER)
-            s->pttl = r->integer;
-        return;
-    }
-    q.want = s->want;
-    took(m, s, feed__merge_plain(r, &q, asked, &s->rows, &s->ended), "merged page read");
-}
-
 /* One plain read for every source in state S_READ, one batch; on a first
  * page's first round, a PTTL too where the TTL may need a refresh. */
 static enum feed_want ask_read(merged_op *m, int64_t now)
@@ -359,8 +331,7 @@ static enum feed_want ask_seek(merged_op *m)
 
 /* ---- SQL: one statement for many sources --------------------------------- */
 
-/* The statement over the sources in state st, from the top (first) or
- * after the cursor, `per` rows each: op->sql's merge fields set. */
+/* op->sql's merge fields: the statement over the sources in state st. */
 static void sql_sources(merged_op *m, int st)
 {
     feed_sql *q = &m->op.sql;
@@ -582,17 +553,15 @@ static enum feed_want answer(merged_op *m, feed_item *items, size_t count)
 {
     feed_source source = FEED_SOURCE_CACHE;
 
-    for (size_t k = 0; k < m->n; k++) {
-        if (m->src[k].from == FEED_SOURCE_DB)
-            source = FEED_SOURCE_DB;
-        else if (m->src[k].from == FEED_SOURCE_REBUILD && source == FEED_SOURCE_CACHE)
-            source = FEED_SOURCE_REBUILD;
-    }
+    /* The worst of the sources': DB over REBUILD over CACHE, as they are numbered. */
+    for (size_t k = 0; k < m->n; k++)
+        if (m->src[k].from > source)
+            source = m->src[k].from;
     learn_shares(m, items, count);
     if (m->tags)
         tag_items(m, items, count);
     m->out->items = items;
-    feed__page_served(m->op.c, m->out, count, m->limit, source);
+    feed__page_served(m->op.c, m->out, count, m->q.want - 1, source);
     return finish(m, FEED_OK);
 }
 
@@ -650,11 +619,17 @@ static void batch_reply(void *arg, size_t i, const redisReply *r)
     merged_op *m = arg;
     const mcmd *c = &m->cmds[i];
     msrc *s = &m->src[c->src];
+    feed_cursor_q q = m->q;
 
     switch (c->kind) {
-    case C_READ:
+    case C_READ:            /* it asked for want entries, or want + 1 after a cursor */
+        q.want = s->want;
+        took(m, s, feed__merge_plain(r, &q, m->q.first ? s->want : s->want + 1, &s->rows,
+                                     &s->ended), "merged page read");
+        return;
     case C_PTTL:
-        read_reply(m, c, r);
+        if (r->type == REDIS_REPLY_INTEGER)
+            s->pttl = r->integer;
         return;
     case C_PEXPIRE:
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
@@ -843,11 +818,8 @@ feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *au
 {
     merged_op *m;
 
-    if (!c->merge && !(c->merge = calloc(1, sizeof *c->merge))) {
-        *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a merged page");
-        return NULL;
-    }
-    if (!(m = calloc(1, sizeof *m))) {
+    if ((!c->merge && !(c->merge = calloc(1, sizeof *c->merge))) ||
+        !(m = calloc(1, sizeof *m))) {
         *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a merged page");
         return NULL;
     }
@@ -857,7 +829,6 @@ feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *au
     m->op.step = merged_step;
     m->op.free = merged_free;
     m->op.state = M_START;
-    m->limit = limit;
     m->out = out;
     m->wait = (feed_wait){ 0, 1 };
     m->q = (feed_cursor_q){ last_score == FEED_FIRST, last_score, last_id, limit + 1 };

@@ -37,24 +37,13 @@ struct feed_newer_op {
     char         redis_msg[FEED_ERRMSG];
 };
 
-static void bad_reply(feed_newer_op *n, const char *why)
+/* A reply that is not newer.lua's answer (what: "unexpected reply: " and
+ * why, or Redis's error text): SQL answers instead. */
+static void bad_reply(feed_newer_op *n, const char *what, const char *why)
 {
     n->op.c->stats.redis_errors++;
     n->bad = 1;
-    feed__msg(n->op.err, FEED_EREDIS, "Redis newer.lua: unexpected reply: %s", why);
-}
-
-/* Is a strictly above b in (score DESC, id DESC) order? */
-static int above(feed_item a, feed_item b)
-{
-    return feed__item_after(b, a.score, a.id);
-}
-
-static int item_of(const redisReply *m, const redisReply *s, feed_item *it)
-{
-    return m->type == REDIS_REPLY_STRING && s->type == REDIS_REPLY_STRING &&
-           feed__member_decode(m->str, m->len, &it->id) == FEED_OK &&
-           feed__parse_score(s->str, s->len, &it->score) == FEED_OK;
+    feed__msg(n->op.err, FEED_EREDIS, "Redis newer.lua: %s%s", what, why);
 }
 
 /* newer.lua's answer: 0 (not covered) or {member, score, ...} ascending
@@ -72,23 +61,21 @@ static void newer_reply(void *arg, size_t i, const redisReply *r)
     if (r->type == REDIS_REPLY_INTEGER && r->integer == 0)
         return;
     if (r->type == REDIS_REPLY_ERROR) {
-        n->op.c->stats.redis_errors++;
-        n->bad = 1;
-        feed__msg(n->op.err, FEED_EREDIS, "Redis newer.lua: %s", r->str);
+        bad_reply(n, "", r->str);
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
-        bad_reply(n, "not 0 nor {member, score, ...}");
+        bad_reply(n, "unexpected reply: ", "not 0 nor {member, score, ...}");
         return;
     }
     count = r->elements / 2;
-    if (count > 0 && item_of(r->element[0], r->element[1], &it) && it.id == n->cursor.id &&
+    if (count > 0 && feed__reply_pair(r, 0, &it) == FEED_OK && it.id == n->cursor.id &&
         it.score == n->cursor.score) {
         first = 2;          /* the seek's check of the cursor item */
         count--;
     }
     if (count > n->limit + 1) {
-        bad_reply(n, "item count");
+        bad_reply(n, "unexpected reply: ", "item count");
         return;
     }
     if (!(n->rows.items = malloc((count + 1) * sizeof *n->rows.items))) {
@@ -98,14 +85,14 @@ static void newer_reply(void *arg, size_t i, const redisReply *r)
     }
     for (size_t k = 0; k < count; k++) {
         feed_item *x = &n->rows.items[k];
-        if (!item_of(r->element[first + 2 * k], r->element[first + 2 * k + 1], x)) {
+        feed_item prev = k > 0 ? x[-1] : n->cursor;
+        const char *why = feed__reply_pair(r, first + 2 * k, x) != FEED_OK
+                        ? "member or score is not a feedcache item"
+                        : !feed__item_after(prev, x->score, x->id)   /* x above prev */
+                        ? "items out of order or not above the cursor" : NULL;
+        if (why) {
             feed__rows_free(&n->rows);
-            bad_reply(n, "member or score is not a feedcache item");
-            return;
-        }
-        if (!above(*x, k > 0 ? x[-1] : n->cursor)) {
-            feed__rows_free(&n->rows);
-            bad_reply(n, "items out of order or not above the cursor");
+            bad_reply(n, "unexpected reply: ", why);
             return;
         }
     }
@@ -188,8 +175,8 @@ static enum feed_want newer_step(feed_op *op, int64_t now)
         n->lens[5] = feed__i64_to_str(n->cursor.score, n->score);
         n->lens[6] = feed__member_encode(n->cursor.id, n->member);
         op->state = N_CACHE;
-        op->batch = (feed_batch){ .n = 1, .slot = c->topo.cluster ? feed__uid_slot(n->uid) : 0, .arg = n,
-                                  .build = newer_build, .reply = newer_reply };
+        op->batch = (feed_batch){ .n = 1, .slot = c->topo.cluster ? feed__uid_slot(n->uid) : 0,
+                                  .arg = n, .build = newer_build, .reply = newer_reply };
         return FEED_W_REDIS;
     case N_CACHE:
         if (op->redis_rc == FEED_ENOMEM || n->nomem)
@@ -229,20 +216,17 @@ size_t feed__newer_op_size(void)
     return sizeof(feed_newer_op);
 }
 
+/* A page's checks, except that the cursor cannot be FEED_FIRST (out of
+ * range: nothing is newer than "the top"). */
 int feed__newer_check(const feed_core *c, char *err, const char *fn, int64_t score, int64_t id,
                       size_t limit, const feed_result *out)
 {
-    if (!out)
-        return feed__msg(err, FEED_EINVAL, "%s: out is NULL", fn);
-    if (limit == 0 || limit > c->cfg.max_page)
-        return feed__msg(err, FEED_EINVAL, "%s: limit %zu is outside 1..%u", fn, limit,
-                         c->cfg.max_page);
-    if (!feed__score_ok(score))
+    int rc = feed__page_check(c, err, fn, score, id, -1, limit, out);
+
+    if (rc == FEED_OK && score == FEED_FIRST)
         return feed__msg(err, FEED_ERANGE, "%s: cursor score %lld is outside +/-(2^53-1)", fn,
                          (long long)score);
-    if (id < 0)
-        return feed__msg(err, FEED_EINVAL, "%s: cursor id %lld is negative", fn, (long long)id);
-    return FEED_OK;
+    return rc;
 }
 
 int feed__newer_init(feed_newer_op *n, feed_core *c, char *err, int64_t uid, int64_t score,
