@@ -80,8 +80,7 @@ static int repair_remember_locked(repair_entry e)
             hi = mid;
     }
     e.gen = ++repair_gen;
-    if (lo < repair_count && repair_list[lo].store == e.store && repair_list[lo].uid == e.uid &&
-        repair_list[lo].fam == e.fam) {
+    if (lo < repair_count && !repair_entry_before(e, repair_list[lo])) {   /* e is there */
         repair_list[lo].gen = e.gen;    /* a newer loss: a repair under way keeps it */
         return 1;
     }
