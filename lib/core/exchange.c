@@ -486,14 +486,15 @@ static int xchg_needs_setup(const feed_xchg *x, const feed_node *n)
            !(x->b->flags & FEED_B_NODE) && n->fenced_by != x->id;
 }
 
-/* Route every command still owed an answer; each node it names must be
- * usable. FEED_X_SETUP for the first that is not, FEED_X_PASS once the
- * trips are built. */
+/* Route every command still owed an answer (state XCHG_ROUTE); each node it
+ * names must be usable. FEED_X_SETUP for the first that is not, FEED_X_PASS
+ * once the trips are built. */
 static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
 {
     const feed_batch *b = x->b;
     int check = xchg_check_kind(x);
 
+    x->state = XCHG_ROUTE;
     xchg_free_trips(x);
     for (size_t i = 0; i < b->n; i++) {
         feed_node *n;
@@ -514,7 +515,7 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
         feed__fence_lapse(&x->c->topo, n, x->c->cfg.redis_timeout_ms, now);
         if (xchg_needs_setup(x, n))
             return xchg_setup(x, node, b->flags & FEED_B_NODE ? FEED_SETUP_HELLO
-                              : FEED_SETUP_FULL, x->cmds[i].slot, x->state);
+                              : FEED_SETUP_FULL, x->cmds[i].slot, XCHG_ROUTE);
         /* Set up: it serves once its fence is cleared, or while it is being
          * cleared if the batch is a hook. */
         if (x->c->cfg.redis_restart_fence && n->fence.state != FEED_FENCE_TRUSTED &&
@@ -528,7 +529,7 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
         if (xchg_reads(x) && !feed__slot_trusted(&x->c->topo, n, x->cmds[i].slot) &&
             xchg_trusting(x, i)) {
             if (x->cmds[i].fenced < 2)
-                return xchg_setup(x, node, FEED_SETUP_FULL, x->cmds[i].slot, x->state);
+                return xchg_setup(x, node, FEED_SETUP_FULL, x->cmds[i].slot, XCHG_ROUTE);
             x->c->topo.stale = 1;
             return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d: the copies of slot "
                                           "%u are not yet known to be right (the slot moved, "
@@ -598,7 +599,6 @@ static enum feed_xwant xchg_map_next(feed_xchg *x, int64_t now)
             return xchg_done(x, feed__msg(x->err, x->map_fail_rc, "Redis Cluster: %s",
                                           x->map_why[0] ? x->map_why : "no node answers"));
         }
-        x->state = XCHG_ROUTE;
         return xchg_route(x, now);
     }
     x->map_node = node;
@@ -644,7 +644,6 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
     case XCHG_WAKE:
         if (now < x->wake_at)
             return FEED_X_WAKE;
-        x->state = XCHG_ROUTE;
         return xchg_route(x, now);
     case XCHG_DONE:
         return FEED_X_DONE;
