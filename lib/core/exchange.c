@@ -516,8 +516,7 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
         if (xchg_needs_setup(x, n))
             return xchg_setup(x, node, b->flags & FEED_B_NODE ? FEED_SETUP_HELLO
                               : FEED_SETUP_FULL, x->cmds[i].slot, XCHG_ROUTE);
-        /* Set up: it serves once its fence is cleared, or while it is being
-         * cleared if the batch is a hook. */
+        /* Set up: it serves once its fence is cleared (a hook: while being cleared). */
         if (x->c->cfg.redis_restart_fence && n->fence.state != FEED_FENCE_TRUSTED &&
             !(b->flags & (FEED_B_HOOK | FEED_B_NODE)))
             return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
@@ -561,11 +560,9 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
             t->map[t->trip.n++] = FEED_XK_ASKING;
         t->map[t->trip.n++] = (int)i;
     }
-    for (size_t k = 0; k < x->ntrips; k++) {
-        if (check)
-            x->trips[k].map[x->trips[k].trip.n++] = check;
-        x->c->stats.redis_calls++;
-    }
+    for (size_t k = 0; check && k < x->ntrips; k++)
+        x->trips[k].map[x->trips[k].trip.n++] = check;
+    x->c->stats.redis_calls += x->ntrips;
     x->pass = 0;
     x->pass_ms = now;
     x->state = XCHG_PASS;
