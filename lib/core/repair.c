@@ -36,7 +36,7 @@ static pthread_mutex_t repair_lock = PTHREAD_MUTEX_INITIALIZER;
 static repair_entry   *repair_list;
 static size_t          repair_count, repair_cap;
 static atomic_size_t   repair_pending;   /* repair_count, read without the lock */
-static _Atomic uint64_t repair_gen;      /* remembers so far; written with the lock */
+static uint64_t        repair_gen;       /* remembers so far */
 
 /* FNV-1a over host, port and key prefix: which copies an entry names.
  * Under Sentinel the store is the master name, wherever it now runs; a
@@ -114,7 +114,12 @@ int feed__repair_remember(const feed_core *c, int fam, int64_t owner)
 
 uint64_t feed__repair_gen(void)
 {
-    return atomic_load(&repair_gen);
+    uint64_t gen;
+
+    pthread_mutex_lock(&repair_lock);
+    gen = repair_gen;
+    pthread_mutex_unlock(&repair_lock);
+    return gen;
 }
 
 int feed__repairs_pending(const feed_core *c)
