@@ -112,10 +112,9 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
         xchg_done(x, FEED_ENOMEM);
         return;
     }
-    for (size_t i = 0; i < b->n; i++)
-        x->cmds[i] = (feed_xcmd){ .node = -1, .ask = 0, .slot = b->slot, .done = 0, .fenced = 0 };
-    if (b->flags & FEED_B_EACH) {   /* each command's own slot */
-        for (size_t i = 0; i < b->n; i++) {
+    for (size_t i = 0; i < b->n; i++) {
+        x->cmds[i] = (feed_xcmd){ .node = -1, .slot = b->slot };
+        if (b->flags & FEED_B_EACH) {   /* each command's own slot */
             const char **argv;
             const size_t *lens;
             int argc = b->build(b->arg, i, &argv, &lens);
@@ -178,28 +177,22 @@ static const char *xchg_what(feed_xchg *x)
     return x->what;
 }
 
+/* Command k of a trip: a batch command, or one of the exchange's own. */
 static int xchg_trip_cmd(void *arg, size_t k, const char ***argv, const size_t **lens)
 {
-    static const char *asking[1] = { "ASKING" }, *role[1] = { "ROLE" },
-                      *slots[2] = { "CLUSTER", "SLOTS" };
-    static const size_t asking_len[1] = { 6 }, role_len[1] = { 4 }, slots_len[2] = { 7, 5 };
+    static const char *words[][2] = { [-1 - FEED_XK_ASKING] = { "ASKING" },
+                                      [-1 - FEED_XK_ROLE] = { "ROLE" },
+                                      [-1 - FEED_XK_SLOTS] = { "CLUSTER", "SLOTS" } };
+    static const size_t word_lens[][2] = { [-1 - FEED_XK_ASKING] = { 6 },
+                                           [-1 - FEED_XK_ROLE] = { 4 },
+                                           [-1 - FEED_XK_SLOTS] = { 7, 5 } };
     feed_xtrip *t = arg;
     feed_xchg *x = t->x;
+    int m = t->map[k];
 
-    switch (t->map[k]) {
-    case FEED_XK_ASKING:
-        *argv = asking;
-        *lens = asking_len;
-        return 1;
-    case FEED_XK_ROLE:
-        *argv = role;
-        *lens = role_len;
-        return 1;
-    case FEED_XK_SLOTS:
-        *argv = slots;
-        *lens = slots_len;
-        return 2;
-    case FEED_XK_WAIT:
+    if (m >= 0)
+        return x->b->build(x->b->arg, (size_t)m, argv, lens);
+    if (m == FEED_XK_WAIT) {
         x->wait_argv[0] = "WAIT";
         x->wait_argv[1] = x->wait_n;
         x->wait_argv[2] = x->wait_ms;
@@ -209,9 +202,10 @@ static int xchg_trip_cmd(void *arg, size_t k, const char ***argv, const size_t *
         *argv = x->wait_argv;
         *lens = x->wait_lens;
         return 3;
-    default:
-        return x->b->build(x->b->arg, (size_t)t->map[k], argv, lens);
     }
+    *argv = words[-1 - m];
+    *lens = word_lens[-1 - m];
+    return m == FEED_XK_SLOTS ? 2 : 1;
 }
 
 /* WAIT's answer: enough replicas hold what this trip applied? */
@@ -402,12 +396,13 @@ static feed_xtrip *xchg_trip_new(feed_xchg *x, int node, size_t most)
 
     if (x->ntrips == x->trips_cap) {
         size_t cap = 2 * x->trips_cap;
-        feed_xtrip *bigger = x->trips == &x->one_trip ? malloc(cap * sizeof *bigger)
-                                                       : realloc(x->trips, cap * sizeof *bigger);
+        feed_xtrip *old = x->trips == &x->one_trip ? NULL : x->trips;
+        feed_xtrip *bigger = realloc(old, cap * sizeof *bigger);
+
         if (!bigger)
             return NULL;
-        if (x->trips == &x->one_trip)
-            memcpy(bigger, x->trips, x->ntrips * sizeof *bigger);
+        if (!old)
+            bigger[0] = x->one_trip;    /* the one trip it held */
         x->trips = bigger;
         x->trips_cap = cap;
         for (size_t k = 0; k < x->ntrips; k++) {   /* they moved: point at their places */
@@ -417,21 +412,13 @@ static feed_xtrip *xchg_trip_new(feed_xchg *x, int node, size_t most)
         }
     }
     t = &x->trips[x->ntrips];
-    t->trip.n = 0;
-    t->trip.io = FEED_IO_OK;
-    t->trip.got = 0;
-    t->trip.why[0] = '\0';
-    t->applied = 0;
-    t->x = x;
-    t->map_small = most <= sizeof t->small / sizeof t->small[0];
+    *t = (feed_xtrip){ .trip = { .node = node, .arg = t, .cmd = xchg_trip_cmd,
+                                 .reply = xchg_trip_reply, .io = FEED_IO_OK },
+                       .x = x, .was_fresh = xchg_node(x, node)->fresh,
+                       .map_small = most <= sizeof t->small / sizeof t->small[0] };
     t->map = t->map_small ? t->small : malloc(most * sizeof *t->map);
     if (!t->map)
         return NULL;
-    t->trip.node = node;
-    t->trip.arg = t;
-    t->trip.cmd = xchg_trip_cmd;
-    t->trip.reply = xchg_trip_reply;
-    t->was_fresh = xchg_node(x, node)->fresh;
     x->ntrips++;
     return t;
 }
@@ -499,22 +486,15 @@ static int xchg_needs_setup(const feed_xchg *x, const feed_node *n)
            !(x->b->flags & FEED_B_NODE) && n->fenced_by != x->id;
 }
 
-/* May node n serve this batch now? Its fence cleared, or being cleared and
- * the batch a hook. */
-static int xchg_usable(const feed_xchg *x, const feed_node *n)
-{
-    return !x->c->cfg.redis_restart_fence || n->fence.state == FEED_FENCE_TRUSTED ||
-           (x->b->flags & (FEED_B_HOOK | FEED_B_NODE));
-}
-
-/* Route every command still owed an answer; each node it names must be
- * usable. FEED_X_SETUP for the first that is not, FEED_X_PASS once the
- * trips are built. */
+/* Route every command still owed an answer (state XCHG_ROUTE); each node it
+ * names must be usable. FEED_X_SETUP for the first that is not, FEED_X_PASS
+ * once the trips are built. */
 static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
 {
     const feed_batch *b = x->b;
     int check = xchg_check_kind(x);
 
+    x->state = XCHG_ROUTE;
     xchg_free_trips(x);
     for (size_t i = 0; i < b->n; i++) {
         feed_node *n;
@@ -533,20 +513,22 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
         /* A cluster node not heard from as a primary lately is looked at
          * again first (topo.c, feed__fence_lapse). */
         feed__fence_lapse(&x->c->topo, n, x->c->cfg.redis_timeout_ms, now);
-        if (!xchg_needs_setup(x, n) && !xchg_usable(x, n))
+        if (xchg_needs_setup(x, n))
+            return xchg_setup(x, node, b->flags & FEED_B_NODE ? FEED_SETUP_HELLO
+                              : FEED_SETUP_FULL, x->cmds[i].slot, XCHG_ROUTE);
+        /* Set up: it serves once its fence is cleared (a hook: while being cleared). */
+        if (x->c->cfg.redis_restart_fence && n->fence.state != FEED_FENCE_TRUSTED &&
+            !(b->flags & (FEED_B_HOOK | FEED_B_NODE)))
             return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
                                           "restart or failover: its cached copies are being "
                                           "dropped", n->addr.host, n->addr.port));
-        if (xchg_needs_setup(x, n))
-            return xchg_setup(x, node, b->flags & FEED_B_NODE ? FEED_SETUP_HELLO
-                              : FEED_SETUP_FULL, x->cmds[i].slot, x->state);
         /* A read on a cluster: its slot's fence too (setup.c). Two set-ups
          * at most (the first may have been another request's, joined by
          * the event-loop driver), then the read goes to PostgreSQL. */
         if (xchg_reads(x) && !feed__slot_trusted(&x->c->topo, n, x->cmds[i].slot) &&
             xchg_trusting(x, i)) {
             if (x->cmds[i].fenced < 2)
-                return xchg_setup(x, node, FEED_SETUP_FULL, x->cmds[i].slot, x->state);
+                return xchg_setup(x, node, FEED_SETUP_FULL, x->cmds[i].slot, XCHG_ROUTE);
             x->c->topo.stale = 1;
             return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d: the copies of slot "
                                           "%u are not yet known to be right (the slot moved, "
@@ -578,11 +560,9 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
             t->map[t->trip.n++] = FEED_XK_ASKING;
         t->map[t->trip.n++] = (int)i;
     }
-    for (size_t k = 0; k < x->ntrips; k++) {
-        if (check)
-            x->trips[k].map[x->trips[k].trip.n++] = check;
-        x->c->stats.redis_calls++;
-    }
+    for (size_t k = 0; check && k < x->ntrips; k++)
+        x->trips[k].map[x->trips[k].trip.n++] = check;
+    x->c->stats.redis_calls += x->ntrips;
     x->pass = 0;
     x->pass_ms = now;
     x->state = XCHG_PASS;
@@ -616,7 +596,6 @@ static enum feed_xwant xchg_map_next(feed_xchg *x, int64_t now)
             return xchg_done(x, feed__msg(x->err, x->map_fail_rc, "Redis Cluster: %s",
                                           x->map_why[0] ? x->map_why : "no node answers"));
         }
-        x->state = XCHG_ROUTE;
         return xchg_route(x, now);
     }
     x->map_node = node;
@@ -662,7 +641,6 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
     case XCHG_WAKE:
         if (now < x->wake_at)
             return FEED_X_WAKE;
-        x->state = XCHG_ROUTE;
         return xchg_route(x, now);
     case XCHG_DONE:
         return FEED_X_DONE;
@@ -791,8 +769,6 @@ static void xchg_map_read(feed_xchg *x)
  * replicas hold its writes, or when every command has its final reply. */
 static int xchg_pass_ends(feed_xchg *x, int64_t now)
 {
-    size_t left = 0;
-
     if (x->pass & FEED_XP_FAILED) {
         xchg_done(x, FEED_EREDIS);
         return 1;
@@ -824,9 +800,8 @@ static int xchg_pass_ends(feed_xchg *x, int64_t now)
         xchg_node(x, 0)->attempt_ms = 0;
     }
     for (size_t i = 0; i < x->b->n; i++)
-        left += !x->cmds[i].done;
-    if (left > 0)
-        return 0;
+        if (!x->cmds[i].done)
+            return 0;
     xchg_done(x, x->met & FEED_XM_REFUSED ? FEED_EREDIS : FEED_OK);
     return 1;
 }

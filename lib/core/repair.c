@@ -28,6 +28,7 @@ typedef struct repair_entry {
     uint64_t store;
     int64_t  uid;
     int      fam;               /* enum feed_family */
+    unsigned char dropped;      /* in a repair request's copy: 1 lease, 2 copy dropped */
     uint64_t gen;               /* repair_gen when last remembered */
 } repair_entry;
 
@@ -79,8 +80,7 @@ static int repair_remember_locked(repair_entry e)
             hi = mid;
     }
     e.gen = ++repair_gen;
-    if (lo < repair_count && repair_list[lo].store == e.store && repair_list[lo].uid == e.uid &&
-        repair_list[lo].fam == e.fam) {
+    if (lo < repair_count && !repair_entry_before(e, repair_list[lo])) {   /* e is there */
         repair_list[lo].gen = e.gen;    /* a newer loss: a repair under way keeps it */
         return 1;
     }
@@ -103,7 +103,7 @@ static int repair_remember_locked(repair_entry e)
 
 int feed__repair_remember(const feed_core *c, int fam, int64_t owner)
 {
-    repair_entry e = { c->topo.store, owner, fam, 0 };
+    repair_entry e = { .store = c->topo.store, .uid = owner, .fam = fam };
     int done;
 
     pthread_mutex_lock(&repair_lock);
@@ -162,20 +162,18 @@ void feed__repair_forget(void)
 static repair_entry *repair_take(uint64_t store, size_t *n, uint64_t *gen)
 {
     repair_entry *uids = NULL;
+    size_t first = 0;
 
     *n = 0;
     pthread_mutex_lock(&repair_lock);
     *gen = repair_gen;
-    for (size_t i = 0; i < repair_count; i++)
-        *n += repair_list[i].store == store;
-    if (*n > 0 && (uids = malloc(*n * sizeof *uids)) != NULL) {
-        *n = 0;
-        for (size_t i = 0; i < repair_count; i++)
-            if (repair_list[i].store == store)
-                uids[(*n)++] = repair_list[i];
-    } else {
+    for (size_t i = 0; i < repair_count; i++)   /* sorted by store: one run */
+        if (repair_list[i].store == store && (*n)++ == 0)
+            first = i;
+    if (*n > 0 && (uids = malloc(*n * sizeof *uids)) != NULL)
+        memcpy(uids, repair_list + first, *n * sizeof *uids);
+    else
         *n = 0;                 /* none, or no memory: try again next call */
-    }
     pthread_mutex_unlock(&repair_lock);
     return uids;
 }
@@ -214,11 +212,10 @@ typedef struct repair_op {
     repair_entry *uids;
     size_t   n;
     uint64_t gen;               /* the list's generation when taken */
-    unsigned char *ok;          /* per uid: 1 lease dropped, 2 copy dropped */
-    char    *keys;              /* two key buffers */
     const char *argv[2];
     size_t   lens[2];
     char     err[FEED_ERRMSG];
+    char     keys[];            /* two key buffers of key_cap */
 } repair_op;
 
 static int repair_build(void *arg, size_t i, const char ***argv, const size_t **lens)
@@ -245,7 +242,7 @@ static void repair_reply(void *arg, size_t i, const redisReply *rep)
     if (rep->type == REDIS_REPLY_ERROR)
         r->op.c->stats.redis_errors++;
     else
-        r->ok[i / 2] |= (unsigned char)(i % 2 == 0 ? 1 : 2);
+        r->uids[i / 2].dropped |= (unsigned char)(i % 2 == 0 ? 1 : 2);
 }
 
 static enum feed_want repair_step(feed_op *op, int64_t now)
@@ -263,7 +260,7 @@ static enum feed_want repair_step(feed_op *op, int64_t now)
         return FEED_W_REDIS;
     }
     for (size_t i = 0; i < r->n; i++)
-        if (op->redis_rc == FEED_OK && r->ok[i] == 3) {
+        if (op->redis_rc == FEED_OK && r->uids[i].dropped == 3) {
             c->stats.repairs++;
             repair_done(r->uids[i]);
         }
@@ -276,8 +273,6 @@ static void repair_free(feed_op *op)
     repair_op *r = (repair_op *)op;
 
     free(r->uids);
-    free(r->ok);
-    free(r->keys);
     free(r);
 }
 
@@ -290,14 +285,11 @@ uint64_t feed__repair_op_gen(const feed_op *op)
  * none (or no memory: the entries stay, the next call tries again). */
 feed_op *feed__repair_op(feed_core *c)
 {
-    repair_op *r = calloc(1, sizeof *r);
+    repair_op *r = calloc(1, sizeof *r + 2 * c->key_cap);
 
     if (!r)
         return NULL;
-    r->uids = repair_take(c->topo.store, &r->n, &r->gen);
-    if (!r->uids || !(r->ok = calloc(r->n, 1)) || !(r->keys = malloc(2 * c->key_cap))) {
-        free(r->uids);
-        free(r->ok);
+    if (!(r->uids = repair_take(c->topo.store, &r->n, &r->gen))) {
         free(r);
         return NULL;
     }
