@@ -319,7 +319,8 @@ static size_t filter_index_apply(filter_op *fo)
 {
     size_t needed = 0;
 
-    qsort(fo->seen, fo->nseen, sizeof *fo->seen, by_id);
+    if (fo->nseen > 1)
+        qsort(fo->seen, fo->nseen, sizeof *fo->seen, by_id);
     for (size_t w = 0; w < fo->nwalk; w++) {
         feed_item key = { 0, fo->walk[w].id }, *hit;
         if (!fo->need[w])
