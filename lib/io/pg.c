@@ -209,9 +209,9 @@ static int pg_start(feed_pgtask *t, enum feed_pwant want, feed_pgio *io)
         break;
     default:
         ok = m->name ? PQsendQueryPrepared(c, m->name, m->nparams, m->values, m->lengths,
-                                           m->formats, m->binary)
+                                           m->formats, m->formats != NULL)
                      : PQsendQueryParams(c, m->text, m->nparams, NULL, m->values, m->lengths,
-                                         m->formats, m->binary);
+                                         m->formats, m->formats != NULL);
     }
     if (!ok)
         pg_report(t, io, FEED_PIO_BROKEN);
