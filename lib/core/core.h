@@ -627,11 +627,10 @@ struct feed_op {
  * effort) and returns the read's error, kept meanwhile in op->kept. The
  * rows stay the caller's. */
 typedef struct feed_install {
-    const char **argv;          /* ZADD staged score member ... */
+    const char **argv;          /* ZADD staged score member ... (zargc), then
+                                   PEXPIRE staged ms, then rebuild.lua's call */
     size_t      *lens, zargc;
     char        *text, *staged;
-    const char  *expire[3], *script[8];
-    size_t       expire_lens[3], script_lens[8];
     int          failed, installed;
 } feed_install;
 typedef struct feed_rebuild_src {
