@@ -22,8 +22,8 @@
 enum { PS_START, PS_CONNECT, PS_SETUP, PS_QUERY, PS_DONE };
 /* Set-up steps on a new connection: the type check (a prepare, then a
  * describe) of the feed table, then of the authors' table, then the
- * statements prepared; a step whose text the handle has not built (no
- * author_table: no merge; no item_author_column: no filter) is skipped. */
+ * statements prepared; a step whose text the handle has not built (empty:
+ * no author_table, no merge; no item_author_column, no filter) is skipped. */
 enum { SU_TYPES, SU_DESCRIBE, SU_AUTHOR_TYPES, SU_AUTHOR_DESCRIBE, SU_PREPARE,
        SU_END = SU_PREPARE + FEED_SQL_STMTS };
 
@@ -105,11 +105,8 @@ static int pgstmt_texts(feed_pgstmt *p)
     for (int i = 0; i < 7; i++)
         if ((i < n || (i == 6 && names[6])) && (ok = ok && (q[i] = pgstmt_quote(names[i])) != NULL))
             cap += 8 * strlen(q[i]);
-    for (int i = 0; i < FEED_PG_TEXTS; i++) {      /* NULL: not built, its step skipped */
-        int used = i == FEED_SQL_MERGE || i == FEED_PG_AUTHOR_TYPES ? n == 6
-                 : i == FEED_SQL_FILTER || i == FEED_SQL_AUTHORS ? names[6] != NULL : 1;
-        ok = ok && (!used || (t[i] = malloc(cap)) != NULL);
-    }
+    for (int i = 0; i < FEED_PG_TEXTS; i++)         /* one not built stays "" */
+        ok = ok && (t[i] = calloc(1, cap)) != NULL;
     if (ok) {
         snprintf(t[FEED_SQL_TOP], cap, PGSTMT_COLS " ORDER BY %s DESC, %s DESC LIMIT $2",
                  q[2], q[3], q[0], q[1], q[2], q[3]);
@@ -554,7 +551,7 @@ static enum feed_pwant pgstmt_set_up(feed_pgstmt *p, const feed_pgio *io)
         return pgstmt_fail(p, rc);
     do {
         p->step++;
-    } while (p->step < SU_END && !p->texts[pgstmt_step_text(p->step)]);
+    } while (p->step < SU_END && !p->texts[pgstmt_step_text(p->step)][0]);
     return pgstmt_setup(p);
 }
 
