@@ -12,10 +12,9 @@
  * committed can never overwrite it. The rows stay with the caller, who cuts
  * the page that missed from them: no second read.
  *
- * One machine runs every rebuild: a page's miss (page.c), a reload
- * (hooks.c), the sources of a merged page (merged.c, many in one batch).
- * A read that fails gives the leases back at once, so that the next reader
- * need not wait out lease_ms; the read's error stays the caller's.
+ * One machine runs every rebuild (core.h: feed_rebuild). A read that
+ * fails gives the leases back at once, so that the next reader need not
+ * wait out lease_ms; the read's error stays the caller's.
  *
  * The TTL bookkeeping lives here too, since a rebuild is what sets a full
  * TTL: one table per handle for plain and merged first pages alike.
@@ -165,9 +164,7 @@ void feed__rebuild_begin(feed_rebuild *rb, feed_op *op, feed_rebuild_src *src, s
                           .src = src, .n = n };
 }
 
-/* From the primary, never the replica: a replica may not yet have replayed
- * a write whose hook already ran (and cancelled the lease), and rows read
- * from it would install a copy missing that write. */
+/* From the primary, never the replica (sql.c says why). */
 enum feed_want feed__rebuild_one(feed_rebuild *rb, feed_op *op, int flags, unsigned slot,
                                  int fam, int64_t owner, const char *key, const char *lease,
                                  const char *token)
