@@ -210,12 +210,8 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
 
     switch (a->op.state) {
     case ALL_SCAN:
-        a->argv[0] = "SCAN";
-        a->argv[1] = a->cursor;
-        a->argv[2] = "MATCH";
-        a->argv[3] = a->pattern;
-        a->argv[4] = "COUNT";
-        a->argv[5] = "1000";
+        memcpy(a->argv, (const char *[6]){ "SCAN", a->cursor, "MATCH", a->pattern, "COUNT",
+                                           "1000" }, sizeof a->argv);
         for (int k = 0; k < 6; k++)
             a->lens[k] = strlen(a->argv[k]);
         *argv = a->argv;
