@@ -46,18 +46,13 @@ static int many_build(void *arg, size_t i, const char ***argv, const size_t **le
     many_op *m = arg;
     feed_core *c = m->op.c;
     char *key = m->keys, *lease = m->keys + c->key_cap;
+    const char *words[5] = { "EVALSHA", c->sha[FEED_SCRIPT_INVALIDATE], "2", key, lease };
 
     feed__family_keys(c->cfg.key_prefix, c->key_cap, m->fam, m->uids[i], key, lease);
-    m->argv[0] = "EVALSHA";
-    m->argv[1] = c->sha[FEED_SCRIPT_INVALIDATE];
-    m->argv[2] = "2";
-    m->argv[3] = key;
-    m->argv[4] = lease;
-    m->lens[0] = 7;
-    m->lens[1] = 40;
-    m->lens[2] = 1;
-    m->lens[3] = strlen(key);
-    m->lens[4] = strlen(lease);
+    for (int k = 0; k < 5; k++) {
+        m->argv[k] = words[k];
+        m->lens[k] = k == 1 ? 40 : strlen(words[k]);    /* a SHA: 40 bytes, as in hooks.c */
+    }
     *argv = m->argv;
     *lens = m->lens;
     return 5;
@@ -119,9 +114,10 @@ feed_op *feed__invalidate_many_op(feed_core *c, char *err, int fam, const int64_
 /* ---- feed_invalidate_all ----------------------------------------------- */
 
 enum {
+    ALL_START,
+    ALL_MAP,        /* cluster: the map asked afresh before a walk */
     ALL_SCAN,       /* SCAN the node (single Redis: node 0) at the cursor */
     ALL_DROP,       /* DEL the SCAN reply's keys */
-    ALL_MAP,        /* cluster: the map asked afresh before a walk */
     ALL_AWAY,       /* cluster: DEL the keys that moved, routed */
     ALL_SETTLE_MAP, /* cluster: the map again after the walk */
     ALL_SETTLE,     /* cluster: CLUSTER NODES on every primary */
@@ -135,25 +131,25 @@ typedef struct all_op {
     char           cursor[32];
     uint64_t       count;
     int            walk;        /* walks begun (MAX_WALKS at most) */
-    uint64_t       before, after;
-    int           *primary;     /* cluster: the primaries of the walk's map */
-    size_t         nprimary;
-    size_t         node;        /* the one being walked: primary[node] */
+    uint64_t       before;      /* the map's stamp when the walk began */
+    /* Cluster: the primaries of the walk's map, the one walked primary[node];
+     * ALL_SETTLE: of the map after the walk, command i's primary[i]. */
+    int           *primary;
+    size_t         nprimary, node;
     int            node_lost;
-    char         **keys;        /* a SCAN reply's keys, "DEL" first */
+    char         **keys;        /* a SCAN reply's keys after keys[0], "DEL" */
     size_t        *klens, nkeys;
-    char         **away;        /* keys that left their node */
-    size_t        *away_len, naway, cap;
-    int            moving, bad, nomem;
-    int           *targets;     /* ALL_SETTLE: command i's node */
-    size_t         ntargets;
+    struct all_key { char *key; size_t len; } *away;    /* keys that left their node */
+    size_t         naway, cap;
+    int            moving;      /* ALL_SETTLE: a slot moves, or the map changed */
+    int            bad, nomem;
     const char    *argv[6];
     size_t         lens[6];
 } all_op;
 
 static void all_free_keys(all_op *a)
 {
-    for (size_t i = 0; i < a->nkeys; i++)
+    for (size_t i = 1; i < a->nkeys; i++)
         free(a->keys[i]);
     free(a->keys);
     free(a->klens);
@@ -165,38 +161,35 @@ static void all_free_keys(all_op *a)
 static void all_free_away(all_op *a)
 {
     for (size_t i = 0; i < a->naway; i++)
-        free(a->away[i]);
+        free(a->away[i].key);
     a->naway = 0;
 }
 
-static int all_keep_away(all_op *a, const char *key, size_t len)
+static void all_keep_away(all_op *a, const char *key, size_t len)
 {
-    char *copy;
-
     if (a->naway == a->cap) {
         size_t cap = a->cap ? 2 * a->cap : 16;
-        char **keys = realloc(a->away, cap * sizeof *keys);
-        size_t *lens = keys ? realloc(a->away_len, cap * sizeof *lens) : NULL;
-        if (keys)
-            a->away = keys;
-        if (!keys || !lens)
-            return FEED_ENOMEM;
-        a->away_len = lens;
+        struct all_key *away = realloc(a->away, cap * sizeof *away);
+        if (!away) {
+            a->nomem = 1;
+            return;
+        }
+        a->away = away;
         a->cap = cap;
     }
-    if ((copy = malloc(len + 1)) == NULL)
-        return FEED_ENOMEM;
-    memcpy(copy, key, len + 1);
-    a->away[a->naway] = copy;
-    a->away_len[a->naway++] = len;
-    return FEED_OK;
+    if (!(a->away[a->naway].key = malloc(len + 1))) {
+        a->nomem = 1;
+        return;
+    }
+    memcpy(a->away[a->naway].key, key, len + 1);
+    a->away[a->naway++].len = len;
 }
 
 static int all_node_of(void *arg, size_t i)
 {
     all_op *a = arg;
 
-    return a->op.state == ALL_SETTLE ? a->targets[i] : a->primary[a->node];
+    return a->primary[a->op.state == ALL_SETTLE ? i : a->node];
 }
 
 static void all_lost(void *arg, size_t i, const char *why)
@@ -217,12 +210,8 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
 
     switch (a->op.state) {
     case ALL_SCAN:
-        a->argv[0] = "SCAN";
-        a->argv[1] = a->cursor;
-        a->argv[2] = "MATCH";
-        a->argv[3] = a->pattern;
-        a->argv[4] = "COUNT";
-        a->argv[5] = "1000";
+        memcpy(a->argv, (const char *[6]){ "SCAN", a->cursor, "MATCH", a->pattern, "COUNT",
+                                           "1000" }, sizeof a->argv);
         for (int k = 0; k < 6; k++)
             a->lens[k] = strlen(a->argv[k]);
         *argv = a->argv;
@@ -239,8 +228,8 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
     case ALL_AWAY:
         a->argv[0] = "DEL";
         a->lens[0] = 3;
-        a->argv[1] = a->op.state == ALL_AWAY ? a->away[i] : a->keys[i];
-        a->lens[1] = a->op.state == ALL_AWAY ? a->away_len[i] : a->klens[i];
+        a->argv[1] = a->op.state == ALL_AWAY ? a->away[i].key : a->keys[i];
+        a->lens[1] = a->op.state == ALL_AWAY ? a->away[i].len : a->klens[i];
         *argv = a->argv;
         *lens = a->lens;
         return 2;
@@ -274,13 +263,9 @@ static void all_scan_reply(all_op *a, const redisReply *r)
         a->nomem = 1;
         return;
     }
-    a->keys[0] = strdup("DEL");
+    a->keys[0] = "DEL";     /* not freed */
     a->klens[0] = 3;
     a->nkeys = 1;
-    if (!a->keys[0]) {
-        a->nomem = 1;
-        return;
-    }
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
         if (k->type != REDIS_REPLY_STRING) {
@@ -314,8 +299,7 @@ static void all_reply(void *arg, size_t i, const redisReply *r)
         } else if (a->op.state == ALL_DROP && a->op.c->topo.cluster &&
                    r->type == REDIS_REPLY_ERROR &&
                    (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0)) {
-            if (all_keep_away(a, a->keys[i + 1], a->klens[i + 1]) != FEED_OK)
-                a->nomem = 1;
+            all_keep_away(a, a->keys[i + 1], a->klens[i + 1]);
         } else if (!a->bad) {
             a->op.c->stats.redis_errors++;
             a->bad = 1;
@@ -326,7 +310,7 @@ static void all_reply(void *arg, size_t i, const redisReply *r)
     default:        /* ALL_SETTLE: CLUSTER NODES */
         if (r->type != REDIS_REPLY_STRING || (me = strstr(r->str, "myself")) == NULL) {
             if (!a->bad) {
-                feed_node *n = a->op.c->topo.nodes[a->targets[i]];
+                feed_node *n = a->op.c->topo.nodes[a->primary[i]];
                 a->op.c->stats.redis_errors++;
                 a->bad = 1;
                 feed__msg(a->op.err, FEED_EREDIS, "Redis %s:%d CLUSTER NODES: %s", n->addr.host,
@@ -396,20 +380,17 @@ static enum feed_want all_step(feed_op *op, int64_t now)
     int rc;
 
     (void)now;
-    if (op->state != ALL_MAP || a->walk > 0) {  /* the answer to the last batch */
-        if ((rc = all_failed(a)) != FEED_OK)
-            return all_done(a, rc);
-    }
+    if (op->state != ALL_START && (rc = all_failed(a)) != FEED_OK)  /* the last batch's */
+        return all_done(a, rc);
     switch (op->state) {
-    case ALL_MAP:
-        if (a->walk == 0) {
-            a->walk = 1;
-            if (!c->topo.cluster) {
-                strcpy(a->cursor, "0");
-                return all_ask(a, ALL_SCAN, 1, 0);
-            }
-            return all_ask(a, ALL_MAP, 0, FEED_B_MAP);
+    case ALL_START:
+        a->walk = 1;
+        if (!c->topo.cluster) {
+            strcpy(a->cursor, "0");
+            return all_ask(a, ALL_SCAN, 1, 0);
         }
+        return all_ask(a, ALL_MAP, 0, FEED_B_MAP);
+    case ALL_MAP:
         a->before = feed__map_stamp(&c->topo);
         free(a->primary);
         if (!(a->primary = feed__map_primaries(&c->topo, &a->nprimary)))
@@ -417,12 +398,11 @@ static enum feed_want all_step(feed_op *op, int64_t now)
         a->node = 0;
         return all_next_node(a);
     case ALL_SCAN:
-        if (a->nkeys <= 1)
-            goto page_dropped;
-        return all_ask(a, ALL_DROP, c->topo.cluster ? a->nkeys - 1 : 1,
-                       c->topo.cluster ? FEED_B_NODE : 0);
+        if (a->nkeys > 1)
+            return all_ask(a, ALL_DROP, c->topo.cluster ? a->nkeys - 1 : 1,
+                           c->topo.cluster ? FEED_B_NODE : 0);
+        /* FALLTHROUGH - nothing to drop */
     case ALL_DROP:
-    page_dropped:
         if (strcmp(a->cursor, "0") != 0)
             return all_ask(a, ALL_SCAN, 1, c->topo.cluster ? FEED_B_NODE : 0);
         if (!c->topo.cluster)
@@ -436,14 +416,13 @@ static enum feed_want all_step(feed_op *op, int64_t now)
         all_free_away(a);
         return all_ask(a, ALL_SETTLE_MAP, 0, FEED_B_MAP);
     case ALL_SETTLE_MAP:
-        a->after = feed__map_stamp(&c->topo);
-        free(a->targets);
-        if (!(a->targets = feed__map_primaries(&c->topo, &a->ntargets)))
+        free(a->primary);
+        if (!(a->primary = feed__map_primaries(&c->topo, &a->nprimary)))
             return all_done(a, feed__msg(op->err, FEED_ENOMEM, "out of memory for the node list"));
-        a->moving = 0;
-        return all_ask(a, ALL_SETTLE, a->ntargets, FEED_B_NODE);
+        a->moving = a->before != feed__map_stamp(&c->topo);
+        return all_ask(a, ALL_SETTLE, a->nprimary, FEED_B_NODE);
     case ALL_SETTLE:
-        if (a->before == a->after && !a->moving)
+        if (!a->moving)
             return all_done(a, FEED_OK);
         if (a->walk == MAX_WALKS) {
             c->stats.redis_errors++;
@@ -465,9 +444,7 @@ static void all_free(feed_op *op)
     all_free_keys(a);
     all_free_away(a);
     free(a->away);
-    free(a->away_len);
     free(a->primary);
-    free(a->targets);
     free(a->pattern);
     free(a);
 }
@@ -479,7 +456,9 @@ static void all_free(feed_op *op)
 static char *all_pattern(const char *prefix, int fam)
 {
     size_t len = strlen(prefix);
-    char *pat = malloc(2 * len + sizeof ":" FEED_KEY_VERSION ":a:{*"), *p = pat;
+    const char *tail = fam == FEED_FAM_AUTHOR ? ":" FEED_KEY_VERSION ":a:{*"
+                                              : ":" FEED_KEY_VERSION ":{*";
+    char *pat = malloc(2 * len + strlen(tail) + 1), *p = pat;
 
     if (!pat)
         return NULL;
@@ -488,10 +467,7 @@ static char *all_pattern(const char *prefix, int fam)
             *p++ = '\\';
         *p++ = *s;
     }
-    if (fam == FEED_FAM_AUTHOR)
-        memcpy(p, ":" FEED_KEY_VERSION ":a:{*", sizeof ":" FEED_KEY_VERSION ":a:{*");
-    else
-        memcpy(p, ":" FEED_KEY_VERSION ":{*", sizeof ":" FEED_KEY_VERSION ":{*");
+    memcpy(p, tail, strlen(tail) + 1);
     return pat;
 }
 
@@ -508,7 +484,6 @@ feed_op *feed__invalidate_all_op(feed_core *c, char *err, int fam, uint64_t *dro
     a->op.err = err;
     a->op.step = all_step;
     a->op.free = all_free;
-    a->op.state = ALL_MAP;
     a->dropped = dropped;
     if (dropped)
         *dropped = 0;

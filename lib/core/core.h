@@ -549,7 +549,7 @@ enum feed_pwant {
     FEED_P_PREPARE,     /* prepare text as name: nparams of types (NULL: none) */
     FEED_P_DESCRIBE,    /* describe the prepared statement name */
     FEED_P_QUERY,       /* run prepared name (NULL: text) with nparams values,
-                           lengths, formats (NULL: text); results binary or text */
+                           lengths, formats (NULL: text); results in the same format */
     FEED_P_DONE         /* rc; the rows in the feed_sql, or why in err */
 };
 /* How a step went: START the first call (conn_ok, had_conn); DONE connected,
@@ -579,7 +579,7 @@ typedef struct feed_pgstmt {
     const char *who;            /* "PostgreSQL" or "PostgreSQL replica" */
     int         state, step, was_up, retried, rc;
     int64_t     deadline;       /* pg_timeout_ms after begin: to io, as are the fields below */
-    int         drop, cancel, nparams, binary;
+    int         drop, cancel, nparams;
     const char *name, *text, *values[5];
     const unsigned *types;
     const int  *lengths, *formats;
@@ -627,11 +627,10 @@ struct feed_op {
  * effort) and returns the read's error, kept meanwhile in op->kept. The
  * rows stay the caller's. */
 typedef struct feed_install {
-    const char **argv;          /* ZADD staged score member ... */
+    const char **argv;          /* ZADD staged score member ... (zargc), then
+                                   PEXPIRE staged ms, then rebuild.lua's call */
     size_t      *lens, zargc;
     char        *text, *staged;
-    const char  *expire[3], *script[8];
-    size_t       expire_lens[3], script_lens[8];
     int          failed, installed;
 } feed_install;
 typedef struct feed_rebuild_src {

@@ -21,8 +21,9 @@
 
 enum { PS_START, PS_CONNECT, PS_SETUP, PS_QUERY, PS_DONE };
 /* Set-up steps on a new connection: the type check (a prepare, then a
- * describe) of the feed table, then of the authors' table (if any), then
- * the statements prepared (feedcache_merge only with an authors' table). */
+ * describe) of the feed table, then of the authors' table, then the
+ * statements prepared; a step whose text the handle has not built (empty:
+ * no author_table, no merge; no item_author_column, no filter) is skipped. */
 enum { SU_TYPES, SU_DESCRIBE, SU_AUTHOR_TYPES, SU_AUTHOR_DESCRIBE, SU_PREPARE,
        SU_END = SU_PREPARE + FEED_SQL_STMTS };
 
@@ -104,8 +105,8 @@ static int pgstmt_texts(feed_pgstmt *p)
     for (int i = 0; i < 7; i++)
         if ((i < n || (i == 6 && names[6])) && (ok = ok && (q[i] = pgstmt_quote(names[i])) != NULL))
             cap += 8 * strlen(q[i]);
-    for (int i = 0; i < FEED_PG_TEXTS; i++)
-        ok = ok && (t[i] = malloc(cap)) != NULL;
+    for (int i = 0; i < FEED_PG_TEXTS; i++)         /* one not built stays "" */
+        ok = ok && (t[i] = calloc(1, cap)) != NULL;
     if (ok) {
         snprintf(t[FEED_SQL_TOP], cap, PGSTMT_COLS " ORDER BY %s DESC, %s DESC LIMIT $2",
                  q[2], q[3], q[0], q[1], q[2], q[3]);
@@ -215,6 +216,20 @@ static int pgstmt_int8(const feed_pgio *io, int row, int col, int64_t *v)
     return cell->v && cell->len == 8;
 }
 
+/* A score outside the range Redis holds exactly, or a negative id, is an
+ * error, never a wrong page. A merge's rows name no owner. */
+static int pgstmt_range(feed_pgstmt *p, int64_t score, int64_t id)
+{
+    char owner[40] = "";
+
+    if (feed__score_ok(score) && id >= 0)
+        return FEED_OK;
+    if (p->q->stmt != FEED_SQL_MERGE)
+        snprintf(owner, sizeof owner, " of owner %lld", (long long)p->q->uid);
+    return feed__msg(p->err, FEED_ERANGE, "row%s in SQL has id %lld, score %lld: scores must"
+                     " lie within +/-(2^53-1), ids >= 0", owner, (long long)id, (long long)score);
+}
+
 static int pgstmt_by_order(const void *x, const void *y)
 {
     const feed_item *a = x, *b = y;
@@ -224,11 +239,10 @@ static int pgstmt_by_order(const void *x, const void *y)
     return a->id > b->id ? -1 : a->id < b->id;
 }
 
-/* Copy a result into rows, checking every value: a score outside the
- * range Redis holds exactly, or a negative id, is an error, never a wrong
- * page. FEED_SQL_MERGE's rows (source, score, id) go to q->tagged[source],
- * each in (score DESC, id DESC) order (sorted when the server sent them
- * otherwise); the others' (score, id) to q->rows, as they came. */
+/* Copy a result into rows, checking every value. FEED_SQL_MERGE's rows
+ * (source, score, id) go to q->tagged[source], each in (score DESC, id
+ * DESC) order (sorted when the server sent them otherwise); the others'
+ * (score, id) to q->rows, as they came. */
 static int pgstmt_take_rows(feed_pgstmt *p, const feed_pgio *io)
 {
     feed_sql *q = p->q;
@@ -236,10 +250,7 @@ static int pgstmt_take_rows(feed_pgstmt *p, const feed_pgio *io)
     size_t nsrc = tag ? q->nauthors + 1 : 1, *count = calloc(nsrc, sizeof *count);
     feed_rows *rows = tag ? q->tagged : &q->rows;
     int64_t src = 0, v;
-    char owner[40] = "";
 
-    if (!tag)
-        snprintf(owner, sizeof owner, " of owner %lld", (long long)q->uid);
     if (!count)
         return feed__msg(p->err, FEED_ENOMEM, "out of memory for %d rows", n);
     if (io->nfields != 2 + tag)
@@ -262,10 +273,7 @@ static int pgstmt_take_rows(feed_pgstmt *p, const feed_pgio *io)
         feed_item *it = &r->items[r->count++];
         pgstmt_int8(io, i, tag, &it->score);    /* each cell checked above */
         pgstmt_int8(io, i, tag + 1, &it->id);
-        if (!feed__score_ok(it->score) || it->id < 0)
-            rc = feed__msg(p->err, FEED_ERANGE, "row%s in SQL has id %lld, score %lld: scores"
-                           " must lie within +/-(2^53-1), ids >= 0", owner,
-                           (long long)it->id, (long long)it->score);
+        rc = pgstmt_range(p, it->score, it->id);
     }
     for (size_t k = 0; k < nsrc && rc == FEED_OK && tag; k++)
         for (size_t i = 1; i < rows[k].count; i++)
@@ -279,7 +287,6 @@ static int pgstmt_take_rows(feed_pgstmt *p, const feed_pgio *io)
     return rc;
 }
 
-/* The statement's result, checked. A probe answers one row of text. */
 /* FEED_SQL_FILTER's and FEED_SQL_AUTHORS's rows, each checked: items and
  * their authors (NULL: INT64_MIN) into q->rows and q->row_authors; the
  * filter's last row read into q->last and q->scanned. */
@@ -313,11 +320,9 @@ static int pgstmt_take_authored(feed_pgstmt *p, const feed_pgio *io)
             q->row_authors[k++] = v[1];
             continue;
         }
-        if (!feed__score_ok(v[1]) || v[2] < 0)
-            rc = feed__msg(p->err, FEED_ERANGE, "row of owner %lld in SQL has id %lld, score"
-                           " %lld: scores must lie within +/-(2^53-1), ids >= 0",
-                           (long long)q->uid, (long long)v[2], (long long)v[1]);
-        else if (v[0] > 0) {
+        if ((rc = pgstmt_range(p, v[1], v[2])) != FEED_OK)
+            break;
+        if (v[0] > 0) {
             q->scanned = v[0];
             q->last = (feed_item){ v[1], v[2] };
         } else if (k > 0 && !feed__item_after((feed_item){ v[1], v[2] },
@@ -338,6 +343,7 @@ static int pgstmt_take_authored(feed_pgstmt *p, const feed_pgio *io)
     return rc;
 }
 
+/* The statement's result, checked. A probe answers one row of text. */
 static int pgstmt_take(feed_pgstmt *p, const feed_pgio *io)
 {
     feed_sql *q = p->q;
@@ -431,8 +437,9 @@ static enum feed_pwant pgstmt_connect(feed_pgstmt *p, int64_t now)
         c->replica_fresh_until = 0;
         c->replica_probe_ms = 0;
         if (c->cfg.pg_replica_max_lag_ms > 0 && p->q->stmt >= 0 && p->q->stmt < FEED_SQL_STMTS)
-            return pgstmt_finish(p, feed__msg(p->err, FEED_EPG, "%s: no connection, and a lag "
-                                              "proof holds only on the one it was taken on", p->who));
+            return pgstmt_finish(p, feed__msg(p->err, FEED_EPG, "%s: no connection, and a lag"
+                                              " proof holds only on the one it was taken on",
+                                              p->who));
     }
     if ((rc = feed__retry_due(c, *p->attempt_ms, now, p->who, p->err)) != FEED_OK)
         return pgstmt_finish(p, rc);
@@ -464,7 +471,7 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
     p->c->stats.sql_queries++;
     p->c->stats.replica_queries += q->server == FEED_PG_REPLICA;
     p->state = PS_QUERY;
-    if (q->stmt >= FEED_SQL_STMTS) {            /* a lag probe: text in, text out */
+    if (q->stmt >= FEED_SQL_STMTS) {    /* a lag probe: text in (formats NULL), text out */
         p->name = NULL;
         p->text = q->stmt == FEED_SQL_PROBE_PRIMARY ? "SELECT pg_current_wal_insert_lsn()::text"
                 : "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false),"
@@ -472,8 +479,6 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
         p->nparams = q->stmt == FEED_SQL_PROBE_PRIMARY ? 0 : 2;
         p->values[0] = q->text[0];
         p->values[1] = q->text[1];
-        p->lengths = p->formats = NULL;
-        p->binary = 0;
         return FEED_P_QUERY;
     }
     for (int i = 0; i < q->nparams; i++) {
@@ -484,7 +489,6 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
     p->nparams = q->nparams;
     p->lengths = lengths;
     p->formats = formats;
-    p->binary = 1;
     if (q->stmt == FEED_SQL_MERGE || q->stmt == FEED_SQL_FILTER || q->stmt == FEED_SQL_AUTHORS) {
         if (!p->array && !(p->array = pgstmt_int8_array(q->authors, q->nauthors)))
             return pgstmt_finish(p, feed__msg(p->err, FEED_ENOMEM,
@@ -497,17 +501,11 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
     return FEED_P_QUERY;
 }
 
-/* The set-up step after step: those of the authors' table only with one. */
-static int pgstmt_next_step(const feed_pgstmt *p, int step)
+/* Set-up step step's text: a type check's, or the statement's. */
+static int pgstmt_step_text(int step)
 {
-    step++;
-    if (!p->c->cfg.author_table && (step == SU_AUTHOR_TYPES || step == SU_AUTHOR_DESCRIBE ||
-                                    step == SU_PREPARE + FEED_SQL_MERGE))
-        return pgstmt_next_step(p, step);
-    if (!p->c->cfg.item_author_column && (step == SU_PREPARE + FEED_SQL_FILTER ||
-                                          step == SU_PREPARE + FEED_SQL_AUTHORS))
-        return pgstmt_next_step(p, step);
-    return step;
+    return step < SU_AUTHOR_TYPES ? FEED_PG_TYPES
+         : step < SU_PREPARE ? FEED_PG_AUTHOR_TYPES : step - SU_PREPARE;
 }
 
 /* Ask for set-up step p->step, or go on once it is all done. A refused
@@ -517,27 +515,20 @@ static enum feed_pwant pgstmt_setup(feed_pgstmt *p)
 {
     static const unsigned types[5] = { 20, 20, 20, 20, 1016 };   /* int8, int8[] */
     static const int nparams[FEED_SQL_STMTS] = { 2, 4, 4, 5, 5, 5 };
-    int i = p->step - SU_PREPARE;
+    int i = pgstmt_step_text(p->step), stmt = i < FEED_SQL_STMTS;
 
     p->state = PS_SETUP;
-    p->name = "";
+    p->name = stmt ? pgstmt_names[i] : "";      /* a type check is unnamed */
     switch (p->step) {
     case SU_END:
         return p->q->stmt < 0 ? pgstmt_finish(p, FEED_OK) : pgstmt_send(p);
-    case SU_TYPES:
-    case SU_AUTHOR_TYPES:
-        p->text = p->texts[p->step == SU_TYPES ? FEED_PG_TYPES : FEED_PG_AUTHOR_TYPES];
-        p->nparams = 0;
-        p->types = NULL;
-        return FEED_P_PREPARE;
     case SU_DESCRIBE:
     case SU_AUTHOR_DESCRIBE:
         return FEED_P_DESCRIBE;
     default:
-        p->c->stats.sql_queries++;
-        p->name = pgstmt_names[i];
+        p->c->stats.sql_queries += stmt;
         p->text = p->texts[i];
-        p->nparams = nparams[i];
+        p->nparams = stmt ? nparams[i] : 0;
         p->types = types;
         return FEED_P_PREPARE;
     }
@@ -558,7 +549,9 @@ static enum feed_pwant pgstmt_set_up(feed_pgstmt *p, const feed_pgio *io)
                                                                       : cfg->author_table))
         != FEED_OK)
         return pgstmt_fail(p, rc);
-    p->step = pgstmt_next_step(p, p->step);
+    do {
+        p->step++;
+    } while (p->step < SU_END && !p->texts[pgstmt_step_text(p->step)][0]);
     return pgstmt_setup(p);
 }
 

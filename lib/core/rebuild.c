@@ -12,10 +12,9 @@
  * committed can never overwrite it. The rows stay with the caller, who cuts
  * the page that missed from them: no second read.
  *
- * One machine runs every rebuild: a page's miss (page.c), a reload
- * (hooks.c), the sources of a merged page (merged.c, many in one batch).
- * A read that fails gives the leases back at once, so that the next reader
- * need not wait out lease_ms; the read's error stays the caller's.
+ * One machine runs every rebuild (core.h: feed_rebuild). A read that
+ * fails gives the leases back at once, so that the next reader need not
+ * wait out lease_ms; the read's error stays the caller's.
  *
  * The TTL bookkeeping lives here too, since a rebuild is what sets a full
  * TTL: one table per handle for plain and merged first pages alike.
@@ -28,17 +27,17 @@
 
 /* Text for "score member" pairs: 21 bytes a score, then a member. */
 #define PAIR_TEXT (21 + FEED_MEMBER_MAX)
+/* The words after the ZADD's: PEXPIRE's 3, then rebuild.lua's call's 8. */
+#define INSTALL_TAIL 11
 
+/* Free what the install holds; failed and installed stay. */
 static void install_free(feed_install *in)
 {
     free(in->argv);
     free(in->lens);
     free(in->text);
     free(in->staged);
-    in->argv = NULL;
-    in->lens = NULL;
-    in->text = NULL;
-    in->staged = NULL;
+    *in = (feed_install){ .failed = in->failed, .installed = in->installed };
 }
 
 static int install_prepare(feed_install *in, feed_core *c, const char *key,
@@ -50,8 +49,8 @@ static int install_prepare(feed_install *in, feed_core *c, const char *key,
 
     memset(in, 0, sizeof *in);
     in->zargc = 2 + 2 * n + (complete ? 2 : 0);
-    in->argv = malloc(in->zargc * sizeof *in->argv);
-    in->lens = malloc(in->zargc * sizeof *in->lens);
+    in->argv = malloc((in->zargc + INSTALL_TAIL) * sizeof *in->argv);
+    in->lens = malloc((in->zargc + INSTALL_TAIL) * sizeof *in->lens);
     in->text = malloc(n * PAIR_TEXT + 1);
     in->staged = malloc(c->key_cap + sizeof ":stage:" + 32);
     if (!in->argv || !in->lens || !in->text || !in->staged) {
@@ -76,43 +75,27 @@ static int install_prepare(feed_install *in, feed_core *c, const char *key,
         in->argv[a] = FEED_END_MEMBER;
         in->lens[a++] = strlen(FEED_END_MEMBER);
     }
-    in->expire[0] = "PEXPIRE";
-    in->expire[1] = in->staged;
-    in->expire[2] = c->lease_ms;
-    /* A feed known to be empty gets its own, short TTL (empty_ttl_seconds):
-     * probes for uids that do not exist must not fill Redis. */
-    in->script[0] = "EVALSHA";
-    in->script[1] = c->sha[FEED_SCRIPT_REBUILD];
-    in->script[2] = "3";
-    in->script[3] = key;
-    in->script[4] = lease_key;
-    in->script[5] = in->staged;
-    in->script[6] = token;
-    in->script[7] = complete && rows->count == 0 ? c->empty_ttl_ms : c->ttl_ms;
-    for (int i = 0; i < 3; i++)
-        in->expire_lens[i] = strlen(in->expire[i]);
-    for (int i = 0; i < 8; i++)
-        in->script_lens[i] = strlen(in->script[i]);
+    /* Then PEXPIRE staged, and rebuild.lua's call. A feed known to be empty
+     * gets its own, short TTL (empty_ttl_seconds): probes for uids that do
+     * not exist must not fill Redis. */
+    memcpy(in->argv + a, (const char *[INSTALL_TAIL]){
+               "PEXPIRE", in->staged, c->lease_ms,
+               "EVALSHA", c->sha[FEED_SCRIPT_REBUILD], "3", key, lease_key, in->staged, token,
+               complete && rows->count == 0 ? c->empty_ttl_ms : c->ttl_ms },
+           sizeof(const char *[INSTALL_TAIL]));
+    for (; a < in->zargc + INSTALL_TAIL; a++)
+        in->lens[a] = strlen(in->argv[a]);
     return FEED_OK;
 }
 
 /* The install's three commands: ZADD staged, PEXPIRE staged, rebuild.lua. */
 static int install_build(feed_install *in, size_t i, const char ***argv, const size_t **lens)
 {
-    switch (i) {
-    case 0:
-        *argv = in->argv;
-        *lens = in->lens;
-        return (int)in->zargc;
-    case 1:
-        *argv = in->expire;
-        *lens = in->expire_lens;
-        return 3;
-    default:
-        *argv = in->script;
-        *lens = in->script_lens;
-        return 8;
-    }
+    size_t at = i == 0 ? 0 : i == 1 ? in->zargc : in->zargc + 3;
+
+    *argv = in->argv + at;
+    *lens = in->lens + at;
+    return i == 0 ? (int)in->zargc : i == 1 ? 3 : 8;
 }
 
 /* An error reply to the staging fails the install, the script's reply
@@ -136,15 +119,6 @@ static void install_reply(feed_install *in, feed_core *c, size_t i, const redisR
             in->installed = 1;
         }
     }
-}
-
-/* FEED_OK (installed or not), or FEED_EREDIS. A copy that went in counts
- * whatever else its batch met (a short WAIT, another node's failure). */
-static int install_result(feed_install *in, feed_core *c, int redis_rc)
-{
-    if (in->installed)
-        c->stats.rebuilds++;
-    return redis_rc != FEED_OK || in->failed ? FEED_EREDIS : FEED_OK;
 }
 
 /* ---- The machine ---------------------------------------------------------- */
@@ -190,9 +164,7 @@ void feed__rebuild_begin(feed_rebuild *rb, feed_op *op, feed_rebuild_src *src, s
                           .src = src, .n = n };
 }
 
-/* From the primary, never the replica: a replica may not yet have replayed
- * a write whose hook already ran (and cancelled the lease), and rows read
- * from it would install a copy missing that write. */
+/* From the primary, never the replica (sql.c says why). */
 enum feed_want feed__rebuild_one(feed_rebuild *rb, feed_op *op, int flags, unsigned slot,
                                  int fam, int64_t owner, const char *key, const char *lease,
                                  const char *token)
@@ -221,7 +193,9 @@ static enum feed_want rebuild_install(feed_rebuild *rb, int *rc)
     return rebuild_send(rb, FEED_RB_INSTALL, 3 * rb->n);
 }
 
-/* The installs answered: each copy that went in has its full TTL now. */
+/* The installs answered: FEED_OK (installed or not), or FEED_EREDIS. A
+ * copy that went in counts, and has its full TTL now, whatever else its
+ * batch met (a short WAIT, another node's failure). */
 static int rebuild_installed(feed_rebuild *rb, int64_t now)
 {
     feed_core *c = rb->op->c;
@@ -229,11 +203,12 @@ static int rebuild_installed(feed_rebuild *rb, int64_t now)
 
     for (size_t k = 0; k < rb->n; k++) {
         feed_rebuild_src *s = &rb->src[k];
-        int r = install_result(&s->in, c, rb->op->redis_rc);
-        if (r != FEED_OK)
-            rc = r;
-        if (s->in.installed)
+        if (rb->op->redis_rc != FEED_OK || s->in.failed)
+            rc = FEED_EREDIS;
+        if (s->in.installed) {
+            c->stats.rebuilds++;
             feed__ttl_full(c, s->fam, s->owner, now, s->rows->count == 0);
+        }
         install_free(&s->in);
     }
     return rc;
@@ -345,17 +320,6 @@ void feed__ttl_forget(feed_core *c, int fam, int64_t owner)
         t->used = 0;
 }
 
-/* The copy lives at least pttl ms from `at`: no check is due until half
- * its TTL is left (a copy that never expires: none is). */
-static void ttl_known(feed_core *c, int fam, int64_t owner, int64_t at, long long pttl,
-                      int empty)
-{
-    long long ttl = atoll(feed__ttl_text(c, empty));
-
-    *ttl_slot(c, fam, owner) = (struct feed_ttl_seen){
-        owner, at + (ttl == 0 ? INT64_MAX / 4 : pttl - ttl / 2), fam, 1, empty };
-}
-
 int feed__ttl_checked(feed_core *c, int fam, int64_t owner, int64_t at, long long pttl,
                       int empty)
 {
@@ -365,11 +329,15 @@ int feed__ttl_checked(feed_core *c, int fam, int64_t owner, int64_t at, long lon
         return 0;               /* gone meanwhile: the next read rebuilds it */
     if (ttl != 0 && pttl < ttl / 2)
         return 1;
-    ttl_known(c, fam, owner, at, pttl, empty);
+    /* The copy lives at least pttl ms from `at`: no check is due until half
+     * its TTL is left (a copy that never expires: none is). */
+    *ttl_slot(c, fam, owner) = (struct feed_ttl_seen){
+        owner, at + (ttl == 0 ? INT64_MAX / 4 : pttl - ttl / 2), fam, 1, empty };
     return 0;
 }
 
+/* A full TTL is never less than half of itself: always remembered. */
 void feed__ttl_full(feed_core *c, int fam, int64_t owner, int64_t at, int empty)
 {
-    ttl_known(c, fam, owner, at, atoll(feed__ttl_text(c, empty)), empty);
+    feed__ttl_checked(c, fam, owner, at, atoll(feed__ttl_text(c, empty)), empty);
 }

@@ -69,53 +69,51 @@ static enum feed_want read_on(feed_sqlpage *sp, feed_op *op, int server, int sta
     return FEED_W_SQL;
 }
 
-/* Is the replica proven fresh now? 1 yes, 0 no, -1: probe first (op->sql
- * set). */
-static int replica_fresh(feed_sqlpage *sp, feed_op *op, int64_t now)
+/* The page on the replica when it is fresh, else on the primary. */
+static enum feed_want read_fresh(feed_sqlpage *sp, feed_op *op, int fresh)
+{
+    if (fresh)
+        return read_on(sp, op, FEED_PG_REPLICA, SP_REPLICA);
+    op->c->stats.replica_lagging++;
+    return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
+}
+
+/* The page on the replica when it is proven fresh now, else on the
+ * primary; or first a probe, when one is due. */
+static enum feed_want read_start(feed_sqlpage *sp, feed_op *op, int64_t now)
 {
     feed_core *c = op->c;
     int64_t max = c->cfg.pg_replica_max_lag_ms;
 
     if (max == 0 || now < c->replica_fresh_until)
-        return 1;
+        return read_fresh(sp, op, 1);
     if (now - c->replica_tried_ms < max / 4 + 1)
-        return 0;
+        return read_fresh(sp, op, 0);
     c->replica_tried_ms = now;
     sp->asked_ms = now;     /* before L is read: every commit until now is below it */
     feed__sql_ask(op, FEED_SQL_PROBE_PRIMARY, FEED_PG_PRIMARY, sp->uid, NULL, 0);
     sp->state = SP_PROBED_PRIMARY;
-    return -1;
+    return FEED_W_SQL;
 }
 
 enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, int *rc)
 {
     feed_core *c = op->c;
     feed_sql *q = &op->sql;
-    char lsn[32], pg_msg[FEED_ERRMSG];
+    char pg_msg[FEED_ERRMSG];
 
     switch (sp->state) {
     case SP_START:
         if (!c->cfg.pg_replica_conninfo)
             return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
-        switch (replica_fresh(sp, op, now)) {
-        case 1:
-            return read_on(sp, op, FEED_PG_REPLICA, SP_REPLICA);
-        case 0:
-            c->stats.replica_lagging++;
-            return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
-        default:
-            return FEED_W_SQL;
-        }
+        return read_start(sp, op, now);
     case SP_PROBED_PRIMARY:
-        if (op->sql_rc != FEED_OK) {
-            c->stats.replica_lagging++;
-            return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
-        }
-        snprintf(lsn, sizeof lsn, "%s", q->text[0]);
+        if (op->sql_rc != FEED_OK)
+            return read_fresh(sp, op, 0);
+        /* Ask of the replica this L (text[0]) and the last probe's. */
         snprintf(q->text[1], sizeof q->text[1], "%s",
-                 c->replica_probe_ms ? c->replica_probe_lsn : lsn);
-        snprintf(q->text[0], sizeof q->text[0], "%s", lsn);
-        snprintf(c->replica_probe_lsn, sizeof c->replica_probe_lsn, "%s", lsn);
+                 c->replica_probe_ms ? c->replica_probe_lsn : q->text[0]);
+        snprintf(c->replica_probe_lsn, sizeof c->replica_probe_lsn, "%s", q->text[0]);
         sp->probe_ms = c->replica_probe_ms;
         c->replica_probe_ms = sp->asked_ms;
         feed__sql_ask(op, FEED_SQL_PROBE_REPLICA, FEED_PG_REPLICA, sp->uid, NULL, 0);
@@ -129,10 +127,7 @@ enum feed_want feed__sqlpage_step(feed_sqlpage *sp, feed_op *op, int64_t now, in
             else if (sp->probe_ms && strcmp(q->text[1], "t") == 0)
                 c->replica_fresh_until = sp->probe_ms + c->cfg.pg_replica_max_lag_ms;
         }
-        if (now < c->replica_fresh_until)
-            return read_on(sp, op, FEED_PG_REPLICA, SP_REPLICA);
-        c->stats.replica_lagging++;
-        return read_on(sp, op, FEED_PG_PRIMARY, SP_PRIMARY);
+        return read_fresh(sp, op, now < c->replica_fresh_until);
     case SP_REPLICA:
         if (op->sql_rc == FEED_OK || op->sql_rc == FEED_ENOMEM || op->sql_rc == FEED_ERANGE) {
             *rc = op->sql_rc;   /* the primary holds the same rows: ERANGE there too */

@@ -44,9 +44,7 @@ static void *pg_cancel_main(void *arg)
 static void pg_cancel(PGconn *c)
 {
     PGcancel *k;
-    pthread_attr_t attr;
     pthread_t th;
-    int started = 0;
 
     if (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_ACTIVE)
         return;   /* nothing running, or a connect still in its start-up */
@@ -54,15 +52,12 @@ static void pg_cancel(PGconn *c)
         atomic_fetch_sub(&pg_cancels, 1);
         return;
     }
-    if ((k = PQgetCancel(c)) != NULL && pthread_attr_init(&attr) == 0) {
-        if (pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0)
-            started = pthread_create(&th, &attr, pg_cancel_main, k) == 0;
-        pthread_attr_destroy(&attr);
+    if ((k = PQgetCancel(c)) != NULL && pthread_create(&th, NULL, pg_cancel_main, k) == 0) {
+        pthread_detach(th);     /* cannot fail: th is ours, joinable, not joined */
+        return;
     }
-    if (!started) {
-        PQfreeCancel(k);
-        atomic_fetch_sub(&pg_cancels, 1);
-    }
+    PQfreeCancel(k);
+    atomic_fetch_sub(&pg_cancels, 1);
 }
 
 /* Close a connection, cancelling first what runs on it if asked. */
@@ -209,9 +204,9 @@ static int pg_start(feed_pgtask *t, enum feed_pwant want, feed_pgio *io)
         break;
     default:
         ok = m->name ? PQsendQueryPrepared(c, m->name, m->nparams, m->values, m->lengths,
-                                           m->formats, m->binary)
+                                           m->formats, m->formats != NULL)
                      : PQsendQueryParams(c, m->text, m->nparams, NULL, m->values, m->lengths,
-                                         m->formats, m->binary);
+                                         m->formats, m->formats != NULL);
     }
     if (!ok)
         pg_report(t, io, FEED_PIO_BROKEN);
