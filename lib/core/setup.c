@@ -403,9 +403,8 @@ static int setup_slot_reply(feed_setup *s, size_t k, const redisReply *r)
             s->said |= FEED_SR_NOMEM;
         return 1;
     }
-    if (setup_moved(s, r))
-        return 1;
-    return s->step == STEP_SLOT_RECORD ? r->type == REDIS_REPLY_STATUS : setup_fence_get(s, r);
+    return setup_moved(s, r) ||
+           (s->step == STEP_SLOT_RECORD ? r->type == REDIS_REPLY_STATUS : setup_fence_get(s, r));
 }
 
 /* What each reply of the current step says: ok[k], and what it carries
@@ -450,10 +449,8 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
             if (setup_is_str(r) && strstr(r->str, "role:master"))
                 s->said |= FEED_SR_PRIMARY;
             ok = setup_info_field(r, "master_replid", n->fence.replid);
-        } else if (setup_cluster(s) && setup_moved(s, r)) {
-            ok = 1;
-        } else {
-            ok = setup_fence_get(s, r);
+        } else {    /* the fence key: its value, or on a cluster a redirect */
+            ok = (setup_cluster(s) && setup_moved(s, r)) || setup_fence_get(s, r);
         }
         break;
     case STEP_SCAN:
@@ -630,7 +627,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
 {
     feed_core *c = s->c;
     feed_node *n = s->node;
-    int rc, bad;
+    int rc;
 
     s->why[0] = '\0';
     s->said = 0;
@@ -661,7 +658,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
             s->step = !setup_cluster(s) && c->cfg.redis_sentinels ? STEP_SENTINEL : STEP_CONNECT;
             continue;
         case STEP_SENTINEL:
-            if (!feed__addr_at(c->cfg.redis_sentinels, s->sentinel++, &s->probe, &bad)) {
+            if (!feed__addr_at(c->cfg.redis_sentinels, s->sentinel++, &s->probe)) {
                 c->stats.redis_errors++;
                 feed__msg(s->err, FEED_EUNAVAILABLE, "no Sentinel named the primary \"%s\" "
                           "(last: %s)", c->cfg.redis_master_name, s->last);
