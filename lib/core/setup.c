@@ -725,14 +725,11 @@ static void setup_slot_tripped(feed_setup *s)
         feed__fence_heard(s->node, s->sent_ms);
     switch (s->step) {
     case STEP_SLOT_LOOK:
-        if (s->said & FEED_SR_MATCH)
-            setup_slot_trust(s);
-        else
-            s->step = STEP_SLOT_KEYS;
-        return;
     case STEP_SLOT_KEYS:
-        if (s->said & FEED_SR_MATCH)        /* another handle finished the slot */
+        if (s->said & FEED_SR_MATCH)        /* (in KEYS: another handle finished the slot) */
             setup_slot_trust(s);
+        else if (s->step == STEP_SLOT_LOOK)
+            s->step = STEP_SLOT_KEYS;
         else if (s->said & FEED_SR_NOMEM)
             setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
         else if (s->nkeys > 1)
