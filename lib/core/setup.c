@@ -83,18 +83,18 @@
  * checked the promoted node's fence, and the copy then sits, whole, on a
  * node whose own fence is right. So each slot has a fence of its own too,
  * "<prefix>:fence:s{<n>}" in that slot: it names the data set (run_id and
- * replid, as above) of the node on which the slot's copies were found right, and it moves with the copies,
- * by replication to a replica and by MIGRATE to another primary. A read of
- * a slot on its owner waits (once per trust of the node, per handle) until
- * the slot's fence key names the owner; when it names another node, or is
- * missing, the slot's copies are dropped first (CLUSTER GETKEYSINSLOT and
- * UNLINK, each key of ours but the fence keys), then the owner's is
- * written. So a slot that arrives, by a failover or a reshard, costs its
- * copies once, and never brings a stale one. A slot whose fence cannot be
- * read (it is migrating and the key left: -ASK, -MOVED) stays unchecked:
- * the set-up still succeeds (a hook may go on), and the exchange sends no
- * read there (exchange.c). Hooks need no check: they only make a copy
- * more right, and the copy is dropped anyway.
+ * replid, as above) of the node on which the slot's copies were found
+ * right, and it moves with the copies, by replication to a replica and by
+ * MIGRATE to another primary. A read of a slot on its owner waits (once per
+ * trust of the node, per handle) until the slot's fence key names the
+ * owner; when it names another node, or is missing, the slot's copies are
+ * dropped first (CLUSTER GETKEYSINSLOT and UNLINK, each key of ours but the
+ * fence keys), then the owner's is written. So a slot that arrives, by a
+ * failover or a reshard, costs its copies once, and never brings a stale
+ * one. A slot whose fence cannot be read (it is migrating and the key left:
+ * -ASK, -MOVED) stays unchecked: the set-up still succeeds (a hook may go
+ * on), and the exchange sends no read there (exchange.c). Hooks need no
+ * check: they only make a copy more right, and the copy is dropped anyway.
  */
 #include <stdio.h>
 #include <stdlib.h>
