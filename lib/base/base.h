@@ -87,7 +87,7 @@ enum feed_verdict {
 unsigned feed__key_slot(const char *key, size_t len);
 unsigned feed__uid_slot(int64_t uid);
 int      feed__parse_addrs(const char *list, feed_addr **out, size_t *n);
-int      feed__addr_at(const char *list, size_t i, feed_addr *a, int *bad);
+int      feed__addr_at(const char *list, size_t i, feed_addr *a);
 enum feed_verdict feed__classify(const redisReply *r, const char *here, feed_addr *to);
 int64_t  feed__backoff_ms(int tries, int64_t now, int64_t deadline);
 int      feed__slot_map_parse(const redisReply *r, const char *here,

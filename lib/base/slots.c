@@ -73,31 +73,26 @@ static int parse_addr(const char *s, size_t len, feed_addr *a)
 }
 
 /* Entry i of "host:port[,host:port...]" into *a: 1 when entry i exists
- * and is well formed, 0 past the end or on a malformed entry (*bad set
- * then). The Sentinels are asked in this order. */
-int feed__addr_at(const char *list, size_t i, feed_addr *a, int *bad)
+ * and is well formed, 0 past the end or on a malformed entry. The
+ * Sentinels are asked in this order. */
+int feed__addr_at(const char *list, size_t i, feed_addr *a)
 {
     const char *p = list, *end;
 
-    *bad = 0;
     for (size_t k = 0; k < i; k++) {
         if (!(p = strchr(p, ',')))
             return 0;
         p++;
     }
     end = strchr(p, ',');
-    if (parse_addr(p, end ? (size_t)(end - p) : strlen(p), a) != FEED_OK) {
-        *bad = 1;
-        return 0;
-    }
-    return 1;
+    return parse_addr(p, end ? (size_t)(end - p) : strlen(p), a) == FEED_OK;
 }
 
 /* "host:port[,host:port...]": the seed list of redis_cluster. With out NULL
  * only checks it (feed_open's config check). */
 int feed__parse_addrs(const char *list, feed_addr **out, size_t *n)
 {
-    size_t count = 1, i = 0;
+    size_t count = 1;
     feed_addr *addrs = NULL, one;
 
     if (!list || !*list)
@@ -106,16 +101,11 @@ int feed__parse_addrs(const char *list, feed_addr **out, size_t *n)
         count += *p == ',';
     if (out && (addrs = calloc(count, sizeof *addrs)) == NULL)
         return FEED_ENOMEM;
-    for (const char *p = list;; i++) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (parse_addr(p, len, addrs ? &addrs[i] : &one) != FEED_OK) {
+    for (size_t i = 0; i < count; i++) {
+        if (!feed__addr_at(list, i, addrs ? &addrs[i] : &one)) {
             free(addrs);
             return FEED_EINVAL;
         }
-        if (!end)
-            break;
-        p = end + 1;
     }
     if (out) {
         *out = addrs;
@@ -177,9 +167,7 @@ int64_t feed__backoff_ms(int tries, int64_t now, int64_t deadline)
 {
     int64_t pause = (int64_t)1 << (tries < 6 ? tries - 1 : 5);
 
-    if (now + pause >= deadline)
-        return -1;
-    return pause;
+    return now + pause >= deadline ? -1 : pause;
 }
 
 static int is_int(const redisReply *r)

@@ -83,18 +83,18 @@
  * checked the promoted node's fence, and the copy then sits, whole, on a
  * node whose own fence is right. So each slot has a fence of its own too,
  * "<prefix>:fence:s{<n>}" in that slot: it names the data set (run_id and
- * replid, as above) of the node on which the slot's copies were found right, and it moves with the copies,
- * by replication to a replica and by MIGRATE to another primary. A read of
- * a slot on its owner waits (once per trust of the node, per handle) until
- * the slot's fence key names the owner; when it names another node, or is
- * missing, the slot's copies are dropped first (CLUSTER GETKEYSINSLOT and
- * UNLINK, each key of ours but the fence keys), then the owner's is
- * written. So a slot that arrives, by a failover or a reshard, costs its
- * copies once, and never brings a stale one. A slot whose fence cannot be
- * read (it is migrating and the key left: -ASK, -MOVED) stays unchecked:
- * the set-up still succeeds (a hook may go on), and the exchange sends no
- * read there (exchange.c). Hooks need no check: they only make a copy
- * more right, and the copy is dropped anyway.
+ * replid, as above) of the node on which the slot's copies were found
+ * right, and it moves with the copies, by replication to a replica and by
+ * MIGRATE to another primary. A read of a slot on its owner waits (once per
+ * trust of the node, per handle) until the slot's fence key names the
+ * owner; when it names another node, or is missing, the slot's copies are
+ * dropped first (CLUSTER GETKEYSINSLOT and UNLINK, each key of ours but the
+ * fence keys), then the owner's is written. So a slot that arrives, by a
+ * failover or a reshard, costs its copies once, and never brings a stale
+ * one. A slot whose fence cannot be read (it is migrating and the key left:
+ * -ASK, -MOVED) stays unchecked: the set-up still succeeds (a hook may go
+ * on), and the exchange sends no read there (exchange.c). Hooks need no
+ * check: they only make a copy more right, and the copy is dropped anyway.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,18 +152,6 @@ static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ..
     setup_finish(s, code);
 }
 
-/* A reconnect held off until retry_ms has passed: the refusal says why
- * the node went down too (a wrong CA, a plaintext port, a refused AUTH),
- * or "down" would send the user looking for a server that is up. */
-static enum feed_swant setup_held_off(feed_setup *s, int rc)
-{
-    size_t len = strlen(s->err);
-
-    if (s->node->why[0] && len < FEED_ERRMSG)
-        snprintf(s->err + len, FEED_ERRMSG - len, " (last failure: %s)", s->node->why);
-    return setup_finish(s, rc);
-}
-
 /* ---- The commands of a step ------------------------------------------- */
 
 /* One more command of the step's trip: SETUP_ADD(s, "GET", key). */
@@ -184,30 +172,22 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
     static const size_t asking_len[1] = { 6 };
     feed_setup *s = arg;
 
-    if (s->step == STEP_SLOT_UNLINK) {  /* one UNLINK per key: the slot may be migrating */
-        s->cmds[0].argv[0] = "UNLINK";
-        s->cmds[0].lens[0] = 6;
-        s->cmds[0].argv[1] = s->keys[k + 1];
-        s->cmds[0].lens[1] = s->klens[k + 1];
-        *argv = s->cmds[0].argv;
-        *lens = s->cmds[0].lens;
-        return 2;
+    if (s->step == STEP_UNLINK && !setup_cluster(s)) {  /* one UNLINK of a SCAN reply's keys */
+        *argv = (const char **)s->keys;
+        *lens = s->klens;
+        return (int)s->nkeys;
     }
-    if (s->step == STEP_UNLINK) {   /* the keys of one SCAN reply */
-        if (!setup_cluster(s)) {    /* one UNLINK of them all */
-            *argv = (const char **)s->keys;
-            *lens = s->klens;
-            return (int)s->nkeys;
-        }
-        if (k % 2 == 0) {           /* keys of many slots: ASKING, UNLINK, each */
-            *argv = asking;
-            *lens = asking_len;
-            return 1;
-        }
-        s->cmds[0].argv[0] = "UNLINK";
-        s->cmds[0].lens[0] = 6;
-        s->cmds[0].argv[1] = s->keys[k / 2 + 1];
-        s->cmds[0].lens[1] = s->klens[k / 2 + 1];
+    if (s->step == STEP_UNLINK && k % 2 == 0) {     /* keys of many slots: ASKING, UNLINK, each */
+        *argv = asking;
+        *lens = asking_len;
+        return 1;
+    }
+    if (s->step == STEP_UNLINK || s->step == STEP_SLOT_UNLINK) {
+        /* One UNLINK per key (a slot's: it may be migrating): key k, or
+         * k / 2 after the ASKINGs. */
+        size_t key = (s->step == STEP_UNLINK ? k / 2 : k) + 1;
+        s->cmds[0] = (struct feed_scmd){ .argc = 2, .argv = { "UNLINK", s->keys[key] },
+                                         .lens = { 6, s->klens[key] } };
         *argv = s->cmds[0].argv;
         *lens = s->cmds[0].lens;
         return 2;
@@ -283,15 +263,6 @@ static int setup_info_field(const redisReply *info, const char *field, char out[
     return 1;
 }
 
-/* INFO replication's master_replid into the node's fence, and whether the
- * node is a primary (FEED_SR_PRIMARY); 0 if the replid is absent. */
-static int setup_info_replication(feed_setup *s, const redisReply *info)
-{
-    if (setup_is_str(info) && strstr(info->str, "role:master"))
-        s->said |= FEED_SR_PRIMARY;
-    return setup_info_field(info, "master_replid", s->node->fence.replid);
-}
-
 /* A -MOVED or -ASK: on a cluster node, the key's slot is not (or no
  * longer) served here. */
 static int setup_redirected(const redisReply *r)
@@ -347,51 +318,43 @@ static void setup_slot_trust(feed_setup *s)
     setup_finish(s, FEED_OK);
 }
 
-/* setup_unlink_begin: an UNLINK of up to n keys to come (keys[0] is
- * "UNLINK"), the last list freed; FEED_OK or FEED_ENOMEM. */
-static int setup_unlink_begin(feed_setup *s, size_t n)
+/* Is key k of a SCAN or GETKEYSINSLOT reply one to drop? Of a SCAN's (all
+ * under "<prefix>:"), all but the node's fence key; of a slot's, only the
+ * copies of ours, the fence keys left alone. */
+static int setup_droppable(const feed_setup *s, const redisReply *k)
+{
+    const char *prefix = s->c->cfg.key_prefix;
+    size_t plen = strlen(prefix);
+
+    if (!setup_is_str(k))
+        return 0;
+    if (s->step == STEP_SCAN)
+        return k->len != strlen(s->key) || memcmp(k->str, s->key, k->len) != 0;
+    return k->len > plen && memcmp(k->str, prefix, plen) == 0 && k->str[plen] == ':' &&
+           !(k->len >= plen + 6 && memcmp(k->str + plen + 1, "fence", 5) == 0);
+}
+
+/* Keep the keys to drop of a SCAN or GETKEYSINSLOT reply (freed meanwhile)
+ * for the UNLINK step, the last list freed: keys[0] is "UNLINK". FEED_OK or
+ * FEED_ENOMEM. */
+static int setup_keep_keys(feed_setup *s, const redisReply *keys)
 {
     setup_free_keys(s);
-    s->keys = malloc((n + 1) * sizeof *s->keys);
-    s->klens = malloc((n + 1) * sizeof *s->klens);
+    s->keys = malloc((keys->elements + 1) * sizeof *s->keys);
+    s->klens = malloc((keys->elements + 1) * sizeof *s->klens);
     if (!s->keys || !s->klens)
         return FEED_ENOMEM;
     s->keys[0] = (char *)"UNLINK";
     s->klens[0] = 6;
     s->nkeys = 1;
-    return FEED_OK;
-}
-
-/* setup_unlink_add: key k of a reply (freed meanwhile) into that UNLINK. */
-static int setup_unlink_add(feed_setup *s, const redisReply *k)
-{
-    if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
-        return FEED_ENOMEM;
-    memcpy(s->keys[s->nkeys], k->str, k->len + 1);
-    s->klens[s->nkeys++] = k->len;
-    return FEED_OK;
-}
-
-/* Keep the keys of a GETKEYSINSLOT reply that are copies of ours (under
- * "<prefix>:", the fence keys left alone) for STEP_SLOT_UNLINK; keys[0]
- * unused. FEED_SR_FULL when the reply held as many keys as asked. */
-static int setup_keep_slot_keys(feed_setup *s, const redisReply *keys)
-{
-    const char *prefix = s->c->cfg.key_prefix;
-    size_t plen = strlen(prefix);
-
-    if (keys->elements >= s->count)
-        s->said |= FEED_SR_FULL;
-    if (setup_unlink_begin(s, keys->elements) != FEED_OK)
-        return FEED_ENOMEM;
     for (size_t i = 0; i < keys->elements; i++) {
         const redisReply *k = keys->element[i];
-        if (!setup_is_str(k) || k->len <= plen || memcmp(k->str, prefix, plen) != 0 ||
-            k->str[plen] != ':' ||
-            (k->len >= plen + 6 && memcmp(k->str + plen + 1, "fence", 5) == 0))
+        if (!setup_droppable(s, k))
             continue;
-        if (setup_unlink_add(s, k) != FEED_OK)
+        if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
             return FEED_ENOMEM;
+        memcpy(s->keys[s->nkeys], k->str, k->len + 1);
+        s->klens[s->nkeys++] = k->len;
     }
     return FEED_OK;
 }
@@ -415,51 +378,33 @@ static int setup_fence_get(feed_setup *s, const redisReply *r)
     return setup_is_str(r) || r->type == REDIS_REPLY_NIL;
 }
 
-/* Keep the keys of a SCAN reply (the fence key left alone) for the
- * UNLINK step: keys[0] is "UNLINK"; the reply is freed meanwhile. */
-static int setup_keep_keys(feed_setup *s, const redisReply *keys)
+/* A redirect (the fence key's slot not served here) noted as
+ * FEED_SR_MOVED: 1 if r was one. */
+static int setup_moved(feed_setup *s, const redisReply *r)
 {
-    size_t klen = strlen(s->key);
-
-    if (setup_unlink_begin(s, keys->elements) != FEED_OK)
-        return FEED_ENOMEM;
-    for (size_t i = 0; i < keys->elements; i++) {
-        const redisReply *k = keys->element[i];
-        if (!setup_is_str(k) || (k->len == klen && memcmp(k->str, s->key, klen) == 0))
-            continue;
-        if (setup_unlink_add(s, k) != FEED_OK)
-            return FEED_ENOMEM;
-    }
-    return FEED_OK;
+    if (!setup_redirected(r))
+        return 0;
+    s->said |= FEED_SR_MOVED;
+    return 1;
 }
 
 /* setup_slot_reply: what reply k of a slot fence's step says (1: as it
  * must be). A redirect says the slot is not served here (FEED_SR_MOVED). */
 static int setup_slot_reply(feed_setup *s, size_t k, const redisReply *r)
 {
-    int ok;
-
-    switch (s->step) {
-    case STEP_SLOT_LOOK:
-    case STEP_SLOT_RECORD:
-        if (setup_redirected(r)) {
-            s->said |= FEED_SR_MOVED;
-            return 1;
-        }
-        return s->step == STEP_SLOT_LOOK ? setup_fence_get(s, r) : r->type == REDIS_REPLY_STATUS;
-    case STEP_SLOT_KEYS:
-        if (k == 0 && setup_redirected(r)) {
-            s->said |= FEED_SR_MOVED;
-            return 1;
-        }
-        if (k == 0)
-            return setup_fence_get(s, r);
-        if ((ok = r->type == REDIS_REPLY_ARRAY) != 0 && setup_keep_slot_keys(s, r) != FEED_OK)
-            s->said |= FEED_SR_NOMEM;
-        return ok;
-    default:    /* STEP_SLOT_UNLINK */
+    if (s->step == STEP_SLOT_UNLINK)
         return r->type == REDIS_REPLY_INTEGER || setup_redirected(r);
+    if (s->step == STEP_SLOT_KEYS && k == 1) {
+        if (r->type != REDIS_REPLY_ARRAY)
+            return 0;
+        if (r->elements >= s->count)
+            s->said |= FEED_SR_FULL;    /* as many keys as asked */
+        if (setup_keep_keys(s, r) != FEED_OK)
+            s->said |= FEED_SR_NOMEM;
+        return 1;
     }
+    return setup_moved(s, r) ||
+           (s->step == STEP_SLOT_RECORD ? r->type == REDIS_REPLY_STATUS : setup_fence_get(s, r));
 }
 
 /* What each reply of the current step says: ok[k], and what it carries
@@ -500,13 +445,12 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
     case STEP_LOOK:
         if (k == 0) {
             ok = setup_info_field(r, "run_id", n->fence.run_id);
-        } else if (k == 1) {
-            ok = setup_info_replication(s, r);
-        } else if (setup_cluster(s) && setup_redirected(r)) {
-            ok = 1;
-            s->said |= FEED_SR_MOVED;
-        } else {
-            ok = setup_fence_get(s, r);
+        } else if (k == 1) {    /* INFO replication: the replid, and is it a primary? */
+            if (setup_is_str(r) && strstr(r->str, "role:master"))
+                s->said |= FEED_SR_PRIMARY;
+            ok = setup_info_field(r, "master_replid", n->fence.replid);
+        } else {    /* the fence key: its value, or on a cluster a redirect */
+            ok = (setup_cluster(s) && setup_moved(s, r)) || setup_fence_get(s, r);
         }
         break;
     case STEP_SCAN:
@@ -535,36 +479,33 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
     default:
         break;
     }
-    if (!ok && r->type == REDIS_REPLY_ERROR && !s->why[0])
-        feed__msg_keep_n(s->why, sizeof s->why, r->str);
-    if (!ok && !s->why[0])
-        snprintf(s->why, sizeof s->why, "unexpected reply");
-    if (!ok)
-        s->said |= FEED_SR_BAD;
+    if (ok)
+        return;
+    if (!s->why[0])
+        feed__msg_keep_n(s->why, sizeof s->why, r->type == REDIS_REPLY_ERROR && r->str[0]
+                                                ? r->str : "unexpected reply");
+    s->said |= FEED_SR_BAD;
 }
 
 /* ---- The steps --------------------------------------------------------- */
 
-/* "<prefix>:fence", or on a cluster node "<prefix>:fence{<n>}" with the
- * least n whose text hashes to the node's fence slot: the prefix holds no
- * braces, so the tag alone decides the slot. Every slot is reached by some
- * n below 10^6 (about 16384 tries on average, a millisecond). */
-static int setup_fence_key(feed_setup *s, int slot)
+/* The fence key into s->key: "<prefix>:fence" (slot < 0), or on a cluster
+ * "<prefix>:fence<kind>{<n>}" in slot, n its tag (feed__slot_tag): kind ""
+ * for the node's key, in its fence slot, ":s" for a slot's own. FEED_OK, or
+ * FEED_ENOMEM with the message in s->err. */
+static int setup_fence_key(feed_setup *s, const char *kind, int slot)
 {
-    char num[21];
+    int64_t tag;
 
     if (slot < 0) {
         snprintf(s->key, sizeof s->key, "%s:fence", s->c->cfg.key_prefix);
         return FEED_OK;
     }
-    for (int64_t n = 0; n < 1000000; n++) {
-        size_t len = feed__i64_to_str(n, num);
-        if (feed__key_slot(num, len) == (unsigned)slot) {
-            snprintf(s->key, sizeof s->key, "%s:fence{%s}", s->c->cfg.key_prefix, num);
-            return FEED_OK;
-        }
-    }
-    return FEED_EREDIS;
+    if ((tag = feed__slot_tag(&s->c->topo, (unsigned)slot)) < 0)
+        return feed__msg(s->err, FEED_ENOMEM, "out of memory for the slots' fence keys");
+    snprintf(s->key, sizeof s->key, "%s:fence%s{%lld}", s->c->cfg.key_prefix, kind,
+             (long long)tag);
+    return FEED_OK;
 }
 
 /* SCAN's MATCH is a glob: the prefix's own '*', '?', '[', ']' and '\'
@@ -624,11 +565,8 @@ static int setup_fence_step(feed_setup *s, int64_t now)
             setup_trusted(s);
             return s->step == STEP_DONE ? FEED_S_DONE : SETUP_AGAIN;
         }
-        if (setup_fence_key(s, feed__fence_slot(&c->topo, s->index, s->slot)) != FEED_OK) {
-            setup_fail(s, FEED_EREDIS, now, "restart fence: no key name for a slot of %s:%d",
-                       n->addr.host, n->addr.port);
-            return FEED_S_DONE;
-        }
+        if (setup_fence_key(s, "", feed__fence_slot(&c->topo, s->index, s->slot)) != FEED_OK)
+            return setup_finish(s, FEED_ENOMEM);
         setup_scan_pattern(s);
         s->step = n->fence.state == FEED_FENCE_FLUSHING ? STEP_SCAN : STEP_LOOK;
         return SETUP_AGAIN;
@@ -654,21 +592,14 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         memcpy(n->fence.cursor, s->cursor, sizeof n->fence.cursor);
         s->step = strcmp(n->fence.cursor, "0") == 0 ? STEP_RECORD : STEP_SCAN;
         return SETUP_AGAIN;
-    case STEP_RECORD:
-        SETUP_ADD(s, "SET", s->key, setup_mark(s));
-        return setup_trip(s, 1, FEED_S_TRIP);
-    case STEP_SLOT_LOOK: {
-        int64_t tag = feed__slot_tag(&c->topo, s->slot);
-        if (tag < 0)
-            return setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory for the "
-                                             "slots' fence keys"));
-        snprintf(s->key, sizeof s->key, "%s:fence:s{%lld}", c->cfg.key_prefix, (long long)tag);
+    case STEP_SLOT_LOOK:
+        if (setup_fence_key(s, ":s", (int)s->slot) != FEED_OK)
+            return setup_finish(s, FEED_ENOMEM);
         snprintf(s->slot_words[0], sizeof s->slot_words[0], "%u", s->slot);
         s->count = SLOT_KEYS_FIRST;
         s->deadline = now + c->cfg.redis_timeout_ms;   /* the slot's own flush */
         SETUP_ADD(s, "GET", s->key);
         return setup_trip(s, 1, FEED_S_TRIP);
-    }
     case STEP_SLOT_KEYS:
         if (now >= s->deadline)         /* the rest next time: the slot stays unchecked */
             return setup_finish(s, FEED_OK);
@@ -681,6 +612,7 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         return setup_trip(s, 2, FEED_S_TRIP);
     case STEP_SLOT_UNLINK:
         return setup_trip(s, s->nkeys - 1, FEED_S_TRIP);
+    case STEP_RECORD:
     case STEP_SLOT_RECORD:
         SETUP_ADD(s, "SET", s->key, setup_mark(s));
         return setup_trip(s, 1, FEED_S_TRIP);
@@ -695,7 +627,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
 {
     feed_core *c = s->c;
     feed_node *n = s->node;
-    int rc, bad;
+    int rc;
 
     s->why[0] = '\0';
     s->said = 0;
@@ -710,15 +642,23 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
             }
             rc = feed__retry_due(c, n->attempt_ms, now, setup_cluster(s) ? "Redis node" : "Redis",
                                  s->err);
-            if (rc != FEED_OK)
-                return setup_held_off(s, rc);
+            if (rc != FEED_OK) {
+                /* Held off until retry_ms has passed: the refusal says why
+                 * the node went down too (a wrong CA, a plaintext port, a
+                 * refused AUTH), or "down" would send the user looking for
+                 * a server that is up. */
+                size_t len = strlen(s->err);
+                if (n->why[0] && len < FEED_ERRMSG)
+                    snprintf(s->err + len, FEED_ERRMSG - len, " (last failure: %s)", n->why);
+                return setup_finish(s, rc);
+            }
             n->attempt_ms = now;
             c->stats.redis_connects++;
             n->fence.state = FEED_FENCE_UNKNOWN;
             s->step = !setup_cluster(s) && c->cfg.redis_sentinels ? STEP_SENTINEL : STEP_CONNECT;
             continue;
         case STEP_SENTINEL:
-            if (!feed__addr_at(c->cfg.redis_sentinels, s->sentinel++, &s->probe, &bad)) {
+            if (!feed__addr_at(c->cfg.redis_sentinels, s->sentinel++, &s->probe)) {
                 c->stats.redis_errors++;
                 feed__msg(s->err, FEED_EUNAVAILABLE, "no Sentinel named the primary \"%s\" "
                           "(last: %s)", c->cfg.redis_master_name, s->last);
@@ -774,8 +714,6 @@ void feed__setup_connected(feed_setup *s, int ok, const char *why, int64_t now)
     s->step = STEP_AUTH;
 }
 
-/* What a trip of the fence's steps says. A step whose trip failed, or whose
- * replies were not right, fails the set-up. */
 /* setup_slot_tripped: the next step of a slot fence that answered as it
  * must: trusted, or its copies listed, dropped, the fence written. */
 static void setup_slot_tripped(feed_setup *s)
@@ -787,14 +725,11 @@ static void setup_slot_tripped(feed_setup *s)
         feed__fence_heard(s->node, s->sent_ms);
     switch (s->step) {
     case STEP_SLOT_LOOK:
-        if (s->said & FEED_SR_MATCH)
-            setup_slot_trust(s);
-        else
-            s->step = STEP_SLOT_KEYS;
-        return;
     case STEP_SLOT_KEYS:
-        if (s->said & FEED_SR_MATCH)        /* another handle finished the slot */
+        if (s->said & FEED_SR_MATCH)        /* (in KEYS: another handle finished the slot) */
             setup_slot_trust(s);
+        else if (s->step == STEP_SLOT_LOOK)
+            s->step = STEP_SLOT_KEYS;
         else if (s->said & FEED_SR_NOMEM)
             setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
         else if (s->nkeys > 1)
@@ -817,6 +752,9 @@ static void setup_slot_tripped(feed_setup *s)
     }
 }
 
+/* What a trip of the fence's steps says. A step whose trip failed, or whose
+ * replies were not right, fails the set-up (a slot's fence: leaves the slot
+ * unchecked). */
 static void setup_fence_tripped(feed_setup *s, int64_t now)
 {
     static const char *const cmd[STEP_SLOT_RECORD + 1] = {

@@ -235,17 +235,15 @@ int64_t feed__slot_tag(feed_topo *t, unsigned slot)
  * *n of them, in an array the caller frees; NULL without memory. */
 int *feed__map_primaries(const feed_topo *t, size_t *n)
 {
-    unsigned char *flags = calloc(t->nnodes + 1, 1);
-    int *list = flags ? malloc((t->nnodes + 1) * sizeof *list) : NULL;
+    int *list = calloc(t->nnodes + 1, sizeof *list);  /* first a flag per node */
 
     *n = 0;
     for (size_t s = 0; list && s < FEED_SLOTS; s++)
         if (t->owner[s])
-            flags[t->owner[s] - 1] = 1;
+            list[t->owner[s] - 1] = 1;
     for (size_t k = 0; list && k < t->nnodes; k++)
-        if (flags[k])
-            list[(*n)++] = (int)k;
-    free(flags);
+        if (list[k])
+            list[(*n)++] = (int)k;  /* *n <= k: no flag still to read is overwritten */
     return list;
 }
 
