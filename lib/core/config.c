@@ -30,30 +30,24 @@ const char *feed_strerror(int code)
     }
 }
 
+/* Each script's source and file name. */
+static const struct { const char *source, *name; } scripts[FEED_SCRIPT_COUNT] = {
+    [FEED_SCRIPT_PAGE]       = { feed_lua_page, "page.lua" },
+    [FEED_SCRIPT_REBUILD]    = { feed_lua_rebuild, "rebuild.lua" },
+    [FEED_SCRIPT_INSERT]     = { feed_lua_insert, "insert.lua" },
+    [FEED_SCRIPT_DELETE]     = { feed_lua_delete, "delete.lua" },
+    [FEED_SCRIPT_NEWER]      = { feed_lua_newer, "newer.lua" },
+    [FEED_SCRIPT_INVALIDATE] = { feed_lua_invalidate, "invalidate.lua" },
+};
+
 const char *feed__script_source(enum feed_script s)
 {
-    switch (s) {
-    case FEED_SCRIPT_PAGE:       return feed_lua_page;
-    case FEED_SCRIPT_REBUILD:    return feed_lua_rebuild;
-    case FEED_SCRIPT_INSERT:     return feed_lua_insert;
-    case FEED_SCRIPT_DELETE:     return feed_lua_delete;
-    case FEED_SCRIPT_NEWER:      return feed_lua_newer;
-    case FEED_SCRIPT_INVALIDATE: return feed_lua_invalidate;
-    default:                     return NULL;
-    }
+    return (unsigned)s < FEED_SCRIPT_COUNT ? scripts[s].source : NULL;
 }
 
 const char *feed__script_name(enum feed_script s)
 {
-    switch (s) {
-    case FEED_SCRIPT_PAGE:       return "page.lua";
-    case FEED_SCRIPT_REBUILD:    return "rebuild.lua";
-    case FEED_SCRIPT_INSERT:     return "insert.lua";
-    case FEED_SCRIPT_DELETE:     return "delete.lua";
-    case FEED_SCRIPT_NEWER:      return "newer.lua";
-    case FEED_SCRIPT_INVALIDATE: return "invalidate.lua";
-    default:                     return "?";
-    }
+    return (unsigned)s < FEED_SCRIPT_COUNT ? scripts[s].name : "?";
 }
 
 /* The TLS fields: all of them only with redis_tls = 1, and that only in a

@@ -75,7 +75,6 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
             feed__setup_tripped(s, feed__now_ms());
             break;
         case FEED_S_CONNECT:
-            close_if_down(n);
             if (n->io) {
                 feed__rs_close(n->io);
                 n->io = NULL;
