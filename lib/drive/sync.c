@@ -112,7 +112,7 @@ static void sync_pass(feed *f, feed_xtrip *trips, size_t n)
         feed__rs_read(f->core.topo.nodes[trips[k].trip.node]->io, &trips[k].trip);
 }
 
-/* The batch to its end; *now is the time it began, and then the time it
+/* The batch to its end; *clock is the time it began, and then the time it
  * ended. */
 static int sync_batch(feed *f, const feed_batch *b, char *err, int64_t *clock)
 {
