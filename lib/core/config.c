@@ -148,20 +148,6 @@ void feed__core_free(feed_core *c)
     memset(c, 0, sizeof *c);
 }
 
-int feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
-                    const char *store, char *err)
-{
-    int64_t since = now - last_attempt_ms;
-
-    /* 0: never tried, or to be tried at once (feed__retry_left's rule).
-     * The clock counts from boot, so "since 0" would hold a new handle off
-     * whenever retry_ms exceeds the machine's uptime. */
-    if (last_attempt_ms != 0 && since < (int64_t)c->cfg.retry_ms)
-        return feed__msg(err, FEED_EUNAVAILABLE, "%s is down; next reconnect in %lld ms",
-                         store, (long long)(c->cfg.retry_ms - since));
-    return FEED_OK;
-}
-
 /* Degraded but answered: keep why Redis was not used. PostgreSQL failed
  * too: the feed is unavailable, with both reasons. Any other rc is returned
  * as it is. */

@@ -75,10 +75,7 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
             feed__setup_tripped(s, feed__now_ms());
             break;
         case FEED_S_CONNECT:
-            if (n->io) {
-                feed__rs_close(n->io);
-                n->io = NULL;
-            }
+            feed__rs_close(n->io);      /* NULL: nothing to close */
             n->io = feed__rs_connect(&n->addr, f->core.tls, f->core.cfg.redis_timeout_ms, msg,
                                      sizeof msg);
             feed__setup_connected(s, n->io != NULL, msg, feed__now_ms());
