@@ -1,7 +1,8 @@
 /* feed.c -- the blocking API: open, close, errors, statistics, pages.
  *
  * Each call checks its arguments, makes its request (core/) and runs it
- * to its end (lib/drive/sync.c). The request lives on the caller's stack.
+ * to its end (lib/drive/sync.c): a page, newer or hook request on the
+ * caller's stack, the others on the heap.
  */
 #include <stdio.h>
 #include <stdlib.h>
