@@ -7,8 +7,7 @@
 
 #include "core/core.h"
 
-/* The defaults are the table's (settings.c), where feed_config_set() and the
- * config check find each field too. */
+/* The defaults are settings.c's table. */
 void feed_config_init(feed_config *cfg)
 {
     if (cfg)
