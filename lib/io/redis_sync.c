@@ -72,19 +72,6 @@ static void failed(redisContext *c, feed_trip *t, int err)
  * argument) costs a further 1-2k per call. */
 #define DIRECT_MAX 1024
 
-/* Command argv in the protocol at buf + *at, if it fits in cap
- * (lib/base/text.c formats it). */
-static int format_into(char *buf, size_t *at, size_t cap, int argc, const char **argv,
-                       const size_t *lens)
-{
-    size_t need = feed__resp_size(argc, lens);
-
-    if (*at + need > cap)
-        return 0;
-    *at += feed__resp_format(buf + *at, argc, argv, lens);
-    return 1;
-}
-
 /* May a trip's commands bypass hiredis and go straight to the socket? Only
  * with nothing of hiredis's own waiting in its output buffer (order), and
  * only on a plain connection: hiredis >= 1.0 may carry TLS (hiredis_ssl
@@ -131,8 +118,10 @@ void feed__rs_write(redisContext *c, feed_trip *t)
         const char **argv;
         const size_t *lens;
         int argc = t->cmd(t->arg, k, &argv, &lens);
-        if (direct && format_into(buf, &at, sizeof buf, argc, argv, lens))
+        if (direct && at + feed__resp_size(argc, lens) <= sizeof buf) {
+            at += feed__resp_format(buf + at, argc, argv, lens);    /* lib/base/text.c */
             continue;
+        }
         /* Too large (or no direct write): what is formatted goes first
          * through hiredis, then this command and the rest. */
         if ((at > 0 && redisAppendFormattedCommand(c, buf, at) != REDIS_OK) ||
