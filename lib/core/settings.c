@@ -179,8 +179,8 @@ static const char *str_refused(const cfield *fl, const char *v)
     return NULL;
 }
 
-/* A number field's value from text: decimal digits only (no sign, no
- * blank, nothing after), within the field's range. */
+/* 1 with *out when s is a value of number field fl: decimal digits only
+ * (no sign, no blank, nothing after), within its range; else 0. */
 static int parse_count(const cfield *fl, const char *s, int64_t *out)
 {
     return *s != '-' && feed__parse_i64(s, strlen(s), out) == FEED_OK && *out >= fl->d.min &&
