@@ -1,7 +1,8 @@
 /* feed.c -- the blocking API: open, close, errors, statistics, pages.
  *
  * Each call checks its arguments, makes its request (core/) and runs it
- * to its end (lib/drive/sync.c). The request lives on the caller's stack.
+ * to its end (lib/drive/sync.c): a page, newer or hook request on the
+ * caller's stack, the others on the heap.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,58 +51,48 @@ static int open_outcome(int redis_rc, int pg_rc)
     return FEED_OK;
 }
 
+/* feed_open's failure before its connects: f (NULL or partly made) closed,
+ * "feed_open: why" kept for feed_errmsg(NULL). Returns rc. */
+static int open_failed(feed *f, int rc, const char *why)
+{
+    snprintf(open_errmsg, sizeof open_errmsg, "feed_open: %.480s", why);
+    feed_close(f);
+    return rc;
+}
+
 int feed_open(feed **out, const feed_config *cfg)
 {
     char redis_msg[FEED_ERRMSG] = "", pg_msg[FEED_ERRMSG] = "", why[128];
     const char *bad;
-    int rc, redis_rc, pg_rc;
+    feed_connect_result cr;
+    feed_op *op;
+    int rc;
     feed *f;
 
     open_errmsg[0] = '\0';
-    if (!out || !cfg) {
-        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out or cfg is NULL");
-        if (out)
-            *out = NULL;
-        return FEED_EINVAL;
-    }
-    *out = NULL;
-    if ((bad = feed__config_check(cfg, why, sizeof why)) != NULL) {
-        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: %s", bad);
-        return FEED_EINVAL;
-    }
+    if (out)
+        *out = NULL;
+    if (!out || !cfg)
+        return open_failed(NULL, FEED_EINVAL, "out or cfg is NULL");
+    if ((bad = feed__config_check(cfg, why, sizeof why)) != NULL)
+        return open_failed(NULL, FEED_EINVAL, bad);
     if (!(f = calloc(1, sizeof *f)) || feed__core_init(&f->core, cfg) != FEED_OK ||
-        feed__topo_init(&f->core) != FEED_OK) {
-        feed_close(f);
-        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out of memory");
-        return FEED_ENOMEM;
-    }
+        feed__topo_init(&f->core) != FEED_OK)
+        return open_failed(f, FEED_ENOMEM, "out of memory");
     f->core.handle = f;
     feed__pg_init(&f->pg);
-    if ((rc = feed__tls_open(&f->core.cfg, &f->core.tls, redis_msg, sizeof redis_msg)) != FEED_OK) {
-        snprintf(open_errmsg, sizeof open_errmsg, "feed_open: %.480s", redis_msg);
-        feed_close(f);
-        return rc;
-    }
+    if ((rc = feed__tls_open(&f->core.cfg, &f->core.tls, redis_msg, sizeof redis_msg)) != FEED_OK)
+        return open_failed(f, rc, redis_msg);
+    if (!(op = feed__connect_op(&f->core, &cr, &rc)))
+        return open_failed(f, FEED_ENOMEM, "out of memory");
+    feed__sync_run(f, op);
+    op->free(op);
+    if (cr.redis_rc != FEED_OK)
+        feed__msg_keep(redis_msg, cr.redis_msg);
+    if (cr.pg_rc != FEED_OK)
+        feed__msg_keep(pg_msg, cr.pg_msg);
 
-    {
-        feed_connect_result cr;
-        feed_op *op = feed__connect_op(&f->core, &cr, &rc);
-        if (!op) {
-            feed_close(f);
-            snprintf(open_errmsg, sizeof open_errmsg, "feed_open: out of memory");
-            return FEED_ENOMEM;
-        }
-        feed__sync_run(f, op);
-        op->free(op);
-        redis_rc = cr.redis_rc;
-        pg_rc = cr.pg_rc;
-        if (redis_rc != FEED_OK)
-            feed__msg_keep(redis_msg, cr.redis_msg);
-        if (pg_rc != FEED_OK)
-            feed__msg_keep(pg_msg, cr.pg_msg);
-    }
-
-    rc = open_outcome(redis_rc, pg_rc);
+    rc = open_outcome(cr.redis_rc, cr.pg_rc);
     feed__msg(f->errmsg, rc, "%s%s%s", redis_msg, *redis_msg && *pg_msg ? "; " : "", pg_msg);
     if (rc != FEED_OK) {
         feed__msg_keep(open_errmsg, f->errmsg);
@@ -122,6 +113,41 @@ void feed_close(feed *f)
     free(f);
 }
 
+/* A request on the caller's stack: room for a page, newer or hook request
+ * (each call checks its request's size against it), aligned for any. */
+typedef union stack_op {
+    feed_op op;
+    char    bytes[4096];
+    long double align;
+} stack_op;
+
+/* How every call on f begins: out (when given) emptied, f's message
+ * cleared. FEED_EINVAL when f is NULL (no handle to carry a message). */
+static int call_begin(feed *f, feed_result *out)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!f)
+        return FEED_EINVAL;
+    f->errmsg[0] = '\0';
+    return FEED_OK;
+}
+
+/* A request run to its end and freed (on the heap, or what one on the stack
+ * holds); NULL: it could not be made, and *rc says why (read here, after
+ * the call that made it: the order in which a call's arguments are
+ * evaluated is unspecified). */
+static int run_and_free(feed *f, feed_op *op, const int *rc)
+{
+    int done;
+
+    if (!op)
+        return *rc;
+    done = feed__sync_run(f, op);
+    op->free(op);
+    return done;
+}
+
 int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id, size_t limit,
               feed_result *out)
 {
@@ -131,21 +157,14 @@ int feed_page(feed *f, int64_t uid, int64_t last_score, int64_t last_id, size_t 
 int feed_page_ranked(feed *f, int64_t uid, int64_t last_score, int64_t last_id, int64_t rank,
                      size_t limit, feed_result *out, int64_t *next_rank)
 {
-    union {
-        feed_op op;
-        char    bytes[4096];
-        long double align;
-    } u;
+    stack_op u;
     feed_page_op *p = (feed_page_op *)&u.op;
     int rc = FEED_OK;
 
     if (next_rank)
         *next_rank = -1;
-    if (out)
-        memset(out, 0, sizeof *out);
-    if (!f)
+    if (call_begin(f, out) != FEED_OK)
         return FEED_EINVAL;
-    f->errmsg[0] = '\0';
     if ((rc = feed__page_check(&f->core, f->errmsg, "feed_page", last_score, last_id, rank,
                                limit, out)) != FEED_OK)
         return rc;
@@ -163,35 +182,14 @@ int feed_page_ranked(feed *f, int64_t uid, int64_t last_score, int64_t last_id, 
     return rc;
 }
 
-/* A request on the heap, run to its end and freed; NULL: it could not be
- * made, and *rc says why (read here, after the call that made it: the
- * order in which a call's arguments are evaluated is unspecified). */
-static int run_and_free(feed *f, feed_op *op, const int *rc)
-{
-    int done;
-
-    if (!op)
-        return *rc;
-    done = feed__sync_run(f, op);
-    op->free(op);
-    return done;
-}
-
 int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t limit,
                     feed_result *out)
 {
-    union {
-        feed_op op;
-        char    bytes[2048];
-        long double align;
-    } u;
+    stack_op u;
     int rc = FEED_OK;
 
-    if (out)
-        memset(out, 0, sizeof *out);
-    if (!f)
+    if (call_begin(f, out) != FEED_OK)
         return FEED_EINVAL;
-    f->errmsg[0] = '\0';
     if ((rc = feed__newer_check(&f->core, f->errmsg, "feed_page_newer", score, id, limit, out))
         != FEED_OK)
         return rc;
@@ -200,8 +198,7 @@ int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t limi
     if ((rc = feed__newer_init((feed_newer_op *)&u.op, &f->core, f->errmsg, uid, score, id,
                                limit, out)) != FEED_OK)
         return rc;
-    rc = feed__sync_run(f, &u.op);
-    u.op.free(&u.op);
+    rc = run_and_free(f, &u.op, &rc);
     if (rc != FEED_OK)
         memset(out, 0, sizeof *out);
     return rc;
@@ -212,16 +209,11 @@ int feed_page_newer(feed *f, int64_t uid, int64_t score, int64_t id, size_t limi
 static int hook(feed *f, const char *name, int kind, int fam, int64_t uid, int64_t score,
                 int64_t id)
 {
-    union {
-        feed_op op;
-        char    bytes[2048];
-        long double align;
-    } u;
+    stack_op u;
     int rc = FEED_OK;
 
-    if (!f)
+    if (call_begin(f, NULL) != FEED_OK)
         return FEED_EINVAL;
-    f->errmsg[0] = '\0';
     if ((rc = feed__hook_check(&f->core, f->errmsg, name, kind, fam, score, id)) != FEED_OK)
         return rc;
     if (feed__hook_op_size() > sizeof u)
@@ -229,9 +221,7 @@ static int hook(feed *f, const char *name, int kind, int fam, int64_t uid, int64
     if ((rc = feed__hook_init((feed_hook_op *)&u.op, &f->core, f->errmsg, kind, fam, uid, score,
                               id)) != FEED_OK)
         return rc;
-    rc = feed__sync_run(f, &u.op);
-    u.op.free(&u.op);
-    return rc;
+    return run_and_free(f, &u.op, &rc);
 }
 
 int feed_on_insert(feed *f, int64_t uid, int64_t score, int64_t id)
@@ -258,9 +248,8 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
 {
     int rc = FEED_OK;
 
-    if (!f)
+    if (call_begin(f, NULL) != FEED_OK)
         return FEED_EINVAL;
-    f->errmsg[0] = '\0';
     if (!uids && n > 0)
         return feed__msg(f->errmsg, FEED_EINVAL, "feed_fanout: uids is NULL");
     if ((rc = feed__check_item(f->errmsg, "feed_fanout", score, id)) != FEED_OK)
@@ -271,16 +260,15 @@ int feed_fanout(feed *f, const int64_t *uids, size_t n, int64_t score, int64_t i
 }
 
 /* The checks of a call on n ids of family fam (what names them in
- * messages; name is the public call): FEED_OK, or the code with f's
- * message set. */
+ * messages; name is the public call; n 0 for a call on the whole family):
+ * FEED_OK, or the code with f's message set. */
 static int ids_check(feed *f, const char *name, const char *what, int fam, const int64_t *ids,
                      size_t n)
 {
     int rc;
 
-    if (!f)
+    if (call_begin(f, NULL) != FEED_OK)
         return FEED_EINVAL;
-    f->errmsg[0] = '\0';
     if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(&f->core, f->errmsg, name)) != FEED_OK)
         return rc;
     if (!ids && n > 0)
@@ -303,14 +291,11 @@ static int invalidate_many(feed *f, const char *name, const char *what, int fam,
 /* feed_invalidate_all and its authors' twin: every copy of family fam. */
 static int invalidate_all(feed *f, const char *name, int fam, uint64_t *dropped)
 {
-    int rc = FEED_OK;
+    int rc;
 
     if (dropped)
         *dropped = 0;
-    if (!f)
-        return FEED_EINVAL;
-    f->errmsg[0] = '\0';
-    if (fam == FEED_FAM_AUTHOR && (rc = feed__authors_on(&f->core, f->errmsg, name)) != FEED_OK)
+    if ((rc = ids_check(f, name, NULL, fam, NULL, 0)) != FEED_OK)
         return rc;
     return run_and_free(f, feed__invalidate_all_op(&f->core, f->errmsg, fam, dropped, &rc), &rc);
 }
@@ -359,9 +344,8 @@ int feed_health(feed *f, feed_health_info *out)
 {
     int rc = FEED_OK;
 
-    if (!f)
+    if (call_begin(f, NULL) != FEED_OK)
         return FEED_EINVAL;
-    f->errmsg[0] = '\0';
     if (!out)
         return feed__msg(f->errmsg, FEED_EINVAL, "feed_health: out is NULL");
     return run_and_free(f, feed__health_op(&f->core, f->errmsg, out, &rc), &rc);
@@ -374,11 +358,8 @@ int feed_page_merged(feed *f, int64_t uid, const int64_t *authors, size_t n,
 {
     int rc = FEED_OK;
 
-    if (out)
-        memset(out, 0, sizeof *out);
-    if (!f)
+    if (call_begin(f, out) != FEED_OK)
         return FEED_EINVAL;
-    f->errmsg[0] = '\0';
     if ((rc = feed__merged_check(&f->core, f->errmsg, "feed_page_merged", authors, n,
                                  last_score, last_id, limit, out)) != FEED_OK)
         return rc;
@@ -399,11 +380,8 @@ static int filtered(feed *f, int kind, const char *fn, int64_t uid, const int64_
 {
     int rc = FEED_OK;
 
-    if (out)
-        memset(out, 0, sizeof *out);
-    if (!f)
+    if (call_begin(f, out) != FEED_OK)
         return FEED_EINVAL;
-    f->errmsg[0] = '\0';
     if (kind == FEED_FILTER_NEWER)
         rc = feed__newer_check(&f->core, f->errmsg, fn, score, id, limit, out);
     else if (kind == FEED_FILTER_MERGED)

@@ -45,21 +45,22 @@ static unsigned char check_byte(const unsigned char *raw)
     return (unsigned char)crc;
 }
 
-static void put64(unsigned char *p, int64_t v)
+/* Write the low n bits of v at bit *at of raw (zeroed), most significant
+ * first. */
+static void put_bits(unsigned char *raw, int *at, int n, uint64_t v)
 {
-    uint64_t u = (uint64_t)v;
-
-    for (int i = 7; i >= 0; i--, u >>= 8)
-        p[i] = (unsigned char)(u & 0xff);
+    for (int b = n - 1; b >= 0; b--, (*at)++)
+        if (v >> b & 1)
+            raw[*at / 8] |= (unsigned char)(0x80 >> (*at % 8));
 }
 
-static int64_t get64(const unsigned char *p)
+static uint64_t get_bits(const unsigned char *raw, int *at, int n)
 {
-    uint64_t u = 0;
+    uint64_t v = 0;
 
-    for (int i = 0; i < 8; i++)
-        u = (u << 8) | p[i];
-    return (int64_t)u;
+    for (int b = 0; b < n; b++, (*at)++)
+        v = v << 1 | (uint64_t)(raw[*at / 8] >> (7 - *at % 8) & 1);
+    return v;
 }
 
 /* The 18 bytes as a token: check byte set, FEED_CURSOR_LEN characters and
@@ -98,15 +99,16 @@ static int get_token(const char *token, unsigned char *raw)
 
 int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen)
 {
-    unsigned char raw[TOKEN_BYTES];
+    unsigned char raw[TOKEN_BYTES] = { 0 };
+    int at = 0;
 
     if (!buf || buflen < FEED_CURSOR_SIZE || id < 0)
         return FEED_EINVAL;
     if (!feed__score_ok(score))
         return FEED_ERANGE;
-    raw[0] = TOKEN_VERSION;
-    put64(raw + 1, score);
-    put64(raw + 9, id);
+    put_bits(raw, &at, 8, TOKEN_VERSION);
+    put_bits(raw, &at, 64, (uint64_t)score);
+    put_bits(raw, &at, 64, (uint64_t)id);
     put_token(raw, buf);
     return FEED_OK;
 }
@@ -115,11 +117,12 @@ int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
 {
     unsigned char raw[TOKEN_BYTES];
     int64_t s, i;
+    int at = 8;
 
     if (!score || !id || get_token(token, raw) != FEED_OK || raw[0] != TOKEN_VERSION)
         return FEED_EINVAL;
-    s = get64(raw + 1);
-    i = get64(raw + 9);
+    s = (int64_t)get_bits(raw, &at, 64);
+    i = (int64_t)get_bits(raw, &at, 64);
     if (!feed__score_ok(s) || i < 0)
         return FEED_EINVAL;
     *score = s;
@@ -140,24 +143,6 @@ int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
 #define SCORE_BITS     54
 #define ID_BITS        63
 #define RANK_BITS      15
-
-/* Write the low n bits of v at bit *at of raw (zeroed), most significant
- * first. */
-static void put_bits(unsigned char *raw, int *at, int n, uint64_t v)
-{
-    for (int b = n - 1; b >= 0; b--, (*at)++)
-        if (v >> b & 1)
-            raw[*at / 8] |= (unsigned char)(0x80 >> (*at % 8));
-}
-
-static uint64_t get_bits(const unsigned char *raw, int *at, int n)
-{
-    uint64_t v = 0;
-
-    for (int b = 0; b < n; b++, (*at)++)
-        v = v << 1 | (uint64_t)(raw[*at / 8] >> (7 - *at % 8) & 1);
-    return v;
-}
 
 int feed_cursor_encode_ranked(int64_t score, int64_t id, int64_t rank, char *buf,
                               size_t buflen)

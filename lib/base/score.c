@@ -36,15 +36,11 @@ static uint64_t field_top(unsigned bits)
     return (UINT64_C(1) << bits) - 1;
 }
 
-static int order_ok(feed_order order)
-{
-    return order == FEED_LARGER_FIRST || order == FEED_SMALLER_FIRST;
-}
-
 /* Checked one at a time before summing, so that the sum cannot wrap. */
 static int field_ok(const feed_field *fd)
 {
-    return fd->bits >= 1 && fd->bits <= FEED_SCORE_BITS && order_ok(fd->order);
+    return fd->bits >= 1 && fd->bits <= FEED_SCORE_BITS &&
+           (fd->order == FEED_LARGER_FIRST || fd->order == FEED_SMALLER_FIRST);
 }
 
 /* Sum of the widths of fields[0..n), or 0 if some field is invalid. */

@@ -42,13 +42,14 @@ size_t feed__key_cap(const char *prefix)
 
 /* Written by hand, not by snprintf: a page names its key every time, and
  * formatting cost more than the rest of the key's work. cap is at least
- * feed__key_cap(prefix): everything fits. ns is the family's namespace
- * ("" or "a:"). */
-static inline void keys_in(const char *prefix, const char *ns, size_t nslen, int64_t owner,
-                           char *key, char *lease_key)
+ * feed__key_cap(prefix): everything fits. */
+void feed__family_keys(const char *prefix, size_t cap, int fam, int64_t owner, char *key,
+                       char *lease_key)
 {
-    size_t plen = strlen(prefix), at;
+    const char *ns = fam == FEED_FAM_AUTHOR ? "a:" : "";    /* the family's namespace */
+    size_t plen = strlen(prefix), nslen = strlen(ns), at;
 
+    (void)cap;
     memcpy(key, prefix, plen);
     memcpy(key + plen, ":" FEED_KEY_VERSION ":", sizeof ":" FEED_KEY_VERSION ":" - 1);
     at = plen + sizeof ":" FEED_KEY_VERSION ":" - 1;
@@ -66,18 +67,7 @@ static inline void keys_in(const char *prefix, const char *ns, size_t nslen, int
 
 void feed__keys_of(const char *prefix, size_t cap, int64_t uid, char *key, char *lease_key)
 {
-    (void)cap;
-    keys_in(prefix, "", 0, uid, key, lease_key);
-}
-
-void feed__family_keys(const char *prefix, size_t cap, int fam, int64_t owner, char *key,
-                       char *lease_key)
-{
-    (void)cap;
-    if (fam == FEED_FAM_AUTHOR)
-        keys_in(prefix, "a:", 2, owner, key, lease_key);
-    else
-        keys_in(prefix, "", 0, owner, key, lease_key);
+    feed__family_keys(prefix, cap, FEED_FAM_FEED, uid, key, lease_key);
 }
 
 /* splitmix64: a well-mixed 64-bit value from a counter. */

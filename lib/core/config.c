@@ -7,8 +7,7 @@
 
 #include "core/core.h"
 
-/* The defaults are the table's (settings.c), where feed_config_set() and the
- * config check find each field too. */
+/* The defaults are settings.c's table. */
 void feed_config_init(feed_config *cfg)
 {
     if (cfg)
@@ -30,30 +29,24 @@ const char *feed_strerror(int code)
     }
 }
 
+/* Each script's source and file name. */
+static const struct { const char *source, *name; } scripts[FEED_SCRIPT_COUNT] = {
+    [FEED_SCRIPT_PAGE]       = { feed_lua_page, "page.lua" },
+    [FEED_SCRIPT_REBUILD]    = { feed_lua_rebuild, "rebuild.lua" },
+    [FEED_SCRIPT_INSERT]     = { feed_lua_insert, "insert.lua" },
+    [FEED_SCRIPT_DELETE]     = { feed_lua_delete, "delete.lua" },
+    [FEED_SCRIPT_NEWER]      = { feed_lua_newer, "newer.lua" },
+    [FEED_SCRIPT_INVALIDATE] = { feed_lua_invalidate, "invalidate.lua" },
+};
+
 const char *feed__script_source(enum feed_script s)
 {
-    switch (s) {
-    case FEED_SCRIPT_PAGE:       return feed_lua_page;
-    case FEED_SCRIPT_REBUILD:    return feed_lua_rebuild;
-    case FEED_SCRIPT_INSERT:     return feed_lua_insert;
-    case FEED_SCRIPT_DELETE:     return feed_lua_delete;
-    case FEED_SCRIPT_NEWER:      return feed_lua_newer;
-    case FEED_SCRIPT_INVALIDATE: return feed_lua_invalidate;
-    default:                     return NULL;
-    }
+    return (unsigned)s < FEED_SCRIPT_COUNT ? scripts[s].source : NULL;
 }
 
 const char *feed__script_name(enum feed_script s)
 {
-    switch (s) {
-    case FEED_SCRIPT_PAGE:       return "page.lua";
-    case FEED_SCRIPT_REBUILD:    return "rebuild.lua";
-    case FEED_SCRIPT_INSERT:     return "insert.lua";
-    case FEED_SCRIPT_DELETE:     return "delete.lua";
-    case FEED_SCRIPT_NEWER:      return "newer.lua";
-    case FEED_SCRIPT_INVALIDATE: return "invalidate.lua";
-    default:                     return "?";
-    }
+    return (unsigned)s < FEED_SCRIPT_COUNT ? scripts[s].name : "?";
 }
 
 /* The TLS fields: all of them only with redis_tls = 1, and that only in a
@@ -152,20 +145,6 @@ void feed__core_free(feed_core *c)
     for (size_t i = 0; i < sizeof c->owned / sizeof c->owned[0]; i++)
         free(c->owned[i]);
     memset(c, 0, sizeof *c);
-}
-
-int feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
-                    const char *store, char *err)
-{
-    int64_t since = now - last_attempt_ms;
-
-    /* 0: never tried, or to be tried at once (feed__retry_left's rule).
-     * The clock counts from boot, so "since 0" would hold a new handle off
-     * whenever retry_ms exceeds the machine's uptime. */
-    if (last_attempt_ms != 0 && since < (int64_t)c->cfg.retry_ms)
-        return feed__msg(err, FEED_EUNAVAILABLE, "%s is down; next reconnect in %lld ms",
-                         store, (long long)(c->cfg.retry_ms - since));
-    return FEED_OK;
 }
 
 /* Degraded but answered: keep why Redis was not used. PostgreSQL failed

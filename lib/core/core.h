@@ -214,13 +214,14 @@ void         feed__config_defaults(feed_config *c);
 const char  *feed__config_fields_check(const feed_config *c, char *why, size_t len);
 int          feed__config_set(feed_config *c, const char *name, const char *value, char *err);
 const char **feed__config_string(feed_config *c, size_t i);
-/* The retry rule: a lost connection is tried again only retry_ms after the
- * last attempt, so that an outage cannot turn into a connect storm. */
+/* policy.c: the retry rule: a lost connection is tried again only retry_ms
+ * after the last attempt, so that an outage cannot turn into a connect
+ * storm (FEED_EUNAVAILABLE with err until then). */
 int  feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
                      const char *store, char *err);
-/* policy.c: the time left, in ms, until a connection whose last connect
- * attempt was at attempt_ms may be tried again (0: due now, or never
- * tried); and the longest such time over the Redis nodes that are down. */
+/* The time left, in ms, until a connection whose last connect attempt was
+ * at attempt_ms may be tried again (0: due now, or never tried); and the
+ * longest such time over the Redis nodes that are down. */
 uint32_t feed__retry_left(const feed_core *c, int64_t attempt_ms, int64_t now);
 uint32_t feed__redis_retry_left(const feed_core *c, int64_t now);
 /* The end of a read that PostgreSQL answered instead of Redis (redis_failed:

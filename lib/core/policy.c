@@ -1,7 +1,8 @@
 /* policy.c -- what a caller does with an outcome, decided once for every
  * application: the name of a page's source, and when a handle tries a lost
- * store again (the retry rule of feed__retry_due, read ahead of time so that
- * a server can tell its clients when to ask again). */
+ * store again (the retry rule: feed__retry_due refuses a connect before it,
+ * feed__retry_left reads it ahead of time so that a server can tell its
+ * clients when to ask again). */
 #include "core/core.h"
 
 const char *feed_source_name(feed_source s)
@@ -18,9 +19,23 @@ uint32_t feed__retry_left(const feed_core *c, int64_t attempt_ms, int64_t now)
 {
     int64_t left = attempt_ms + (int64_t)c->cfg.retry_ms - now;
 
-    if (attempt_ms == 0 || left <= 0)   /* 0: never tried, or to be tried at once */
+    /* attempt_ms 0: never tried, or to be tried at once. The clock counts
+     * from boot, so "since 0" would hold a new handle off whenever retry_ms
+     * exceeds the machine's uptime. */
+    if (attempt_ms == 0 || left <= 0)
         return 0;
     return left > (int64_t)c->cfg.retry_ms ? c->cfg.retry_ms : (uint32_t)left;
+}
+
+int feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
+                    const char *store, char *err)
+{
+    uint32_t left = feed__retry_left(c, last_attempt_ms, now);
+
+    if (left > 0)
+        return feed__msg(err, FEED_EUNAVAILABLE, "%s is down; next reconnect in %u ms", store,
+                         (unsigned)left);
+    return FEED_OK;
 }
 
 uint32_t feed__redis_retry_left(const feed_core *c, int64_t now)

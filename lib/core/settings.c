@@ -179,22 +179,12 @@ static const char *str_refused(const cfield *fl, const char *v)
     return NULL;
 }
 
-/* Decimal digits only, at most max: no sign, no blank, nothing after. */
-static int parse_count(const char *s, int64_t max, int64_t *out)
+/* 1 with *out when s is a value of number field fl: decimal digits only
+ * (no sign, no blank, nothing after), within its range; else 0. */
+static int parse_count(const cfield *fl, const char *s, int64_t *out)
 {
-    int64_t v = 0;
-
-    if (!*s)
-        return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        v = v * 10 + (*s - '0');      /* v <= max <= 2^32 before: no overflow */
-        if (v > max)
-            return -1;
-    }
-    *out = v;
-    return 0;
+    return *s != '-' && feed__parse_i64(s, strlen(s), out) == FEED_OK && *out >= fl->d.min &&
+           *out <= fl->d.max;
 }
 
 void feed__config_defaults(feed_config *c)
@@ -206,7 +196,7 @@ void feed__config_defaults(feed_config *c)
 
         if (fl->store == CF_STR)
             *str_at(fl, c) = fl->d.dflt;
-        else if (parse_count(fl->d.dflt, fl->d.max, &v) == 0)
+        else if (parse_count(fl, fl->d.dflt, &v))
             int_put(fl, c, v);
     }
 }
@@ -245,7 +235,7 @@ int feed__config_set(feed_config *c, const char *name, const char *value, char *
     if (!(fl = find(name)))
         return feed__msg(err, FEED_EINVAL, "%.64s is not a field of feed_config", name);
     if (fl->store != CF_STR) {
-        if (parse_count(value, fl->d.max, &v) != 0 || v < fl->d.min)
+        if (!parse_count(fl, value, &v))
             return feed__msg(err, FEED_EINVAL, "%.64s must be %lld..%lld, not \"%.32s\"", name,
                              (long long)fl->d.min, (long long)fl->d.max, value);
         int_put(fl, c, v);

@@ -75,11 +75,7 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
             feed__setup_tripped(s, feed__now_ms());
             break;
         case FEED_S_CONNECT:
-            close_if_down(n);
-            if (n->io) {
-                feed__rs_close(n->io);
-                n->io = NULL;
-            }
+            feed__rs_close(n->io);      /* NULL: nothing to close */
             n->io = feed__rs_connect(&n->addr, f->core.tls, f->core.cfg.redis_timeout_ms, msg,
                                      sizeof msg);
             feed__setup_connected(s, n->io != NULL, msg, feed__now_ms());
@@ -113,7 +109,7 @@ static void sync_pass(feed *f, feed_xtrip *trips, size_t n)
         feed__rs_read(f->core.topo.nodes[trips[k].trip.node]->io, &trips[k].trip);
 }
 
-/* The batch to its end; *now is the time it began, and then the time it
+/* The batch to its end; *clock is the time it began, and then the time it
  * ended. */
 static int sync_batch(feed *f, const feed_batch *b, char *err, int64_t *clock)
 {

@@ -13,19 +13,10 @@
 
 #include "io/io.h"
 
-static struct timeval tv_of(uint32_t ms)
-{
-    struct timeval tv;
-
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    return tv;
-}
-
 redisContext *feed__rs_connect(const feed_addr *a, const feed_tls *tls, uint32_t timeout_ms,
                                char *why, size_t cap)
 {
-    struct timeval tv = tv_of(timeout_ms);
+    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
     redisContext *c = redisConnectWithTimeout(a->host, a->port, tv);
 
     if (!c) {
@@ -81,19 +72,6 @@ static void failed(redisContext *c, feed_trip *t, int err)
  * argument) costs a further 1-2k per call. */
 #define DIRECT_MAX 1024
 
-/* Command argv in the protocol at buf + *at, if it fits in cap
- * (lib/base/text.c formats it). */
-static int format_into(char *buf, size_t *at, size_t cap, int argc, const char **argv,
-                       const size_t *lens)
-{
-    size_t need = feed__resp_size(argc, lens);
-
-    if (*at + need > cap)
-        return 0;
-    *at += feed__resp_format(buf + *at, argc, argv, lens);
-    return 1;
-}
-
 /* May a trip's commands bypass hiredis and go straight to the socket? Only
  * with nothing of hiredis's own waiting in its output buffer (order), and
  * only on a plain connection: hiredis >= 1.0 may carry TLS (hiredis_ssl
@@ -131,41 +109,34 @@ static int send_all(redisContext *c, const char *buf, size_t len)
 void feed__rs_write(redisContext *c, feed_trip *t)
 {
     char buf[DIRECT_MAX];
-    size_t at = 0, k = 0;
-    int done = 0;
+    size_t at = 0;
+    int direct = direct_ok(c), done = 0;
 
     t->io = FEED_IO_OK;
     t->got = 0;
-    if (direct_ok(c)) {
-        for (; k < t->n; k++) {
-            const char **argv;
-            const size_t *lens;
-            int argc = t->cmd(t->arg, k, &argv, &lens);
-            if (!format_into(buf, &at, sizeof buf, argc, argv, lens)) {
-                /* Too large: what is formatted goes first through hiredis,
-                 * then this command and the rest. */
-                if ((at > 0 && redisAppendFormattedCommand(c, buf, at) != REDIS_OK) ||
-                    redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
-                    goto nomem;
-                k++;
-                at = 0;
-                break;
-            }
-        }
-        if (at > 0) {
-            if (send_all(c, buf, at) != 0) {
-                failed(c, t, errno);
-                return;
-            }
-            return;
-        }
-    }
-    for (; k < t->n; k++) {
+    for (size_t k = 0; k < t->n; k++) {
         const char **argv;
         const size_t *lens;
         int argc = t->cmd(t->arg, k, &argv, &lens);
-        if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK)
-            goto nomem;
+        if (direct && at + feed__resp_size(argc, lens) <= sizeof buf) {
+            at += feed__resp_format(buf + at, argc, argv, lens);    /* lib/base/text.c */
+            continue;
+        }
+        /* Too large (or no direct write): what is formatted goes first
+         * through hiredis, then this command and the rest. */
+        if ((at > 0 && redisAppendFormattedCommand(c, buf, at) != REDIS_OK) ||
+            redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK) {
+            t->io = FEED_IO_FAILED;
+            snprintf(t->why, sizeof t->why, "out of memory");
+            return;
+        }
+        direct = 0;
+        at = 0;
+    }
+    if (at > 0) {
+        if (send_all(c, buf, at) != 0)
+            failed(c, t, errno);
+        return;
     }
     while (!done) {
         if (redisBufferWrite(c, &done) != REDIS_OK) {
@@ -173,10 +144,6 @@ void feed__rs_write(redisContext *c, feed_trip *t)
             return;
         }
     }
-    return;
-nomem:
-    t->io = FEED_IO_FAILED;
-    snprintf(t->why, sizeof t->why, "out of memory");
 }
 
 void feed__rs_read(redisContext *c, feed_trip *t)
