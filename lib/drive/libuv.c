@@ -66,7 +66,7 @@ static void timer_free(void *p)
 
 typedef struct uv_watch_box {
     uv_poll_t p;
-    int started, events;
+    int events;
     void (*cb)(void *arg, int ready);
     void *arg;
 } uv_watch_box;
