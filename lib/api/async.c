@@ -215,15 +215,7 @@ typedef struct unknown_write {
     char                err[FEED_ERRMSG];
 } unknown_write;
 
-static void unknown_write_end(unknown_write *u, feed_async *a)
-{
-    if (u->cb) {
-        a->cur_err = u->err;        /* feed_async_errmsg, during the callback */
-        u->cb(a, u->rc, u->arg);
-    }
-    free(u);
-}
-
+/* One DEL request called back; after the last, the caller's callback. */
 static void unknown_write_one(feed_async *a, int rc, void *arg)
 {
     unknown_write *u = arg;
@@ -232,8 +224,13 @@ static void unknown_write_one(feed_async *a, int rc, void *arg)
         u->rc = rc;
         feed__msg_keep(u->err, feed_async_errmsg(a));
     }
-    if (--u->left == 0)
-        unknown_write_end(u, a);
+    if (--u->left > 0)
+        return;
+    if (u->cb) {
+        a->cur_err = u->err;        /* feed_async_errmsg, during the callback */
+        u->cb(a, u->rc, u->arg);
+    }
+    free(u);
 }
 
 static int unknown_write_start(feed_async *a, const char *name, const char *what, int fam,
