@@ -49,8 +49,7 @@ static int pages(feed_async *a, int kind, const char *fn, int64_t uid, const int
         return rc;
     filtered = filtered && !feed__filter_empty(filter);
     heap = filtered || (kind == FEED_FILTER_MERGED && n > 0);   /* else the machine is in r */
-    r = feed__async_request(a, heap ? 0 : size, ranked_cb ? FEED_API_RANKED : FEED_API_PAGE, arg);
-    if (!r)
+    if (!(r = feed__async_request(a, heap ? 0 : size, FEED_API_PAGE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "%s: out of memory", fn);
     r->cb.page = cb;
     r->cb.ranked = ranked_cb;

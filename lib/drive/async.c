@@ -224,7 +224,6 @@ static int req_end(feed_areq *r, int rc)
     a->cur_err = r->err;
     switch (r->api) {
     case FEED_API_PAGE:
-    case FEED_API_RANKED:
         if (r->cb.page)
             r->cb.page(a, rc, page, r->arg);
         else if (r->cb.ranked)
