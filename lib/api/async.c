@@ -21,63 +21,72 @@ static int launch(feed_async *a, feed_areq *r, int rc)
     return FEED_OK;
 }
 
-/* A page request: feed_async_page, _ranked. */
-static int page(feed_async *a, int api, feed_async_page_cb *page_cb,
-                feed_async_ranked_cb *ranked_cb, void *arg, int64_t uid, int64_t last_score,
-                int64_t last_id, int64_t rank, size_t limit, const char *fn)
+/* The body of every page call: kind (FEED_FILTER_*) says which, a ranked
+ * page is FEED_FILTER_PAGE with ranked_cb, and filtered says whether the
+ * call takes filter. The call's checks, the filter's, then its request: a
+ * filter that hides nothing makes the unfiltered call's request. */
+static int pages(feed_async *a, int kind, const char *fn, int64_t uid, const int64_t *authors,
+                 size_t n, int64_t score, int64_t id, int64_t rank, size_t limit,
+                 int filtered, const feed_filter *filter, feed_async_page_cb *cb,
+                 feed_async_ranked_cb *ranked_cb, void *arg)
 {
     feed_result probe = { 0 };
+    size_t size = kind == FEED_FILTER_NEWER ? feed__newer_op_size() : feed__page_op_size();
+    int heap, rc;
     feed_areq *r;
-    int rc;
 
     if (!a)
         return FEED_EINVAL;
     a->errmsg[0] = '\0';
-    if ((rc = feed__page_check(&a->core, a->errmsg, fn, last_score, last_id, rank, limit,
-                               &probe)) != FEED_OK)
+    if (kind == FEED_FILTER_NEWER)
+        rc = feed__newer_check(&a->core, a->errmsg, fn, score, id, limit, &probe);
+    else if (kind == FEED_FILTER_MERGED)
+        rc = feed__merged_check(&a->core, a->errmsg, fn, authors, n, score, id, limit, &probe);
+    else
+        rc = feed__page_check(&a->core, a->errmsg, fn, score, id, rank, limit, &probe);
+    if (rc != FEED_OK ||
+        (filtered && (rc = feed__filter_check(&a->core, a->errmsg, fn, kind, filter)) != FEED_OK))
         return rc;
-    if (!(r = feed__async_request(a, feed__page_op_size(), api, arg)))
+    filtered = filtered && !feed__filter_empty(filter);
+    heap = filtered || (kind == FEED_FILTER_MERGED && n > 0);   /* else the machine is in r */
+    if (!(r = feed__async_request(a, heap ? 0 : size, FEED_API_PAGE, arg)))
         return feed__msg(a->errmsg, FEED_ENOMEM, "%s: out of memory", fn);
-    r->cb.page = page_cb;
+    r->cb.page = cb;
     r->cb.ranked = ranked_cb;
-    rc = feed__page_init((feed_page_op *)r->op, &a->core, r->err, uid, last_score, last_id, rank,
-                         limit, &r->result);
+    if (filtered)       /* rc is FEED_OK here; a machine that cannot be made sets it */
+        r->op = feed__filter_op(&a->core, r->err, kind, uid, authors, n, score, id, limit, filter,
+                                &r->result, &rc);
+    else if (heap)
+        r->op = feed__merged_op(&a->core, r->err, uid, authors, n, score, id, limit, &r->result,
+                                &rc);
+    else if (kind == FEED_FILTER_NEWER)
+        rc = feed__newer_init((feed_newer_op *)r->op, &a->core, r->err, uid, score, id, limit,
+                              &r->result);
+    else    /* a page of the reader's feed alone (a merged page of no author too) */
+        rc = feed__page_init((feed_page_op *)r->op, &a->core, r->err, uid, score, id, rank, limit,
+                             &r->result);
     return launch(a, r, rc);
 }
 
 int feed_async_page(feed_async *a, int64_t uid, int64_t last_score, int64_t last_id,
                     size_t limit, feed_async_page_cb *cb, void *arg)
 {
-    return page(a, FEED_API_PAGE, cb, NULL, arg, uid, last_score, last_id, -1, limit,
-                "feed_async_page");
+    return pages(a, FEED_FILTER_PAGE, "feed_async_page", uid, NULL, 0, last_score, last_id, -1,
+                 limit, 0, NULL, cb, NULL, arg);
 }
 
 int feed_async_page_ranked(feed_async *a, int64_t uid, int64_t last_score, int64_t last_id,
                            int64_t rank, size_t limit, feed_async_ranked_cb *cb, void *arg)
 {
-    return page(a, FEED_API_RANKED, NULL, cb, arg, uid, last_score, last_id, rank, limit,
-                "feed_async_page_ranked");
+    return pages(a, FEED_FILTER_PAGE, "feed_async_page_ranked", uid, NULL, 0, last_score, last_id,
+                 rank, limit, 0, NULL, NULL, cb, arg);
 }
 
 int feed_async_page_newer(feed_async *a, int64_t uid, int64_t score, int64_t id, size_t limit,
                           feed_async_page_cb *cb, void *arg)
 {
-    feed_result probe = { 0 };
-    feed_areq *r;
-    int rc;
-
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    if ((rc = feed__newer_check(&a->core, a->errmsg, "feed_async_page_newer", score, id, limit,
-                                &probe)) != FEED_OK)
-        return rc;
-    if (!(r = feed__async_request(a, feed__newer_op_size(), FEED_API_PAGE, arg)))
-        return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_page_newer: out of memory");
-    r->cb.page = cb;
-    rc = feed__newer_init((feed_newer_op *)r->op, &a->core, r->err, uid, score, id, limit,
-                          &r->result);
-    return launch(a, r, rc);
+    return pages(a, FEED_FILTER_NEWER, "feed_async_page_newer", uid, NULL, 0, score, id, -1,
+                 limit, 0, NULL, cb, NULL, arg);
 }
 
 /* A hook of one feed, owner's in family fam; name is the public call, for
@@ -166,25 +175,8 @@ int feed_async_page_merged(feed_async *a, int64_t uid, const int64_t *authors, s
                            int64_t last_score, int64_t last_id, size_t limit,
                            feed_async_page_cb *cb, void *arg)
 {
-    feed_result probe = { 0 };
-    feed_areq *r;
-    int rc;
-
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    if ((rc = feed__merged_check(&a->core, a->errmsg, "feed_async_page_merged", authors, n,
-                                 last_score, last_id, limit, &probe)) != FEED_OK)
-        return rc;
-    if (n == 0)     /* the reader's feed alone: a plain page */
-        return page(a, FEED_API_PAGE, cb, NULL, arg, uid, last_score, last_id, -1, limit,
-                    "feed_async_page_merged");
-    if (!(r = feed__async_request(a, 0, FEED_API_PAGE, arg)))
-        return feed__msg(a->errmsg, FEED_ENOMEM, "feed_async_page_merged: out of memory");
-    r->cb.page = cb;
-    r->op = feed__merged_op(&a->core, r->err, uid, authors, n, last_score, last_id, limit,
-                            &r->result, &rc);
-    return launch(a, r, r->op ? FEED_OK : rc);
+    return pages(a, FEED_FILTER_MERGED, "feed_async_page_merged", uid, authors, n, last_score,
+                 last_id, -1, limit, 0, NULL, cb, NULL, arg);
 }
 
 int feed_async_author_on_insert(feed_async *a, int64_t author, int64_t score, int64_t id,
@@ -222,15 +214,7 @@ typedef struct unknown_write {
     char                err[FEED_ERRMSG];
 } unknown_write;
 
-static void unknown_write_end(unknown_write *u, feed_async *a)
-{
-    if (u->cb) {
-        a->cur_err = u->err;        /* feed_async_errmsg, during the callback */
-        u->cb(a, u->rc, u->arg);
-    }
-    free(u);
-}
-
+/* One DEL request called back; after the last, the caller's callback. */
 static void unknown_write_one(feed_async *a, int rc, void *arg)
 {
     unknown_write *u = arg;
@@ -239,8 +223,13 @@ static void unknown_write_one(feed_async *a, int rc, void *arg)
         u->rc = rc;
         feed__msg_keep(u->err, feed_async_errmsg(a));
     }
-    if (--u->left == 0)
-        unknown_write_end(u, a);
+    if (--u->left > 0)
+        return;
+    if (u->cb) {
+        a->cur_err = u->err;        /* feed_async_errmsg, during the callback */
+        u->cb(a, u->rc, u->arg);
+    }
+    free(u);
 }
 
 static int unknown_write_start(feed_async *a, const char *name, const char *what, int fam,
@@ -297,61 +286,26 @@ int feed_async_author_on_unknown_write(feed_async *a, const int64_t *authors, si
                                FEED_FAM_AUTHOR, authors, n, cb, arg);
 }
 
-/* The body of the three filtered calls: the unfiltered call's checks, the
- * filter's, then the unfiltered call itself when the filter hides nothing. */
-static int filtered(feed_async *a, int kind, const char *fn, int64_t uid, const int64_t *authors,
-                    size_t n, int64_t score, int64_t id, size_t limit, const feed_filter *filter,
-                    feed_async_page_cb *cb, void *arg)
-{
-    feed_result probe = { 0 };
-    feed_areq *r;
-    int rc;
-
-    if (!a)
-        return FEED_EINVAL;
-    a->errmsg[0] = '\0';
-    if (kind == FEED_FILTER_NEWER)
-        rc = feed__newer_check(&a->core, a->errmsg, fn, score, id, limit, &probe);
-    else if (kind == FEED_FILTER_MERGED)
-        rc = feed__merged_check(&a->core, a->errmsg, fn, authors, n, score, id, limit, &probe);
-    else
-        rc = feed__page_check(&a->core, a->errmsg, fn, score, id, -1, limit, &probe);
-    if (rc != FEED_OK ||
-        (rc = feed__filter_check(&a->core, a->errmsg, fn, kind, filter)) != FEED_OK)
-        return rc;
-    if (feed__filter_empty(filter))
-        return kind == FEED_FILTER_NEWER ? feed_async_page_newer(a, uid, score, id, limit, cb, arg)
-             : kind == FEED_FILTER_MERGED ? feed_async_page_merged(a, uid, authors, n, score, id,
-                                                                   limit, cb, arg)
-             : feed_async_page(a, uid, score, id, limit, cb, arg);
-    if (!(r = feed__async_request(a, 0, FEED_API_PAGE, arg)))
-        return feed__msg(a->errmsg, FEED_ENOMEM, "%s: out of memory", fn);
-    r->cb.page = cb;
-    r->op = feed__filter_op(&a->core, r->err, kind, uid, authors, n, score, id, limit, filter,
-                            &r->result, &rc);
-    return launch(a, r, r->op ? FEED_OK : rc);
-}
-
 int feed_async_page_filtered(feed_async *a, int64_t uid, int64_t last_score, int64_t last_id,
                              size_t limit, const feed_filter *filter, feed_async_page_cb *cb,
                              void *arg)
 {
-    return filtered(a, FEED_FILTER_PAGE, "feed_async_page_filtered", uid, NULL, 0, last_score,
-                    last_id, limit, filter, cb, arg);
+    return pages(a, FEED_FILTER_PAGE, "feed_async_page_filtered", uid, NULL, 0, last_score,
+                 last_id, -1, limit, 1, filter, cb, NULL, arg);
 }
 
 int feed_async_page_merged_filtered(feed_async *a, int64_t uid, const int64_t *authors, size_t n,
                                     int64_t last_score, int64_t last_id, size_t limit,
                                     const feed_filter *filter, feed_async_page_cb *cb, void *arg)
 {
-    return filtered(a, FEED_FILTER_MERGED, "feed_async_page_merged_filtered", uid, authors, n,
-                    last_score, last_id, limit, filter, cb, arg);
+    return pages(a, FEED_FILTER_MERGED, "feed_async_page_merged_filtered", uid, authors, n,
+                 last_score, last_id, -1, limit, 1, filter, cb, NULL, arg);
 }
 
 int feed_async_page_newer_filtered(feed_async *a, int64_t uid, int64_t score, int64_t id,
                                    size_t limit, const feed_filter *filter,
                                    feed_async_page_cb *cb, void *arg)
 {
-    return filtered(a, FEED_FILTER_NEWER, "feed_async_page_newer_filtered", uid, NULL, 0, score,
-                    id, limit, filter, cb, arg);
+    return pages(a, FEED_FILTER_NEWER, "feed_async_page_newer_filtered", uid, NULL, 0, score,
+                 id, -1, limit, 1, filter, cb, NULL, arg);
 }

@@ -224,7 +224,6 @@ static int req_end(feed_areq *r, int rc)
     a->cur_err = r->err;
     switch (r->api) {
     case FEED_API_PAGE:
-    case FEED_API_RANKED:
         if (r->cb.page)
             r->cb.page(a, rc, page, r->arg);
         else if (r->cb.ranked)
@@ -691,19 +690,17 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %s", bad);
         return FEED_EINVAL;
     }
+    rc = FEED_ENOMEM;
+    snprintf(why, sizeof why, "out of memory");
     if (!(a = calloc(1, sizeof *a)) || feed__core_init(&a->core, cfg) != FEED_OK ||
         feed__topo_init(&a->core) != FEED_OK ||
-        !(a->kick = loop->timer_new(loop_data, kick_fired, a))) {
+        !(a->kick = loop->timer_new(loop_data, kick_fired, a)) ||
+        (rc = feed__tls_open(&a->core.cfg, &a->core.tls, why, sizeof why)) != FEED_OK) {
+        snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %.480s", why);
+        if (a && a->kick)
+            loop->timer_free(a->kick);
         if (a)
             feed__core_free(&a->core);
-        free(a);
-        snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: out of memory");
-        return FEED_ENOMEM;
-    }
-    if ((rc = feed__tls_open(&a->core.cfg, &a->core.tls, why, sizeof why)) != FEED_OK) {
-        snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %.480s", why);
-        loop->timer_free(a->kick);
-        feed__core_free(&a->core);
         free(a);
         return rc;
     }

@@ -36,7 +36,7 @@ typedef struct feed_tasks {
     feed_task *head, *tail;
 } feed_tasks;
 
-enum { FEED_API_PAGE, FEED_API_RANKED, FEED_API_DONE, FEED_API_HEALTH, FEED_API_INTERNAL };
+enum { FEED_API_PAGE, FEED_API_DONE, FEED_API_HEALTH, FEED_API_INTERNAL };
 
 /* One request on the loop: made by feed__async_request, freed only by
  * req_free (async.c), after its callback, or by feed__async_discard. */
@@ -50,7 +50,7 @@ typedef struct feed_areq {
     void              *timer;       /* wake-ups; made when first needed */
     feed_op           *op;
     int                api;         /* FEED_API_*; INTERNAL: no callback */
-    struct {                        /* the one api says */
+    struct {                        /* the one api says (a page: page or ranked) */
         feed_async_page_cb   *page;
         feed_async_ranked_cb *ranked;
         feed_async_done_cb   *done;

@@ -66,7 +66,7 @@ static void timer_free(void *p)
 
 typedef struct uv_watch_box {
     uv_poll_t p;
-    int started, events;
+    int events;
     void (*cb)(void *arg, int ready);
     void *arg;
 } uv_watch_box;
@@ -74,7 +74,8 @@ typedef struct uv_watch_box {
 static void poll_fired(uv_poll_t *h, int status, int events)
 {
     uv_watch_box *w = h->data;
-    int ready = (events & UV_READABLE ? FEED_LOOP_READ : 0) | (events & UV_WRITABLE ? FEED_LOOP_WRITE : 0);
+    int ready = (events & UV_READABLE ? FEED_LOOP_READ : 0) |
+                (events & UV_WRITABLE ? FEED_LOOP_WRITE : 0);
 
     /* An error (the socket broke): let libpq find out what. */
     w->cb(w->arg, status < 0 ? w->events : ready);

@@ -55,7 +55,6 @@ enum ra_state { RA_CONNECTING, RA_UP, RA_CLOSING, RA_GONE };
 struct feed_anode {
     redisAsyncContext *ac;
     const feed_loop   *loop;
-    void              *loop_data;
     void             **owner;   /* the pointer to clear when this stops taking trips */
     void              *timer;
     uint32_t           timeout_ms;
@@ -138,11 +137,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
             p->t->io = n->io;
             feed__msg_keep_n(p->t->why, sizeof p->t->why, n->why);
         }
-    } else if (p->t && !p->t->io) {
-        n->replied = 1;
-        p->t->reply(p->t->arg, p->t->got++, reply);
     } else {
         n->replied = 1;
+        if (p->t && !p->t->io)
+            p->t->reply(p->t->arg, p->t->got++, reply);
     }
     if (--p->left > 0)
         return;
@@ -227,7 +225,6 @@ feed_anode *feed__ra_connect(const feed_addr *a, const struct feed_tls *tls,
         return NULL;
     }
     n->loop = loop;
-    n->loop_data = loop_data;
     n->timeout_ms = timeout_ms;
     n->on_connect = done;
     n->connect_arg = arg;
@@ -337,9 +334,9 @@ void feed__ra_close(feed_anode *n, int io, const char *why)
 {
     enum ra_state was = n->state;
 
-    lose(n, was >= RA_CLOSING ? was : RA_CLOSING);
-    if (was >= RA_CLOSING)
+    if (was >= RA_CLOSING)      /* lose() already cleared the owner's pointer */
         return;
+    lose(n, RA_CLOSING);
     n->io = io;
     feed__msg_keep_n(n->why, sizeof n->why, why);
     n->loop->timer_stop(n->timer);
