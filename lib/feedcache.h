@@ -690,8 +690,8 @@ typedef struct feed_filter {
  * authors of cached items come from an index beside the copy, the sorted
  * set "<prefix>:2:{<uid>}:authors_z" read in the page's own round trip,
  * filled from PostgreSQL the first time an item is looked at (the hooks do
- * not know authors: an item inserted by a hook costs one lookup, once). Past the copy, PostgreSQL reads with the
- * hidden authors in the statement. A merged page leaves the hidden authors
+ * not know authors: an item inserted by a hook costs one lookup, once).
+ * Past the copy, PostgreSQL reads with the hidden authors in the statement. A merged page leaves the hidden authors
  * out of the merge (their copies are not read) and hides the reader's feed
  * items by their author. Cost and figures: docs/filter.md.
  *
