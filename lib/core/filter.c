@@ -116,7 +116,6 @@ typedef struct filter_op {
     char           rnum[3][24];     /* max, min, count */
     feed_item     *seen;            /* index entries read: {author, id} */
     size_t         nseen, seen_cap;
-    int            seen_nomem;
     const char   **argv;
     size_t        *lens, argc;
     char          *text;
@@ -283,10 +282,8 @@ static void filter_index_reply(filter_op *fo, const redisReply *r)
     if (fo->nseen + r->elements > fo->seen_cap) {
         size_t cap = fo->nseen + r->elements;
         feed_item *s = realloc(fo->seen, cap * sizeof *s);
-        if (!s) {
-            fo->seen_nomem = 1;         /* only a lookup more */
-            return;
-        }
+        if (!s)
+            return;                     /* no memory: only a lookup more */
         fo->seen = s;
         fo->seen_cap = cap;
     }
@@ -390,7 +387,7 @@ static void filter_batch_reply(void *arg, size_t i, const redisReply *r)
     filter_op *fo = arg;
 
     (void)i;
-    if (fo->op.state == F_AUTHORS)      /* LEARN's replies: best effort */
+    if (fo->op.state == F_AUTHORS)      /* LEARN's replies are not read: best effort */
         filter_index_reply(fo, r);
 }
 
