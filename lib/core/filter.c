@@ -100,7 +100,8 @@ typedef struct filter_op {
     int            sql_mode;        /* past the copy, hidden authors: FEED_SQL_FILTER */
     feed_item     *walk;            /* the chunk's items in walk order */
     int64_t       *author;          /* theirs: INT64_MIN unknown, AUTHOR_GONE */
-    unsigned char *need;            /* 1: the author is still to be found */
+    unsigned char *need;            /* 1: the author is still to be found (LEARN:
+                                       found, to be written to the index) */
     size_t         nwalk, cap;
     int            chunk_more;      /* the walk goes on past the chunk */
     int            chunk_cached;    /* the chunk came from the cached copy */
@@ -132,22 +133,17 @@ static enum feed_want filter_finish(filter_op *fo, int rc)
     return FEED_W_DONE;
 }
 
+static int by_value(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+
+    return (a > b) - (a < b);
+}
+
 static int filter_hidden_author(const filter_op *fo, int64_t a)
 {
-    size_t lo = 0, hi = fo->nhide;
-
-    if (a == AUTHOR_GONE)
-        return 1;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (fo->hide[mid] == a)
-            return 1;
-        if (fo->hide[mid] < a)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return 0;
+    return a == AUTHOR_GONE ||
+           (fo->nhide > 0 && bsearch(&a, fo->hide, fo->nhide, sizeof a, by_value) != NULL);
 }
 
 /* filter_visible: is walk item i shown? */
@@ -211,19 +207,13 @@ static enum feed_want filter_answer(filter_op *fo)
             fo->shown[fo->nshown - 1 - i] = t;
         }
     out->items = fo->shown;
-    out->count = fo->nshown;
-    out->has_more = fo->has_more;
-    out->source = fo->source;
     fo->shown = NULL;
+    feed__page_served(c, out, fo->nshown, fo->limit, fo->source);
+    out->has_more = fo->has_more;       /* the walk's position, not the last shown */
     if (fo->has_more || fo->kind == FEED_FILTER_NEWER) {
         out->next_score = fo->score;
         out->next_id = fo->id;
     }
-    c->stats.pages++;
-    if (fo->source == FEED_SOURCE_CACHE)
-        c->stats.cache_pages++;
-    else if (fo->source == FEED_SOURCE_DB)
-        c->stats.db_pages++;
     return filter_finish(fo, FEED_OK);
 }
 
@@ -275,8 +265,10 @@ static enum feed_want filter_take(filter_op *fo, int64_t now)
 /* The reply of an author index read (the rider's, or AUTHORS'): its entries
  * into fo->seen. Entries that are not "<author>:<member>" are skipped: the
  * lookup finds those items' authors. */
-static void filter_index_reply(filter_op *fo, const redisReply *r)
+static void filter_index_reply(void *arg, const redisReply *r)
 {
+    filter_op *fo = arg;
+
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
         return;
     if (fo->nseen + r->elements > fo->seen_cap) {
@@ -334,19 +326,15 @@ static size_t filter_index_apply(filter_op *fo)
     return needed;
 }
 
-/* The rider: the index from the cursor down, in the page read's batch. */
-static int filter_rider_build(void *arg, const char ***argv, const size_t **lens)
+/* The index read filter_index_read put in fo->rargv: the rider's command
+ * in the page read's batch, and AUTHORS' only command. */
+static int filter_index_build(void *arg, const char ***argv, const size_t **lens)
 {
     filter_op *fo = arg;
 
     *argv = fo->rargv;
     *lens = fo->rlens;
     return 7;
-}
-
-static void filter_rider_reply(void *arg, const redisReply *r)
-{
-    filter_index_reply(arg, r);
 }
 
 /* ZREVRANGEBYSCORE key max min LIMIT 0 count in fo->rargv. */
@@ -366,7 +354,7 @@ static int filter_batch_build(void *arg, size_t i, const char ***argv, const siz
     filter_op *fo = arg;
 
     if (fo->op.state == F_AUTHORS)
-        return filter_rider_build(arg, argv, lens);
+        return filter_index_build(arg, argv, lens);
     if (i == 1) {                       /* LEARN: the trim, then PEXPIRE */
         *argv = fo->expire;
         *lens = fo->expire_lens;
@@ -454,12 +442,12 @@ static enum feed_want filter_ask_lookup(filter_op *fo)
 }
 
 /* ZADD key score "<author>:<member>" ... for the authors just found
- * (learnt[w]), the index trimmed to its newest FILTER_INDEX_CAP entries,
+ * (need[w] set by filter_looked_up), the index trimmed to its newest FILTER_INDEX_CAP entries,
  * with the copy's TTL. Only those of items of the cached copy: items past it
  * (a chunk from SQL) would only make the index larger than the copy. A NULL
  * author is kept too, as the empty string: else an item whose author is
  * NULL would be looked up in PostgreSQL on every page that examines it. */
-static enum feed_want filter_ask_learn(filter_op *fo, const unsigned char *learnt)
+static enum feed_want filter_ask_learn(filter_op *fo)
 {
     feed_core *c = fo->op.c;
     const char *tail[7] = { "ZREMRANGEBYRANK", fo->key, "0", fo->rnum[2],
@@ -473,7 +461,7 @@ static enum feed_want filter_ask_learn(filter_op *fo, const unsigned char *learn
     fo->lens[a++] = strlen(fo->key);
     for (size_t w = 0; w < fo->nwalk; w++) {
         size_t n = 0;
-        if (!learnt[w])
+        if (!fo->need[w])
             continue;
         fo->lens[a] = feed__i64_to_str(fo->walk[w].score, t);
         fo->argv[a++] = t;
@@ -495,49 +483,43 @@ static enum feed_want filter_ask_learn(filter_op *fo, const unsigned char *learn
     return filter_send(fo, F_LEARN, strcmp(c->ttl_ms, "0") != 0 ? 3 : 2);
 }
 
+/* A statement's rows and their authors freed (the author lookup's, or
+ * FEED_SQL_FILTER's). */
+static void filter_sql_drop(feed_sql *q)
+{
+    free(q->row_authors);
+    q->row_authors = NULL;
+    feed__rows_free(&q->rows);
+}
+
 /* The lookup answered: each item asked for gets its author, or is gone. */
 static enum feed_want filter_looked_up(filter_op *fo, int64_t now)
 {
     feed_sql *q = &fo->op.sql;
     int64_t *found_author = q->row_authors;
-    unsigned char *learnt;
     size_t nlearnt = 0;
 
     if (fo->op.sql_rc != FEED_OK) {
-        free(q->row_authors);
-        q->row_authors = NULL;
+        filter_sql_drop(q);
         return filter_finish(fo, fo->op.sql_rc);
     }
     /* Sort the (0, id) rows by id, carrying their authors in the score. */
     for (size_t r = 0; r < q->rows.count; r++)
         q->rows.items[r].score = found_author[r];
     qsort(q->rows.items, q->rows.count, sizeof *q->rows.items, by_id);
-    free(q->row_authors);
-    q->row_authors = NULL;
-    learnt = calloc(fo->nwalk + 1, 1);
-    if (!learnt) {
-        feed__rows_free(&q->rows);
-        return filter_finish(fo, feed__msg(fo->op.err, FEED_ENOMEM, "out of memory"));
-    }
     for (size_t w = 0; w < fo->nwalk; w++) {
         feed_item key = { 0, fo->walk[w].id }, *hit;
         if (!fo->need[w])
             continue;
         hit = bsearch(&key, q->rows.items, q->rows.count, sizeof key, by_id);
         fo->author[w] = hit ? hit->score : AUTHOR_GONE;
-        fo->need[w] = 0;
-        if (hit && hit->score != AUTHOR_GONE && fo->chunk_cached) {    /* NULL ones too */
-            learnt[w] = 1;
-            nlearnt++;
-        }
+        /* need[w] now says the author was learnt: NULL ones too */
+        fo->need[w] = hit && hit->score != AUTHOR_GONE && fo->chunk_cached;
+        nlearnt += fo->need[w];
     }
-    feed__rows_free(&q->rows);
-    if (nlearnt > 0) {
-        enum feed_want w = filter_ask_learn(fo, learnt);
-        free(learnt);
-        return w;
-    }
-    free(learnt);
+    filter_sql_drop(q);
+    if (nlearnt > 0)
+        return filter_ask_learn(fo);
     return filter_take(fo, now);
 }
 
@@ -685,15 +667,11 @@ static enum feed_want filter_sql_answered(filter_op *fo, int64_t now)
         return FEED_W_SQL;
     }
     if (rc != FEED_OK) {
-        free(q->row_authors);
-        q->row_authors = NULL;
-        feed__rows_free(&q->rows);
+        filter_sql_drop(q);
         return filter_finish(fo, feed__db_outcome(fo->op.err, rc, 0, ""));
     }
     if ((rc = filter_walk_room(fo, q->rows.count + 1)) != FEED_OK) {
-        free(q->row_authors);
-        q->row_authors = NULL;
-        feed__rows_free(&q->rows);
+        filter_sql_drop(q);
         return filter_finish(fo, rc);
     }
     for (size_t i = 0; i < q->rows.count; i++) {
@@ -705,9 +683,7 @@ static enum feed_want filter_sql_answered(filter_op *fo, int64_t now)
     fo->sql_scanned = q->scanned;
     fo->sql_last = q->last;
     fo->chunk_more = q->scanned > 0 && (size_t)q->scanned >= (size_t)q->params[3];
-    free(q->row_authors);
-    q->row_authors = NULL;
-    feed__rows_free(&q->rows);
+    filter_sql_drop(q);
     fo->source = FEED_SOURCE_DB;
     return filter_take(fo, now);
 }
@@ -758,7 +734,7 @@ static enum feed_want filter_next_chunk(filter_op *fo, int64_t now)
             if (!fo->first)
                 feed__i64_to_str(fo->score, fo->rnum[0]);
             filter_index_read(fo, fo->first ? "+inf" : fo->rnum[0], "-inf", n + n / 16 + 2);
-            fo->rider = (feed_rider){ fo, filter_rider_build, filter_rider_reply };
+            fo->rider = (feed_rider){ fo, filter_index_build, filter_index_reply };
             feed__page_ride((feed_page_op *)fo->inner, &fo->rider);
         }
     }
@@ -818,8 +794,7 @@ static void filter_free(feed_op *op)
     }
     feed_result_free(&fo->chunk);
     feed__sqlpage_end(&fo->sp);
-    free(op->sql.row_authors);
-    feed__rows_free(&op->sql.rows);
+    filter_sql_drop(&op->sql);
     free(fo->merge);
     free(fo->hide);
     free(fo->shown);
@@ -859,13 +834,6 @@ int feed__filter_check(const feed_core *c, char *err, const char *fn, int kind,
 int feed__filter_empty(const feed_filter *filter)
 {
     return !filter || (filter->n_hide_authors == 0 && !filter->keep);
-}
-
-static int by_value(const void *x, const void *y)
-{
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-
-    return (a > b) - (a < b);
 }
 
 /* Sort and dedupe v[0 .. n) in place; returns the count left. */
