@@ -1522,21 +1522,30 @@ int main(void)
             ok(n > 0 && ttl > 0, "uid %lld: the author index beside the copy holds %lld"
                " authors and expires (PTTL %lld)", (long long)uid, n, ttl);
         }
-        {   /* its authors known, a warm filtered page is one round trip */
+        {   /* its authors known, a warm filtered page is one round trip. An
+             * attempt during which the handle reconnected or met a Redis error
+             * (a timeout on a loaded machine) proves nothing and is made again,
+             * at most 3 times. */
             int64_t nobody = 999999;
             feed_filter none = { &nobody, 1, NULL, NULL };
             feed_stats s0, s1;
             feed_result r;
-            int rc1, rc2;
-            feed_stats_get(f, &s0);
-            rc1 = feed_page_filtered(f, 1, FEED_FIRST, 0, 7, &none, &r);
-            if (rc1 == FEED_OK)
-                feed_result_free(&r);
-            feed_stats_get(f, &s1);
+            int rc1 = FEED_OK, rc2, clean = 0;
+            for (int attempt = 0; attempt < 3 && !clean && rc1 == FEED_OK; attempt++) {
+                feed_stats_get(f, &s0);
+                rc1 = feed_page_filtered(f, 1, FEED_FIRST, 0, 7, &none, &r);
+                if (rc1 == FEED_OK)
+                    feed_result_free(&r);
+                feed_stats_get(f, &s1);
+                clean = s1.redis_connects == s0.redis_connects &&
+                        s1.redis_errors == s0.redis_errors;
+                if (!clean)
+                    tap_diag("attempt %d reconnected or met a Redis error: again", attempt);
+            }
             rc2 = rc1 == FEED_OK ? feed_page_filtered(f, 2, FEED_FIRST, 0, 7, &none, &r) : rc1;
             if (rc2 == FEED_OK)
                 feed_result_free(&r);
-            ok(rc2 == FEED_OK && s1.redis_calls - s0.redis_calls == 1 &&
+            ok(rc2 == FEED_OK && clean && s1.redis_calls - s0.redis_calls == 1 &&
                s1.sql_queries == s0.sql_queries, "a warm filtered page whose authors the index"
                " knows: one Redis round trip (%llu), no statement (%llu)",
                (unsigned long long)(s1.redis_calls - s0.redis_calls),
