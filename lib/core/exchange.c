@@ -157,21 +157,31 @@ static int xchg_check_kind(const feed_xchg *x)
     return !xchg_cluster(x) && cfg->redis_sentinels ? FEED_XK_ROLE : 0;
 }
 
+/* Which of the library's scripts (FEED_SCRIPT_*) a command runs, by its
+ * SHA; -1 when it is not an EVALSHA of one. */
+static int xchg_script(const feed_xchg *x, int argc, const char **argv, const size_t *lens)
+{
+    if (argc < 2 || lens[0] != 7 || memcmp(argv[0], "EVALSHA", 7) != 0 || lens[1] != 40)
+        return -1;
+    for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
+        if (memcmp(argv[1], x->c->sha[s], 40) == 0)
+            return s;
+    return -1;
+}
+
 /* The batch's name in messages: its first command, or its script. Only
  * a message needs it: built again then. */
 static const char *xchg_what(feed_xchg *x)
 {
     const char **argv;
     const size_t *lens;
-    int argc;
+    int argc, s;
 
     if (x->b->n == 0)
         return "?";
     argc = x->b->build(x->b->arg, 0, &argv, &lens);
-    if (argc > 1 && strcmp(argv[0], "EVALSHA") == 0)
-        for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
-            if (strncmp(argv[1], x->c->sha[s], 40) == 0)
-                return feed__script_name(s);
+    if ((s = xchg_script(x, argc, argv, lens)) >= 0)
+        return feed__script_name(s);
     snprintf(x->what, sizeof x->what, "%.*s", argc > 0 ? (int)lens[0] : 1,
              argc > 0 ? argv[0] : "?");
     return x->what;
@@ -262,21 +272,17 @@ static int xchg_reads(const feed_xchg *x)
 }
 
 /* Command i of a batch that reads: must its slot's copies be known right?
- * Yes unless it only drops a copy (DEL, UNLINK, invalidate.lua). Asked
- * only off the hot path: when the slot is not yet trusted, or on ASK. */
+ * Yes unless it only drops a copy (DEL, invalidate.lua). Asked only off
+ * the hot path: when the slot is not yet trusted, or on ASK. */
 static int xchg_trusting(feed_xchg *x, size_t i)
 {
     const char **argv;
     const size_t *lens;
     int argc = x->b->build(x->b->arg, i, &argv, &lens);
 
-    if (argc < 1)
-        return 1;
-    if ((lens[0] == 3 && memcmp(argv[0], "DEL", 3) == 0) ||
-        (lens[0] == 6 && memcmp(argv[0], "UNLINK", 6) == 0))
+    if (argc > 0 && lens[0] == 3 && memcmp(argv[0], "DEL", 3) == 0)
         return 0;
-    return !(argc > 1 && lens[0] == 7 && memcmp(argv[0], "EVALSHA", 7) == 0 && lens[1] == 40 &&
-             memcmp(argv[1], x->c->sha[FEED_SCRIPT_INVALIDATE], 40) == 0);
+    return xchg_script(x, argc, argv, lens) != FEED_SCRIPT_INVALIDATE;
 }
 
 /* One reply of a batch command: final, or what the next pass needs. */
@@ -347,13 +353,9 @@ static void xchg_command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redi
     case FEED_V_NOSCRIPT: {     /* which script: the command's SHA says */
         const char **argv;
         const size_t *lens;
-        int argc = b->build(b->arg, i, &argv, &lens);
+        int argc = b->build(b->arg, i, &argv, &lens), s = xchg_script(x, argc, argv, lens);
         x->pass |= FEED_XP_NOSCRIPT;
-        for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
-            if (argc > 1 && strncmp(argv[1], x->c->sha[s], 40) == 0)
-                n->reload |= 1u << s;
-        if (!n->reload)
-            n->reload = (1u << FEED_SCRIPT_COUNT) - 1;
+        n->reload |= s >= 0 ? 1u << s : (1u << FEED_SCRIPT_COUNT) - 1;
         break;
     }
     }
