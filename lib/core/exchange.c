@@ -629,7 +629,7 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
             return xchg_map_next(x, now);
         }
         x->state = XCHG_ROUTE;
-        if (!(x->b->flags & (FEED_B_REPAIR | FEED_B_NODE)) && feed__repairs_pending(x->c)) {
+        if (!(x->b->flags & (FEED_B_REPAIR | FEED_B_NODE)) && feed__repairs_pending()) {
             x->repair_gen = feed__repair_gen();
             return FEED_X_REPAIR;
         }
@@ -651,9 +651,8 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
     }
 }
 
-void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
+void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why)
 {
-    (void)now;
     if (x->state == XCHG_CONNECT) {       /* feed_open's connect: the set-up's word */
         if (rc != FEED_OK)
             feed__msg(x->err, rc, "%s", why);
