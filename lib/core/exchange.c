@@ -653,14 +653,9 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
 
 void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why)
 {
-    if (x->state == XCHG_CONNECT) {       /* feed_open's connect: the set-up's word */
-        if (rc != FEED_OK)
-            feed__msg(x->err, rc, "%s", why);
-        xchg_done(x, rc);
-        return;
-    }
-    if (rc == FEED_ENOMEM) {
-        xchg_done(x, feed__msg(x->err, FEED_ENOMEM, "%s", why));
+    /* feed_open's connect, or no memory: the set-up's word ends the batch. */
+    if (x->state == XCHG_CONNECT || rc == FEED_ENOMEM) {
+        xchg_done(x, rc == FEED_OK ? FEED_OK : feed__msg(x->err, rc, "%s", why));
         return;
     }
     if (x->state == XCHG_MAP_SETUP) {
