@@ -84,11 +84,8 @@ static enum feed_xwant xchg_give_up(feed_xchg *x, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     x->c->stats.redis_errors++;
-    if (xchg_cluster(x))
-        feed__msg(x->err, FEED_EREDIS, "Redis Cluster: %s", why);
-    else
-        feed__msg(x->err, FEED_EREDIS, "%s", why);
-    return xchg_done(x, FEED_EREDIS);
+    return xchg_done(x, feed__msg(x->err, FEED_EREDIS, xchg_cluster(x) ? "Redis Cluster: %s"
+                                  : "%s", why));
 }
 
 void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err, int64_t now)
@@ -108,8 +105,7 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
     x->cmds = b->n <= sizeof x->small / sizeof x->small[0] ? x->small
                                                             : calloc(b->n, sizeof *x->cmds);
     if (!x->cmds) {
-        feed__msg(err, FEED_ENOMEM, "out of memory for a pipeline of %zu", b->n);
-        xchg_done(x, FEED_ENOMEM);
+        xchg_done(x, feed__msg(err, FEED_ENOMEM, "out of memory for a pipeline of %zu", b->n));
         return;
     }
     for (size_t i = 0; i < b->n; i++) {
