@@ -434,7 +434,7 @@ typedef struct feed_xchg {
     int               map_rc, map_fail_rc;
     int               map_phase;    /* slot map refresh: the candidates walked */
     size_t            map_i;
-    int               map_node;     /* the node asked now; -1 none */
+    int               map_node;     /* the node asked now (xchg_map_next) */
     /* Buffers, not cleared at the start (the fields above are). */
     char              why[200];
     feed_xcmd         small[4];

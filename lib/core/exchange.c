@@ -99,7 +99,6 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
     x->b = b;
     x->err = err;
     x->deadline = now + c->cfg.redis_timeout_ms;
-    x->map_node = -1;
     x->trips = &x->one_trip;
     x->trips_cap = 1;
     x->cmds = b->n <= sizeof x->small / sizeof x->small[0] ? x->small
