@@ -434,7 +434,7 @@ typedef struct feed_xchg {
     int               map_rc, map_fail_rc;
     int               map_phase;    /* slot map refresh: the candidates walked */
     size_t            map_i;
-    int               map_node;     /* the node asked now; -1 none */
+    int               map_node;     /* the node asked now (xchg_map_next) */
     /* Buffers, not cleared at the start (the fields above are). */
     char              why[200];
     feed_xcmd         small[4];
@@ -449,7 +449,7 @@ typedef struct feed_xchg {
 /* Start an exchange of batch b for a request whose message buffer is err. */
 void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err, int64_t now);
 enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now);
-void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now);
+void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why);
 void feed__xchg_pass_done(feed_xchg *x, int64_t now);
 void feed__xchg_end(feed_xchg *x);      /* free what it holds; any state */
 /* The repairs x waited for were another request's, taken before x asked
@@ -468,7 +468,7 @@ void feed__xchg_repair_again(feed_xchg *x);
 int  feed__repair_remember(const feed_core *c, int fam, int64_t owner);
 /* The repair list's generation: it grows with every loss remembered. */
 uint64_t feed__repair_gen(void);
-int  feed__repairs_pending(const feed_core *c);
+int  feed__repairs_pending(void);
 int  feed__repair_slot_pending(const feed_core *c, unsigned slot);
 void feed__repair_forget(void);   /* tests only */
 uint64_t feed__store_of(const feed_config *cfg);

@@ -84,11 +84,8 @@ static enum feed_xwant xchg_give_up(feed_xchg *x, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     x->c->stats.redis_errors++;
-    if (xchg_cluster(x))
-        feed__msg(x->err, FEED_EREDIS, "Redis Cluster: %s", why);
-    else
-        feed__msg(x->err, FEED_EREDIS, "%s", why);
-    return xchg_done(x, FEED_EREDIS);
+    return xchg_done(x, feed__msg(x->err, FEED_EREDIS, xchg_cluster(x) ? "Redis Cluster: %s"
+                                  : "%s", why));
 }
 
 void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err, int64_t now)
@@ -102,14 +99,12 @@ void feed__xchg_begin(feed_xchg *x, feed_core *c, const feed_batch *b, char *err
     x->b = b;
     x->err = err;
     x->deadline = now + c->cfg.redis_timeout_ms;
-    x->map_node = -1;
     x->trips = &x->one_trip;
     x->trips_cap = 1;
     x->cmds = b->n <= sizeof x->small / sizeof x->small[0] ? x->small
                                                             : calloc(b->n, sizeof *x->cmds);
     if (!x->cmds) {
-        feed__msg(err, FEED_ENOMEM, "out of memory for a pipeline of %zu", b->n);
-        xchg_done(x, FEED_ENOMEM);
+        xchg_done(x, feed__msg(err, FEED_ENOMEM, "out of memory for a pipeline of %zu", b->n));
         return;
     }
     for (size_t i = 0; i < b->n; i++) {
@@ -157,21 +152,31 @@ static int xchg_check_kind(const feed_xchg *x)
     return !xchg_cluster(x) && cfg->redis_sentinels ? FEED_XK_ROLE : 0;
 }
 
+/* Which of the library's scripts (FEED_SCRIPT_*) a command runs, by its
+ * SHA; -1 when it is not an EVALSHA of one. */
+static int xchg_script(const feed_xchg *x, int argc, const char **argv, const size_t *lens)
+{
+    if (argc < 2 || lens[0] != 7 || memcmp(argv[0], "EVALSHA", 7) != 0 || lens[1] != 40)
+        return -1;
+    for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
+        if (memcmp(argv[1], x->c->sha[s], 40) == 0)
+            return s;
+    return -1;
+}
+
 /* The batch's name in messages: its first command, or its script. Only
  * a message needs it: built again then. */
 static const char *xchg_what(feed_xchg *x)
 {
     const char **argv;
     const size_t *lens;
-    int argc;
+    int argc, s;
 
     if (x->b->n == 0)
         return "?";
     argc = x->b->build(x->b->arg, 0, &argv, &lens);
-    if (argc > 1 && strcmp(argv[0], "EVALSHA") == 0)
-        for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
-            if (strncmp(argv[1], x->c->sha[s], 40) == 0)
-                return feed__script_name(s);
+    if ((s = xchg_script(x, argc, argv, lens)) >= 0)
+        return feed__script_name(s);
     snprintf(x->what, sizeof x->what, "%.*s", argc > 0 ? (int)lens[0] : 1,
              argc > 0 ? argv[0] : "?");
     return x->what;
@@ -262,21 +267,17 @@ static int xchg_reads(const feed_xchg *x)
 }
 
 /* Command i of a batch that reads: must its slot's copies be known right?
- * Yes unless it only drops a copy (DEL, UNLINK, invalidate.lua). Asked
- * only off the hot path: when the slot is not yet trusted, or on ASK. */
+ * Yes unless it only drops a copy (DEL, invalidate.lua). Asked only off
+ * the hot path: when the slot is not yet trusted, or on ASK. */
 static int xchg_trusting(feed_xchg *x, size_t i)
 {
     const char **argv;
     const size_t *lens;
     int argc = x->b->build(x->b->arg, i, &argv, &lens);
 
-    if (argc < 1)
-        return 1;
-    if ((lens[0] == 3 && memcmp(argv[0], "DEL", 3) == 0) ||
-        (lens[0] == 6 && memcmp(argv[0], "UNLINK", 6) == 0))
+    if (argc > 0 && lens[0] == 3 && memcmp(argv[0], "DEL", 3) == 0)
         return 0;
-    return !(argc > 1 && lens[0] == 7 && memcmp(argv[0], "EVALSHA", 7) == 0 && lens[1] == 40 &&
-             memcmp(argv[1], x->c->sha[FEED_SCRIPT_INVALIDATE], 40) == 0);
+    return xchg_script(x, argc, argv, lens) != FEED_SCRIPT_INVALIDATE;
 }
 
 /* One reply of a batch command: final, or what the next pass needs. */
@@ -347,13 +348,9 @@ static void xchg_command_reply(feed_xchg *x, feed_xtrip *t, size_t i, const redi
     case FEED_V_NOSCRIPT: {     /* which script: the command's SHA says */
         const char **argv;
         const size_t *lens;
-        int argc = b->build(b->arg, i, &argv, &lens);
+        int argc = b->build(b->arg, i, &argv, &lens), s = xchg_script(x, argc, argv, lens);
         x->pass |= FEED_XP_NOSCRIPT;
-        for (int s = 0; s < FEED_SCRIPT_COUNT; s++)
-            if (argc > 1 && strncmp(argv[1], x->c->sha[s], 40) == 0)
-                n->reload |= 1u << s;
-        if (!n->reload)
-            n->reload = (1u << FEED_SCRIPT_COUNT) - 1;
+        n->reload |= s >= 0 ? 1u << s : (1u << FEED_SCRIPT_COUNT) - 1;
         break;
     }
     }
@@ -627,7 +624,7 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
             return xchg_map_next(x, now);
         }
         x->state = XCHG_ROUTE;
-        if (!(x->b->flags & (FEED_B_REPAIR | FEED_B_NODE)) && feed__repairs_pending(x->c)) {
+        if (!(x->b->flags & (FEED_B_REPAIR | FEED_B_NODE)) && feed__repairs_pending()) {
             x->repair_gen = feed__repair_gen();
             return FEED_X_REPAIR;
         }
@@ -649,17 +646,11 @@ enum feed_xwant feed__xchg_next(feed_xchg *x, int64_t now)
     }
 }
 
-void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why, int64_t now)
+void feed__xchg_setup_done(feed_xchg *x, int rc, const char *why)
 {
-    (void)now;
-    if (x->state == XCHG_CONNECT) {       /* feed_open's connect: the set-up's word */
-        if (rc != FEED_OK)
-            feed__msg(x->err, rc, "%s", why);
-        xchg_done(x, rc);
-        return;
-    }
-    if (rc == FEED_ENOMEM) {
-        xchg_done(x, feed__msg(x->err, FEED_ENOMEM, "%s", why));
+    /* feed_open's connect, or no memory: the set-up's word ends the batch. */
+    if (x->state == XCHG_CONNECT || rc == FEED_ENOMEM) {
+        xchg_done(x, rc == FEED_OK ? FEED_OK : feed__msg(x->err, rc, "%s", why));
         return;
     }
     if (x->state == XCHG_MAP_SETUP) {

@@ -97,11 +97,11 @@ static unsigned hook_slot(const feed_hook_op *h)
     return h->op.c->topo.cluster ? feed__uid_slot(h->uid) : 0;
 }
 
-static enum feed_want hook_send(feed_hook_op *h, int state, size_t n)
+static enum feed_want hook_send(feed_hook_op *h, int state)
 {
     h->op.state = state;
     h->bad = 0;
-    h->op.batch = (feed_batch){ .n = n, .flags = FEED_B_HOOK, .slot = hook_slot(h), .arg = h,
+    h->op.batch = (feed_batch){ .n = 1, .flags = FEED_B_HOOK, .slot = hook_slot(h), .arg = h,
                                 .build = hook_build, .reply = hook_reply };
     return FEED_W_REDIS;
 }
@@ -132,23 +132,23 @@ static enum feed_want hook_start(feed_hook_op *h)
         set_args(h, 8, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_INSERT], "2", h->key,
                                          h->lease_key, h->num, h->member, h->max_len });
         h->lens[6] = mlen;
-        return hook_send(h, S_SENT, 1);
+        return hook_send(h, S_SENT);
     case FEED_HOOK_DELETE:
         /* The empty TTL: a delete that empties a complete feed. */
         mlen = feed__member_encode(h->id, h->member);
         set_args(h, 7, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_DELETE], "2", h->key,
                                          h->lease_key, h->member, c->empty_ttl_ms });
         h->lens[5] = mlen;
-        return hook_send(h, S_SENT, 1);
+        return hook_send(h, S_SENT);
     case FEED_HOOK_INVALIDATE:
         set_args(h, 3, (const char *[]){ "DEL", h->key, h->lease_key });
-        return hook_send(h, S_SENT, 1);
+        return hook_send(h, S_SENT);
     default:
         /* A reload takes the lease outright (a reader's rebuild in flight
          * then fails to install, harmlessly) and rebuilds as a miss would. */
         feed__lease_token(c->token_seed, &c->token_seq, h->token);
         set_args(h, 5, (const char *[]){ "SET", h->lease_key, h->token, "PX", c->lease_ms });
-        return hook_send(h, S_LEASED, 1);
+        return hook_send(h, S_LEASED);
     }
 }
 
@@ -179,7 +179,7 @@ static enum feed_want hook_step(feed_op *op, int64_t now)
              * reload's reason to exist, so it is dropped. An absent feed is
              * always correct. */
             set_args(h, 2, (const char *[]){ "DEL", h->key });
-            return hook_send(h, S_SENT, 1);
+            return hook_send(h, S_SENT);
         }
         return noted(h, rc);
     default:

@@ -105,20 +105,17 @@ static void install_reply(feed_install *in, feed_core *c, size_t i, const redisR
 {
     if (in->failed)
         return;
-    if (r->type == REDIS_REPLY_ERROR) {
-        c->stats.redis_errors++;
+    if (r->type != REDIS_REPLY_ERROR && (i < 2 || r->type == REDIS_REPLY_INTEGER)) {
+        in->installed |= i == 2 && r->integer == 1;
+        return;
+    }
+    c->stats.redis_errors++;
+    in->failed = 1;
+    if (r->type == REDIS_REPLY_ERROR)
         feed__msg(err, FEED_EREDIS, "Redis %s: %s", i == 0 ? "ZADD" : i == 1 ? "PEXPIRE"
                   : "rebuild.lua", r->str);
-        in->failed = 1;
-    } else if (i == 2) {
-        if (r->type != REDIS_REPLY_INTEGER) {
-            c->stats.redis_errors++;
-            feed__msg(err, FEED_EREDIS, "Redis rebuild.lua: unexpected reply type %d", r->type);
-            in->failed = 1;
-        } else if (r->integer == 1) {
-            in->installed = 1;
-        }
-    }
+    else
+        feed__msg(err, FEED_EREDIS, "Redis rebuild.lua: unexpected reply type %d", r->type);
 }
 
 /* ---- The machine ---------------------------------------------------------- */

@@ -122,9 +122,8 @@ uint64_t feed__repair_gen(void)
     return gen;
 }
 
-int feed__repairs_pending(const feed_core *c)
+int feed__repairs_pending(void)
 {
-    (void)c;
     return atomic_load(&repair_pending) > 0;
 }
 
@@ -135,7 +134,7 @@ int feed__repair_slot_pending(const feed_core *c, unsigned slot)
 {
     int found = 0;
 
-    if (!feed__repairs_pending(c))
+    if (!feed__repairs_pending())
         return 0;
     pthread_mutex_lock(&repair_lock);
     for (size_t i = 0; i < repair_count && !found; i++)

@@ -423,7 +423,6 @@ static void setup_free(feed_asetup *su)
 static void setup_done(feed_asetup *su)
 {
     feed_async *a = su->a;
-    int64_t now = feed__now_ms();
     feed_task *t, *next;
 
     for (t = a->on[FEED_AT_SETUP].head; t; t = next) {
@@ -433,7 +432,7 @@ static void setup_done(feed_asetup *su)
             continue;
         if (!(w->x.setup_kind == FEED_SETUP_FULL && su->s.kind == FEED_SETUP_HELLO &&
               su->s.rc == FEED_OK))
-            feed__xchg_setup_done(&w->x, su->s.rc, su->s.err, now);
+            feed__xchg_setup_done(&w->x, su->s.rc, su->s.err);
         task_move(a, t, FEED_AT_READY);
     }
     setup_free(su);
@@ -524,7 +523,7 @@ static void need_setup(feed_areq *r)
         task_move(a, &r->task, FEED_AT_SETUP);
         return;
     }
-    feed__xchg_setup_done(&r->x, FEED_ENOMEM, "out of memory for a connection", feed__now_ms());
+    feed__xchg_setup_done(&r->x, FEED_ENOMEM, "out of memory for a connection");
     task_move(a, &r->task, FEED_AT_READY);
 }
 

@@ -131,7 +131,7 @@ static int sync_batch(feed *f, const feed_batch *b, char *err, int64_t *clock)
         case FEED_X_SETUP: {
             char why[FEED_ERRMSG];
             rc = sync_setup(f, x.setup_node, x.setup_kind, x.setup_slot, why);
-            feed__xchg_setup_done(&x, rc, why, feed__now_ms());
+            feed__xchg_setup_done(&x, rc, why);
             break;
         }
         case FEED_X_PASS:

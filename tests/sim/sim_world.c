@@ -586,7 +586,7 @@ static int sim_advance(sim_world *w, sim_client *cl)
                 feed__setup_end(s);
                 free(s);
                 f->setup = NULL;
-                feed__xchg_setup_done(&f->x, rc, why, w->now);
+                feed__xchg_setup_done(&f->x, rc, why);
                 continue;
             }
             case FEED_S_CONNECT:
@@ -1068,7 +1068,7 @@ static void sim_asetup_run(sim_world *w, sim_ahandle *h, int node)
                     break;
                 if (!(first->frames[0].x.setup_kind == FEED_SETUP_FULL &&
                       s->kind == FEED_SETUP_HELLO && s->rc == FEED_OK))
-                    feed__xchg_setup_done(&first->frames[0].x, s->rc, s->err, w->now);
+                    feed__xchg_setup_done(&first->frames[0].x, s->rc, s->err);
                 sim_aready(h, first);
             }
             feed__setup_end(s);
@@ -2042,7 +2042,7 @@ static int sim_settled(sim_world *w)
         feed_node *n = w->cl[i].c->topo.nodes[0];
         ready |= n->state == FEED_NODE_READY && sim_conn_server(w, n->io) == w->prim;
     }
-    return ready && !feed__repairs_pending(w->cl[0].c) &&
+    return ready && !feed__repairs_pending() &&
            (!w->sync || w->sync_done == w->nwrites);
 }
 
