@@ -7,13 +7,6 @@
 
 #include "core/core.h"
 
-/* The defaults are settings.c's table. */
-void feed_config_init(feed_config *cfg)
-{
-    if (cfg)
-        feed__config_defaults(cfg);
-}
-
 const char *feed_strerror(int code)
 {
     switch (code) {

@@ -205,12 +205,11 @@ uint64_t feed__map_stamp(const feed_topo *t);
 const char *feed__config_check(const feed_config *c, char *why, size_t len);
 int  feed__core_init(feed_core *c, const feed_config *cfg);   /* FEED_OK or FEED_ENOMEM */
 void feed__core_free(feed_core *c);
-/* settings.c: the table of feed_config's fields. feed__config_defaults is
- * feed_config_init's; feed__config_fields_check is each field's own check
+/* settings.c: the table of feed_config's fields (feed_config_init reads
+ * its defaults). feed__config_fields_check is each field's own check
  * (NULL or why, written into why[0..len)); feed__config_set is
  * feed_config_set's, its message into err (FEED_ERRMSG bytes);
  * feed__config_string is field i when it is a string (else NULL). */
-void         feed__config_defaults(feed_config *c);
 const char  *feed__config_fields_check(const feed_config *c, char *why, size_t len);
 int          feed__config_set(feed_config *c, const char *name, const char *value, char *err);
 const char **feed__config_string(feed_config *c, size_t i);
