@@ -223,8 +223,7 @@ int  feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
  * longest such time over the Redis nodes that are down. */
 uint32_t feed__retry_left(const feed_core *c, int64_t attempt_ms, int64_t now);
 uint32_t feed__redis_retry_left(const feed_core *c, int64_t now);
-/* The end of a read that PostgreSQL answered instead of Redis (redis_failed:
- * Redis could not answer either; redis_msg: why). */
+/* The end of a read that PostgreSQL answered instead of Redis. */
 int  feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg);
 
 /* A batch of rows from SQL, in (score DESC, id DESC) order. */
