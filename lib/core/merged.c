@@ -705,9 +705,8 @@ static void merged_free(feed_op *op)
         feed__rows_free(&m->src[k].rows);
     feed__rebuild_free(&m->rb);
     feed__sqlpage_end(&m->sp);
-    if (m->tagged)
-        for (size_t j = 0; j < m->n; j++)
-            feed__rows_free(&m->tagged[j]);
+    if (m->tagged)              /* rows only of the last statement's sources */
+        tagged_free(m);
     feed__rows_free(&op->sql.rows);
     free(m->src);
     free(m->keys);
