@@ -844,9 +844,7 @@ int      feed__merged_check(const feed_core *c, char *err, const char *fn,
 feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *authors,
                          size_t n, int64_t last_score, int64_t last_id, size_t limit,
                          feed_result *out, int *rc);
-/* Tag the merged page's items by source (for filtered pages): FEED_OK or
- * FEED_ENOMEM; at the end *tags[i] is the author whose posts hold item i,
- * INT64_MIN when only the reader's feed does. The array is op's. */
+/* Tag the merged page's items by source (for filtered pages). */
 int      feed__merged_want_tags(feed_op *op, const int64_t **tags);
 /* The authors' calls need an authors' table: FEED_OK, or FEED_EINVAL. */
 int      feed__authors_on(const feed_core *c, char *err, const char *fn);
