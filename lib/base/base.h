@@ -15,8 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <hiredis/read.h>   /* redisReply: the parsed reply, a plain tree */
-#include <hiredis/hiredis.h>
+#include <hiredis/hiredis.h>    /* redisReply: the parsed reply, a plain tree */
 
 #include "feedcache.h"
 
