@@ -172,9 +172,8 @@ typedef struct feed_core {
      * per mille: how far a chunk over-reads. A guess, never relied on. */
     uint32_t filter_kept_pm;
 
-    /* merged.c: what the handle learnt of the sources of merged pages (TTLs
-     * known, each author's share of its last page): guesses only, allocated
-     * by the first merged page (NULL before). */
+    /* merged.c: each author's share of its last merged page, a guess only
+     * (the TTLs known are ttl_seen's); allocated by the first merged page. */
     struct feed_merge_hints *merge;
 
     /* Tests only: called between a rebuild's SQL read and its install (with
