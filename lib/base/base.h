@@ -15,8 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <hiredis/read.h>   /* redisReply: the parsed reply, a plain tree */
-#include <hiredis/hiredis.h>
+#include <hiredis/hiredis.h>    /* redisReply: the parsed reply, a plain tree */
 
 #include "feedcache.h"
 
@@ -27,12 +26,10 @@
 
 /* ---- codec.c ----
  *
- * Member encoding: an id as a short string whose byte order is the ids'
- * numeric order, so that Redis, which orders equal scores by member bytes,
- * orders ties by id exactly as SQL does; at most 19 bytes. The end marker is
- * a member no id can encode to; its score is -inf, below every real score.
- * Buffers hold FEED_MEMBER_MAX bytes (the member and a NUL); callers use the
- * length feed__member_encode returns (members may hold NUL bytes). */
+ * Members (the encoding is codec.c's) are at most 19 bytes. The end marker
+ * is a member no id can encode to; its score is -inf, below every real
+ * score. Buffers hold FEED_MEMBER_MAX bytes (the member and a NUL); callers
+ * use the length feed__member_encode returns (members may hold NUL bytes). */
 #define FEED_MEMBER_MAX 24
 #define FEED_END_MEMBER "end"
 

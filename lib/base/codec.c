@@ -37,10 +37,11 @@ size_t feed__i64_to_str(int64_t v, char *buf)
     return len;
 }
 
-/* Members: an id as a string whose byte order is the ids' numeric order
- * (Redis orders members of equal score by memcmp, in a listpack and in a
- * skiplist alike), short for small ids, exact up to INT64_MAX. Three forms,
- * each sorting below the next ('-' 0x2D < '.' 0x2E < '1' 0x31):
+/* Members: an id as a string whose byte order is the ids' numeric order, so
+ * that Redis, which orders members of equal score by memcmp (in a listpack
+ * and in a skiplist alike), orders ties by id exactly as SQL does; short for
+ * small ids, exact up to INT64_MAX. Three forms, each sorting below the
+ * next ('-' 0x2D < '.' 0x2E < '1' 0x31):
  *
  *   id < 10^8          '-', the digit count k (1..8), the k digits:
  *                      42 -> "-242", 123456 -> "-6123456"

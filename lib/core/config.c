@@ -7,13 +7,6 @@
 
 #include "core/core.h"
 
-/* The defaults are settings.c's table. */
-void feed_config_init(feed_config *cfg)
-{
-    if (cfg)
-        feed__config_defaults(cfg);
-}
-
 const char *feed_strerror(int code)
 {
     switch (code) {
@@ -147,9 +140,9 @@ void feed__core_free(feed_core *c)
     memset(c, 0, sizeof *c);
 }
 
-/* Degraded but answered: keep why Redis was not used. PostgreSQL failed
- * too: the feed is unavailable, with both reasons. Any other rc is returned
- * as it is. */
+/* redis_failed: Redis could not answer either (redis_msg: why). Degraded
+ * but answered: keep why Redis was not used. PostgreSQL failed too: the
+ * feed is unavailable, with both reasons. Any other rc is returned as is. */
 int feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg)
 {
     char pg_msg[FEED_ERRMSG];

@@ -172,9 +172,8 @@ typedef struct feed_core {
      * per mille: how far a chunk over-reads. A guess, never relied on. */
     uint32_t filter_kept_pm;
 
-    /* merged.c: what the handle learnt of the sources of merged pages (TTLs
-     * known, each author's share of its last page): guesses only, allocated
-     * by the first merged page (NULL before). */
+    /* merged.c: each author's share of its last merged page, a guess only
+     * (the TTLs known are ttl_seen's); allocated by the first merged page. */
     struct feed_merge_hints *merge;
 
     /* Tests only: called between a rebuild's SQL read and its install (with
@@ -205,12 +204,11 @@ uint64_t feed__map_stamp(const feed_topo *t);
 const char *feed__config_check(const feed_config *c, char *why, size_t len);
 int  feed__core_init(feed_core *c, const feed_config *cfg);   /* FEED_OK or FEED_ENOMEM */
 void feed__core_free(feed_core *c);
-/* settings.c: the table of feed_config's fields. feed__config_defaults is
- * feed_config_init's; feed__config_fields_check is each field's own check
+/* settings.c: the table of feed_config's fields (feed_config_init reads
+ * its defaults). feed__config_fields_check is each field's own check
  * (NULL or why, written into why[0..len)); feed__config_set is
  * feed_config_set's, its message into err (FEED_ERRMSG bytes);
  * feed__config_string is field i when it is a string (else NULL). */
-void         feed__config_defaults(feed_config *c);
 const char  *feed__config_fields_check(const feed_config *c, char *why, size_t len);
 int          feed__config_set(feed_config *c, const char *name, const char *value, char *err);
 const char **feed__config_string(feed_config *c, size_t i);
@@ -224,8 +222,7 @@ int  feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
  * longest such time over the Redis nodes that are down. */
 uint32_t feed__retry_left(const feed_core *c, int64_t attempt_ms, int64_t now);
 uint32_t feed__redis_retry_left(const feed_core *c, int64_t now);
-/* The end of a read that PostgreSQL answered instead of Redis (redis_failed:
- * Redis could not answer either; redis_msg: why). */
+/* The end of a read that PostgreSQL answered instead of Redis. */
 int  feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg);
 
 /* A batch of rows from SQL, in (score DESC, id DESC) order. */
@@ -846,9 +843,7 @@ int      feed__merged_check(const feed_core *c, char *err, const char *fn,
 feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *authors,
                          size_t n, int64_t last_score, int64_t last_id, size_t limit,
                          feed_result *out, int *rc);
-/* Tag the merged page's items by source (for filtered pages): FEED_OK or
- * FEED_ENOMEM; at the end *tags[i] is the author whose posts hold item i,
- * INT64_MIN when only the reader's feed does. The array is op's. */
+/* Tag the merged page's items by source (for filtered pages). */
 int      feed__merged_want_tags(feed_op *op, const int64_t **tags);
 /* The authors' calls need an authors' table: FEED_OK, or FEED_EINVAL. */
 int      feed__authors_on(const feed_core *c, char *err, const char *fn);

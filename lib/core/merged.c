@@ -41,14 +41,14 @@
 /* ---- What the handle learns ------------------------------------------- */
 
 /* Direct-mapped by author: it put `items` of the `want` pairs of its last
- * merged page here. (The TTLs known are rebuild.c's, shared with page.c.) */
+ * merged page here; want 0: an empty slot (a page wants limit + 1 >= 2).
+ * (The TTLs known are rebuild.c's, shared with page.c.) */
 #define HINT_SLOTS 256
 
 struct feed_merge_hints {
     struct merge_share {
         int64_t  author;
         uint32_t items, want;
-        int      used;
     } share[HINT_SLOTS];
 };
 
@@ -388,8 +388,7 @@ static enum feed_want sql_answered(merged_op *m, int rc, int64_t now)
         s->state = S_DONE;
     }
     tagged_free(m);
-    if (rc != FEED_OK || m->redis_failed)
-        rc = feed__db_outcome(m->op.err, rc, m->redis_failed, m->redis_msg);
+    rc = feed__db_outcome(m->op.err, rc, m->redis_failed, m->redis_msg);
     if (rc != FEED_OK)
         return finish(m, rc);
     return cut(m, now);
@@ -503,7 +502,7 @@ static struct merge_share *share_slot(feed_core *c, int64_t author)
 static size_t author_want(feed_core *c, int64_t author, size_t want, size_t nsrc)
 {
     const struct merge_share *s = share_slot(c, author);
-    size_t k = s->used && s->author == author
+    size_t k = s->want && s->author == author
              ? (size_t)(((uint64_t)s->items * want + s->want - 1) / s->want) + 2
              : (2 * want + nsrc - 1) / nsrc + 1;
 
@@ -522,7 +521,7 @@ static void learn_shares(merged_op *m, const feed_item *page, size_t count)
                !feed__item_after(s->rows.items[items], last.score, last.id))
             items++;
         *share_slot(m->op.c, s->owner) = (struct merge_share){ s->owner, items,
-                                                               (uint32_t)m->q.want, 1 };
+                                                               (uint32_t)m->q.want };
     }
 }
 
@@ -706,9 +705,8 @@ static void merged_free(feed_op *op)
         feed__rows_free(&m->src[k].rows);
     feed__rebuild_free(&m->rb);
     feed__sqlpage_end(&m->sp);
-    if (m->tagged)
-        for (size_t j = 0; j < m->n; j++)
-            feed__rows_free(&m->tagged[j]);
+    if (m->tagged)              /* rows only of the last statement's sources */
+        tagged_free(m);
     feed__rows_free(&op->sql.rows);
     free(m->src);
     free(m->keys);

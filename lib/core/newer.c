@@ -242,7 +242,6 @@ int feed__newer_init(feed_newer_op *n, feed_core *c, char *err, int64_t uid, int
     n->cursor.id = id;
     n->limit = limit;
     n->out = out;
-    n->redis_msg[0] = '\0';
     if (c->key_cap <= sizeof n->keys)
         n->key = n->keys;
     else if (!(n->key = malloc(c->key_cap)))

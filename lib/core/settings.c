@@ -187,8 +187,10 @@ static int parse_count(const cfield *fl, const char *s, int64_t *out)
            *out <= fl->d.max;
 }
 
-void feed__config_defaults(feed_config *c)
+void feed_config_init(feed_config *c)
 {
+    if (!c)
+        return;
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < NFIELDS; i++) {
         const cfield *fl = &fields[i];
