@@ -317,7 +317,8 @@ static int sql_wait(feed_async *a, int want, int64_t now)
     if (!a->sql_timer)
         a->sql_timer = a->loop->timer_new(a->loop_data, sql_timeout, a);
     if (a->sql_timer)
-        a->loop->timer_start(a->sql_timer, a->pgtask.deadline > now ? a->pgtask.deadline - now : 0);
+        a->loop->timer_start(a->sql_timer,
+                             a->pgtask.m.deadline > now ? a->pgtask.m.deadline - now : 0);
     return a->sql_watch && a->sql_timer ? 0 : -1;
 }
 

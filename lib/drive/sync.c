@@ -166,7 +166,7 @@ static int sync_sql(feed *f, feed_op *op)
     want = feed__pg_task_run(&t, 0, now);
     while (want != FEED_PGW_DONE) {
         struct pollfd p = { feed__pg_task_fd(&t), want == FEED_PGW_READ ? POLLIN : POLLOUT, 0 };
-        int64_t left = t.deadline - feed__now_ms();
+        int64_t left = t.m.deadline - feed__now_ms();
         int ready = 0;
         if (left > 0 && p.fd >= 0) {
             int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
