@@ -136,8 +136,6 @@ static int sync_batch(feed *f, const feed_batch *b, char *err, int64_t *clock)
         }
         case FEED_X_PASS:
             sync_pass(f, x.trips, x.ntrips);
-            for (size_t k = 0; k < x.ntrips; k++)
-                close_if_down(f->core.topo.nodes[x.trips[k].trip.node]);
             feed__xchg_pass_done(&x, feed__now_ms());
             for (size_t k = 0; k < f->core.topo.nnodes; k++)
                 close_if_down(f->core.topo.nodes[k]);
