@@ -50,18 +50,16 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
     feed_setup *s = malloc(sizeof *s);
     feed_node *n = f->core.topo.nodes[node];
     int64_t now = feed__now_ms();
+    enum feed_swant w;
     int rc;
 
     if (!s)
         return feed__msg(why, FEED_ENOMEM, "out of memory setting a Redis connection up");
     feed__setup_begin(s, &f->core, node, kind, slot, now);
-    for (;;) {
-        enum feed_swant w = feed__setup_next(s, now);
+    while ((w = feed__setup_next(s, now)) != FEED_S_DONE) {
         redisContext *c;
         char msg[160];
 
-        if (w == FEED_S_DONE)
-            break;
         switch (w) {
         case FEED_S_PROBE:      /* a Sentinel: a short connection of its own */
             c = feed__rs_connect(&s->probe, f->core.tls, f->core.cfg.redis_timeout_ms,
@@ -84,7 +82,7 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
             run_trip(n->io, &s->trip);
             feed__setup_tripped(s, feed__now_ms());
             break;
-        default:
+        case FEED_S_DONE:       /* the loop's end */
             break;
         }
         close_if_down(n);
