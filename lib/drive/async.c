@@ -273,10 +273,7 @@ static void finished(feed_areq *r)
 
 static void wake(void *arg)
 {
-    feed_areq *r = arg;
-
-    task_move(r->a, &r->task, FEED_AT_READY);
-    run_queue(r->a);
+    feed__async_start(arg);
 }
 
 static int wait_until(feed_areq *r, int64_t at, int64_t now)
