@@ -709,7 +709,6 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
         if (sizes[i] > a->spare_op_size)
             a->spare_op_size = sizes[i];
     a->spare = malloc(SPARE_MAX * sizeof *a->spare);    /* none: no recycling */
-    feed__pg_init(&a->pg);
     /* Connect to both stores at once, on the loop, as feed_open does: the
      * first requests then find the connections made. Its outcome is
      * nobody's: a store that failed is tried again by the requests that
