@@ -663,7 +663,7 @@ static void kick_fired(void *arg)
 
 /* ---- The handle ---------------------------------------------------------- */
 
-int feed__async_refuse(const char *why)
+static int open_refused(const char *why)
 {
     feed__msg_keep_n(open_errmsg, sizeof open_errmsg, why);
     return FEED_EINVAL;
@@ -682,8 +682,10 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
     open_errmsg[0] = '\0';
     if (out)
         *out = NULL;
+    if (!loop_data)
+        return open_refused(loop->null_loop);
     if (!out || !cfg)
-        return feed__async_refuse("feed_async_open: out or cfg is NULL");
+        return open_refused("feed_async_open: out or cfg is NULL");
     if ((bad = feed__config_check(cfg, why, sizeof why)) != NULL) {
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %s", bad);
         return FEED_EINVAL;
