@@ -150,8 +150,6 @@ int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t scor
     return launch(a, r, r->op ? FEED_OK : rc);
 }
 
-/* The health check's machine is on the heap (feed__health_op); the info it
- * fills lives in the request, for the callback. */
 int feed_async_health(feed_async *a, feed_async_health_cb *cb, void *arg)
 {
     feed_areq *r;
