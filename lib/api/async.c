@@ -1,9 +1,7 @@
 /* async.c -- the asynchronous API: each call checks its arguments, makes
  * its request (core/) and starts it on the handle's loop (lib/drive/async.c).
  * An argument error is returned at once, and no callback comes. */
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "drive/async.h"
 

@@ -12,7 +12,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "drive/drive.h"

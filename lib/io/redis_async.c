@@ -37,7 +37,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "io/io.h"
 #include "io/redis_async.h"
