@@ -81,7 +81,7 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
             run_trip(n->io, &s->trip);
             feed__setup_tripped(s, feed__now_ms());
             break;
-        case FEED_S_DONE:       /* the loop's end */
+        case FEED_S_DONE:       /* never: the while ends on it */
             break;
         }
         close_if_down(n);
