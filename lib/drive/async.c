@@ -48,8 +48,7 @@ enum { FEED_A_RUNNING = 1, FEED_A_IN_CB = 2, FEED_A_CLOSED = 4, FEED_A_KICKED = 
 typedef struct feed_asetup {
     feed_task    task;          /* first: FEED_AT_READY or FEED_AT_LOOP */
     feed_async  *a;
-    int          node;
-    feed_setup   s;
+    feed_setup   s;             /* s.index, s.node: the node set up */
     feed_anode  *probe;         /* the Sentinel being asked (NULL once it went) */
 } feed_asetup;
 
@@ -401,9 +400,9 @@ static void node_connected(void *arg, int ok, const char *why)
 static void setup_free(feed_asetup *su)
 {
     feed_async *a = su->a;
-    feed_node *n = a->core.topo.nodes[su->node];
+    feed_node *n = su->s.node;
 
-    a->setups[su->node] = NULL;
+    a->setups[su->s.index] = NULL;
     task_move(a, &su->task, FEED_AT_NONE);
     if (n->io)
         feed__ra_forget(n->io, &su->s.trip);
@@ -427,7 +426,7 @@ static void setup_done(feed_asetup *su)
     for (t = a->on[FEED_AT_SETUP].head; t; t = next) {
         feed_areq *w = (feed_areq *)t;
         next = t->next;
-        if (w->x.setup_node != su->node)
+        if (w->x.setup_node != su->s.index)
             continue;
         if (!(w->x.setup_kind == FEED_SETUP_FULL && su->s.kind == FEED_SETUP_HELLO &&
               su->s.rc == FEED_OK))
@@ -443,7 +442,7 @@ static void setup_done(feed_asetup *su)
 static void setup_run(feed_asetup *su)
 {
     feed_async *a = su->a;
-    feed_node *n = a->core.topo.nodes[su->node];
+    feed_node *n = su->s.node;
     uint32_t ms = a->core.cfg.redis_timeout_ms;
     feed_trip *t = &su->s.trip;
 
@@ -504,7 +503,6 @@ static feed_asetup *setup_new(feed_async *a, feed_areq *r, int node)
         return NULL;
     su->task.is_setup = 1;
     su->a = a;
-    su->node = node;
     feed__setup_begin(&su->s, &a->core, node, r->x.setup_kind, r->x.setup_slot, feed__now_ms());
     a->setups[node] = su;
     task_move(a, &su->task, FEED_AT_READY);
