@@ -1,9 +1,7 @@
 /* async.c -- the asynchronous API: each call checks its arguments, makes
  * its request (core/) and starts it on the handle's loop (lib/drive/async.c).
  * An argument error is returned at once, and no callback comes. */
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "drive/async.h"
 
@@ -150,8 +148,6 @@ int feed_async_fanout(feed_async *a, const int64_t *uids, size_t n, int64_t scor
     return launch(a, r, r->op ? FEED_OK : rc);
 }
 
-/* The health check's machine is on the heap (feed__health_op); the info it
- * fills lives in the request, for the callback. */
 int feed_async_health(feed_async *a, feed_async_health_cb *cb, void *arg)
 {
     feed_areq *r;

@@ -48,8 +48,7 @@ enum { FEED_A_RUNNING = 1, FEED_A_IN_CB = 2, FEED_A_CLOSED = 4, FEED_A_KICKED = 
 typedef struct feed_asetup {
     feed_task    task;          /* first: FEED_AT_READY or FEED_AT_LOOP */
     feed_async  *a;
-    int          node;
-    feed_setup   s;
+    feed_setup   s;             /* s.index, s.node: the node set up */
     feed_anode  *probe;         /* the Sentinel being asked (NULL once it went) */
 } feed_asetup;
 
@@ -273,10 +272,7 @@ static void finished(feed_areq *r)
 
 static void wake(void *arg)
 {
-    feed_areq *r = arg;
-
-    task_move(r->a, &r->task, FEED_AT_READY);
-    run_queue(r->a);
+    feed__async_start(arg);
 }
 
 static int wait_until(feed_areq *r, int64_t at, int64_t now)
@@ -317,7 +313,8 @@ static int sql_wait(feed_async *a, int want, int64_t now)
     if (!a->sql_timer)
         a->sql_timer = a->loop->timer_new(a->loop_data, sql_timeout, a);
     if (a->sql_timer)
-        a->loop->timer_start(a->sql_timer, a->pgtask.deadline > now ? a->pgtask.deadline - now : 0);
+        a->loop->timer_start(a->sql_timer,
+                             a->pgtask.m.deadline > now ? a->pgtask.m.deadline - now : 0);
     return a->sql_watch && a->sql_timer ? 0 : -1;
 }
 
@@ -403,9 +400,9 @@ static void node_connected(void *arg, int ok, const char *why)
 static void setup_free(feed_asetup *su)
 {
     feed_async *a = su->a;
-    feed_node *n = a->core.topo.nodes[su->node];
+    feed_node *n = su->s.node;
 
-    a->setups[su->node] = NULL;
+    a->setups[su->s.index] = NULL;
     task_move(a, &su->task, FEED_AT_NONE);
     if (n->io)
         feed__ra_forget(n->io, &su->s.trip);
@@ -428,7 +425,7 @@ static void setup_done(feed_asetup *su)
     for (t = a->on[FEED_AT_SETUP].head; t; t = next) {
         feed_areq *w = (feed_areq *)t;
         next = t->next;
-        if (w->x.setup_node != su->node)
+        if (w->x.setup_node != su->s.index)
             continue;
         if (!(w->x.setup_kind == FEED_SETUP_FULL && su->s.kind == FEED_SETUP_HELLO &&
               su->s.rc == FEED_OK))
@@ -444,7 +441,7 @@ static void setup_done(feed_asetup *su)
 static void setup_run(feed_asetup *su)
 {
     feed_async *a = su->a;
-    feed_node *n = a->core.topo.nodes[su->node];
+    feed_node *n = su->s.node;
     uint32_t ms = a->core.cfg.redis_timeout_ms;
     feed_trip *t = &su->s.trip;
 
@@ -505,7 +502,6 @@ static feed_asetup *setup_new(feed_async *a, feed_areq *r, int node)
         return NULL;
     su->task.is_setup = 1;
     su->a = a;
-    su->node = node;
     feed__setup_begin(&su->s, &a->core, node, r->x.setup_kind, r->x.setup_slot, feed__now_ms());
     a->setups[node] = su;
     task_move(a, &su->task, FEED_AT_READY);
@@ -664,7 +660,7 @@ static void kick_fired(void *arg)
 
 /* ---- The handle ---------------------------------------------------------- */
 
-int feed__async_refuse(const char *why)
+static int open_refused(const char *why)
 {
     feed__msg_keep_n(open_errmsg, sizeof open_errmsg, why);
     return FEED_EINVAL;
@@ -683,8 +679,10 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
     open_errmsg[0] = '\0';
     if (out)
         *out = NULL;
+    if (!loop_data)
+        return open_refused(loop->null_loop);
     if (!out || !cfg)
-        return feed__async_refuse("feed_async_open: out or cfg is NULL");
+        return open_refused("feed_async_open: out or cfg is NULL");
     if ((bad = feed__config_check(cfg, why, sizeof why)) != NULL) {
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %s", bad);
         return FEED_EINVAL;
@@ -710,7 +708,6 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
         if (sizes[i] > a->spare_op_size)
             a->spare_op_size = sizes[i];
     a->spare = malloc(SPARE_MAX * sizeof *a->spare);    /* none: no recycling */
-    feed__pg_init(&a->pg);
     /* Connect to both stores at once, on the loop, as feed_open does: the
      * first requests then find the connections made. Its outcome is
      * nobody's: a store that failed is tried again by the requests that

@@ -97,12 +97,12 @@ struct feed_async {
 /* Requests under way (tests: a loop run until the first connects are made). */
 int feed__async_busy(const feed_async *a);
 
-/* The loops' doors (libevent.c, libuv.c). The adapters are libraries of
- * their own (libfeedcache-libevent, -libuv) that call these two across the
- * shared library's boundary: exported, the only feed__ names that are
- * (tests/t_symbols.t); same-version libraries only, never a public API. */
+/* The loops' door (libevent.c, libuv.c). The adapters are libraries of
+ * their own (libfeedcache-libevent, -libuv) that call it across the shared
+ * library's boundary: exported, the only feed__ name that is
+ * (tests/t_symbols.t); same-version libraries only, never a public API. A
+ * NULL loop_data is refused with loop->null_loop. */
 FEED_API int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *loop,
                               void *loop_data);
-FEED_API int feed__async_refuse(const char *why);
 
 #endif /* FEED_ASYNC_H */

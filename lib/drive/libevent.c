@@ -121,15 +121,11 @@ static int attach(redisAsyncContext *ac, void *loop)
 }
 
 static const feed_loop libevent_loop = {
+    "feed_async_open_libevent: base is NULL",
     attach, timer_new, timer_start, timer_stop, timer_free, watch_new, watch_set, watch_free
 };
 
 int feed_async_open_libevent(feed_async **out, const feed_config *cfg, struct event_base *base)
 {
-    if (!base) {
-        if (out)
-            *out = NULL;
-        return feed__async_refuse("feed_async_open_libevent: base is NULL");
-    }
     return feed__async_open(out, cfg, &libevent_loop, base);
 }

@@ -124,15 +124,11 @@ static int attach(redisAsyncContext *ac, void *loop)
 }
 
 static const feed_loop libuv_loop = {
+    "feed_async_open_libuv: loop is NULL",
     attach, timer_new, timer_start, timer_stop, timer_free, watch_new, watch_set, watch_free
 };
 
 int feed_async_open_libuv(feed_async **out, const feed_config *cfg, uv_loop_t *loop)
 {
-    if (!loop) {
-        if (out)
-            *out = NULL;
-        return feed__async_refuse("feed_async_open_libuv: loop is NULL");
-    }
     return feed__async_open(out, cfg, &libuv_loop, loop);
 }

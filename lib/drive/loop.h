@@ -10,6 +10,8 @@
 enum { FEED_LOOP_READ = 1, FEED_LOOP_WRITE = 2 };
 
 typedef struct feed_loop {
+    /* The open call's message for a NULL loop. */
+    const char *null_loop;
     /* hiredis's adapter for this loop (hiredis/adapters/<loop>.h). */
     int   (*attach)(redisAsyncContext *ac, void *loop);
     /* A one-shot timer: start (again) to fire once after ms, stop, free.

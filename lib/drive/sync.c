@@ -12,7 +12,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "drive/drive.h"
@@ -50,18 +49,16 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
     feed_setup *s = malloc(sizeof *s);
     feed_node *n = f->core.topo.nodes[node];
     int64_t now = feed__now_ms();
+    enum feed_swant w;
     int rc;
 
     if (!s)
         return feed__msg(why, FEED_ENOMEM, "out of memory setting a Redis connection up");
     feed__setup_begin(s, &f->core, node, kind, slot, now);
-    for (;;) {
-        enum feed_swant w = feed__setup_next(s, now);
+    while ((w = feed__setup_next(s, now)) != FEED_S_DONE) {
         redisContext *c;
         char msg[160];
 
-        if (w == FEED_S_DONE)
-            break;
         switch (w) {
         case FEED_S_PROBE:      /* a Sentinel: a short connection of its own */
             c = feed__rs_connect(&s->probe, f->core.tls, f->core.cfg.redis_timeout_ms,
@@ -84,7 +81,7 @@ static int sync_setup(feed *f, int node, int kind, unsigned slot, char *why)
             run_trip(n->io, &s->trip);
             feed__setup_tripped(s, feed__now_ms());
             break;
-        default:
+        case FEED_S_DONE:       /* never: the while ends on it */
             break;
         }
         close_if_down(n);
@@ -136,8 +133,6 @@ static int sync_batch(feed *f, const feed_batch *b, char *err, int64_t *clock)
         }
         case FEED_X_PASS:
             sync_pass(f, x.trips, x.ntrips);
-            for (size_t k = 0; k < x.ntrips; k++)
-                close_if_down(f->core.topo.nodes[x.trips[k].trip.node]);
             feed__xchg_pass_done(&x, feed__now_ms());
             for (size_t k = 0; k < f->core.topo.nnodes; k++)
                 close_if_down(f->core.topo.nodes[k]);
@@ -166,7 +161,7 @@ static int sync_sql(feed *f, feed_op *op)
     want = feed__pg_task_run(&t, 0, now);
     while (want != FEED_PGW_DONE) {
         struct pollfd p = { feed__pg_task_fd(&t), want == FEED_PGW_READ ? POLLIN : POLLOUT, 0 };
-        int64_t left = t.deadline - feed__now_ms();
+        int64_t left = t.m.deadline - feed__now_ms();
         int ready = 0;
         if (left > 0 && p.fd >= 0) {
             int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);

@@ -82,7 +82,6 @@ typedef struct feed_pgtask {
     PGconn     **conn;          /* the server's connection */
     enum feed_pwant doing;      /* the step under way; FEED_P_DONE: none */
     int          want, done, rc;    /* want: FEED_PGW_* */
-    int64_t      deadline;
     PGresult    *res;           /* the result collected so far */
     feed_pgcell *cells;         /* res's values, for pgstmt */
 } feed_pgtask;
@@ -94,9 +93,9 @@ void feed__pg_free(feed_pg *pg);
 void feed__pg_task_begin(feed_pgtask *t, feed_pg *pg, feed_core *c, feed_sql *q, char *err,
                          int64_t now);
 /* Advance the task: after begin, after the socket became ready for t->want
- * (ready = 1), or after t->deadline passed (ready = 0). Returns t->want:
+ * (ready = 1), or after t->m.deadline passed (ready = 0). Returns t->want:
  * FEED_PGW_DONE (t->rc, rows in q->rows), or what to wait for on
- * feed__pg_task_fd(t) until t->deadline. */
+ * feed__pg_task_fd(t) until t->m.deadline. */
 int  feed__pg_task_run(feed_pgtask *t, int ready, int64_t now);
 int  feed__pg_task_fd(const feed_pgtask *t);
 /* Give the task up (the handle closes): its connection is dropped. */

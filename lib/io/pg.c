@@ -88,7 +88,6 @@ void feed__pg_task_begin(feed_pgtask *t, feed_pg *pg, feed_core *c, feed_sql *q,
     memset(t, 0, sizeof *t);
     t->conn = &s->conn;
     feed__pgstmt_begin(&t->m, c, q, err, pg->texts, &s->attempt_ms, now);
-    t->deadline = t->m.deadline;
     t->doing = FEED_P_DONE;
 }
 
@@ -220,7 +219,7 @@ int feed__pg_task_run(feed_pgtask *t, int ready, int64_t now)
 
     if (t->done)
         return FEED_PGW_DONE;
-    if (t->doing != FEED_P_DONE && !ready && now >= t->deadline)
+    if (t->doing != FEED_P_DONE && !ready && now >= t->m.deadline)
         io.how = FEED_PIO_TIMEOUT;
     else if (t->doing != FEED_P_DONE && pg_progress(t, &io) != FEED_PGW_DONE)
         return t->want;

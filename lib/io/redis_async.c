@@ -37,7 +37,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "io/io.h"
 #include "io/redis_async.h"
@@ -229,31 +228,27 @@ feed_anode *feed__ra_connect(const feed_addr *a, const struct feed_tls *tls,
     n->on_connect = done;
     n->connect_arg = arg;
     n->ac = redisAsyncConnect(a->host, a->port);
-    if (!n->ac || n->ac->err || feed__tls_begin(tls, &n->ac->c, a->host, why, cap) != 0) {
-        if (!n->ac || n->ac->err)
-            feed__msg_keep_n(why, cap, n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
-        if (n->ac)
-            redisAsyncFree(n->ac);
-        lose(n, RA_GONE);
-        settle(n);
-        return NULL;
-    }
-    n->ac->data = n;
-    if (loop->attach(n->ac, loop_data) != REDIS_OK ||
-        redisAsyncSetConnectCallback(n->ac, on_connect) != REDIS_OK ||
-        redisAsyncSetDisconnectCallback(n->ac, on_disconnect) != REDIS_OK) {
+    if (!n->ac || n->ac->err) {
+        feed__msg_keep_n(why, cap, n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
+    } else if (feed__tls_begin(tls, &n->ac->c, a->host, why, cap) == 0) {
+        n->ac->data = n;
+        if (loop->attach(n->ac, loop_data) == REDIS_OK &&
+            redisAsyncSetConnectCallback(n->ac, on_connect) == REDIS_OK &&
+            redisAsyncSetDisconnectCallback(n->ac, on_disconnect) == REDIS_OK) {
+            n->connect_deadline = now + timeout_ms;
+            arm(n, now);
+            n->owner = owner;
+            if (owner)
+                *owner = n;
+            return n;
+        }
         snprintf(why, cap, "cannot watch the connection");
-        redisAsyncFree(n->ac);
-        lose(n, RA_GONE);
-        settle(n);
-        return NULL;
     }
-    n->connect_deadline = now + timeout_ms;
-    arm(n, now);
-    n->owner = owner;
-    if (owner)
-        *owner = n;
-    return n;
+    if (n->ac)
+        redisAsyncFree(n->ac);
+    n->state = RA_GONE;
+    settle(n);
+    return NULL;
 }
 
 /* One command, formatted here (lib/base/text.c: cheaper than hiredis's own),

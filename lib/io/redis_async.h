@@ -8,8 +8,6 @@
 
 typedef struct feed_anode feed_anode;
 
-struct feed_tls;
-
 /* Start connecting to a, over TLS when tls is not NULL (lib/io/tls.c);
  * done(arg, ok, why) (if not NULL) comes from the loop once it is
  * connected or failed (within timeout_ms), not when it is closed first.

@@ -39,8 +39,7 @@ redisContext *feed__rs_connect(const feed_addr *a, const feed_tls *tls, uint32_t
 
 void feed__rs_close(redisContext *c)
 {
-    if (c)
-        redisFree(c);
+    redisFree(c);       /* NULL: nothing (hiredis >= 0.14) */
 }
 
 /* Did the server close a connection (a restart)? Then one retry on a
