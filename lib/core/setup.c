@@ -253,24 +253,17 @@ static int setup_redirected(const redisReply *r)
            (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
 }
 
-/* Must the set-up check the fence of the slot about to be served? On a
- * cluster, with the fence, on the slot's owner once the node is trusted,
- * until the slot is (an ASK target that does not own the slot yet is
- * never asked: nothing is read there, exchange.c). */
-static int setup_slot_wanted(const feed_setup *s)
-{
-    const feed_core *c = s->c;
-
-    return setup_cluster(s) && s->kind == FEED_SETUP_FULL && c->cfg.redis_restart_fence &&
-           s->slot < FEED_SLOTS && feed__map_owner(&c->topo, s->slot) == s->index &&
-           !feed__slot_trusted(&c->topo, s->node, s->slot);
-}
-
-/* The node's fence is cleared: the set-up is done, or goes on with the
- * slot's fence. */
+/* The node's fence is cleared (on a full set-up, with the fence: the only
+ * way here): the set-up is done, or goes on with the slot's fence, on a
+ * cluster, on the slot's owner, until the slot is trusted (an ASK target
+ * that does not own the slot yet is never asked: nothing is read there,
+ * exchange.c). */
 static void setup_trusted(feed_setup *s)
 {
-    if (setup_slot_wanted(s))
+    const feed_topo *t = &s->c->topo;
+
+    if (setup_cluster(s) && s->slot < FEED_SLOTS && feed__map_owner(t, s->slot) == s->index &&
+        !feed__slot_trusted(t, s->node, s->slot))
         s->step = STEP_SLOT_LOOK;
     else
         setup_finish(s, FEED_OK);
