@@ -665,6 +665,44 @@ void feed__setup_connected(feed_setup *s, int ok, const char *why, int64_t now)
     s->step = STEP_AUTH;
 }
 
+/* setup_slot_tripped: the next step of a slot fence that answered as it
+ * must: trusted, or its copies listed, dropped, the fence written. */
+static void setup_slot_tripped(feed_setup *s)
+{
+    /* The slot's fence key answered, not redirected: the node was a
+     * primary after the trip was sent (topo.c). Not an UNLINK's: they take
+     * a redirect as done. */
+    if (s->step != STEP_SLOT_UNLINK)
+        feed__fence_heard(s->node, s->sent_ms);
+    switch (s->step) {
+    case STEP_SLOT_LOOK:
+    case STEP_SLOT_KEYS:
+        if (s->said & FEED_SR_MATCH)        /* (in KEYS: another handle finished the slot) */
+            setup_slot_trust(s);
+        else if (s->step == STEP_SLOT_LOOK)
+            s->step = STEP_SLOT_KEYS;
+        else if (s->said & FEED_SR_NOMEM)
+            setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
+        else if (s->keys.n > 1)
+            s->step = STEP_SLOT_UNLINK;
+        else if (!(s->said & FEED_SR_FULL))
+            s->step = STEP_SLOT_RECORD;     /* none of ours left */
+        else if (s->count < SLOT_KEYS_MOST)
+            s->count *= 8;                  /* a full answer of other keys: ask for more */
+        else
+            setup_finish(s, FEED_OK);       /* unchecked: its reads go to PostgreSQL */
+        return;
+    case STEP_SLOT_UNLINK:
+        s->step = STEP_SLOT_KEYS;
+        return;
+    case STEP_SLOT_RECORD:
+        setup_slot_trust(s);
+        return;
+    default:
+        return;
+    }
+}
+
 /* What a trip of the fence's steps says. A step whose trip failed, or whose
  * replies were not right, fails the set-up (a slot's fence: leaves the slot
  * unchecked). */
@@ -696,11 +734,6 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
                    s->trip.io != FEED_IO_OK ? s->trip.why : s->why);
         return;
     }
-    /* A slot's fence key answered, not redirected: the node was a primary
-     * after the trip was sent (topo.c). Not an UNLINK's: they take a
-     * redirect as done. */
-    if (s->step >= STEP_SLOT_LOOK && s->step <= STEP_SLOT_RECORD && s->step != STEP_SLOT_UNLINK)
-        feed__fence_heard(s->node, s->sent_ms);
     switch (s->step) {
     case STEP_LOOK:
         if (fc->state == FEED_FENCE_LAPSED && same && (s->said & FEED_SR_MATCH)) {
@@ -742,28 +775,8 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
     case STEP_RECORD:
         setup_trust(s);
         return;
-    case STEP_SLOT_LOOK:
-    case STEP_SLOT_KEYS:
-        if (s->said & FEED_SR_MATCH)        /* (in KEYS: another handle finished the slot) */
-            setup_slot_trust(s);
-        else if (s->step == STEP_SLOT_LOOK)
-            s->step = STEP_SLOT_KEYS;
-        else if (s->said & FEED_SR_NOMEM)
-            setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
-        else if (s->keys.n > 1)
-            s->step = STEP_SLOT_UNLINK;
-        else if (!(s->said & FEED_SR_FULL))
-            s->step = STEP_SLOT_RECORD;     /* none of ours left */
-        else if (s->count < SLOT_KEYS_MOST)
-            s->count *= 8;                  /* a full answer of other keys: ask for more */
-        else
-            setup_finish(s, FEED_OK);       /* unchecked: its reads go to PostgreSQL */
-        return;
-    case STEP_SLOT_UNLINK:
-        s->step = STEP_SLOT_KEYS;
-        return;
-    case STEP_SLOT_RECORD:
-        setup_slot_trust(s);
+    default:
+        setup_slot_tripped(s);
         return;
     }
 }
