@@ -113,6 +113,45 @@ feed_op *feed__invalidate_many_op(feed_core *c, char *err, int fam, const int64_
 
 /* ---- feed_invalidate_all ----------------------------------------------- */
 
+/* feed__keys_keep: the keys of the array reply arr that keep(arg, key)
+ * says to keep, else all (each must then be a string), after verb, into k,
+ * its last list freed first. FEED_OK, FEED_EINVAL (with keep NULL, a key
+ * not a string), or FEED_ENOMEM; k holds what was kept until then. */
+int feed__keys_keep(feed_keys *k, const char *verb, const redisReply *arr,
+                    int (*keep)(const void *arg, const redisReply *key), const void *arg)
+{
+    feed__keys_free(k);
+    k->keys = malloc((arr->elements + 1) * sizeof *k->keys);
+    k->lens = malloc((arr->elements + 1) * sizeof *k->lens);
+    if (!k->keys || !k->lens)
+        return FEED_ENOMEM;
+    k->keys[0] = (char *)verb;
+    k->lens[0] = strlen(verb);
+    k->n = 1;
+    for (size_t i = 0; i < arr->elements; i++) {
+        const redisReply *e = arr->element[i];
+        if (!keep && e->type != REDIS_REPLY_STRING)
+            return FEED_EINVAL;
+        if (keep && !keep(arg, e))
+            continue;
+        if ((k->keys[k->n] = malloc(e->len + 1)) == NULL)
+            return FEED_ENOMEM;
+        memcpy(k->keys[k->n], e->str, e->len + 1);
+        k->lens[k->n++] = e->len;
+    }
+    return FEED_OK;
+}
+
+/* feed__keys_free: the keys' copies and lists; k is empty again. */
+void feed__keys_free(feed_keys *k)
+{
+    for (size_t i = 1; i < k->n; i++)
+        free(k->keys[i]);
+    free(k->keys);
+    free(k->lens);
+    *k = (feed_keys){ NULL, NULL, 0 };
+}
+
 enum {
     ALL_START,
     ALL_MAP,        /* cluster: the map asked afresh before a walk */
@@ -137,8 +176,7 @@ typedef struct all_op {
     int           *primary;
     size_t         nprimary, node;
     int            node_lost;
-    char         **keys;        /* a SCAN reply's keys after keys[0], "DEL" */
-    size_t        *klens, nkeys;
+    feed_keys      keys;        /* a SCAN reply's keys after keys[0], "DEL" */
     struct all_key { char *key; size_t len; } *away;    /* keys that left their node */
     size_t         naway, cap;
     int            moving;      /* ALL_SETTLE: a slot moves, or the map changed */
@@ -146,17 +184,6 @@ typedef struct all_op {
     const char    *argv[6];
     size_t         lens[6];
 } all_op;
-
-static void all_free_keys(all_op *a)
-{
-    for (size_t i = 1; i < a->nkeys; i++)
-        free(a->keys[i]);
-    free(a->keys);
-    free(a->klens);
-    a->keys = NULL;
-    a->klens = NULL;
-    a->nkeys = 0;
-}
 
 static void all_free_away(all_op *a)
 {
@@ -219,17 +246,17 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
         return 6;
     case ALL_DROP:
         if (!a->op.c->topo.cluster) {       /* one DEL of them all */
-            *argv = (const char **)a->keys;
-            *lens = a->klens;
-            return (int)a->nkeys;
+            *argv = (const char **)a->keys.keys;
+            *lens = a->keys.lens;
+            return (int)a->keys.n;
         }
         i++;                                /* keys[0] is "DEL" */
         /* FALLTHROUGH */
     case ALL_AWAY:
         a->argv[0] = "DEL";
         a->lens[0] = 3;
-        a->argv[1] = a->op.state == ALL_AWAY ? a->away[i].key : a->keys[i];
-        a->lens[1] = a->op.state == ALL_AWAY ? a->away[i].len : a->klens[i];
+        a->argv[1] = a->op.state == ALL_AWAY ? a->away[i].key : a->keys.keys[i];
+        a->lens[1] = a->op.state == ALL_AWAY ? a->away[i].len : a->keys.lens[i];
         *argv = a->argv;
         *lens = a->lens;
         return 2;
@@ -243,7 +270,7 @@ static int all_build(void *arg, size_t i, const char ***argv, const size_t **len
 /* One SCAN reply: the next cursor and the keys to DEL ("DEL" first). */
 static void all_scan_reply(all_op *a, const redisReply *r)
 {
-    const redisReply *keys;
+    int rc;
 
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof a->cursor ||
@@ -255,31 +282,12 @@ static void all_scan_reply(all_op *a, const redisReply *r)
         return;
     }
     memcpy(a->cursor, r->element[0]->str, r->element[0]->len + 1);
-    keys = r->element[1];
-    all_free_keys(a);
-    a->keys = malloc((keys->elements + 1) * sizeof *a->keys);
-    a->klens = malloc((keys->elements + 1) * sizeof *a->klens);
-    if (!a->keys || !a->klens) {
+    if ((rc = feed__keys_keep(&a->keys, "DEL", r->element[1], NULL, NULL)) == FEED_ENOMEM) {
         a->nomem = 1;
-        return;
-    }
-    a->keys[0] = "DEL";     /* not freed */
-    a->klens[0] = 3;
-    a->nkeys = 1;
-    for (size_t i = 0; i < keys->elements; i++) {
-        const redisReply *k = keys->element[i];
-        if (k->type != REDIS_REPLY_STRING) {
-            a->op.c->stats.redis_errors++;
-            a->bad = 1;
-            feed__msg(a->op.err, FEED_EREDIS, "Redis SCAN: a key is not a string");
-            return;
-        }
-        if (!(a->keys[a->nkeys] = malloc(k->len + 1))) {
-            a->nomem = 1;
-            return;
-        }
-        memcpy(a->keys[a->nkeys], k->str, k->len + 1);
-        a->klens[a->nkeys++] = k->len;
+    } else if (rc != FEED_OK) {
+        a->op.c->stats.redis_errors++;
+        a->bad = 1;
+        feed__msg(a->op.err, FEED_EREDIS, "Redis SCAN: a key is not a string");
     }
 }
 
@@ -299,7 +307,7 @@ static void all_reply(void *arg, size_t i, const redisReply *r)
         } else if (a->op.state == ALL_DROP && a->op.c->topo.cluster &&
                    r->type == REDIS_REPLY_ERROR &&
                    (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0)) {
-            all_keep_away(a, a->keys[i + 1], a->klens[i + 1]);
+            all_keep_away(a, a->keys.keys[i + 1], a->keys.lens[i + 1]);
         } else if (!a->bad) {
             a->op.c->stats.redis_errors++;
             a->bad = 1;
@@ -398,8 +406,8 @@ static enum feed_want all_step(feed_op *op, int64_t now)
         a->node = 0;
         return all_next_node(a);
     case ALL_SCAN:
-        if (a->nkeys > 1)
-            return all_ask(a, ALL_DROP, c->topo.cluster ? a->nkeys - 1 : 1,
+        if (a->keys.n > 1)
+            return all_ask(a, ALL_DROP, c->topo.cluster ? a->keys.n - 1 : 1,
                            c->topo.cluster ? FEED_B_NODE : 0);
         /* FALLTHROUGH - nothing to drop */
     case ALL_DROP:
@@ -441,7 +449,7 @@ static void all_free(feed_op *op)
 {
     all_op *a = (all_op *)op;
 
-    all_free_keys(a);
+    feed__keys_free(&a->keys);
     all_free_away(a);
     free(a->away);
     free(a->primary);

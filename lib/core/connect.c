@@ -33,9 +33,7 @@ static enum feed_want connect_step(feed_op *op, int64_t now)
         out->redis_rc = op->redis_rc;
         feed__msg_keep(out->redis_msg, k->err);
         k->err[0] = '\0';
-        memset(&op->sql, 0, sizeof op->sql);
-        op->sql.stmt = -1;
-        op->sql.server = FEED_PG_PRIMARY;
+        feed__sql_ask(op, -1, FEED_PG_PRIMARY, 0, NULL, 0);     /* -1: connect only */
         return FEED_W_SQL;
     case 2:
         out->pg_rc = op->sql_rc;
@@ -50,9 +48,6 @@ static enum feed_want connect_step(feed_op *op, int64_t now)
             out->pg_rc = op->sql_rc;
             feed__msg_keep(out->pg_msg, k->err);
         }
-        break;
-    default:
-        break;
     }
     op->state = 4;
     op->rc = FEED_OK;

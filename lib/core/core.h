@@ -275,6 +275,15 @@ enum {                  /* s->said, cleared before each step */
     FEED_SR_FULL  = 16, /* GETKEYSINSLOT returned as many keys as asked */
     FEED_SR_PRIMARY = 32    /* INFO replication says role:master */
 };
+/* A command over keys a reply listed: keys[0] its name (not copied), then
+ * the keys (bulk.c). */
+typedef struct feed_keys {
+    char  **keys;
+    size_t *lens, n;
+} feed_keys;
+int  feed__keys_keep(feed_keys *k, const char *verb, const redisReply *arr,
+                     int (*keep)(const void *arg, const redisReply *key), const void *arg);
+void feed__keys_free(feed_keys *k);
 struct feed_scmd {
     int         argc;
     const char *argv[6];
@@ -302,8 +311,7 @@ typedef struct feed_setup {
     char       cursor[24];
     unsigned   count;           /* the slot's flush: keys asked per GETKEYSINSLOT */
     char       slot_words[2][12];   /* its slot and count, as text */
-    char     **keys;            /* a SCAN reply's keys, "UNLINK" first */
-    size_t    *klens, nkeys;
+    feed_keys  keys;            /* a SCAN or GETKEYSINSLOT reply's, "UNLINK" first */
     char       key[300], pattern[600];
     char       mark[84];        /* a fence key's value: "<run_id>:<replid>" */
     char       why[256];        /* the last trip's refusal */

@@ -32,12 +32,6 @@ static const char *const pgstmt_names[FEED_SQL_STMTS] = {
     "feedcache_filter", "feedcache_authors"
 };
 
-static void pgstmt_put_be64(char *p, int64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (char)(((uint64_t)v >> (56 - 8 * i)) & 0xff);
-}
-
 /* libpq's messages end in a newline and, for a failed connect (asked in
  * verbose mode, see pgstmt_refused), carry a LOCATION line (the server
  * source line that raised the error); ours are one line with neither. */
@@ -482,7 +476,8 @@ static enum feed_pwant pgstmt_send(feed_pgstmt *p)
         return FEED_P_QUERY;
     }
     for (int i = 0; i < q->nparams; i++) {
-        pgstmt_put_be64(p->buf[i], q->params[i]);
+        for (int b = 0; b < 8; b++)         /* int8: big-endian, network order */
+            p->buf[i][b] = (char)(((uint64_t)q->params[i] >> (56 - 8 * b)) & 0xff);
         p->values[i] = p->buf[i];
     }
     p->name = pgstmt_names[q->stmt];

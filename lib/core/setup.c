@@ -125,13 +125,6 @@ static enum feed_swant setup_finish(feed_setup *s, int code)
     return FEED_S_DONE;
 }
 
-/* Why the node is down, for the refusals while its reconnect is held
- * off. */
-static void setup_remember(feed_setup *s)
-{
-    snprintf(s->node->why, sizeof s->node->why, "%.255s", s->err);
-}
-
 /* The node failed under a step: keep the reason, drop its connection (the
  * driver closes a DOWN node's), and the next connect waits retry_ms. */
 static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
@@ -146,7 +139,7 @@ static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ..
     s->c->stats.redis_errors++;
     s->node->state = FEED_NODE_DOWN;
     s->node->attempt_ms = now;
-    setup_remember(s);
+    snprintf(s->node->why, sizeof s->node->why, "%.255s", s->err);
     if (setup_cluster(s))
         s->c->topo.stale = 1;
     setup_finish(s, code);
@@ -173,9 +166,9 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
     feed_setup *s = arg;
 
     if (s->step == STEP_UNLINK && !setup_cluster(s)) {  /* one UNLINK of a SCAN reply's keys */
-        *argv = (const char **)s->keys;
-        *lens = s->klens;
-        return (int)s->nkeys;
+        *argv = (const char **)s->keys.keys;
+        *lens = s->keys.lens;
+        return (int)s->keys.n;
     }
     if (s->step == STEP_UNLINK && k % 2 == 0) {     /* keys of many slots: ASKING, UNLINK, each */
         *argv = asking;
@@ -186,8 +179,8 @@ static int setup_cmd(void *arg, size_t k, const char ***argv, const size_t **len
         /* One UNLINK per key (a slot's: it may be migrating): key k, or
          * k / 2 after the ASKINGs. */
         size_t key = (s->step == STEP_UNLINK ? k / 2 : k) + 1;
-        s->cmds[0] = (struct feed_scmd){ .argc = 2, .argv = { "UNLINK", s->keys[key] },
-                                         .lens = { 6, s->klens[key] } };
+        s->cmds[0] = (struct feed_scmd){ .argc = 2, .argv = { "UNLINK", s->keys.keys[key] },
+                                         .lens = { 6, s->keys.lens[key] } };
         *argv = s->cmds[0].argv;
         *lens = s->cmds[0].lens;
         return 2;
@@ -206,17 +199,6 @@ static enum feed_swant setup_trip(feed_setup *s, size_t n, enum feed_swant want)
                            .reply = setup_reply };
     s->c->stats.redis_calls++;
     return want;
-}
-
-static void setup_free_keys(feed_setup *s)
-{
-    for (size_t i = 1; i < s->nkeys; i++)
-        free(s->keys[i]);
-    free(s->keys);
-    free(s->klens);
-    s->keys = NULL;
-    s->klens = NULL;
-    s->nkeys = 0;
 }
 
 /* ---- Replies ----------------------------------------------------------- */
@@ -271,24 +253,17 @@ static int setup_redirected(const redisReply *r)
            (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
 }
 
-/* Must the set-up check the fence of the slot about to be served? On a
- * cluster, with the fence, on the slot's owner once the node is trusted,
- * until the slot is (an ASK target that does not own the slot yet is
- * never asked: nothing is read there, exchange.c). */
-static int setup_slot_wanted(const feed_setup *s)
-{
-    const feed_core *c = s->c;
-
-    return setup_cluster(s) && s->kind == FEED_SETUP_FULL && c->cfg.redis_restart_fence &&
-           s->slot < FEED_SLOTS && feed__map_owner(&c->topo, s->slot) == s->index &&
-           !feed__slot_trusted(&c->topo, s->node, s->slot);
-}
-
-/* The node's fence is cleared: the set-up is done, or goes on with the
- * slot's fence. */
+/* The node's fence is cleared (on a full set-up, with the fence: the only
+ * way here): the set-up is done, or goes on with the slot's fence, on a
+ * cluster, on the slot's owner, until the slot is trusted (an ASK target
+ * that does not own the slot yet is never asked: nothing is read there,
+ * exchange.c). */
 static void setup_trusted(feed_setup *s)
 {
-    if (setup_slot_wanted(s))
+    const feed_topo *t = &s->c->topo;
+
+    if (setup_cluster(s) && s->slot < FEED_SLOTS && feed__map_owner(t, s->slot) == s->index &&
+        !feed__slot_trusted(t, s->node, s->slot))
         s->step = STEP_SLOT_LOOK;
     else
         setup_finish(s, FEED_OK);
@@ -320,9 +295,10 @@ static void setup_slot_trust(feed_setup *s)
 
 /* Is key k of a SCAN or GETKEYSINSLOT reply one to drop? Of a SCAN's (all
  * under "<prefix>:"), all but the node's fence key; of a slot's, only the
- * copies of ours, the fence keys left alone. */
-static int setup_droppable(const feed_setup *s, const redisReply *k)
+ * copies of ours, the fence keys left alone. (feed__keys_keep's keep.) */
+static int setup_droppable(const void *arg, const redisReply *k)
 {
+    const feed_setup *s = arg;
     const char *prefix = s->c->cfg.key_prefix;
     size_t plen = strlen(prefix);
 
@@ -332,31 +308,6 @@ static int setup_droppable(const feed_setup *s, const redisReply *k)
         return k->len != strlen(s->key) || memcmp(k->str, s->key, k->len) != 0;
     return k->len > plen && memcmp(k->str, prefix, plen) == 0 && k->str[plen] == ':' &&
            !(k->len >= plen + 6 && memcmp(k->str + plen + 1, "fence", 5) == 0);
-}
-
-/* Keep the keys to drop of a SCAN or GETKEYSINSLOT reply (freed meanwhile)
- * for the UNLINK step, the last list freed: keys[0] is "UNLINK". FEED_OK or
- * FEED_ENOMEM. */
-static int setup_keep_keys(feed_setup *s, const redisReply *keys)
-{
-    setup_free_keys(s);
-    s->keys = malloc((keys->elements + 1) * sizeof *s->keys);
-    s->klens = malloc((keys->elements + 1) * sizeof *s->klens);
-    if (!s->keys || !s->klens)
-        return FEED_ENOMEM;
-    s->keys[0] = (char *)"UNLINK";
-    s->klens[0] = 6;
-    s->nkeys = 1;
-    for (size_t i = 0; i < keys->elements; i++) {
-        const redisReply *k = keys->element[i];
-        if (!setup_droppable(s, k))
-            continue;
-        if ((s->keys[s->nkeys] = malloc(k->len + 1)) == NULL)
-            return FEED_ENOMEM;
-        memcpy(s->keys[s->nkeys], k->str, k->len + 1);
-        s->klens[s->nkeys++] = k->len;
-    }
-    return FEED_OK;
 }
 
 /* What a fence key holds for the data set answering: its run_id and its
@@ -399,7 +350,7 @@ static int setup_slot_reply(feed_setup *s, size_t k, const redisReply *r)
             return 0;
         if (r->elements >= s->count)
             s->said |= FEED_SR_FULL;    /* as many keys as asked */
-        if (setup_keep_keys(s, r) != FEED_OK)
+        if (feed__keys_keep(&s->keys, "UNLINK", r, setup_droppable, s) != FEED_OK)
             s->said |= FEED_SR_NOMEM;
         return 1;
     }
@@ -461,7 +412,7 @@ static void setup_reply(void *arg, size_t k, const redisReply *r)
                          r->element[1]->type == REDIS_REPLY_ARRAY) != 0) {
             memcpy(s->cursor, r->element[0]->str, r->element[0]->len);
             s->cursor[r->element[0]->len] = '\0';
-            if (setup_keep_keys(s, r->element[1]) != FEED_OK)
+            if (feed__keys_keep(&s->keys, "UNLINK", r->element[1], setup_droppable, s) != FEED_OK)
                 s->said |= FEED_SR_NOMEM;
         }
         break;
@@ -539,7 +490,7 @@ void feed__setup_begin(feed_setup *s, feed_core *c, int node, int kind, unsigned
 
 void feed__setup_end(feed_setup *s)
 {
-    setup_free_keys(s);
+    feed__keys_free(&s->keys);
 }
 
 /* SETUP_AGAIN: the step changed without a trip, take the next one now. */
@@ -583,11 +534,11 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         SETUP_ADD(s, "SCAN", n->fence.cursor, "MATCH", s->pattern, "COUNT", "1000");
         return setup_trip(s, 2, FEED_S_TRIP);
     case STEP_UNLINK:
-        if (s->nkeys <= 1) {
+        if (s->keys.n <= 1) {
             s->step = STEP_CURSOR;
             return SETUP_AGAIN;
         }
-        return setup_trip(s, setup_cluster(s) ? 2 * (s->nkeys - 1) : 1, FEED_S_TRIP);
+        return setup_trip(s, setup_cluster(s) ? 2 * (s->keys.n - 1) : 1, FEED_S_TRIP);
     case STEP_CURSOR:
         memcpy(n->fence.cursor, s->cursor, sizeof n->fence.cursor);
         s->step = strcmp(n->fence.cursor, "0") == 0 ? STEP_RECORD : STEP_SCAN;
@@ -611,7 +562,7 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         SETUP_ADD(s, "CLUSTER", "GETKEYSINSLOT", s->slot_words[0], s->slot_words[1]);
         return setup_trip(s, 2, FEED_S_TRIP);
     case STEP_SLOT_UNLINK:
-        return setup_trip(s, s->nkeys - 1, FEED_S_TRIP);
+        return setup_trip(s, s->keys.n - 1, FEED_S_TRIP);
     case STEP_RECORD:
     case STEP_SLOT_RECORD:
         SETUP_ADD(s, "SET", s->key, setup_mark(s));
@@ -662,7 +613,7 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
                 c->stats.redis_errors++;
                 feed__msg(s->err, FEED_EUNAVAILABLE, "no Sentinel named the primary \"%s\" "
                           "(last: %s)", c->cfg.redis_master_name, s->last);
-                setup_remember(s);
+                snprintf(n->why, sizeof n->why, "%.255s", s->err);
                 return setup_finish(s, FEED_EUNAVAILABLE);
             }
             SETUP_ADD(s, "SENTINEL", "get-master-addr-by-name", c->cfg.redis_master_name);
@@ -732,7 +683,7 @@ static void setup_slot_tripped(feed_setup *s)
             s->step = STEP_SLOT_KEYS;
         else if (s->said & FEED_SR_NOMEM)
             setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing a slot"));
-        else if (s->nkeys > 1)
+        else if (s->keys.n > 1)
             s->step = STEP_SLOT_UNLINK;
         else if (!(s->said & FEED_SR_FULL))
             s->step = STEP_SLOT_RECORD;     /* none of ours left */

@@ -39,10 +39,9 @@ int feed__node_index(feed_topo *t, const feed_addr *addr)
 int feed__topo_init(feed_core *c)
 {
     feed_topo *t = &c->topo;
-    feed_addr a;
 
     if (!t->cluster) {
-        memset(&a, 0, sizeof a);
+        feed_addr a = { 0 };
         if (!c->cfg.redis_sentinels) {
             snprintf(a.host, sizeof a.host, "%s", c->cfg.redis_host);
             a.port = c->cfg.redis_port;
