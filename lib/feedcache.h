@@ -53,6 +53,8 @@ extern "C" {
 typedef struct feed feed;   /* opaque; one handle = one Redis + one PostgreSQL connection;
                                use a handle from one thread at a time */
 
+#define FEED_KEY_PREFIX_MAX 200   /* the longest key_prefix, in bytes */
+
 /* Configuration. Always start from feed_config_init(), then set what you
  * need (directly, or by name from text with feed_config_set()): fields added
  * in later versions then keep their defaults. Strings are copied by
@@ -63,7 +65,8 @@ typedef struct feed_config {
     const char *redis_password;   /* default NULL: no AUTH */
     const char *pg_conninfo;      /* libpq connection string; default "" (libpq defaults / PG* env) */
     const char *key_prefix;       /* default "feed": keys look like "feed:2:{42}"
-                                   * (2: the key format version) */
+                                   * (2: the key format version); at most
+                                   * FEED_KEY_PREFIX_MAX bytes, no '{' or '}' */
     const char *table;            /* default "feed_entry" */
     const char *owner_column;     /* default "uid" */
     const char *score_column;     /* default "score" */
@@ -332,7 +335,8 @@ FEED_API const char *feed_errmsg(const feed *f);
  * owner_column, score_column, id_column, redis_master_name, author_column.
  * pg_conninfo keeps "" (libpq's defaults). As feed_open() requires,
  * redis_cluster and redis_sentinels must read "host:port[,host:port...]"
- * and key_prefix must not contain '{' or '}'.
+ * and key_prefix must not contain '{' or '}' nor be longer than
+ * FEED_KEY_PREFIX_MAX bytes.
  *
  * Returns FEED_OK, or FEED_EINVAL with *cfg unchanged: cfg, name or value
  * NULL, no field of that name, a value refused. feed_errmsg(NULL) then says

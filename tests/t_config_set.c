@@ -382,6 +382,21 @@ static void names_and_nulls(void)
     feed_config_set(&c, "redis-port", "0");
     is_str(feed_errmsg(NULL), "redis-port must be 1..65535, not \"0\"",
            "the message starts with the name as given");
+    {   /* a key prefix longer than the fence's key and SCAN pattern hold */
+        char longest[FEED_KEY_PREFIX_MAX + 2];
+        memset(longest, 'p', sizeof longest - 1);
+        longest[sizeof longest - 1] = '\0';
+        is_int(feed_config_set(&c, "key_prefix", longest), FEED_EINVAL,
+               "key_prefix of FEED_KEY_PREFIX_MAX + 1 bytes: FEED_EINVAL");
+        is_str(feed_errmsg(NULL), "key_prefix must be at most 200 bytes", "  saying the limit");
+        c = base;
+        c.key_prefix = longest;
+        is_int(open_rc(&c), FEED_EINVAL, "  and feed_open refuses it");
+        longest[FEED_KEY_PREFIX_MAX] = '\0';
+        is_int(feed_config_set(&c, "key_prefix", longest), FEED_OK,
+               "key_prefix of FEED_KEY_PREFIX_MAX bytes: FEED_OK");
+        c = base;
+    }
     feed_config_set(&c, "key_prefix", "a{");
     is_str(feed_errmsg(NULL), "key_prefix must not contain '{' or '}'", "  (a string's)");
     ok(feed_config_set(&c, "max_len", "5") == FEED_OK && *feed_errmsg(NULL) == '\0',

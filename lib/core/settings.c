@@ -20,7 +20,9 @@ enum {
     CF_NEEDED     = 1 << 0,   /* NULL is refused */
     CF_NONEMPTY   = 1 << 1,   /* "" is refused */
     CF_EMPTY_NULL = 1 << 2,   /* NULL means none: "" from text stores NULL */
-    CF_NOBRACES   = 1 << 3,   /* '{' '}' would replace the {uid} hash tag */
+    CF_PREFIX     = 1 << 3,   /* a key prefix: '{' '}' would replace the {uid} hash
+                                 tag; at most FEED_KEY_PREFIX_MAX bytes, so that
+                                 the fence's key and SCAN pattern hold it whole */
     CF_ADDRS      = 1 << 4,   /* "host:port[,host:port...]" */
     CF_BESIDE     = 1 << 5    /* used only beside another field, and checked
                                  there by feed_open (config.c); refused when
@@ -51,8 +53,8 @@ static const cfield fields[] = {
         "Redis AUTH password; none: no AUTH"),
     STR(pg_conninfo, "pg-conninfo", "", CF_NEEDED,
         "libpq connection string of the primary; \"\": PG* defaults"),
-    STR(key_prefix, "key-prefix", "feed", CF_NEEDED | CF_NONEMPTY | CF_NOBRACES,
-        "start of every key name; no '{' or '}'"),
+    STR(key_prefix, "key-prefix", "feed", CF_NEEDED | CF_NONEMPTY | CF_PREFIX,
+        "start of every key name; no '{' or '}', at most 200 bytes"),
     STR(table, "table", "feed_entry", CF_NEEDED | CF_NONEMPTY, "the feed table"),
     STR(owner_column, "owner-column", "uid", CF_NEEDED | CF_NONEMPTY,
         "the feed table's owner column"),
@@ -164,6 +166,9 @@ static void int_put(const cfield *fl, feed_config *c, int64_t v)
         *(uint32_t *)p = (uint32_t)v;
 }
 
+#define SET_TEXT_(n) #n
+#define SET_TEXT(n) SET_TEXT_(n)      /* a number macro as a string literal */
+
 /* Why feed_open refuses the string v for this field alone; NULL: it does
  * not. */
 static const char *str_refused(const cfield *fl, const char *v)
@@ -172,8 +177,10 @@ static const char *str_refused(const cfield *fl, const char *v)
         return fl->flags & CF_NEEDED ? "must not be NULL" : NULL;
     if (!*v && (fl->flags & CF_NONEMPTY))
         return "must not be empty";
-    if ((fl->flags & CF_NOBRACES) && strpbrk(v, "{}"))
+    if ((fl->flags & CF_PREFIX) && strpbrk(v, "{}"))
         return "must not contain '{' or '}'";
+    if ((fl->flags & CF_PREFIX) && strlen(v) > FEED_KEY_PREFIX_MAX)
+        return "must be at most " SET_TEXT(FEED_KEY_PREFIX_MAX) " bytes";
     if ((fl->flags & CF_ADDRS) && feed__parse_addrs(v, NULL, NULL) != FEED_OK)
         return "must be host:port[,host:port...]";
     return NULL;
