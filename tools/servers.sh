@@ -520,8 +520,20 @@ cluster_ok() {  # every live node: state ok, every slot served, every replica in
     done
 }
 cluster_wait() {  # up to 90 s (a rejoining node syncs its data first; slow under load)
-    local end=$((SECONDS + 90))
+    local end=$((SECONDS + 90)) port
     while ((SECONDS < end)); do cluster_ok && return 0; sleep 0.2; done
+    for port in $(cat "$C/ports"); do   # what each node says, for whoever reads the failure
+        if ! cluster_node_pid "$port" >/dev/null; then
+            echo "servers.sh: node $port: not running" >&2
+            continue
+        fi
+        # shellcheck disable=SC2046  # unquoted: the lines joined into one
+        echo "servers.sh: node $port:" \
+            $(ccli "$port" cluster info 2>&1 | grep -E 'cluster_state|slots_(ok|pfail|fail)') \
+            $(ccli "$port" info replication 2>&1 |
+                grep -E '^(role|master_port|master_link_status|master_sync_in_progress)') |
+            tr -d '\r' >&2
+    done
     die "cluster not ok after 90 s"
 }
 cluster_start() {
