@@ -1001,6 +1001,12 @@ static void hooks_between_pages(feed *f, uint64_t *rng)
         keep_arg kn = { 0, 1, 0 };
         feed_filter fn = { hide, nh, keep_fn, &kn };
         int64_t id = atomic_fetch_add(&next_id, 1);
+        /* The walks above deleted items whose index entries stay until the
+         * trim or the TTL; newer than live items, they can crowd the live
+         * ones out of the trimmed index, which then looks those up again
+         * (docs/filter.md). The index starts over, so that only the claim
+         * checked here is checked: each author once, NULL ones too. */
+        tu_redis_int(rds, "DEL %s", tu_key_of(PREFIX, 31, ":authors_z"));
         add_item(pg, 31, top + 1, id, NO_AUTHOR);
         is_int(feed_on_insert(f, 31, top + 1, id), FEED_OK, "a NULL author's item inserted"
                " by a hook");
@@ -1028,7 +1034,7 @@ static void hooks_between_pages(feed *f, uint64_t *rng)
                (unsigned long long)d.sql_queries);
             if (k == 0)     /* after a read from SQL (no author learnt), still owed */
                 ok(rebuilt ? d.sql_queries <= 1 : d.sql_queries == 1, "  the first one from"
-                   " the cache looks the new item's author up: %llu statement",
+                   " the cache looks the page's authors up: %llu statement",
                    (unsigned long long)d.sql_queries);
             else
                 ok(d.sql_queries == 0, "  read again: %llu statements (authors known,"

@@ -31,8 +31,9 @@
  *   LEARN    what the lookup found for items of the cached copy goes into
  *            the index (ZADD, trimmed to its newest FILTER_INDEX_CAP entries,
  *            PEXPIRE to the copy's TTL), best effort: an item's author never
- *            changes, so a stale entry (an item deleted since) is only
- *            memory, never a wrong page;
+ *            changes, so a stale entry (an item deleted since) is never a
+ *            wrong page; many of them newer than live items crowd the live
+ *            ones out of the trim, which then costs lookups again;
  *   SQL      once a page's chunk came from PostgreSQL (the walk is past the
  *            cached copy) and the filter needs authors, that chunk is
  *            dropped unexamined and the walk goes on with FEED_SQL_FILTER,
