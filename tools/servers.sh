@@ -119,9 +119,22 @@ pick_port() {  # avoid: a port already chosen for the other server
     ((low > 12000)) || low=32768
     for ((i = 0; i < 100; i++)); do
         p=$((10000 + (RANDOM * 32768 + RANDOM) % (low - 10000)))
-        [[ $p != "${1:-}" ]] && port_free "$p" && { echo "$p"; return; }
+        [[ $p != "${1:-}" ]] && port_free "$p" && reserve_ports "$p" && { echo "$p"; return; }
     done
     die "no free loopback port found"
+}
+# Servers started side by side (tests/run.sh starts one set per parallel
+# job) may each find the same port free before either binds it. With
+# FEED_PORT_LEDGER naming a file, a port is taken only by whoever first
+# writes it there (under a lock), so no two of them ever pick the same one.
+reserve_ports() {  # port...: 0 when all were free in the ledger, now written
+    local f=${FEED_PORT_LEDGER:-} p
+    [[ -n $f ]] || return 0
+    (
+        flock 9
+        for p in "$@"; do grep -qx "$p" "$f" 2>/dev/null && exit 1; done
+        printf '%s\n' "$@" >>"$f"
+    ) 9>>"$f.lock"
 }
 
 # ---------------------------------------------------------------- Redis
@@ -492,7 +505,7 @@ cluster_pick_ports() {  # six ports, each with a free bus port, none in use
         # Both the port and its bus port (+10000) below the ephemeral range.
         p=$((10000 + (RANDOM * 32768 + RANDOM) % (low - 10000 - 10000)))
         [[ $taken != *" $p "* && $taken != *" $((p + 10000)) "* ]] || continue
-        port_free "$p" && port_free $((p + 10000)) || continue
+        port_free "$p" && port_free $((p + 10000)) && reserve_ports "$p" $((p + 10000)) || continue
         ports+=("$p")
         taken+="$p $((p + 10000)) "
     done
