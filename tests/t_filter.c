@@ -288,13 +288,17 @@ static int before(int64_t as, int64_t ai, int64_t bs, int64_t bi)
     return as > bs || (as == bs && ai > bi);
 }
 
-/* Check one filtered page r, read after (score, id), against SQL now.
- * bounded: the handle's filter_max_scan may stop a page early. */
+/* Check one filtered page r, read after (score, id), against SQL now:
+ * snap, SQL's visible rows read when nothing has written since (NULL:
+ * read them now). bounded: the handle's filter_max_scan may stop a page
+ * early. */
 static int page_ok(PGconn *db, int64_t uid, const spec *sp, int64_t score, int64_t id,
-                   size_t limit, const feed_result *r, int bounded, const char *what)
+                   size_t limit, const feed_result *r, int bounded, const row *snap,
+                   size_t nsnap, const char *what)
 {
-    row *all;
-    size_t n = sql_visible(db, uid, sp, &all), at = 0, left;
+    row *read = NULL;
+    size_t n = snap ? nsnap : sql_visible(db, uid, sp, &read), at = 0, left;
+    const row *all = snap ? snap : read;
     int good = 1;
 
     if (score != FEED_FIRST)
@@ -346,7 +350,7 @@ static int page_ok(PGconn *db, int64_t uid, const spec *sp, int64_t score, int64
             good = 0;
         }
     }
-    free(all);
+    free(read);
     return good;
 }
 
@@ -391,7 +395,10 @@ static int walk_pages(feed *f, int64_t uid, const spec *sp, size_t limit, int bo
             break;
         }
         pages++;
-        if (!page_ok(pg, uid, sp, score, id, limit, &r, bounded, what))
+        /* With no write between pages SQL is as it was at the start: the
+         * walk's first read is SQL now (no statement per page). */
+        if (!page_ok(pg, uid, sp, score, id, limit, &r, bounded, between ? NULL : all,
+                     nall, what))
             good = 0;
         short_pages += r.has_more && r.count < limit;
         for (size_t i = 0; i < r.count; i++, got++) {
