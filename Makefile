@@ -188,7 +188,7 @@ $(BUILD)/link-static: Makefile | $(BUILD)/lib
 	echo '$(LDFLAGS) $(abspath $(ASYNC_STATIC)) $(ASYNC_LIBS)' > $@
 	echo '$(HIREDIS_DIR)' > $(BUILD)/hiredis-dir
 
-tests: $(TEST_BIN)
+tests: $(TEST_BIN) $(BUILD)/tests/keyname
 
 $(BUILD)/tests/testutil.o: tests/testutil.c tests/*.h lib/feedcache.h | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c -o $@ $<
@@ -197,6 +197,10 @@ $(BUILD)/tests/shim.o: tests/shim.c tests/*.h $(LIB_HDR) | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/tests/t_%: tests/t_%.c $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(ASYNC_STATIC) tests/*.h
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(ASYNC_STATIC) $(ASYNC_LIBS)
+
+# The bash tests' way to name a copy's key (tests/keyname.c).
+$(BUILD)/tests/keyname: tests/keyname.c $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(ASYNC_STATIC) tests/*.h
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/tests/testutil.o $(BUILD)/tests/shim.o $(ASYNC_STATIC) $(ASYNC_LIBS)
 
 # Everything a test run needs: packages, then the build, then servers + prove.

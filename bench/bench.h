@@ -90,8 +90,11 @@ size_t sql_feed(PGconn *pg, int64_t uid, feed_item **out);
 size_t member_of(int64_t id, char buf[24]);
 int member_id(const char *s, size_t len, int64_t *id);
 /* The name the library gives uid's sorted set under prefix (the key format
- * version included), with suffix appended; one of 8 static buffers. */
+ * version and the tag of the table included: feed_entry for b_key, table
+ * for b_key_of), with suffix appended (":authors": the author index of a
+ * handle with item_author_column "author"); one of 8 static buffers. */
 const char *b_key(const char *prefix, int64_t uid, const char *suffix);
+const char *b_key_of(const char *prefix, const char *table, int64_t uid, const char *suffix);
 
 /* ---- CPU time of server processes (all threads), nanoseconds ---- */
 uint64_t proc_cpu_ns(pid_t pid);

@@ -269,7 +269,7 @@ static double redis_measure(FILE *md, redisContext *c, pid_t rpid, fctx *ctx,
     cmdrow *ca = malloc(2 * 256 * sizeof *ca), *cb = ca + 256;
     int rounds = q_rounds(9);
     double secs = q_secs(0.3);
-    const char *hkey = b_key("flt", FILTER_UID, ":authors_z");
+    const char *hkey = b_key_of("flt", FILTER_TABLE, FILTER_UID, ":authors");
     long long hlen = b_cmd_int(c, "ZCARD %s", hkey);
 
     if (!ca)
@@ -341,7 +341,7 @@ static void redis_cost(FILE *md, PGconn *pg, redisContext *c, pid_t rpid, const 
     feed *warm_f = open_filter("flt", FILTER_LEN, 1);
 
     warm(warm_f, c, FILTER_UID, "flt", FILTER_LEN);
-    b_cmd_ok(c, "DEL %s", b_key("flt", FILTER_UID, ":authors_z"));
+    b_cmd_ok(c, "DEL %s", b_key_of("flt", FILTER_TABLE, FILTER_UID, ":authors"));
     memset(ctx, 0, sizeof ctx);
     for (int d = 0; d < 2; d++) {
         for (int h = 0; h < NHIDE; h++) {
@@ -673,16 +673,16 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
         warm(fa, c, FILTER_UID, pfx_a, lens[k]);
         walk_copy(fn, all, nall, lens[k], H_NONE, keep_not_tenth);
         walk_copy(fa, all, nall, lens[k], H_10, NULL);
-        card_n = b_cmd_int(c, "ZCARD %s", b_key(pfx_n, FILTER_UID, ""));
-        card_a = b_cmd_int(c, "ZCARD %s", b_key(pfx_a, FILTER_UID, ""));
-        b_n = usage(c, b_key(pfx_n, FILTER_UID, ""));
-        b_nh = usage(c, b_key(pfx_n, FILTER_UID, ":authors_z"));
-        b_a = usage(c, b_key(pfx_a, FILTER_UID, ""));
-        b_h = usage(c, b_key(pfx_a, FILTER_UID, ":authors_z"));
-        hlen = b_cmd_int(c, "ZCARD %s", b_key(pfx_a, FILTER_UID, ":authors_z"));
-        encoding(c, b_key(pfx_n, FILTER_UID, ""), e_n);
-        encoding(c, b_key(pfx_a, FILTER_UID, ""), e_a);
-        encoding(c, b_key(pfx_a, FILTER_UID, ":authors_z"), e_h);
+        card_n = b_cmd_int(c, "ZCARD %s", b_key_of(pfx_n, FILTER_TABLE, FILTER_UID, ""));
+        card_a = b_cmd_int(c, "ZCARD %s", b_key_of(pfx_a, FILTER_TABLE, FILTER_UID, ""));
+        b_n = usage(c, b_key_of(pfx_n, FILTER_TABLE, FILTER_UID, ""));
+        b_nh = usage(c, b_key_of(pfx_n, FILTER_TABLE, FILTER_UID, ":authors"));
+        b_a = usage(c, b_key_of(pfx_a, FILTER_TABLE, FILTER_UID, ""));
+        b_h = usage(c, b_key_of(pfx_a, FILTER_TABLE, FILTER_UID, ":authors"));
+        hlen = b_cmd_int(c, "ZCARD %s", b_key_of(pfx_a, FILTER_TABLE, FILTER_UID, ":authors"));
+        encoding(c, b_key_of(pfx_n, FILTER_TABLE, FILTER_UID, ""), e_n);
+        encoding(c, b_key_of(pfx_a, FILTER_TABLE, FILTER_UID, ""), e_a);
+        encoding(c, b_key_of(pfx_a, FILTER_TABLE, FILTER_UID, ":authors"), e_h);
         if (b_nh != 0)
             die("filter: a handle without item_author_column wrote an author index");
         if (card_n != card_a)
@@ -699,7 +699,7 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
         worst_author = pa / pp > worst_author ? pa / pp : worst_author;
         feed_invalidate(fn, FILTER_UID);
         feed_invalidate(fa, FILTER_UID);
-        b_cmd_ok(c, "DEL %s", b_key(pfx_a, FILTER_UID, ":authors_z"));
+        b_cmd_ok(c, "DEL %s", b_key_of(pfx_a, FILTER_TABLE, FILTER_UID, ":authors"));
         feed_close(fn);
         feed_close(fa);
     }
@@ -734,7 +734,7 @@ void section_filter(void)
     sql_cost(md, pg, c, all, nall);
     memory_cost(md, c, all, nall);
     fclose(md);
-    b_cmd_ok(c, "DEL %s %s", b_key("flt", FILTER_UID, ""), b_key("flt", FILTER_UID, ":authors_z"));
+    b_cmd_ok(c, "DEL %s %s", b_key_of("flt", FILTER_TABLE, FILTER_UID, ""), b_key_of("flt", FILTER_TABLE, FILTER_UID, ":authors"));
     PQclear(b_sql(pg, "DROP TABLE " FILTER_TABLE));
     free(all);
     PQfinish(pg);

@@ -430,15 +430,30 @@ int member_id(const char *s, size_t len, int64_t *id)
     return feed__member_decode(s, len, id) == FEED_OK;
 }
 
-const char *b_key(const char *prefix, int64_t uid, const char *suffix)
+const char *b_key_of(const char *prefix, const char *table, int64_t uid, const char *suffix)
 {
-    static _Thread_local char bufs[8][128];   /* pgcmp.c calls it from threads */
+    static _Thread_local char bufs[8][256];   /* pgcmp.c calls it from threads */
     static _Thread_local unsigned next;
     char *b = bufs[next++ % 8];
+    const char *rows[] = { "feed", table, "uid", "score", "id" };
+    const char *index[] = { "authors", "author" };
+    char *base = feed__key_base(prefix, rows, 5), tag[FEED_KEY_TAG_LEN + 1];
 
-    snprintf(b, sizeof bufs[0], "%s:" FEED_KEY_VERSION ":{%lld}%s", prefix, (long long)uid,
-             suffix);
+    if (!base)
+        die("out of memory");
+    if (strcmp(suffix, ":authors") == 0) {   /* the author index, item_author_column "author" */
+        feed__key_tag(index, 2, tag);
+        snprintf(b, sizeof bufs[0], "%s{%lld}:authors:%s", base, (long long)uid, tag);
+    } else {
+        snprintf(b, sizeof bufs[0], "%s{%lld}%s", base, (long long)uid, suffix);
+    }
+    free(base);
     return b;
+}
+
+const char *b_key(const char *prefix, int64_t uid, const char *suffix)
+{
+    return b_key_of(prefix, "feed_entry", uid, suffix);
 }
 
 /* ------------------------------------------------------------ CPU */

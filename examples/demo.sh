@@ -242,7 +242,17 @@ cat <<EOF
 ================================================================================
 EOF
 
-redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" del 'feed:2:{1}' >/dev/null  # a cold start for step 1
+# Drop the cached copies (and leases) of these numbers, readers' and
+# authors' alike: their keys are feed:3:<tag>:{<n>}, the tag naming the table.
+drop_copies() {
+    local n k
+    for n in "$@"; do
+        for k in $(redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" --scan --pattern "feed:3:*:{$n}*"); do
+            redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" del "$k" >/dev/null
+        done
+    done
+}
+drop_copies 1  # a cold start for step 1
 step "1. Page 1 of user 1's feed." \
      "   Not cached yet: feedcache rebuilds it from PostgreSQL under a lease, \"source\":\"rebuild\"." \
      "   Ids are strings (they exceed 2^53); scores are exact JSON integers (ms)."
@@ -268,8 +278,7 @@ step "6. Delete it (the row, then feed_on_delete); page 1 is as before."
 show "curl -s -X DELETE '$URL/users/1/items/$id'"
 show "curl -s '$URL/users/1/feed?limit=3'"
 
-redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" del 'feed:2:{1000}' 'feed:2:a:{2001}' \
-    'feed:2:a:{2002}' 'feed:2:a:{2003}' >/dev/null   # cold copies for step 7
+drop_copies 1000 2001 2002 2003   # cold copies for step 7
 step "7. A timeline: user 1000's feed merged, at read time, with the posts of the" \
      "   high-follower authors $MERGED (--merge-authors; they are never fanned out)." \
      "   Exactly SQL's UNION of feed_entry and author_post, newest first, each (score, id)" \
@@ -325,12 +334,12 @@ show "curl -s '$URL/healthz'"
 if sync_pid >/dev/null; then
     now=$(date +%s%3N)
     id=$(((now - 1288834974657) << 22))
-    key="feed:2:{2}"
     rcli="redis-cli -h $FEED_REDIS_HOST -p $FEED_REDIS_PORT"
     step "14. A write made with psql alone, no hook: feedcache-sync (pid $(sync_pid)) reads it from" \
          "   PostgreSQL's log and drops user 2's cached copy (its key in Redis goes away);" \
          "   the next page rebuilds the copy with the new row, and the cache serves it."
     curl -s "$URL/users/2/feed?limit=2" >/dev/null   # cached before the write
+    key=$($rcli --scan --pattern 'feed:3:*:{2}' | head -n1)   # user 2's copy
     show "curl -s '$URL/users/2/feed?limit=2'"
     show "psql -XAtqc 'INSERT INTO feed_entry (uid, score, id, author) VALUES (2, $now, $id, 3001)'"
     show "for i in \$(seq 300); do [ \"\$($rcli exists '$key')\" = 0 ] && break; sleep 0.1; done; $rcli exists '$key'"

@@ -64,8 +64,11 @@ typedef struct feed_config {
     int         redis_port;       /* default 6379 */
     const char *redis_password;   /* default NULL: no AUTH */
     const char *pg_conninfo;      /* libpq connection string; default "" (libpq defaults / PG* env) */
-    const char *key_prefix;       /* default "feed": keys look like "feed:2:{42}"
-                                   * (2: the key format version); at most
+    const char *key_prefix;       /* default "feed": keys look like
+                                   * "feed:3:<tag>:{42}" (3: the key format
+                                   * version; tag: a hash of table and columns,
+                                   * so handles on other tables or columns
+                                   * never read each other's copies); at most
                                    * FEED_KEY_PREFIX_MAX bytes, no '{' or '}' */
     const char *table;            /* default "feed_entry" */
     const char *owner_column;     /* default "uid" */
@@ -148,7 +151,8 @@ typedef struct feed_config {
                                           score_column and id_column (integers, like the
                                           feed table's). Each author's posts are cached as a
                                           feed is (max_len, the end marker, leases, TTLs,
-                                          repairs), under "<prefix>:2:a:{<author>}" */
+                                          repairs), under "<prefix>:3:<tag>:{<author>}",
+                                          tag a hash of this table and its columns */
     const char *author_column;         /* default "author" */
     /* --- TLS to Redis (docs/tls.md); needs a build with hiredis_ssl, see
      * feed_tls_supported(). Each field other than redis_tls needs
@@ -566,9 +570,10 @@ FEED_API int feed_on_unknown_write(feed *f, const int64_t *uids, size_t n);
  * a failed hook). */
 FEED_API int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
 
-/* Drop every cached copy and lease under this handle's key_prefix (SCAN with
- * MATCH "<prefix>:2:{*", 2 being the key format version, then DEL per page
- * of keys): what a TRUNCATE of the table needs. If dropped is not NULL,
+/* Drop every cached copy and lease of this handle's table under its
+ * key_prefix (SCAN with MATCH "<prefix>:3:<tag>:{*", 3 being the key format
+ * version and tag naming the table and columns, then DEL per page of keys):
+ * what a TRUNCATE of the table needs; another table's copies stay. If dropped is not NULL,
  * *dropped counts the keys removed.
  * A copy installed while the scan runs may be missed; it can only come from
  * a rebuild whose lease was taken before the call, so calling it again
@@ -692,7 +697,7 @@ typedef struct feed_filter {
  * it, rebuilds and leases included), each chunk as large as what this
  * handle has seen of hidden items so far predicts the page needs; the
  * authors of cached items come from an index beside the copy, the sorted
- * set "<prefix>:2:{<uid>}:authors_z" read in the page's own round trip,
+ * set "<copy's key>:authors:<tag of item_author_column>" read in the page's own round trip,
  * filled from PostgreSQL the first time an item is looked at (the hooks do
  * not know authors: an item inserted by a hook costs one lookup, once).
  * Past the copy, PostgreSQL reads with the hidden authors in the statement. A merged page leaves the hidden authors
@@ -731,7 +736,7 @@ FEED_API int feed_author_on_delete(feed *f, int64_t author, int64_t id);
 /* feed_invalidate_many and feed_invalidate_all for authors' copies
  * (feedcache-sync calls them for changes to the authors' table): drop the
  * copy and lease of each of n authors, pipelined; or every author's copy
- * under this key_prefix (SCAN MATCH "<prefix>:2:a:{*"). Same guarantees and
+ * of author_table under this key_prefix (SCAN MATCH "<prefix>:3:<tag>:{*"). Same guarantees and
  * errors as those two, plus FEED_EINVAL when author_table is not
  * configured. */
 FEED_API int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n);

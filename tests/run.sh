@@ -107,18 +107,18 @@ if ((!$#)); then
     # The correctness tests again through Redis Cluster routing, and
     # feedcache-sync on the cluster; t_cluster (resharding, failover) and
     # t_ha_cluster (the failover loss) only make sense there.
-    for t in t_walk t_hooks t_model t_lease t_stress t_invalidate t_sync t_sync_chaos t_ranked t_merge t_filter t_cluster t_ha_cluster; do
+    for t in t_walk t_hooks t_model t_lease t_stress t_invalidate t_sync t_sync_chaos t_ranked t_merge t_filter t_tables t_cluster t_ha_cluster; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:cluster")
     done
     # The correctness tests once more through the async API (tests/shim.h):
     # on libevent, some on libuv, and the cluster's through both.
-    for t in t_walk t_hooks t_model t_lease t_stress t_plain t_ranked t_newer t_fault_redis t_fault_pg t_fault_hooks t_defaults t_hostile t_format t_ha_sentinel t_ha_failover t_health t_merge t_filter t_tls; do
+    for t in t_walk t_hooks t_model t_lease t_stress t_plain t_ranked t_newer t_fault_redis t_fault_pg t_fault_hooks t_defaults t_hostile t_format t_ha_sentinel t_ha_failover t_health t_merge t_filter t_tables t_tls; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async")
     done
     for t in t_walk t_hooks t_model; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async-uv")
     done
-    for t in t_walk t_hooks t_model t_lease t_stress t_cluster; do
+    for t in t_walk t_hooks t_model t_lease t_stress t_tables t_cluster; do
         [[ -x $BUILD/tests/$t ]] && tests+=("$BUILD/tests/$t:async:cluster")
     done
 fi

@@ -292,8 +292,8 @@ static void author_dropped(loop *l)
     int rc = 1, in_start;
     walk w = { 0 };
 
-    ok(exists("feed:2:a:{3101}") == 1 && exists("feed:2:a:{3102}") == 1 &&
-       exists("feed:2:{3000}") == 1, "after the walks, authors' and readers' copies are cached");
+    ok(exists(tu_author_key_of("feed", 3101, "")) == 1 && exists(tu_author_key_of("feed", 3102, "")) == 1 &&
+       exists(tu_key(3000, "")) == 1, "after the walks, authors' and readers' copies are cached");
     is_int(feed_async_author_invalidate(l->a, 3101, on_dropped, &rc), FEED_OK,
            "feed_async_author_invalidate: started");
     in_start = rc != 1;
@@ -301,8 +301,8 @@ static void author_dropped(loop *l)
         loop_once(l);
     is_int(rc, FEED_OK, "  its callback says FEED_OK");
     is_int(in_start, 0, "  and did not come from inside the call");
-    ok(exists("feed:2:a:{3101}") == 0, "  the author's copy is gone");
-    ok(exists("feed:2:a:{3102}") == 1 && exists("feed:2:{3000}") == 1,
+    ok(exists(tu_author_key_of("feed", 3101, "")) == 0, "  the author's copy is gone");
+    ok(exists(tu_author_key_of("feed", 3102, "")) == 1 && exists(tu_key(3000, "")) == 1,
        "  another author's copy and the reader's feed stay");
     w.l = l;
     w.uid = 3000;
@@ -316,7 +316,7 @@ static void author_dropped(loop *l)
         loop_once(l);
     ok(w.rc == FEED_OK && walk_union_ok(&w) && w.sources[FEED_SOURCE_REBUILD] > 0,
        "  a merged walk afterwards rebuilds the copy and equals SQL's UNION");
-    ok(exists("feed:2:a:{3101}") == 1, "  the copy is back");
+    ok(exists(tu_author_key_of("feed", 3101, "")) == 1, "  the copy is back");
     free(w.items);
 }
 

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "internal.h"   /* FEED_FAM_FEED */
 #include "tap.h"
 #include "testutil.h"
 
@@ -667,7 +668,7 @@ static void test_table(const table *t, PGconn *pg, redisContext *redis)
     }
 
     {   /* The feed lives under this table's prefix, bounded by max_len. */
-        const char *key = tu_key_of(t->prefix, OWNER, "");
+        const char *key = tu_key_cfg(&cfg, FEED_FAM_FEED, OWNER, "");
         redisReply *rep = tu_redis_cmd(redis, "ZCARD %s", key);
         ok(rep->type == REDIS_REPLY_INTEGER && rep->integer > 0 && rep->integer <= MAXLEN + 1,
            "%s: cached under %s: %lld entries (max_len %d)", t->title, key,

@@ -216,11 +216,11 @@ static void outage(void)
     feed_result_free(&res);
     /* A rebuild whose read failed gives its lease back at once (lease_ms
      * is 600 here): the next reader need not wait it out. */
-    is_int((int)tu_redis_int(r, "EXISTS feed:2:{%lld}:lease", (long long)COLD), 0,
+    is_int((int)tu_redis_int(r, "EXISTS %s", tu_key(COLD, ":lease")), 0,
            "  its lease is given back at once");
     is_int(feed_reload(f, COLD), FEED_EPG, "  a reload of it (its read needs SQL): FEED_EPG");
     ok(strstr(feed_errmsg(f), "PostgreSQL") != NULL, "  with a message: %s", feed_errmsg(f));
-    is_int((int)tu_redis_int(r, "EXISTS feed:2:{%lld}:lease", (long long)COLD), 0,
+    is_int((int)tu_redis_int(r, "EXISTS %s", tu_key(COLD, ":lease")), 0,
            "  its lease is given back too");
 
     /* Keep calling: the handle must not hammer the dead server. */

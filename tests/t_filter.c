@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"   /* FEED_FAM_* */
 #include "tap.h"
 #include "testutil.h"
 #include "fault.h"
@@ -52,6 +53,16 @@ static void set_cfg(feed_config *cfg)
     cfg->max_len = MAX_LEN;
     cfg->max_page = MAX_PAGE;
     cfg->author_table = "author_post";
+}
+
+/* A key of the handles of set_cfg (testutil.h, tu_key_cfg). */
+static const char *key_of(int fam, int64_t owner, const char *suffix)
+{
+    feed_config cfg;
+
+    tu_config(&cfg);
+    set_cfg(&cfg);
+    return tu_key_cfg(&cfg, fam, owner, suffix);
 }
 
 static void make_table(void)
@@ -525,10 +536,7 @@ static void make_merged(uint64_t *rng)
 
 static int author_key_exists(int64_t a)
 {
-    char key[64];
-
-    snprintf(key, sizeof key, PREFIX ":2:a:{%lld}", (long long)a);
-    return tu_redis_int(rds, "EXISTS %s", key) != 0;
+    return tu_redis_int(rds, "EXISTS %s", key_of(FEED_FAM_AUTHOR, a, "")) != 0;
 }
 
 static void merged_walks(feed *f, uint64_t *rng)
@@ -1013,7 +1021,7 @@ static void hooks_between_pages(feed *f, uint64_t *rng)
          * ones out of the trimmed index, which then looks those up again
          * (docs/filter.md). The index starts over, so that only the claim
          * checked here is checked: each author once, NULL ones too. */
-        tu_redis_int(rds, "DEL %s", tu_key_of(PREFIX, 31, ":authors_z"));
+        tu_redis_int(rds, "DEL %s", key_of(FEED_FAM_FEED, 31, ":authors"));
         add_item(pg, 31, top + 1, id, NO_AUTHOR);
         is_int(feed_on_insert(f, 31, top + 1, id), FEED_OK, "a NULL author's item inserted"
                " by a hook");
@@ -1530,8 +1538,8 @@ int main(void)
         is_int(wrong + (size_t)atomic_load(&keep_wrong), 0, "the predicate gets each item's"
                " author (INT64_MIN for NULL) and the walks equal SQL");
         for (int64_t uid = 1; uid <= 2; uid++) {
-            long long n = tu_redis_int(rds, "ZCARD %s", tu_key_of(PREFIX, uid, ":authors_z"));
-            long long ttl = tu_redis_int(rds, "PTTL %s", tu_key_of(PREFIX, uid, ":authors_z"));
+            long long n = tu_redis_int(rds, "ZCARD %s", key_of(FEED_FAM_FEED, uid, ":authors"));
+            long long ttl = tu_redis_int(rds, "PTTL %s", key_of(FEED_FAM_FEED, uid, ":authors"));
             ok(n > 0 && ttl > 0, "uid %lld: the author index beside the copy holds %lld"
                " authors and expires (PTTL %lld)", (long long)uid, n, ttl);
         }

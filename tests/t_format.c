@@ -1,8 +1,9 @@
 /* t_format.c -- a copy written in another key format is never read.
  *
  * The key format (FEED_KEY_VERSION) is part of every key name, so a library
- * never reads what another version wrote: the old copy, members as 19
- * zero-padded digits under "feed:{uid}", is simply not there for this one.
+ * never reads what another version wrote: the old copies, members as 19
+ * zero-padded digits under "feed:{uid}" (format 1) and "feed:2:{uid}"
+ * (format 2), are simply not there for this one.
  * An upgrade costs a cold cache, never a wrong page. Each check below plants
  * a copy that would give wrong pages if it were read (ids SQL does not
  * have, an end marker claiming the feed is complete), then walks the feed
@@ -45,17 +46,18 @@ static int same_dump(const char *key, const char *want, size_t want_len)
     return same;
 }
 
-/* The old format's copy of uid under the old key name: 19-digit members of
- * ids SQL does not hold, with higher scores, and the end marker. Read, it
- * would put ids 1..5 on top of every page and end the feed there. */
-static void plant_old_copy(int64_t uid)
+/* An old format's copy of uid under its key name, old_key (a lease beside
+ * it): 19-digit members of ids SQL does not hold, with higher scores, and
+ * the end marker. Read, it would put ids 1..5 on top of every page and end
+ * the feed there. Format 1 named it "feed:{uid}", format 2 "feed:2:{uid}"
+ * (keys that said nothing of the table). */
+static void plant_old_copy(const char *old_key)
 {
-    freeReplyObject(tu_redis_cmd(r, "DEL feed:{%lld}", (long long)uid));
+    freeReplyObject(tu_redis_cmd(r, "DEL %s", old_key));
     for (int id = 1; id <= 5; id++)
-        freeReplyObject(tu_redis_cmd(r, "ZADD feed:{%lld} %d %019d", (long long)uid,
-                                     5000 + id, id));
-    freeReplyObject(tu_redis_cmd(r, "ZADD feed:{%lld} -inf end", (long long)uid));
-    freeReplyObject(tu_redis_cmd(r, "SET feed:{%lld}:lease old-token", (long long)uid));
+        freeReplyObject(tu_redis_cmd(r, "ZADD %s %d %019d", old_key, 5000 + id, id));
+    freeReplyObject(tu_redis_cmd(r, "ZADD %s -inf end", old_key));
+    freeReplyObject(tu_redis_cmd(r, "SET %s:lease old-token", old_key));
 }
 
 static void old_copy_ignored(void)
@@ -63,17 +65,21 @@ static void old_copy_ignored(void)
     feed *f = tu_open_settled(NULL);   /* the fence must not drop what we plant */
     tu_walk_info info;
     int64_t uid = 30;
-    char old_key[64], old_lease[64], *before, *lease_before;
-    size_t before_len, lease_len;
+    char old_key[2][64], old_lease[2][64], *before[2], *lease_before[2];
+    size_t before_len[2], lease_len[2];
+    int same = 1;
 
-    snprintf(old_key, sizeof old_key, "feed:{%lld}", (long long)uid);
-    snprintf(old_lease, sizeof old_lease, "feed:{%lld}:lease", (long long)uid);
+    snprintf(old_key[0], sizeof old_key[0], "feed:{%lld}", (long long)uid);
+    snprintf(old_key[1], sizeof old_key[1], "feed:2:{%lld}", (long long)uid);
     tu_insert_rows(pg, uid, 40, score_of, id_of);
-    plant_old_copy(uid);
-    before = dump(old_key, &before_len);
-    lease_before = dump(old_lease, &lease_len);
+    for (int k = 0; k < 2; k++) {
+        snprintf(old_lease[k], sizeof old_lease[k], "%s:lease", old_key[k]);
+        plant_old_copy(old_key[k]);
+        before[k] = dump(old_key[k], &before_len[k]);
+        lease_before[k] = dump(old_lease[k], &lease_len[k]);
+    }
 
-    ok(tu_walk_equals_sql(f, pg, uid, 7, &info), "an old-format copy under the old name:"
+    ok(tu_walk_equals_sql(f, pg, uid, 7, &info), "old-format copies under the old names:"
        " the walk equals SQL (%s)", info.why);
     ok(info.sources[FEED_SOURCE_REBUILD] == 1, "  the first page rebuilt: a cold cache");
     ok(tu_walk_equals_sql(f, pg, uid, 7, &info) &&
@@ -94,11 +100,13 @@ static void old_copy_ignored(void)
     is_int(feed_invalidate(f, uid), FEED_OK, "invalidate");
     ok(tu_walk_equals_sql(f, pg, uid, 7, &info) && info.sources[FEED_SOURCE_REBUILD] == 1,
        "  the next walk rebuilds, equal to SQL");
-    ok(same_dump(old_key, before, before_len) && same_dump(old_lease, lease_before, lease_len),
-       "pages and hooks left the old copy and its lease as they were");
-
-    free(before);
-    free(lease_before);
+    for (int k = 0; k < 2; k++) {
+        same &= same_dump(old_key[k], before[k], before_len[k]) &&
+                same_dump(old_lease[k], lease_before[k], lease_len[k]);
+        free(before[k]);
+        free(lease_before[k]);
+    }
+    ok(same, "pages and hooks left the old copies and their leases as they were");
     feed_close(f);
 }
 

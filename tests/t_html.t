@@ -72,8 +72,8 @@ sql "DELETE FROM feed_entry WHERE uid BETWEEN 7100000 AND 7199999;
      INSERT INTO feed_entry (uid, score, id)
      SELECT $U_BIG, 1700000000000 + g, 9007199254740993 + g * 1000003 FROM generate_series(1, 12) g" ||
     bail "loading test data failed"
-rcli del "feed:2:{$U_LONG}" "feed:2:{$U_LONG}:lease" "feed:2:{$U_BIG}" "feed:2:{$U_TL}" >/dev/null
-rcli del "feed:2:a:{$A_MANY}" "feed:2:a:{$A_FEW}" >/dev/null
+rcli del "$(fkey "$U_LONG")" "$(fkey "$U_LONG" :lease)" "$(fkey "$U_BIG")" "$(fkey "$U_TL")" >/dev/null
+rcli del "$(akey "$A_MANY")" "$(akey "$A_FEW")" >/dev/null
 
 # The sources the page must show (rebuild, cache, then db) are what the
 # service answers when Redis replies within redis_timeout_ms; the default
@@ -172,7 +172,7 @@ is "$(grep -c 'id="status" class="error">could not load: 400' "$TMP/err.html")" 
 # ---------------------------------------------------------------- screenshot
 mkdir -p "$ART"
 rm -f "$SHOT"
-rcli del "feed:2:{$U_LONG}" >/dev/null
+rcli del "$(fkey "$U_LONG")" >/dev/null
 chrome "$BASE/?uid=$U_LONG&limit=10" --window-size=1100,1500 --screenshot="$SHOT" >/dev/null
 if [[ -s $SHOT && $(head -c 8 "$SHOT" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; then
     pass "a screenshot: $SHOT ($(stat -c %s "$SHOT") bytes)"
@@ -182,7 +182,7 @@ fi
 
 TL_SHOT=${SHOT%.png}_timeline.png
 rm -f "$TL_SHOT"
-rcli del "feed:2:{$U_TL}" "feed:2:a:{$A_MANY}" "feed:2:a:{$A_FEW}" >/dev/null
+rcli del "$(fkey "$U_TL")" "$(akey "$A_MANY")" "$(akey "$A_FEW")" >/dev/null
 chrome "$BASE/?uid=$U_TL&limit=10&view=timeline" --window-size=1100,1500 --screenshot="$TL_SHOT" >/dev/null
 if [[ -s $TL_SHOT && $(head -c 8 "$TL_SHOT" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; then
     pass "a screenshot of the timeline: $TL_SHOT ($(stat -c %s "$TL_SHOT") bytes)"

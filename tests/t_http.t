@@ -238,10 +238,10 @@ sql "INSERT INTO feed_entry (uid, score, id)
     bail "loading test data failed"
 # Drop whatever an earlier run left cached for these feeds and authors.
 for u in $U_TIES $U_BIG $U_EMPTY $U_FITS $U_WRITE "${U_FAN[@]}" $U_COLD $U_ACL $U_OUT $U_CROWD $U_TL; do
-    rcli del "feed:2:{$u}" "feed:2:{$u}:lease" >/dev/null
+    rcli del "$(fkey "$u")" "$(fkey "$u" :lease)" >/dev/null
 done
 for a in $A_MANY $A_FEW $A_NONE; do
-    rcli del "feed:2:a:{$a}" "feed:2:a:{$a}:lease" >/dev/null
+    rcli del "$(akey "$a")" "$(akey "$a" :lease)" >/dev/null
 done
 
 # ------------------------------------------------------------------ start
@@ -498,7 +498,7 @@ first_ids $U_TL 1
 is "$IDS$(j source)" "5000102 cache" "  first on page 1, from the cache (the empty copy took it)"
 walk_is $U_TL 20 "  timeline walk equals SQL"
 sql "DELETE FROM author_post WHERE id = 5000102" >/dev/null
-rcli del "feed:2:a:{$A_NONE}" >/dev/null
+rcli del "$(akey "$A_NONE")" >/dev/null
 
 CHECKSUM_A="SELECT count(*) || ' ' || sum(score) || ' ' || sum(id % 1000003) FROM author_post WHERE author BETWEEN $ALL_UIDS"
 BEFORE_A=$(sql "$CHECKSUM_A")
@@ -712,7 +712,7 @@ walk_is $U_ACL 20 "a cached feed"
 rcli acl setuser default -evalsha >/dev/null
 post POST "/users/$U_ACL/items" '{"id":5000010,"score":100000}'
 is "$STATUS $(j cache)" "201 invalidated" "POST while Redis refuses the hook: 201, cache invalidated"
-is "$(rcli exists "feed:2:{$U_ACL}")" 0 "  (the cached copy is gone)"
+is "$(rcli exists "$(fkey "$U_ACL")")" 0 "  (the cached copy is gone)"
 scrape
 is "$(metric feed_server_hook_failures_total) $(metric feed_server_invalidations_total)" "1 1" \
     "  one failed hook, one invalidation"
@@ -725,7 +725,7 @@ walk_is $U_ACL 20 "  walk equals SQL, cached again"
 rcli acl setuser default -evalsha -del >/dev/null
 req DELETE "/users/$U_ACL/items/10"
 is "$STATUS $(j cache)" "200 repair-pending" "DELETE while Redis refuses the hook and DEL: 200, repair-pending"
-is "$(rcli exists "feed:2:{$U_ACL}")" 1 "  (the stale copy is still in Redis)"
+is "$(rcli exists "$(fkey "$U_ACL")")" 1 "  (the stale copy is still in Redis)"
 walk_is $U_ACL 20 "  walk equals SQL (from SQL: page.lua is refused)"
 rcli acl setuser default +evalsha +del >/dev/null
 walk_is $U_ACL 20 "Redis accepts again: walk equals SQL, never the stale copy"
@@ -742,13 +742,13 @@ like "$SOURCES" '^cache ' "  from the cache again"
 # copy cannot go while Redis refuses to delete it.)
 ROUTE=timeline
 walk_is $U_TL 20 "a timeline whose copies are cached"
-is "$(rcli exists "feed:2:a:{$A_NONE}")" 1 "  (the copy of author $A_NONE's posts, empty, too)"
+is "$(rcli exists "$(akey "$A_NONE")")" 1 "  (the copy of author $A_NONE's posts, empty, too)"
 scrape
 M0=$M
 rcli acl setuser default -evalsha >/dev/null
 post POST "/authors/$A_NONE/posts" '{"id":5000110,"score":3000}'
 is "$STATUS $(j cache)" "201 invalidated" "POST an author's post while Redis refuses the hook: 201, cache invalidated"
-is "$(rcli exists "feed:2:a:{$A_NONE}")" 0 "  (the author's cached copy is gone)"
+is "$(rcli exists "$(akey "$A_NONE")")" 0 "  (the author's cached copy is gone)"
 scrape
 M1=$M
 is "$(delta feed_server_hook_failures_total) $(delta feed_server_invalidations_total)" "1 1" \
@@ -757,11 +757,11 @@ first_ids $U_TL 1
 is "$IDS" "5000110 " "  timeline page 1 has the post"
 rcli acl setuser default +evalsha >/dev/null
 walk_is $U_TL 20 "  timeline walk equals SQL, the copy rebuilt"
-is "$(rcli exists "feed:2:a:{$A_NONE}")" 1 "  (the author's copy is back)"
+is "$(rcli exists "$(akey "$A_NONE")")" 1 "  (the author's copy is back)"
 rcli acl setuser default -evalsha -del >/dev/null
 req DELETE "/authors/$A_NONE/posts/5000110"
 is "$STATUS $(j cache)" "200 repair-pending" "DELETE an author's post while Redis refuses the hook and DEL: 200, repair-pending"
-is "$(rcli exists "feed:2:a:{$A_NONE}")" 1 "  (the stale copy is still in Redis)"
+is "$(rcli exists "$(akey "$A_NONE")")" 1 "  (the stale copy is still in Redis)"
 scrape
 M0=$M
 rcli acl setuser default +evalsha +del >/dev/null
@@ -929,7 +929,7 @@ rcli acl deluser feedtest >/dev/null
 # counters: sql_queries moves when a statement is sent.
 if ((EVHTTP)); then
     U_FROZEN=7000070        # no rows, not cached: its page needs SQL
-    rcli del "feed:2:{$U_FROZEN}" "feed:2:{$U_FROZEN}:lease" >/dev/null
+    rcli del "$(fkey "$U_FROZEN")" "$(fkey "$U_FROZEN" :lease)" >/dev/null
     start_server --quiet --threads 1 --pg-timeout 3000 || bail "one-loop server did not start"
     req GET "/users/$U_TIES/feed?limit=3"   # the loop's handle is open, the page cached
     scrape

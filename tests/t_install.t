@@ -67,7 +67,7 @@ pc_static() {
 case "${BUILD:-build}" in *asan*) san=-fsanitize=address,undefined ;; *) san= ;; esac
 psql "$FEED_PG_CONNINFO" -qc "DELETE FROM feed_entry WHERE uid = 424242;
     INSERT INTO feed_entry VALUES (424242, 1, 1), (424242, 2, 2)" >/dev/null
-redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" DEL 'feed:2:{424242}' >/dev/null
+redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" DEL "$(fkey 424242)" >/dev/null
 cc -std=c11 -Wall -Werror $san "$stage/app.c" -o "$stage/app" $(pkg-config --cflags --libs feedcache) 2>&1
 verdict $? "an outside program builds with pkg-config (shared)"
 out=$(LD_LIBRARY_PATH=$root/lib "$stage/app" 2>&1)

@@ -210,6 +210,7 @@ int main(void)
     feed *f, *g;
     int64_t uids[3] = { 1, 3, 3 };
     uint64_t dropped = 99;
+    char other_table_key[256];
 
     tu_config(&cfg);
     f = tu_open(&cfg);
@@ -219,13 +220,13 @@ int main(void)
         is_int(feed_page(f, uid, FEED_FIRST, 0, 2, &res), FEED_OK, "feed %lld cached", (long long)uid);
         feed_result_free(&res);
     }
-    set(r, "feed:2:{1}:lease");
-    set(r, "feed:2:{2}:lease");
+    set(r, tu_key(1, ":lease"));
+    set(r, tu_key(2, ":lease"));
 
     is_int(feed_invalidate_many(f, uids, 3), FEED_OK, "feed_invalidate_many of 1, 3, 3");
-    ok(!exists(r, "feed:2:{1}") && !exists(r, "feed:2:{1}:lease") && !exists(r, "feed:2:{3}"),
+    ok(!exists(r, tu_key(1, "")) && !exists(r, tu_key(1, ":lease")) && !exists(r, tu_key(3, "")),
        "feeds 1 and 3 dropped, with the lease");
-    ok(exists(r, "feed:2:{2}") && exists(r, "feed:2:{2}:lease") && exists(r, "feed:2:{4}"),
+    ok(exists(r, tu_key(2, "")) && exists(r, tu_key(2, ":lease")) && exists(r, tu_key(4, "")),
        "feeds 2 and 4 (and 2's lease) untouched");
     is_int(feed_invalidate_many(f, uids, 3), FEED_OK, "again: idempotent");
     is_int(feed_invalidate_many(f, NULL, 0), FEED_OK, "n = 0 is a no-op");
@@ -237,23 +238,30 @@ int main(void)
     ok(tu_walk_equals_sql(f, pg, 1, 3, &info), "after the drop a walk rebuilds from SQL");
 
     /* feed_invalidate_all: only this prefix, its copies and leases. */
-    set(r, "feedx:2:{1}");
-    set(r, "other:2:{1}");
-    set(r, "feed:2:{5}:lease");
+    set(r, tu_key_of("feedx", 1, ""));
+    set(r, tu_key_of("other", 1, ""));
+    set(r, tu_key(5, ":lease"));
+    {
+        feed_config t = cfg;
+        t.table = "other_table";
+        snprintf(other_table_key, sizeof other_table_key, "%s", tu_key_cfg(&t, FEED_FAM_FEED, 1, ""));
+    }
+    set(r, other_table_key);
     is_int(feed_invalidate_all(f, &dropped), FEED_OK, "feed_invalidate_all");
-    ok(!exists(r, "feed:2:{1}") && !exists(r, "feed:2:{2}") && !exists(r, "feed:2:{2}:lease") &&
-       !exists(r, "feed:2:{4}") && !exists(r, "feed:2:{5}:lease"), "every copy and lease of prefix feed gone");
-    ok(exists(r, "feedx:2:{1}") && exists(r, "other:2:{1}"), "keys of other prefixes kept");
+    ok(!exists(r, tu_key(1, "")) && !exists(r, tu_key(2, "")) && !exists(r, tu_key(2, ":lease")) &&
+       !exists(r, tu_key(4, "")) && !exists(r, tu_key(5, ":lease")), "every copy and lease of prefix feed gone");
+    ok(exists(r, tu_key_of("feedx", 1, "")) && exists(r, tu_key_of("other", 1, "")), "keys of other prefixes kept");
+    ok(exists(r, other_table_key), "  and the copies of another table on the same prefix");
     ok(dropped >= 4, "dropped counts the keys removed (%llu)", (unsigned long long)dropped);
 
     /* A prefix with glob characters matches itself only. */
     cfg.key_prefix = "f*";
     g = tu_open(&cfg);
-    set(r, "f*:2:{1}");
-    set(r, "fa:2:{1}");
+    set(r, tu_key_of("f*", 1, ""));
+    set(r, tu_key_of("fa", 1, ""));
     is_int(feed_invalidate_all(g, NULL), FEED_OK, "feed_invalidate_all with prefix f*");
-    ok(!exists(r, "f*:2:{1}") && exists(r, "fa:2:{1}") && exists(r, "feedx:2:{1}"),
-       "prefix f* drops f*:2:{1} only, not fa:2:{1} or feedx:2:{1}");
+    ok(!exists(r, tu_key_of("f*", 1, "")) && exists(r, tu_key_of("fa", 1, "")) && exists(r, tu_key_of("feedx", 1, "")),
+       "prefix f* drops the copy of f* only, not of fa or feedx");
     is_int(feed_invalidate_all(NULL, NULL), FEED_EINVAL, "f NULL: FEED_EINVAL");
 
     /* Redis frozen: a first call times out and drops the connection; the
@@ -275,11 +283,11 @@ int main(void)
         is_int(feed_invalidate_many(h, &nine, 1), FEED_EREDIS, "Redis frozen: FEED_EREDIS");
         is_int(feed_invalidate_many(h, &seven, 1), FEED_EREDIS, "... and at once for the next call");
         servers("redis-thaw");
-        ok(exists(r, "feed:2:{7}"), "the copy of feed 7 is still there after the thaw");
+        ok(exists(r, tu_key(7, "")), "the copy of feed 7 is still there after the thaw");
         nanosleep(&(struct timespec){ 0, 600 * 1000000L }, NULL);   /* retry_ms */
         is_int(feed_page(h, 8, FEED_FIRST, 0, 2, &res), FEED_OK, "the next call reaches Redis");
         feed_result_free(&res);
-        ok(!exists(r, "feed:2:{7}"), "... and drops the copy the failed call could not");
+        ok(!exists(r, tu_key(7, "")), "... and drops the copy the failed call could not");
         feed_close(h);
     }
 

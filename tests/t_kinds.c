@@ -143,10 +143,7 @@ static int cached(const char *key)
 
 static const char *author_key(int64_t author)
 {
-    static char buf[64];
-
-    snprintf(buf, sizeof buf, "feed:2:a:{%lld}", (long long)author);
-    return buf;
+    return tu_author_key_of("feed", author, "");
 }
 
 /* uids[0..n) cached, then a row added to each behind the cache's back (a

@@ -205,8 +205,8 @@ static int copy_is_prefix(int fam, int64_t owner)
     size_t n = 0, nsql;
     int complete = 0, good = 1;
 
-    snprintf(key, sizeof key, "feed:" FEED_KEY_VERSION ":%s{%lld}",
-             fam == FEED_FAM_AUTHOR ? "a:" : "", (long long)owner);
+    snprintf(key, sizeof key, "%s", fam == FEED_FAM_AUTHOR ? tu_author_key_of("feed", owner, "")
+                                                            : tu_key(owner, ""));
     {
         char sql[200];
         snprintf(sql, sizeof sql, "SELECT score, id FROM %s WHERE %s = %lld"
@@ -244,8 +244,9 @@ static int copy_is_prefix(int fam, int64_t owner)
 
 static int key_exists(int fam, int64_t owner)
 {
-    redisReply *rep = tu_redis_cmd(rc_, "EXISTS feed:" FEED_KEY_VERSION ":%s{%lld}",
-                                   fam == FEED_FAM_AUTHOR ? "a:" : "", (long long)owner);
+    redisReply *rep = tu_redis_cmd(rc_, "EXISTS %s",
+                                   fam == FEED_FAM_AUTHOR ? tu_author_key_of("feed", owner, "")
+                                                          : tu_key(owner, ""));
     int yes = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
 
     freeReplyObject(rep);
@@ -504,8 +505,8 @@ static void walks(void)
             prefix &= copy_is_prefix(FEED_FAM_AUTHOR, authors[k]);
         ok(prefix, "  every copy in Redis is an exact prefix of its rows");
         if (n >= 1) {
-            redisReply *rep = tu_redis_cmd(rc_, "ZRANGE feed:" FEED_KEY_VERSION ":a:{%lld} 0 -1",
-                                           (long long)authors[0]);
+            redisReply *rep = tu_redis_cmd(rc_, "ZRANGE %s 0 -1",
+                                           tu_author_key_of("feed", authors[0], ""));
             ok(rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
                strcmp(rep->element[0]->str, "end") == 0,
                "  an author without posts is cached as known empty (the end marker alone)");
@@ -793,11 +794,11 @@ static void leases_and_ttl(void)
     cfg.author_table = "author_post";
     cfg.ttl_seconds = 100;
     g = tu_open(&cfg);
-    freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE feed:" FEED_KEY_VERSION ":a:{4002} 2000"));
+    freeReplyObject(tu_redis_cmd(rc_, "PEXPIRE %s 2000", tu_author_key_of("feed", 4002, "")));
     ok(feed_page_merged(g, uid, authors, 3, FEED_FIRST, 0, 5, &res) == FEED_OK &&
        res.source == FEED_SOURCE_CACHE, "a first page from the cache");
     feed_result_free(&res);
-    rep = tu_redis_cmd(rc_, "PTTL feed:" FEED_KEY_VERSION ":a:{4002}");
+    rep = tu_redis_cmd(rc_, "PTTL %s", tu_author_key_of("feed", 4002, ""));
     ok(rep->type == REDIS_REPLY_INTEGER && rep->integer > 50000,
        "  refreshed the TTL of an author's copy that had 2 s left (PTTL now %lld ms)",
        (long long)rep->integer);
@@ -1255,7 +1256,7 @@ static void repair_in_family(void)
        "reader 3001 with author 3001: both copies cached");
     feed_result_free(&res);
     ok(key_exists(FEED_FAM_FEED, 3001) && key_exists(FEED_FAM_AUTHOR, 3001),
-       "  feed:2:{3001} and feed:2:a:{3001}");
+       "  the reader's copy of 3001 and the author's copy of 3001");
     fault_inject("redis-freeze");
     post(3001, 30, 3);
     rc = feed_author_on_insert(f, 3001, 30, 3);

@@ -17,7 +17,7 @@ test -x "$bin"; verdict $? "$bin is built"
 [ "$(wc -l < examples/minimal.c)" -lt 100 ]; verdict $? "examples/minimal.c is under 100 lines"
 sql "DELETE FROM feed_entry WHERE uid = $uid;
      INSERT INTO feed_entry SELECT $uid, i / 3, i FROM generate_series(1, 12) i" >/dev/null
-redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" DEL "feed:2:{$uid}" >/dev/null
+redis-cli -h "$FEED_REDIS_HOST" -p "$FEED_REDIS_PORT" DEL "$(fkey "$uid")" >/dev/null
 before=$(feed_of)
 out=$("$bin" $uid 2>&1); rc=$?
 verdict $rc "minimal $uid exits 0"

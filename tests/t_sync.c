@@ -238,6 +238,17 @@ static void killed_writer(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
     all_right(f, pg, r, 20, 20, "after killed writers");
 }
 
+/* The copy of uid's feed in the partitioned table below. */
+static const char *part_key(int64_t uid)
+{
+    feed_config part;
+
+    feed_config_init(&part);
+    part.key_prefix = "tsp";
+    part.table = "t_sync_part";
+    return tu_key_cfg(&part, FEED_FAM_FEED, uid, "");
+}
+
 /* A partitioned table: its changes must carry the table's name (the
  * publication publishes via the root), or no copy would ever be dropped. */
 static void partitioned(PGconn *pg, redisContext *r)
@@ -257,11 +268,11 @@ static void partitioned(PGconn *pg, redisContext *r)
     /* Its first run drops every copy under the prefix: wait for it. */
     ok(st_wait_following("t_sync_part", 30), "a partitioned table: sync starts");
     for (int uid = 1; uid <= 4; uid++)
-        freeReplyObject(tu_redis_cmd(r, "ZADD %s 1 x", tu_key_of("tsp", uid, "")));
+        freeReplyObject(tu_redis_cmd(r, "ZADD %s 1 x", part_key(uid)));
     tu_sql(pg, "INSERT INTO t_sync_part VALUES (1, 1, 1), (2, 2, 2), (3, 3, 3)");
     ok(st_caught_up(pg, "t_sync_part", 30), "... and confirms the inserts");
     for (int uid = 1; uid <= 4; uid++)     /* one key a command: a cluster's slots differ */
-        left += tu_redis_int(r, "EXISTS %s", tu_key_of("tsp", uid, ""));
+        left += tu_redis_int(r, "EXISTS %s", part_key(uid));
     is_int(left, 1, "the copies of feeds 1, 2, 3 (rows in both partitions) are dropped, "
            "feed 4's is not");
     is_int(st_sync_stop(pid, SIGTERM), 0, "stopped");
@@ -272,8 +283,7 @@ static void partitioned(PGconn *pg, redisContext *r)
 
 static int author_cached(redisContext *r, int64_t author)
 {
-    redisReply *rep = tu_redis_cmd(r, "EXISTS feed:" FEED_KEY_VERSION ":a:{%lld}",
-                                   (long long)author);
+    redisReply *rep = tu_redis_cmd(r, "EXISTS %s", tu_author_key_of("feed", author, ""));
     int yes = rep->integer == 1;
 
     freeReplyObject(rep);

@@ -27,3 +27,8 @@ verdict() {   # status name: passes when the status is 0 (after a command: verdi
     if [[ $1 == 0 ]]; then pass "$2"; else fail "$2"; fi
 }
 bail() { echo "Bail out! $*"; exit 1; }
+# The Redis key of a cached copy (tests/keyname.c; keys name the rows a copy
+# holds): fkey UID [SUFFIX] of a reader's feed in the default table, akey
+# AUTHOR [SUFFIX] of an author's posts in the tests' author_post.
+fkey() { "${BUILD:-build}/tests/keyname" "$@"; }
+akey() { "${BUILD:-build}/tests/keyname" --author --author-table author_post "$@"; }

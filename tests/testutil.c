@@ -580,20 +580,53 @@ int64_t tu_random_score(uint64_t *state)
     }
 }
 
+const char *tu_key_cfg(const feed_config *cfg, int fam, int64_t owner, const char *suffix)
+{
+    static char bufs[8][512];
+    static unsigned next;
+    char *b = bufs[next++ % 8], *base;
+    const char *rows[] = { "feed", cfg->table, cfg->owner_column, cfg->score_column,
+                           cfg->id_column };
+    const char *authors[] = { "author", cfg->author_table, cfg->author_column,
+                              cfg->score_column, cfg->id_column };
+    const char *index[] = { "authors", cfg->item_author_column };
+    char tag[FEED_KEY_TAG_LEN + 1];
+
+    base = feed__key_base(cfg->key_prefix, fam == FEED_FAM_AUTHOR ? authors : rows, 5);
+    if (!base)
+        bail("out of memory");
+    if (strcmp(suffix, ":authors") == 0) {   /* the author index of filtered pages */
+        feed__key_tag(index, 2, tag);
+        snprintf(b, sizeof bufs[0], "%s{%lld}:authors:%s", base, (long long)owner, tag);
+    } else {
+        snprintf(b, sizeof bufs[0], "%s{%lld}%s", base, (long long)owner, suffix);
+    }
+    free(base);
+    return b;
+}
+
 const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix)
 {
-    static char bufs[8][128];
-    static unsigned next;
-    char *b = bufs[next++ % 8];
+    feed_config cfg;
 
-    snprintf(b, sizeof bufs[0], "%s:" FEED_KEY_VERSION ":{%lld}%s", prefix,
-             (long long)uid, suffix);
-    return b;
+    feed_config_init(&cfg);
+    cfg.key_prefix = prefix;
+    return tu_key_cfg(&cfg, FEED_FAM_FEED, uid, suffix);
 }
 
 const char *tu_key(int64_t uid, const char *suffix)
 {
     return tu_key_of("feed", uid, suffix);
+}
+
+const char *tu_author_key_of(const char *prefix, int64_t author, const char *suffix)
+{
+    feed_config cfg;
+
+    feed_config_init(&cfg);
+    cfg.key_prefix = prefix;
+    cfg.author_table = "author_post";
+    return tu_key_cfg(&cfg, FEED_FAM_AUTHOR, author, suffix);
 }
 
 size_t tu_member(int64_t id, char *buf)

@@ -119,13 +119,19 @@ int64_t tu_rand_below(uint64_t *state, int64_t n);
 int64_t tu_random_score(uint64_t *state);
 
 /* How the library names and stores things in Redis, for tests that look
- * inside it. tu_key: uid's sorted set under the default prefix ("feed"),
- * tu_key_of under another; suffix is appended (":lease", or ""). The result
- * lives in one of 8 static buffers, reused in turn. tu_member: id's member
- * into buf (FEED_MEMBER_MAX bytes); returns its length (send it with %b: a
+ * inside it. tu_key: uid's sorted set under the default prefix ("feed") and
+ * table (feed_entry), tu_key_of under another prefix, tu_key_cfg for cfg's prefix, table
+ * and columns, in family fam (FEED_FAM_FEED: a reader's feed,
+ * FEED_FAM_AUTHOR: an author's posts); suffix is appended (":lease", or "";
+ * ":authors" names the author index of filtered pages). The result lives
+ * in one of 8 static buffers, reused in turn. tu_member: id's member into
+ * buf (FEED_MEMBER_MAX bytes); returns its length (send it with %b: a
  * member may hold NUL bytes). */
 const char *tu_key(int64_t uid, const char *suffix);
 const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix);
+const char *tu_key_cfg(const feed_config *cfg, int fam, int64_t owner, const char *suffix);
+/* An author's copy under prefix, of the tests' authors' table (author_post). */
+const char *tu_author_key_of(const char *prefix, int64_t author, const char *suffix);
 size_t tu_member(int64_t id, char *buf);
 
 /* Counters moved since a snapshot. */

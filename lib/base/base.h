@@ -114,35 +114,42 @@ static inline void feed__msg_keep(char *dst, const char *src)
     feed__msg_keep_n(dst, FEED_ERRMSG, src);
 }
 
-/* The key format: part of every key name, "<prefix>:2:{<uid>}". It changes
- * whenever what the keys hold is read differently (the member encoding, the
- * end marker, the lease), so a library never reads a copy another version
- * wrote: an upgrade costs a cold cache, never a misread page. */
-#define FEED_KEY_VERSION "2"
+/* The key format: part of every key name, "<prefix>:3:<tag>:{<owner>}". It
+ * changes whenever what the keys hold is read differently (the member
+ * encoding, the end marker, the lease, what the tag covers), so a library
+ * never reads a copy another version wrote: an upgrade costs a cold cache,
+ * never a misread page. */
+#define FEED_KEY_VERSION "3"
 
 /* Feed families: the rows of one table grouped by an owner column, each
- * owner's rows one feed, cached under the family's own key namespace. Every
+ * owner's rows one feed, cached under the family's own key base. Every
  * family keeps the same invariant with the same scripts, TTLs, leases and
  * repairs; which family a request works on is the request's (a hook, a
  * drop, a source of a merged page), never the handle's. */
 enum feed_family {
-    FEED_FAM_FEED,      /* cfg.table by cfg.owner_column: "<prefix>:2:{<uid>}" */
-    FEED_FAM_AUTHOR,    /* cfg.author_table by cfg.author_column (read-time merge):
-                           "<prefix>:2:a:{<author>}" */
+    FEED_FAM_FEED,      /* cfg.table by cfg.owner_column */
+    FEED_FAM_AUTHOR,    /* cfg.author_table by cfg.author_column (read-time merge) */
     FEED_FAM_COUNT
 };
 
-/* Bytes a key of this prefix needs, NUL included (the longest uid, family
- * namespace and suffix). */
-size_t feed__key_cap(const char *prefix);
-/* "<prefix>:2:{<uid>}" into key and "<prefix>:2:{<uid>}:lease" into
- * lease_key (cap bytes each; lease_key may be NULL). The braces are a Redis
- * Cluster hash tag: every key of a feed lives on one slot. */
-void feed__keys_of(const char *prefix, size_t cap, int64_t uid, char *key, char *lease_key);
-/* The same for owner's feed in family fam: "<prefix>:2:a:{<author>}" and
- * its lease for FEED_FAM_AUTHOR. */
-void feed__family_keys(const char *prefix, size_t cap, int fam, int64_t owner, char *key,
-                       char *lease_key);
+/* A copy is only ever read by handles configured for the rows it was built
+ * from, whatever key prefix they share: the key names what the copy holds.
+ * The tag is a hash of the strings that say it (a family's name, its table,
+ * owner, score and id columns), FEED_KEY_TAG_LEN letters and digits; the key
+ * base, "<prefix>:3:<tag>:", begins every key of that family's copies (a
+ * string of its own, malloc'd; NULL: no memory). Two handles whose table
+ * and columns are spelt alike share copies, as the write hooks of one and
+ * the pages of the other need; any other spelling gets copies of its own. */
+#define FEED_KEY_TAG_LEN 13
+void  feed__key_tag(const char *const *what, size_t n, char out[FEED_KEY_TAG_LEN + 1]);
+char *feed__key_base(const char *prefix, const char *const *what, size_t n);
+/* Bytes a key of this base needs, NUL included (the longest owner and
+ * suffix). */
+size_t feed__key_cap(const char *base);
+/* "<base>{<owner>}" into key and "<base>{<owner>}:lease" into lease_key
+ * (feed__key_cap(base) bytes each; lease_key may be NULL). The braces are a
+ * Redis Cluster hash tag: every key of a feed lives on one slot. */
+void feed__family_keys(const char *base, int64_t owner, char *key, char *lease_key);
 
 /* A lease token unique across handles and processes: a random seed per
  * handle, then a counter (*seq). */

@@ -1,5 +1,6 @@
 /* text.c -- messages, key names, lease tokens and the clock. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,26 +36,56 @@ void feed__msg_keep_n(char *dst, size_t cap, const char *src)
     dst[n] = '\0';
 }
 
-size_t feed__key_cap(const char *prefix)
+/* FNV-1a, 64 bits, over the parts, each ended by a byte no text holds. */
+static uint64_t key_hash(const char *const *what, size_t n)
 {
-    return strlen(prefix) + sizeof ":" FEED_KEY_VERSION ":a:{-9223372036854775808}:lease";
+    uint64_t h = 14695981039346656037ULL;
+
+    for (size_t i = 0; i < n; i++) {
+        for (const char *p = what[i] ? what[i] : ""; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+        h = (h ^ 0xff) * 1099511628211ULL;
+    }
+    return h;
+}
+
+void feed__key_tag(const char *const *what, size_t n, char out[FEED_KEY_TAG_LEN + 1])
+{
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuv";
+    uint64_t h = key_hash(what, n);
+
+    for (int i = FEED_KEY_TAG_LEN - 1; i >= 0; i--, h >>= 5)
+        out[i] = digits[h & 31];
+    out[FEED_KEY_TAG_LEN] = '\0';
+}
+
+char *feed__key_base(const char *prefix, const char *const *what, size_t n)
+{
+    size_t plen = strlen(prefix);
+    char *base = malloc(plen + sizeof ":" FEED_KEY_VERSION ":" + FEED_KEY_TAG_LEN + 1);
+
+    if (!base)
+        return NULL;
+    memcpy(base, prefix, plen);
+    memcpy(base + plen, ":" FEED_KEY_VERSION ":", sizeof ":" FEED_KEY_VERSION ":");
+    feed__key_tag(what, n, base + strlen(base));
+    strcat(base, ":");
+    return base;
+}
+
+size_t feed__key_cap(const char *base)
+{
+    return strlen(base) + sizeof "{-9223372036854775808}:lease";
 }
 
 /* Written by hand, not by snprintf: a page names its key every time, and
- * formatting cost more than the rest of the key's work. cap is at least
- * feed__key_cap(prefix): everything fits. */
-void feed__family_keys(const char *prefix, size_t cap, int fam, int64_t owner, char *key,
-                       char *lease_key)
+ * formatting cost more than the rest of the key's work. key and lease_key
+ * hold feed__key_cap(base) bytes each: everything fits. */
+void feed__family_keys(const char *base, int64_t owner, char *key, char *lease_key)
 {
-    const char *ns = fam == FEED_FAM_AUTHOR ? "a:" : "";    /* the family's namespace */
-    size_t plen = strlen(prefix), nslen = strlen(ns), at;
+    size_t at = strlen(base);
 
-    (void)cap;
-    memcpy(key, prefix, plen);
-    memcpy(key + plen, ":" FEED_KEY_VERSION ":", sizeof ":" FEED_KEY_VERSION ":" - 1);
-    at = plen + sizeof ":" FEED_KEY_VERSION ":" - 1;
-    memcpy(key + at, ns, nslen);
-    at += nslen;
+    memcpy(key, base, at);
     key[at++] = '{';
     at += feed__i64_to_str(owner, key + at);
     key[at++] = '}';
@@ -63,11 +94,6 @@ void feed__family_keys(const char *prefix, size_t cap, int fam, int64_t owner, c
         memcpy(lease_key, key, at);
         memcpy(lease_key + at, ":lease", sizeof ":lease");
     }
-}
-
-void feed__keys_of(const char *prefix, size_t cap, int64_t uid, char *key, char *lease_key)
-{
-    feed__family_keys(prefix, cap, FEED_FAM_FEED, uid, key, lease_key);
 }
 
 /* splitmix64: a well-mixed 64-bit value from a counter. */

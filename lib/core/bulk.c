@@ -48,7 +48,7 @@ static int many_build(void *arg, size_t i, const char ***argv, const size_t **le
     char *key = m->keys, *lease = m->keys + c->key_cap;
     const char *words[5] = { "EVALSHA", c->sha[FEED_SCRIPT_INVALIDATE], "2", key, lease };
 
-    feed__family_keys(c->cfg.key_prefix, c->key_cap, m->fam, m->uids[i], key, lease);
+    feed__family_keys(c->key_base[m->fam], m->uids[i], key, lease);
     for (int k = 0; k < 5; k++) {
         m->argv[k] = words[k];
         m->lens[k] = k == 1 ? 40 : strlen(words[k]);    /* a SHA: 40 bytes, as in hooks.c */
@@ -458,19 +458,19 @@ static void all_free(feed_op *op)
 }
 
 /* SCAN's MATCH is a glob: the prefix's own '*', '?', '[', ']' and '\'
- * must match themselves. "<escaped prefix>:2:{*" (2 is FEED_KEY_VERSION:
- * copies in another key format are never read, so they are left to their
- * TTL), or "<escaped prefix>:2:a:{*" for authors' copies (FEED_FAM_AUTHOR). */
-static char *all_pattern(const char *prefix, int fam)
+ * must match themselves. "<escaped key base>{*": the copies of this
+ * family's table and columns in this key format (copies in another format
+ * are never read, so they are left to their TTL; another table's copies
+ * are that table's handles' to drop). */
+static char *all_pattern(const char *base)
 {
-    size_t len = strlen(prefix);
-    const char *tail = fam == FEED_FAM_AUTHOR ? ":" FEED_KEY_VERSION ":a:{*"
-                                              : ":" FEED_KEY_VERSION ":{*";
+    size_t len = strlen(base);
+    const char *tail = "{*";
     char *pat = malloc(2 * len + strlen(tail) + 1), *p = pat;
 
     if (!pat)
         return NULL;
-    for (const char *s = prefix; *s; s++) {
+    for (const char *s = base; *s; s++) {
         if (strchr("*?[]\\", *s))
             *p++ = '\\';
         *p++ = *s;
@@ -483,7 +483,7 @@ feed_op *feed__invalidate_all_op(feed_core *c, char *err, int fam, uint64_t *dro
 {
     all_op *a = calloc(1, sizeof *a);
 
-    if (!a || !(a->pattern = all_pattern(c->cfg.key_prefix, fam))) {
+    if (!a || !(a->pattern = all_pattern(c->key_base[fam]))) {
         free(a);
         *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a SCAN pattern");
         return NULL;

@@ -98,6 +98,27 @@ static uint32_t empty_ttl_seconds(const feed_config *c)
     return c->empty_ttl_seconds;
 }
 
+/* The key bases of the two families and the author index's suffix: what
+ * the keys say of the rows a copy holds (base.h, feed__key_base). The
+ * author index also depends on the column it was learnt from. */
+static int core_key_bases(feed_core *c)
+{
+    const feed_config *g = &c->cfg;
+    const char *rows[] = { "feed", g->table, g->owner_column, g->score_column, g->id_column };
+    const char *author[] = { "author", g->author_table, g->author_column, g->score_column,
+                             g->id_column };
+    const char *index[] = { "authors", g->item_author_column };
+
+    c->key_base[FEED_FAM_FEED] = feed__key_base(g->key_prefix, rows, 5);
+    c->key_base[FEED_FAM_AUTHOR] = feed__key_base(g->key_prefix, author, 5);
+    if (!c->key_base[FEED_FAM_FEED] || !c->key_base[FEED_FAM_AUTHOR])
+        return FEED_ENOMEM;
+    strcpy(c->index_suffix, ":authors:");
+    feed__key_tag(index, 2, c->index_suffix + strlen(c->index_suffix));
+    c->key_cap = feed__key_cap(c->key_base[FEED_FAM_FEED]);
+    return FEED_OK;
+}
+
 /* Copy the config's strings, so the caller's may go; the config was
  * checked. */
 int feed__core_init(feed_core *c, const feed_config *cfg)
@@ -114,19 +135,23 @@ int feed__core_init(feed_core *c, const feed_config *cfg)
             return FEED_ENOMEM;
         *field = c->owned[k++];
     }
-    c->key_cap = feed__key_cap(c->cfg.key_prefix);
+    if (core_key_bases(c) != FEED_OK)
+        return FEED_ENOMEM;
     c->filter_kept_pm = 1000;
     c->token_seed = feed__random_seed(c);
     feed__i64_to_str((int64_t)c->cfg.ttl_seconds * 1000, c->ttl_ms);
     feed__i64_to_str((int64_t)empty_ttl_seconds(&c->cfg) * 1000, c->empty_ttl_ms);
     feed__i64_to_str((int64_t)c->cfg.lease_ms, c->lease_ms);
     c->topo.cluster = c->cfg.redis_cluster != NULL;
-    c->topo.store = feed__store_of(&c->cfg);
+    for (int fam = 0; fam < FEED_FAM_COUNT; fam++)
+        c->topo.store[fam] = feed__store_of(&c->cfg, c->key_base[fam]);
     return FEED_OK;
 }
 
 void feed__core_free(feed_core *c)
 {
+    for (int fam = 0; fam < FEED_FAM_COUNT; fam++)
+        free(c->key_base[fam]);
     free(c->merge);
     for (size_t i = 0; i < c->topo.nnodes; i++)
         free(c->topo.nodes[i]);

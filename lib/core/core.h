@@ -118,7 +118,8 @@ typedef struct feed_topo {
     uint32_t    epochs;
     uint32_t   *slot_tag;
     int64_t     map_ms;         /* last refresh attempt */
-    uint64_t    store;          /* which copies these are, for the repair list */
+    uint64_t    store[FEED_FAM_COUNT];   /* which copies these are, per family, for
+                                            the repair list */
 } feed_topo;
 
 /* 1 when built against hiredis_ssl (the Makefile's HIREDIS=DIR): lib/io/tls.c
@@ -133,7 +134,10 @@ typedef struct feed_core {
     char       *owned[32];      /* at least the string fields of feed_config */
     struct feed_tls *tls;       /* lib/io/tls.c: the TLS context, NULL: plaintext;
                                    made and freed by the driver that opens */
-    size_t      key_cap;        /* bytes of a key name, NUL included */
+    char       *key_base[FEED_FAM_COUNT];   /* "<prefix>:3:<tag>:" (base.h) */
+    size_t      key_cap;        /* bytes of a key name, NUL included (both bases
+                                   are as long) */
+    char        index_suffix[sizeof ":authors:" + FEED_KEY_TAG_LEN];  /* filter.c */
     char        ttl_ms[24];     /* cfg.ttl_seconds * 1000 as text, "0" = no TTL */
     char        empty_ttl_ms[24];   /* the TTL of a feed known to be empty */
     char        lease_ms[24];
@@ -476,7 +480,7 @@ uint64_t feed__repair_gen(void);
 int  feed__repairs_pending(void);
 int  feed__repair_slot_pending(const feed_core *c, unsigned slot);
 void feed__repair_forget(void);   /* tests only */
-uint64_t feed__store_of(const feed_config *cfg);
+uint64_t feed__store_of(const feed_config *cfg, const char *key_base);
 
 /* ------------------------------------------------------------------------
  * SQL (sql.c): what a request asks of PostgreSQL

@@ -56,7 +56,7 @@ static int fanout_build(void *arg, size_t i, const char ***argv, const size_t **
     f->argv[1] = c->sha[FEED_SCRIPT_INSERT];
     for (size_t j = 0; j < count; j++) {
         char *key = f->keys + 2 * j * c->key_cap, *lease = key + c->key_cap;
-        feed__keys_of(c->cfg.key_prefix, c->key_cap, f->sorted[first + j], key, lease);
+        feed__family_keys(c->key_base[FEED_FAM_FEED], f->sorted[first + j], key, lease);
         f->argv[k++] = key;
         f->argv[k++] = lease;
     }

@@ -16,7 +16,7 @@
  *            has seen hidden lately (so that most pages take one chunk);
  *   AUTHORS  when the filter needs the chunk's authors (hidden authors, or a
  *            predicate, on a feed with item_author_column), they come from
- *            the copy's author index "<key>:authors_z": a sorted set of
+ *            the copy's author index "<key>:authors:<tag>": a sorted set of
  *            "<author>:<member>" (author empty when NULL) at the items'
  *            scores. A page request reads it in its own round trip: the
  *            index's entries from the cursor down ride along with the plain
@@ -878,7 +878,7 @@ feed_op *feed__filter_op(feed_core *c, char *err, int kind, int64_t uid,
     fo->hide = malloc((nh + 1) * sizeof *fo->hide);
     fo->merge = malloc((n + 1) * sizeof *fo->merge);
     fo->shown = malloc((limit + 1) * sizeof *fo->shown);
-    fo->key = malloc(c->key_cap + sizeof ":authors_z");
+    fo->key = malloc(c->key_cap + sizeof c->index_suffix);
     if (!fo->hide || !fo->merge || !fo->shown || !fo->key) {
         filter_free(&fo->op);
         *rc = feed__msg(err, FEED_ENOMEM, "out of memory for a filtered page");
@@ -893,8 +893,8 @@ feed_op *feed__filter_op(feed_core *c, char *err, int kind, int64_t uid,
     fo->by_author = c->cfg.item_author_column && (fo->nhide > 0 || fo->keep);
     fo->key[0] = '\0';
     if (c->cfg.item_author_column) {
-        feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, fo->key, NULL);
-        strcat(fo->key, ":authors_z");
+        feed__family_keys(c->key_base[FEED_FAM_FEED], uid, fo->key, NULL);
+        strcat(fo->key, c->index_suffix);
     }
     *rc = FEED_OK;
     return &fo->op;

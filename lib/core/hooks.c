@@ -237,6 +237,6 @@ int feed__hook_init(feed_hook_op *h, feed_core *c, char *err, int kind, int fam,
         return feed__msg(err, FEED_ENOMEM, "out of memory for a hook");
     }
     h->lease_key = h->key + c->key_cap;
-    feed__family_keys(c->cfg.key_prefix, c->key_cap, fam, uid, h->key, h->lease_key);
+    feed__family_keys(c->key_base[fam], uid, h->key, h->lease_key);
     return FEED_OK;
 }

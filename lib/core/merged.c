@@ -800,7 +800,7 @@ static int sources_init(merged_op *m, int64_t uid, const int64_t *authors, size_
         s->owner = k == 0 ? uid : who[k - 1];
         s->key = m->keys + 2 * k * c->key_cap;
         s->lease = s->key + c->key_cap;
-        feed__family_keys(c->cfg.key_prefix, c->key_cap, s->fam, s->owner, s->key, s->lease);
+        feed__family_keys(c->key_base[s->fam], s->owner, s->key, s->lease);
         s->state = S_READ;
         s->want = k == 0 ? m->q.want : author_want(c, s->owner, m->q.want, m->n);
     }

@@ -246,6 +246,6 @@ int feed__newer_init(feed_newer_op *n, feed_core *c, char *err, int64_t uid, int
         n->key = n->keys;
     else if (!(n->key = malloc(c->key_cap)))
         return feed__msg(err, FEED_ENOMEM, "out of memory for a request");
-    feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, n->key, NULL);
+    feed__family_keys(c->key_base[FEED_FAM_FEED], uid, n->key, NULL);
     return FEED_OK;
 }

@@ -796,7 +796,7 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
             return feed__msg(err, FEED_ENOMEM, "out of memory for a page request");
         p->lease_key = p->key + c->key_cap;
     }
-    feed__keys_of(c->cfg.key_prefix, c->key_cap, uid, p->key, NULL);
+    feed__family_keys(c->key_base[FEED_FAM_FEED], uid, p->key, NULL);
     p->lease_key[0] = '\0';
     return FEED_OK;
 }

@@ -12,7 +12,7 @@
  * failed (it may sit idle for long, and its late DEL would then throw away a
  * copy rebuilt correctly in between). This is the library's one piece of
  * process-wide state, on purpose. An entry is (store, uid, family), store
- * naming the Redis server and key prefix, the family which copy of uid's
+ * naming the Redis server and the family's key base, the family which copy of uid's
  * number (a reader's feed, an author's posts); sorted, without duplicates,
  * so a long outage under many writes to the same feeds costs one entry per
  * feed.
@@ -38,14 +38,14 @@ static size_t          repair_count, repair_cap;
 static atomic_size_t   repair_pending;   /* repair_count, read without the lock */
 static uint64_t        repair_gen;       /* remembers so far */
 
-/* FNV-1a over host, port and key prefix: which copies an entry names.
- * Under Sentinel the store is the master name, wherever it now runs; a
- * cluster is named by its seed list (every handle of an application is
- * configured alike). */
-uint64_t feed__store_of(const feed_config *cfg)
+/* FNV-1a over host, port and a family's key base (the prefix and what the
+ * copies hold, base.h): which copies an entry names. Under Sentinel the
+ * store is the master name, wherever it now runs; a cluster is named by its
+ * seed list (every handle of an application is configured alike). */
+uint64_t feed__store_of(const feed_config *cfg, const char *key_base)
 {
     const char *parts[3] = { cfg->redis_cluster ? cfg->redis_cluster : cfg->redis_host,
-                             cfg->key_prefix, "" };
+                             key_base, "" };
     uint64_t h = 14695981039346656037ULL ^ (uint64_t)(cfg->redis_cluster ? 0 : cfg->redis_port);
 
     if (cfg->redis_sentinels) {
@@ -58,6 +58,12 @@ uint64_t feed__store_of(const feed_config *cfg)
         h = (h ^ 0xff) * 1099511628211ULL;   /* separator */
     }
     return h;
+}
+
+/* Does e name a copy c's handle reads (its store, of e's family)? */
+static int repair_mine(const feed_core *c, const repair_entry *e)
+{
+    return e->store == c->topo.store[e->fam];
 }
 
 static int repair_entry_before(repair_entry a, repair_entry b)
@@ -103,7 +109,7 @@ static int repair_remember_locked(repair_entry e)
 
 int feed__repair_remember(const feed_core *c, int fam, int64_t owner)
 {
-    repair_entry e = { .store = c->topo.store, .uid = owner, .fam = fam };
+    repair_entry e = { .store = c->topo.store[fam], .uid = owner, .fam = fam };
     int done;
 
     pthread_mutex_lock(&repair_lock);
@@ -138,7 +144,7 @@ int feed__repair_slot_pending(const feed_core *c, unsigned slot)
         return 0;
     pthread_mutex_lock(&repair_lock);
     for (size_t i = 0; i < repair_count && !found; i++)
-        found = repair_list[i].store == c->topo.store && feed__uid_slot(repair_list[i].uid) == slot;
+        found = repair_mine(c, &repair_list[i]) && feed__uid_slot(repair_list[i].uid) == slot;
     pthread_mutex_unlock(&repair_lock);
     return found;
 }
@@ -153,26 +159,28 @@ void feed__repair_forget(void)
     pthread_mutex_unlock(&repair_lock);
 }
 
-/* Copy this store's entries: *n of them in a new array. They stay on the
+/* Copy the entries c's handle reads (repair_mine): *n of them in a new array. They stay on the
  * list until their copies are known dropped (repair_done): until then every
  * request of the process that reaches Redis drops them again first, so no
  * page anywhere in the process is read between a handle taking the list
  * and its DELs landing. */
-static repair_entry *repair_take(uint64_t store, size_t *n, uint64_t *gen)
+static repair_entry *repair_take(const feed_core *c, size_t *n, uint64_t *gen)
 {
     repair_entry *uids = NULL;
-    size_t first = 0;
+    size_t k = 0;
 
     *n = 0;
     pthread_mutex_lock(&repair_lock);
     *gen = repair_gen;
-    for (size_t i = 0; i < repair_count; i++)   /* sorted by store: one run */
-        if (repair_list[i].store == store && (*n)++ == 0)
-            first = i;
-    if (*n > 0 && (uids = malloc(*n * sizeof *uids)) != NULL)
-        memcpy(uids, repair_list + first, *n * sizeof *uids);
-    else
+    for (size_t i = 0; i < repair_count; i++)
+        *n += (size_t)repair_mine(c, &repair_list[i]);
+    if (*n > 0 && (uids = malloc(*n * sizeof *uids)) != NULL) {
+        for (size_t i = 0; i < repair_count; i++)
+            if (repair_mine(c, &repair_list[i]))
+                uids[k++] = repair_list[i];
+    } else {
         *n = 0;                 /* none, or no memory: try again next call */
+    }
     pthread_mutex_unlock(&repair_lock);
     return uids;
 }
@@ -223,8 +231,7 @@ static int repair_build(void *arg, size_t i, const char ***argv, const size_t **
     feed_core *c = r->op.c;
     char *key = r->keys, *lease = r->keys + c->key_cap;
 
-    feed__family_keys(c->cfg.key_prefix, c->key_cap, r->uids[i / 2].fam, r->uids[i / 2].uid,
-                      key, lease);
+    feed__family_keys(c->key_base[r->uids[i / 2].fam], r->uids[i / 2].uid, key, lease);
     r->argv[0] = "DEL";
     r->argv[1] = i % 2 == 0 ? lease : key;
     r->lens[0] = 3;
@@ -288,7 +295,7 @@ feed_op *feed__repair_op(feed_core *c)
 
     if (!r)
         return NULL;
-    if (!(r->uids = repair_take(c->topo.store, &r->n, &r->gen))) {
+    if (!(r->uids = repair_take(c, &r->n, &r->gen))) {
         free(r);
         return NULL;
     }

@@ -2243,8 +2243,8 @@ static int sim_key_server(sim_world *w, const char *key)
 /* A feed's (or an author's) copy key, for the faults and the final look. */
 static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease)
 {
-    feed__family_keys(w->cl[0].c->cfg.key_prefix, w->cl[0].c->key_cap,
-                      author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
+    feed__family_keys(w->cl[0].c->key_base[author ? FEED_FAM_AUTHOR : FEED_FAM_FEED], owner,
+                      key, lease);
 }
 
 /* A slot of some feed's keys starts migrating to another primary. */
@@ -2298,8 +2298,8 @@ static void sim_world_faults(sim_world *w)
         int64_t owner = author ? 101 + (int64_t)sim_pick(w, (uint64_t)w->authors)
                                : 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
         const char *which;
-        feed__family_keys(w->cl[0].c->cfg.key_prefix, w->cl[0].c->key_cap,
-                          author ? FEED_FAM_AUTHOR : FEED_FAM_FEED, owner, key, lease);
+        feed__family_keys(w->cl[0].c->key_base[author ? FEED_FAM_AUTHOR : FEED_FAM_FEED], owner,
+                          key, lease);
         which = sim_pick(w, 2) ? key : lease;
         if (w->topo == SIM_TOPO_CLUSTER)
             p = &w->sv[sim_key_server(w, which)];
@@ -2407,8 +2407,9 @@ static void sim_check_copies(sim_world *w)
         const simpg_row *rows = simpg_rows(w->pg, table, owner, simpg_version(w->pg), &n);
         int end = 0, bad = 0;
 
-        feed__family_keys(w->cl[0].c->cfg.key_prefix, w->cl[0].c->key_cap,
-                          table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR, owner, key, lease);
+        feed__family_keys(w->cl[0].c->key_base[table == SIMPG_FEED ? FEED_FAM_FEED
+                                                                    : FEED_FAM_AUTHOR],
+                          owner, key, lease);
         r = simr_execv(w->sv[sim_key_server(w, key)].r, w->now, argv);
         for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
             feed_item it;
