@@ -47,6 +47,24 @@ extern "C" {
 #define FEED_VERSION_MINOR 1
 #define FEED_VERSION_PATCH 0
 
+/* The version of the library a program runs against, "0.1.0" (the
+ * FEED_VERSION_* macros are the version it was compiled against; a shared
+ * library may be another). Static text, never NULL; no handle needed. */
+FEED_API const char *feed_version(void);
+
+/* Events worth a line in the application's log, so that it hears about
+ * trouble without polling feed_errmsg() after every call: see
+ * feed_config.log_fn. */
+typedef enum feed_log_level {
+    FEED_LOG_ERROR = 1,     /* a store failed, for the first time since it last worked
+                               (or since feed_open): once per outage, not once per call */
+    FEED_LOG_WARN = 2,      /* something is wrong with the table (feed_open's checks:
+                               docs/schema.md), or a row was left out of a feed */
+    FEED_LOG_INFO = 3       /* a store that had failed answers again */
+} feed_log_level;
+/* msg is one line without a newline, valid during the call. */
+typedef void feed_log_fn(void *arg, feed_log_level level, const char *msg);
+
 #define FEED_FIRST     INT64_MAX            /* last_score meaning "first page" */
 #define FEED_SCORE_MAX 9007199254740991LL   /* 2^53 - 1; scores lie in [-FEED_SCORE_MAX, FEED_SCORE_MAX] */
 
@@ -196,6 +214,17 @@ typedef struct feed_config {
                                           another author, delete it and insert a new one) */
     uint32_t    filter_max_scan;       /* default 10000: most items one filtered page examines
                                           (hidden or not) before it returns; 1 .. 1000000 */
+    /* ---- events ---- */
+    feed_log_fn *log_fn;               /* default NULL: nothing is told. Else called with
+                                          log_arg on a store's first failure (FEED_LOG_ERROR),
+                                          on its recovery (FEED_LOG_INFO), for what the
+                                          table's checks find and for a row left out of a
+                                          feed (FEED_LOG_WARN). Called on the thread of the
+                                          call that met it (the loop's thread for the
+                                          async API), inside that call: it must not block
+                                          and must not call the library on this handle.
+                                          Code sets these two: feed_config_set() does not */
+    void        *log_arg;
 } feed_config;
 
 typedef struct feed_item { int64_t score; int64_t id; } feed_item;
@@ -300,17 +329,21 @@ typedef enum feed_kind {
  * FEED_KIND_CONFIG, since feed_open() fails only when a store refused or
  * none answered (FEED_EUNAVAILABLE: FEED_KIND_RETRY). A refusal met while
  * a connection is made or set up (a password changed under a running
- * handle, an ACL that denies the restart fence's key) leaves it down, and
- * reads as FEED_KIND_RETRY; a WAIT answered by
- * fewer than redis_wait_replicas replicas keeps the connection, and reads
- * as FEED_KIND_CONFIG; feed_errmsg() has the store's words. Makes no round
- * trip; never fails. */
+ * handle, an ACL that denies the restart fence's key or the scripts, a
+ * missing table or column, a score column of the wrong type) leaves the
+ * connection down and reads as FEED_KIND_CONFIG, on the call that met it
+ * and on every call held off until the next attempt (retry_ms later), each
+ * with the store's words in feed_errmsg(); a store that did not answer
+ * reads as FEED_KIND_RETRY, its message saying that the handle has not
+ * tried it again yet and when it will. A WAIT answered by fewer than
+ * redis_wait_replicas replicas keeps the connection, and reads as
+ * FEED_KIND_CONFIG. Makes no round trip; never fails. */
 FEED_API feed_kind feed_error_kind(const feed *f, int rc);
 
 /* Detail of this handle's last error ("" if none). The text stays valid until
  * the next call on the handle. feed_errmsg(NULL) gives the detail of the last
- * failed feed_open() or feed_config_set() in the calling thread (each clears
- * it first). A call that succeeds in a degraded way (a page answered by
+ * failed feed_open(), feed_config_set(), feed_cursor_decode() or
+ * feed_cursor_decode_ranked() in the calling thread (each clears it first). A call that succeeds in a degraded way (a page answered by
  * PostgreSQL because Redis failed) also leaves the Redis error here. */
 FEED_API const char *feed_errmsg(const feed *f);
 
@@ -377,7 +410,10 @@ FEED_API const feed_config_field *feed_config_field_get(size_t i);
 
 /* One page of uid's feed: the items strictly after (last_score, last_id) in
  * (score DESC, id DESC) order; last_score == FEED_FIRST for the first page
- * (last_id is then ignored). The cursor item need not exist any more.
+ * (last_id is then ignored). The cursor item need not exist any more. A
+ * cursor (0, 0), what a zero-initialised struct holds, is a position like
+ * any other (the items after score 0, id 0), not the first page: when its
+ * page is empty, feed_errmsg() says so.
  *
  * limit is 1..max_page. On FEED_OK *out holds up to limit items, owned by it;
  * free with feed_result_free(). On error *out is zeroed (freeing it is safe).
@@ -445,6 +481,11 @@ typedef struct feed_health_info {
     int  pg_up;             /* 1: PostgreSQL answered a read of the feed table */
     char redis_msg[256];    /* "" when up; otherwise why not */
     char pg_msg[256];       /* likewise */
+    int  redis_refused;     /* 1 (with redis_up 0): Redis answered and refused (AUTH, an
+                               ACL): a configuration error, redis_msg in its words; 0:
+                               it did not answer (down, or not tried again yet) */
+    int  pg_refused;        /* likewise for PostgreSQL: a password, a database, a missing
+                               table or column, a column of the wrong type */
 } feed_health_info;
 
 /* Ask each store for a sign of life, each within its own timeout
@@ -455,6 +496,11 @@ typedef struct feed_health_info {
  * retry_ms per handle), so a health check polled often cannot cause a connect
  * storm: between attempts a store that is down is reported down at once,
  * with the time to the next attempt in its message.
+ *
+ * A store that answered and refused (a password, an ACL, a missing table or
+ * column, a wrong column type) is reported so: redis_refused / pg_refused
+ * set and its words in the message, never "down"; feed_error_kind() then
+ * reads FEED_KIND_CONFIG.
  *
  * Returns FEED_OK when both are up, FEED_EREDIS when only Redis is down,
  * FEED_EPG when only PostgreSQL is down, FEED_EUNAVAILABLE when both are, and
@@ -774,7 +820,11 @@ FEED_API int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buf
 
 /* Read a token made by feed_cursor_encode(). Returns FEED_EINVAL for NULL
  * arguments or a malformed token (wrong length, characters, version or
- * check byte, out-of-range fields); *score and *id are then untouched. */
+ * check byte, out-of-range fields, a ranked token); *score and *id are then
+ * untouched, and feed_errmsg(NULL) says which, for a server's log: "token
+ * too long", "not a cursor token", "the token's check byte does not match:
+ * it was changed, cut or mistyped", "a ranked token ...: read it with
+ * feed_cursor_decode_ranked". */
 FEED_API int feed_cursor_decode(const char *token, int64_t *score, int64_t *id);
 
 /* ---- rank-carrying cursors ---- */
@@ -818,7 +868,8 @@ FEED_API int feed_cursor_encode_ranked(int64_t score, int64_t id, int64_t rank, 
 
 /* Read a token made by feed_cursor_encode_ranked() or feed_cursor_encode()
  * (then *rank = -1). Returns FEED_EINVAL for NULL arguments or a malformed
- * token; *score, *id and *rank are then untouched. */
+ * token; *score, *id and *rank are then untouched, and feed_errmsg(NULL)
+ * says why, as for feed_cursor_decode. */
 FEED_API int feed_cursor_decode_ranked(const char *token, int64_t *score, int64_t *id,
                                        int64_t *rank);
 /* ---- end rank-carrying cursors ---- */
@@ -987,6 +1038,12 @@ typedef struct feed_stats {
     uint64_t redis_redirects; /* Redis Cluster: MOVED or ASK answers followed */
     uint64_t redis_retries;   /* Redis Cluster: waits after TRYAGAIN, CLUSTERDOWN or LOADING
                                  (a slot migrating, a failover) before sending again */
+    /* --- why pages came from PostgreSQL, and rows left out --- */
+    uint64_t redis_failed_pages; /* pages answered by PostgreSQL because Redis failed (also
+                                    in db_pages; the rest of db_pages reached past the
+                                    cached copy or waited out another's lease) */
+    uint64_t rows_left_out;   /* rows met with a NULL score or id: no place in a feed, left
+                                 out of it (FEED_LOG_WARN names each; docs/schema.md) */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

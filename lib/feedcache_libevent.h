@@ -1,6 +1,7 @@
 /* feedcache_libevent.h -- the asynchronous API on a libevent event_base.
- * See "Asynchronous API" in feedcache.h; link with -levent_core (or
- * -levent) besides feedcache's own libraries (pkg-config feedcache). */
+ * See "Asynchronous API" in feedcache.h. Build a program of it with
+ *   cc app.c $(pkg-config --cflags --libs feedcache-libevent)
+ * (the adapter's library, feedcache's and libevent_core). */
 #ifndef FEEDCACHE_LIBEVENT_H
 #define FEEDCACHE_LIBEVENT_H
 

@@ -1,6 +1,7 @@
 /* feedcache_libuv.h -- the asynchronous API on a libuv loop. See
- * "Asynchronous API" in feedcache.h; link with -luv besides feedcache's own
- * libraries (pkg-config feedcache). */
+ * "Asynchronous API" in feedcache.h. Build a program of it with
+ *   cc app.c $(pkg-config --cflags --libs feedcache-libuv)
+ * (the adapter's library, feedcache's and libuv). */
 #ifndef FEEDCACHE_LIBUV_H
 #define FEEDCACHE_LIBUV_H
 

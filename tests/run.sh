@@ -200,8 +200,9 @@ for ((k = 1; k <= JOBS; k++)); do start_set "$k" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p" || { echo "run.sh: a server set did not start" >&2; exit 1; }; done
 echo "run.sh: $JOBS server sets up in $((SECONDS - t0)) s" >&2
 
+# Each file's log is written over (never the folder emptied: another run on
+# the same build may be writing there).
 export FEED_TEST_POOL=$DIR FEED_TEST_LOGS=$BUILD/test-logs
-rm -rf "$FEED_TEST_LOGS"
 mkdir -p "$FEED_TEST_LOGS"
 out=$DIR/prove.out
 t0=$SECONDS
@@ -216,7 +217,13 @@ took=$((SECONDS - t0))
 sed -nE 's/^\[[0-9:]+\] ([^ ]+) \.+ (ok|skipped|Failed|Dubious)[^0-9]* ([0-9]+) ms.*/\3 \1/p' "$out" |
     while read -r ms name; do echo "$ms $(basename "$name")"; done | sort -rn >"$DIR/times"
 if [[ -s $DIR/times ]]; then cp "$DIR/times" "$BUILD/test-times"; fi
-for f in $(sed -nE 's/^([^ ]+) +\(Wstat.*/\1/p; s/^([^ ]+) +\(Tests: .*Failed.*/\1/p' "$out" | sort -u); do
+failed=$(sed -nE 's/^([^ ]+) +\(Wstat.*/\1/p; s/^([^ ]+) +\(Tests: .*Failed.*/\1/p' "$out" | sort -u)
+if grep -q '^Bailout called' "$out"; then   # prove stopped: the file that bailed out
+    for t in "${tests[@]}"; do
+        grep -qs '^Bail out!' "$FEED_TEST_LOGS/$(basename "$t" | tr ':' '-').log" && failed+=" $t"
+    done
+fi
+for f in $failed; do
     log=$FEED_TEST_LOGS/$(basename "$f" | tr ':' '-')
     echo "==== $f: its TAP ($log.log), then its stderr"
     cat "$log.log" "$log.err" 2>/dev/null || true

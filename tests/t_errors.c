@@ -82,8 +82,8 @@ static void null_and_range_arguments(void)
         is_str(feed_strerror(12345), "unknown error code", "and a text for an unknown code");
         /* feed_score_pack() and feed_score_unpack() return FEED_ERANGE for
          * a field too wide, not only for a score: the text says both. */
-        is_str(feed_strerror(FEED_ERANGE), "score or composite field out of range",
-               "FEED_ERANGE's text covers a composite field too");
+        is_str(feed_strerror(FEED_ERANGE), "score out of range (a cursor's, a row's, a hook's"
+               " or a composite score field's)", "FEED_ERANGE's text covers a composite field too");
     }
     is_str(feed_source_name(FEED_SOURCE_CACHE), "cache", "feed_source_name: cache");
     is_str(feed_source_name(FEED_SOURCE_REBUILD), "rebuild", "  rebuild");
@@ -267,6 +267,57 @@ static void tokens(void)
     ok(all, "no single-character edit of a token decodes to another cursor");
 }
 
+/* Common mistakes, each answered with a message that names it: a refused
+ * token and why (feed_errmsg(NULL)), a zero cursor meant as "first page",
+ * FEED_FIRST where a cursor is needed, a limit from a negative int. */
+static void mistakes(void)
+{
+    feed *f = tu_open(NULL);
+    char plain[FEED_CURSOR_SIZE], ranked[FEED_CURSOR_SIZE], bad[64];
+    int64_t s = 0, id = 0, rank = 0;
+    feed_result res;
+    int rc;
+
+    feed_cursor_encode(500, 5, plain, sizeof plain);
+    feed_cursor_encode_ranked(500, 5, 3, ranked, sizeof ranked);
+    ok(feed_cursor_decode("this is not a token!!!!!", &s, &id) == FEED_EINVAL &&
+       strstr(feed_errmsg(NULL), "not a cursor token"),
+       "garbage: FEED_EINVAL, and why (%s)", feed_errmsg(NULL));
+    snprintf(bad, sizeof bad, "%s", plain);
+    bad[5] = bad[5] == 'A' ? 'B' : 'A';
+    ok(feed_cursor_decode(bad, &s, &id) == FEED_EINVAL && strstr(feed_errmsg(NULL), "check byte"),
+       "a tampered token: FEED_EINVAL, and why (%s)", feed_errmsg(NULL));
+    ok(feed_cursor_decode(ranked, &s, &id) == FEED_EINVAL &&
+       strstr(feed_errmsg(NULL), "feed_cursor_decode_ranked"),
+       "a ranked token to the plain decoder: FEED_EINVAL, and which to call (%s)",
+       feed_errmsg(NULL));
+    snprintf(bad, sizeof bad, "%sAAAA", plain);
+    ok(feed_cursor_decode_ranked(bad, &s, &id, &rank) == FEED_EINVAL &&
+       strstr(feed_errmsg(NULL), "too long"), "a token too long: FEED_EINVAL, and why (%s)",
+       feed_errmsg(NULL));
+    ok(feed_cursor_decode(plain, &s, &id) == FEED_OK && !feed_errmsg(NULL)[0],
+       "  a good token after them: FEED_OK, the message cleared");
+    tu_sql(pg, "DELETE FROM feed_entry WHERE uid = 61");
+    tu_insert_rows(pg, 61, 5, tu_score_by10, tu_id_seq);
+    rc = feed_page(f, 61, 0, 0, 5, &res);
+    ok(rc == FEED_OK && res.count == 0 && strstr(feed_errmsg(f), "FEED_FIRST") &&
+       strstr(feed_errmsg(f), "(0, 0)"),
+       "cursor (0, 0) on a feed of positive scores: FEED_OK, empty, and a note (%s)",
+       feed_errmsg(f));
+    if (rc == FEED_OK)
+        feed_result_free(&res);
+    rc = feed_page_newer(f, 61, FEED_FIRST, 0, 5, &res);
+    ok(rc == FEED_ERANGE && strstr(feed_errmsg(f), "FEED_FIRST is no cursor here"),
+       "feed_page_newer(FEED_FIRST): refused, naming the mistake (%s)", feed_errmsg(f));
+    rc = feed_page(f, 61, FEED_FIRST, 0, (size_t)(int)-5, &res);
+    ok(rc == FEED_EINVAL && strstr(feed_errmsg(f), "negative"),
+       "a limit of (size_t)-5: refused, as a negative number (%s)", feed_errmsg(f));
+    ok(strstr(feed_strerror(FEED_ERANGE), "cursor") != NULL,
+       "feed_strerror(FEED_ERANGE) names a cursor among its causes (%s)",
+       feed_strerror(FEED_ERANGE));
+    feed_close(f);
+}
+
 /* Foreign things under the feed's key: a correct page from SQL, a clear
  * error from the hooks, nothing broken for other feeds. */
 static void foreign_redis_data(void)
@@ -313,6 +364,7 @@ int main(void)
     bad_configs();
     configs();
     tokens();
+    mistakes();
     foreign_redis_data();
     PQfinish(pg);
     redisFree(r);

@@ -109,9 +109,12 @@ static void page_cb(feed_async *a, int rc, feed_result *page, void *arg)
     feed_result_free(page);
 }
 
+static feed_health_info last_health;
+
 static void health_cb(feed_async *a, int rc, const feed_health_info *h, void *arg)
 {
-    (void)h;
+    if (h)
+        last_health = *h;
     done_cb(a, rc, arg);
 }
 
@@ -269,6 +272,12 @@ static void kinds_blocking(void)
     rc = feed_on_insert(f, 1, 10, 1);
     ok(rc == FEED_EREDIS && feed_error_kind(f, rc) == FEED_KIND_RETRY,
        "Redis down: a hook is FEED_EREDIS, retry (%s)", feed_errmsg(f));
+    rc = feed_on_insert(f, 1, 10, 1);
+    ok(rc == FEED_EREDIS && feed_error_kind(f, rc) == FEED_KIND_RETRY &&
+       strstr(feed_errmsg(f), "not tried again yet") && strstr(feed_errmsg(f), "the next in") &&
+       !strstr(feed_errmsg(f), "is down"),
+       "  the next, held off until retry_ms: says the handle has not tried again yet, and when"
+       " it will, never \"down\" (%s)", feed_errmsg(f));
     rc = feed_health(f, &h);
     ok(rc == FEED_EREDIS && feed_error_kind(f, rc) == FEED_KIND_RETRY,
        "Redis down: feed_health is FEED_EREDIS, retry");
@@ -305,7 +314,8 @@ static void kinds_blocking(void)
     acl("+evalsha");
     feed_close(f);
 
-    tu_sql(pg, "CREATE TABLE t_kinds_gone (uid bigint, score bigint, id bigint)");
+    tu_sql(pg, "CREATE TABLE t_kinds_gone (uid bigint, score bigint, id bigint,"
+               " PRIMARY KEY (uid, id))");
     tu_config(&cfg);
     cfg.table = "t_kinds_gone";
     cfg.key_prefix = "kinds";
@@ -374,6 +384,125 @@ static void kinds_async(void)
        "  FEED_EREDIS, config (%s)", w.msg);
     acl("+evalsha");
     feed_async_close(a);
+}
+
+/* A table the async handle cannot use: feed_async_open succeeds (it opens
+ * with a store unusable, as documented), then every request says so in
+ * PostgreSQL's words and reads as config, the first (which met the
+ * refusal) and those held off after it, until retry_ms; health too. */
+static void cfg_no_table(feed_config *cfg)
+{
+    tu_config(cfg);
+    cfg->table = "no_such_table_t_kinds";
+    cfg->retry_ms = 60000;          /* every request below is held off */
+}
+
+static void cfg_numeric(feed_config *cfg)
+{
+    tu_config(cfg);
+    cfg->table = "t_kinds_numeric";
+    cfg->retry_ms = 60000;
+}
+
+static void refused_async(void (*set)(feed_config *), const char *what, const char *words)
+{
+    waited w;
+    feed_async *a = async_open(set);
+
+    for (int k = 0; k < 3; k++) {
+        memset(&w, 0, sizeof w);
+        is_int(feed_async_page(a, 77010 + k, FEED_FIRST, 0, 5, page_cb, &w), FEED_OK,
+               "async, %s: page %d accepted", what, k + 1);
+        wait_for(&w);
+        ok(w.called == 1 && w.rc == FEED_EPG && w.kind == FEED_KIND_CONFIG,
+           "  FEED_EPG, config, %s (%s)", k ? "held off till the next attempt" : "refused",
+           w.msg);
+        ok(strstr(w.msg, words) != NULL && !strstr(w.msg, "down"),
+           "  in PostgreSQL's words (\"%s\"), not \"down\"", words);
+    }
+    memset(&w, 0, sizeof w);
+    memset(&last_health, 0, sizeof last_health);
+    is_int(feed_async_health(a, health_cb, &w), FEED_OK, "async health, %s:", what);
+    wait_for(&w);
+    ok(w.called == 1 && w.rc == FEED_EPG && w.kind == FEED_KIND_CONFIG,
+       "  FEED_EPG, config (%s)", w.msg);
+    ok(!last_health.pg_up && last_health.pg_refused && last_health.redis_up &&
+       strstr(last_health.pg_msg, words) != NULL,
+       "  pg_up 0, pg_refused 1, pg_msg in PostgreSQL's words (%s)", last_health.pg_msg);
+    feed_async_close(a);
+}
+
+static void kinds_refused(void)
+{
+    feed *f;
+    feed_result res;
+    feed_health_info h;
+    int rc;
+
+    refused_async(cfg_no_table, "a missing table", "does not exist");
+    tu_sql(pg, "DROP TABLE IF EXISTS t_kinds_numeric");
+    tu_sql(pg, "CREATE TABLE t_kinds_numeric (uid bigint, score numeric, id bigint,"
+               " PRIMARY KEY (uid, id))");
+    refused_async(cfg_numeric, "a numeric score column", "numeric");
+
+    /* Blocking, refused after open: the table dropped, the handle's
+     * connection lost, so the next connect's set-up is refused. */
+    tu_sql(pg, "CREATE TABLE t_kinds_later (uid bigint, score bigint, id bigint,"
+               " PRIMARY KEY (uid, id))");
+    {
+        feed_config cfg;
+        tu_config(&cfg);
+        cfg.table = "t_kinds_later";
+        cfg.key_prefix = "kinds";
+        cfg.retry_ms = 60000;
+        f = tu_open(&cfg);
+    }
+    tu_sql(pg, "DROP TABLE t_kinds_later");
+    tu_sql(pg, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+               " WHERE pid <> pg_backend_pid() AND datname = current_database()"
+               " AND application_name = ''");
+    rc = feed_page(f, 77020, FEED_FIRST, 0, 5, &res);
+    ok(rc == FEED_EPG && feed_error_kind(f, rc) == FEED_KIND_CONFIG &&
+       strstr(feed_errmsg(f), "does not exist"),
+       "blocking, the table dropped and the connection lost: a page is FEED_EPG, config (%s)",
+       feed_errmsg(f));
+    rc = feed_page(f, 77021, FEED_FIRST, 0, 5, &res);
+    ok(rc == FEED_EPG && feed_error_kind(f, rc) == FEED_KIND_CONFIG &&
+       strstr(feed_errmsg(f), "does not exist") && strstr(feed_errmsg(f), "tried again in"),
+       "  the next, held off: config, the refusal's words and when it is tried again (%s)",
+       feed_errmsg(f));
+    rc = feed_health(f, &h);
+    ok(rc == FEED_EPG && feed_error_kind(f, rc) == FEED_KIND_CONFIG && h.pg_refused &&
+       !h.pg_up && !h.redis_refused, "  feed_health: FEED_EPG, config, pg_refused (%s)",
+       h.pg_msg);
+    feed_close(f);
+    tu_sql(pg, "DROP TABLE t_kinds_numeric");
+
+    /* Redis, refused after open: the user's password changed and its
+     * connections closed, so the next set-up's AUTH is refused. */
+    {
+        feed_config cfg;
+        tu_config(&cfg);
+        cfg.redis_user = "t_kinds_bob";
+        cfg.redis_password = "bob-pw";
+        cfg.retry_ms = 60000;
+        f = tu_open_settled(&cfg);
+    }
+    acl("resetpass >another-pw");
+    freeReplyObject(tu_redis_cmd(r, "CLIENT KILL USER t_kinds_bob"));
+    for (int k = 0; k < 2; k++) {
+        rc = feed_on_insert(f, 1, 10, 1);
+        ok(rc == FEED_EREDIS && feed_error_kind(f, rc) == FEED_KIND_CONFIG &&
+           strstr(feed_errmsg(f), "WRONGPASS") && !strstr(feed_errmsg(f), "down"),
+           "blocking, Redis AUTH refused after open: hook %d is FEED_EREDIS, config, in Redis's"
+           " words (%s)", k + 1, feed_errmsg(f));
+    }
+    rc = feed_health(f, &h);
+    ok(rc == FEED_EREDIS && feed_error_kind(f, rc) == FEED_KIND_CONFIG && h.redis_refused &&
+       !h.redis_up && h.pg_up && strstr(h.redis_msg, "WRONGPASS"),
+       "  feed_health: FEED_EREDIS, config, redis_refused (%s)", h.redis_msg);
+    feed_close(f);
+    acl("resetpass >bob-pw");
 }
 
 static void unknown_write_blocking(void)
@@ -506,6 +635,7 @@ int main(void)
     kinds_at_open();
     kinds_blocking();
     kinds_async();
+    kinds_refused();
     unknown_write_blocking();
     unknown_write_async();
     unknown_write_down();

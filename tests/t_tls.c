@@ -418,7 +418,7 @@ static void refused(feed_config *cfg, const char *what, const char *want)
     rc = feed_page(f, 3, FEED_FIRST, 0, 5, &res);
     ok(rc == FEED_OK && res.source == FEED_SOURCE_DB, "%s: a page comes from PostgreSQL", what);
     feed_result_free(&res);
-    if (!ok(strstr(feed_errmsg(f), "next reconnect") && strstr(feed_errmsg(f), want),
+    if (!ok(strstr(feed_errmsg(f), "not tried again yet") && strstr(feed_errmsg(f), want),
             "%s: the page's message (reconnect held off) still says why", what))
         tap_diag("message: %s", feed_errmsg(f));
     rc = feed_health(f, &h);

@@ -314,8 +314,15 @@ void respond(request *rq, unsigned status, const char *ctype, char *body, size_t
              const char *const *extra)
 {
     const char *h[2 * MAX_HDRS + 1];
+    char timing[48];
     size_t n = 0;
 
+    /* The time this server took (the standard Server-Timing header), so a
+     * page shows it apart from the browser's round trip, which queueing in
+     * a loaded browser or network can make far longer. */
+    snprintf(timing, sizeof timing, "app;dur=%.3f", (double)(now_us() - rq->start_us) / 1000.0);
+    h[n++] = "Server-Timing";
+    h[n++] = timing;
     if (ctype) {
         h[n++] = "Content-Type";
         h[n++] = ctype;
@@ -331,7 +338,7 @@ void respond(request *rq, unsigned status, const char *ctype, char *body, size_t
             h[n++] = "Origin";
         }
         h[n++] = "Access-Control-Expose-Headers";
-        h[n++] = "Location, Retry-After";
+        h[n++] = "Location, Retry-After, Server-Timing";
     }
     for (size_t i = 0; extra && extra[i] && n + 2 <= 2 * MAX_HDRS; i += 2) {
         h[n++] = extra[i];

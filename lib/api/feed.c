@@ -10,9 +10,9 @@
 
 #include "drive/drive.h"
 
-/* The message of the last failed feed_open() or feed_config_set() in this
- * thread: there is no handle to carry it. */
-static _Thread_local char open_errmsg[FEED_ERRMSG];
+/* The message of the last failed feed_open(), feed_config_set() or cursor
+ * decode in this thread: there is no handle to carry it. */
+#define open_errmsg (feed__thread_msg())
 
 const char *feed_errmsg(const feed *f)
 {
@@ -55,7 +55,7 @@ static int open_outcome(int redis_rc, int pg_rc)
  * "feed_open: why" kept for feed_errmsg(NULL). Returns rc. */
 static int open_failed(feed *f, int rc, const char *why)
 {
-    snprintf(open_errmsg, sizeof open_errmsg, "feed_open: %.480s", why);
+    snprintf(open_errmsg, FEED_ERRMSG, "feed_open: %.480s", why);
     feed_close(f);
     return rc;
 }
@@ -94,6 +94,8 @@ int feed_open(feed **out, const feed_config *cfg)
 
     rc = open_outcome(cr.redis_rc, cr.pg_rc);
     feed__msg(f->errmsg, rc, "%s%s%s", redis_msg, *redis_msg && *pg_msg ? "; " : "", pg_msg);
+    if (rc == FEED_OK && !f->errmsg[0])     /* what the table's checks warned of */
+        feed__msg_keep(f->errmsg, f->core.warnings);
     if (rc != FEED_OK) {
         feed__msg_keep(open_errmsg, f->errmsg);
         feed_close(f);

@@ -14,7 +14,8 @@ static uint32_t retry_after(const feed_core *c, const feed_pg *pg)
     uint32_t most = feed__redis_retry_left(c, now);
 
     for (size_t i = 0; i < sizeof pg->side / sizeof pg->side[0]; i++) {
-        uint32_t left = pg->side[i].conn ? 0 : feed__retry_left(c, pg->side[i].attempt_ms, now);
+        uint32_t left = pg->side[i].conn ? 0
+                      : feed__retry_left(c, pg->side[i].server.attempt_ms, now);
         if (left > most)
             most = left;
     }
@@ -44,20 +45,35 @@ static int redis_down(const feed_core *c)
     return 0;
 }
 
+/* 1 when some Redis node of c went down because it refused (AUTH, an ACL
+ * on the set-up's commands). */
+static int redis_refused(const feed_core *c)
+{
+    for (size_t i = 0; i < c->topo.nnodes; i++)
+        if (c->topo.nodes[i]->state == FEED_NODE_DOWN && c->topo.nodes[i]->refused)
+            return 1;
+    return 0;
+}
+
 /* The kind of rc; c and pg NULL: no handle (feed_open's codes). The codes
  * whose kind never depends on the store come first; FEED_EREDIS and
- * FEED_EPG are then "down" when that store's connection is. */
+ * FEED_EPG are then "down" when that store's connection is, unless it
+ * went because the store refused: a configuration error, whatever the
+ * connection's state, until an attempt succeeds. */
 static feed_kind error_kind(const feed_core *c, const feed_pg *pg, int rc)
 {
+    const feed_pgside *primary = pg ? &pg->side[FEED_PG_PRIMARY] : NULL;
+
     switch (rc) {
     case FEED_OK:           return FEED_KIND_OK;
     case FEED_EINVAL:
     case FEED_ERANGE:       return FEED_KIND_INPUT;
     case FEED_EUNAVAILABLE: return FEED_KIND_RETRY;
     case FEED_EREDIS:
-        return c && redis_down(c) ? FEED_KIND_RETRY : FEED_KIND_CONFIG;
+        return c && redis_down(c) && !redis_refused(c) ? FEED_KIND_RETRY : FEED_KIND_CONFIG;
     case FEED_EPG:
-        return pg && !pg->side[FEED_PG_PRIMARY].conn ? FEED_KIND_RETRY : FEED_KIND_CONFIG;
+        return primary && !primary->conn && !primary->server.refused ? FEED_KIND_RETRY
+                                                                     : FEED_KIND_CONFIG;
     default:                return FEED_KIND_INTERNAL;  /* ENOMEM, ECANCELED, unknown */
     }
 }

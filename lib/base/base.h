@@ -108,6 +108,10 @@ int feed__vmsg(char *buf, int code, const char *fmt, va_list ap);
  * another, puts it back, or hands it to a field of another size. The one
  * way a message is copied; dst and src may overlap. */
 void feed__msg_keep_n(char *dst, size_t cap, const char *src);
+/* The calling thread's message of the calls that have no handle to carry
+ * one (feed_open, feed_config_set, the cursor decoders): what
+ * feed_errmsg(NULL) gives; FEED_ERRMSG bytes. */
+char *feed__thread_msg(void);
 /* The same between two FEED_ERRMSG buffers. */
 static inline void feed__msg_keep(char *dst, const char *src)
 {

@@ -16,8 +16,9 @@
 
 #include "base.h"
 
-#define TOKEN_VERSION 1
-#define TOKEN_BYTES   18
+#define TOKEN_VERSION  1
+#define RANKED_VERSION 2       /* the first 4 bits of a ranked token (below) */
+#define TOKEN_BYTES    18
 
 static const char b64[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -78,23 +79,39 @@ static void put_token(unsigned char *raw, char *buf)
     buf[FEED_CURSOR_LEN] = '\0';
 }
 
-/* A token's 18 bytes, its length, alphabet and check byte verified. */
-static int get_token(const char *token, unsigned char *raw)
+/* A refused token: FEED_EINVAL, and why in the thread's message (a server
+ * logs why it turned a client's token down). */
+static int refused(const char *fn, const char *why)
 {
-    if (!token || strnlen(token, FEED_CURSOR_LEN + 1) != FEED_CURSOR_LEN)
-        return FEED_EINVAL;
+    return feed__msg(feed__thread_msg(), FEED_EINVAL, "%s: %s", fn, why);
+}
+
+/* A token's 18 bytes, its length, alphabet and check byte verified. */
+static int get_token(const char *fn, const char *token, unsigned char *raw)
+{
+    size_t len = token ? strnlen(token, FEED_CURSOR_LEN + 1) : 0;
+
+    feed__thread_msg()[0] = '\0';
+    if (!token)
+        return refused(fn, "token is NULL");
+    if (len != FEED_CURSOR_LEN)
+        return refused(fn, len > FEED_CURSOR_LEN ? "token too long: a cursor token has 24"
+                           " characters" : "token too short: a cursor token has 24 characters");
     for (int c = 0, o = 0; c < FEED_CURSOR_LEN; c += 4, o += 3) {
-        int v0 = b64_value(token[c]), v1 = b64_value(token[c + 1]);
-        int v2 = b64_value(token[c + 2]), v3 = b64_value(token[c + 3]);
-        uint32_t v;
-        if (v0 < 0 || v1 < 0 || v2 < 0 || v3 < 0)
-            return FEED_EINVAL;
-        v = (uint32_t)v0 << 18 | (uint32_t)v1 << 12 | (uint32_t)v2 << 6 | (uint32_t)v3;
-        raw[o] = (unsigned char)(v >> 16);
-        raw[o + 1] = (unsigned char)(v >> 8);
-        raw[o + 2] = (unsigned char)v;
+        int v[4];
+        uint32_t w;
+        for (int k = 0; k < 4; k++)
+            if ((v[k] = b64_value(token[c + k])) < 0)
+                return refused(fn, "not a cursor token: a character outside A-Z a-z 0-9 - _");
+        w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        raw[o] = (unsigned char)(w >> 16);
+        raw[o + 1] = (unsigned char)(w >> 8);
+        raw[o + 2] = (unsigned char)w;
     }
-    return raw[17] == check_byte(raw) ? FEED_OK : FEED_EINVAL;
+    if (raw[17] != check_byte(raw))
+        return refused(fn, "the token's check byte does not match: it was changed, cut or"
+                           " mistyped");
+    return FEED_OK;
 }
 
 int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen)
@@ -113,21 +130,38 @@ int feed_cursor_encode(int64_t score, int64_t id, char *buf, size_t buflen)
     return FEED_OK;
 }
 
-int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
+/* The plain token's fields, its bytes checked: fn names the call. */
+static int decode_plain(const char *fn, const unsigned char *raw, int64_t *score, int64_t *id)
 {
-    unsigned char raw[TOKEN_BYTES];
     int64_t s, i;
     int at = 8;
 
-    if (!score || !id || get_token(token, raw) != FEED_OK || raw[0] != TOKEN_VERSION)
-        return FEED_EINVAL;
     s = (int64_t)get_bits(raw, &at, 64);
     i = (int64_t)get_bits(raw, &at, 64);
     if (!feed__score_ok(s) || i < 0)
-        return FEED_EINVAL;
+        return refused(fn, "the token's score or id is out of range: it was not made by"
+                           " feed_cursor_encode");
     *score = s;
     *id = i;
     return FEED_OK;
+}
+
+int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
+{
+    static const char fn[] = "feed_cursor_decode";
+    unsigned char raw[TOKEN_BYTES];
+    int rc;
+
+    if ((rc = get_token(fn, token, raw)) != FEED_OK)
+        return rc;
+    if (!score || !id)
+        return refused(fn, "score or id is NULL");
+    if (raw[0] >> 4 == RANKED_VERSION)
+        return refused(fn, "a ranked token (feed_cursor_encode_ranked): read it with"
+                           " feed_cursor_decode_ranked");
+    if (raw[0] != TOKEN_VERSION)
+        return refused(fn, "a token of a version this library does not know");
+    return decode_plain(fn, raw, score, id);
 }
 
 /* ---- ranked tokens -----------------------------------------------------
@@ -139,7 +173,6 @@ int feed_cursor_decode(const char *token, int64_t *score, int64_t *id)
  * the check byte. Every field is exact, and every bit pattern that decodes
  * is the one encoding of its cursor and rank. */
 
-#define RANKED_VERSION 2
 #define SCORE_BITS     54
 #define ID_BITS        63
 #define RANK_BITS      15
@@ -166,26 +199,30 @@ int feed_cursor_encode_ranked(int64_t score, int64_t id, int64_t rank, char *buf
 
 int feed_cursor_decode_ranked(const char *token, int64_t *score, int64_t *id, int64_t *rank)
 {
+    static const char fn[] = "feed_cursor_decode_ranked";
     unsigned char raw[TOKEN_BYTES];
     uint64_t s;
     int64_t i, r;
-    int at = 4;
+    int at = 4, rc;
 
-    if (!score || !id || !rank || get_token(token, raw) != FEED_OK)
-        return FEED_EINVAL;
+    if ((rc = get_token(fn, token, raw)) != FEED_OK)
+        return rc;
+    if (!score || !id || !rank)
+        return refused(fn, "score, id or rank is NULL");
     if (raw[0] == TOKEN_VERSION) {
-        if (feed_cursor_decode(token, score, id) != FEED_OK)
-            return FEED_EINVAL;
+        if ((rc = decode_plain(fn, raw, score, id)) != FEED_OK)
+            return rc;
         *rank = -1;
         return FEED_OK;
     }
     if (raw[0] >> 4 != RANKED_VERSION)
-        return FEED_EINVAL;
+        return refused(fn, "a token of a version this library does not know");
     s = get_bits(raw, &at, SCORE_BITS);
     i = (int64_t)get_bits(raw, &at, ID_BITS);
     r = (int64_t)get_bits(raw, &at, RANK_BITS);
     if (s > 2 * (uint64_t)FEED_SCORE_MAX)
-        return FEED_EINVAL;
+        return refused(fn, "the token's score is out of range: it was not made by"
+                           " feed_cursor_encode_ranked");
     *score = (int64_t)s - FEED_SCORE_MAX;
     *id = i;
     *rank = r;

@@ -28,6 +28,13 @@ int feed__msg(char *buf, int code, const char *fmt, ...)
     return code;
 }
 
+char *feed__thread_msg(void)
+{
+    static _Thread_local char msg[FEED_ERRMSG];
+
+    return msg;
+}
+
 void feed__msg_keep_n(char *dst, size_t cap, const char *src)
 {
     size_t n = strnlen(src, cap - 1);

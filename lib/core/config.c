@@ -12,7 +12,8 @@ const char *feed_strerror(int code)
     switch (code) {
     case FEED_OK:           return "success";
     case FEED_EINVAL:       return "invalid argument";
-    case FEED_ERANGE:       return "score or composite field out of range";
+    case FEED_ERANGE:       return "score out of range (a cursor's, a row's, a hook's or a "
+                                   "composite score field's)";
     case FEED_EREDIS:       return "Redis failed";
     case FEED_EPG:          return "PostgreSQL failed";
     case FEED_ENOMEM:       return "out of memory";
@@ -168,13 +169,14 @@ void feed__core_free(feed_core *c)
 /* redis_failed: Redis could not answer either (redis_msg: why). Degraded
  * but answered: keep why Redis was not used. PostgreSQL failed too: the
  * feed is unavailable, with both reasons. Any other rc is returned as is. */
-int feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg)
+int feed__db_outcome(feed_core *c, char *err, int rc, int redis_failed, const char *redis_msg)
 {
     char pg_msg[FEED_ERRMSG];
 
     if (!redis_failed)
         return rc;
     if (rc == FEED_OK) {
+        c->stats.redis_failed_pages++;
         feed__msg_keep(err, redis_msg);
     } else if (rc == FEED_EPG) {
         feed__msg_keep(pg_msg, err);
@@ -198,6 +200,28 @@ void feed_result_free(feed_result *r)
     memset(r, 0, sizeof *r);
 }
 
+const char *feed_version(void)
+{
+#define FEED_VERSION_TEXT_(a, b, c) #a "." #b "." #c
+#define FEED_VERSION_TEXT(a, b, c) FEED_VERSION_TEXT_(a, b, c)
+    return FEED_VERSION_TEXT(FEED_VERSION_MAJOR, FEED_VERSION_MINOR, FEED_VERSION_PATCH);
+#undef FEED_VERSION_TEXT
+#undef FEED_VERSION_TEXT_
+}
+
+void feed__log(const feed_core *c, feed_log_level level, const char *fmt, ...)
+{
+    char msg[FEED_ERRMSG];
+    va_list ap;
+
+    if (!c->cfg.log_fn)
+        return;
+    va_start(ap, fmt);
+    feed__vmsg(msg, 0, fmt, ap);
+    va_end(ap);
+    c->cfg.log_fn(c->cfg.log_arg, level, msg);
+}
+
 /* The names of feed_stats' fields, in declaration order. */
 #define FEED_STAT(name) { #name, offsetof(feed_stats, name) }
 static const struct { const char *name; size_t offset; } stat_fields[] = {
@@ -210,6 +234,7 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(wait_failures), FEED_STAT(fence_flushes), FEED_STAT(failovers),
     FEED_STAT(plain_pages), FEED_STAT(script_pages), FEED_STAT(plain_fallbacks),
     FEED_STAT(redis_redirects), FEED_STAT(redis_retries),
+    FEED_STAT(redis_failed_pages), FEED_STAT(rows_left_out),
 };
 #undef FEED_STAT
 

@@ -95,6 +95,9 @@ typedef struct feed_node {
     int64_t    attempt_ms;      /* last connect attempt */
     char       why[256];        /* why the node last went DOWN ("" none known):
                                    told while a reconnect is held off */
+    int        refused;         /* it went DOWN because it answered and said no
+                                   (AUTH, an ACL): a configuration error */
+    int        failing;         /* its failure was told (log_fn): its recovery will be */
     uint64_t   fenced_by;       /* the batch that last took a step of its fence */
     feed_fence fence;
     void      *io;              /* the driver's connection; NULL while DOWN */
@@ -172,6 +175,13 @@ typedef struct feed_core {
     int64_t replica_tried_ms;
     char    replica_probe_lsn[32];
 
+    /* pgstmt.c: what the catalog check found of the feed table and of the
+     * authors' (FEED_FAM_*), once per handle: whether a row may lack its
+     * score or id (the statements then leave such rows out); and what it
+     * warned of, which feed_open leaves in the handle's message. */
+    struct feed_table_facts { int checked, nullable; } tables[FEED_FAM_COUNT];
+    char warnings[FEED_ERRMSG];
+
     /* filter.c: the share of examined items filtered pages showed lately,
      * per mille: how far a chunk over-reads. A guess, never relied on. */
     uint32_t filter_kept_pm;
@@ -218,16 +228,30 @@ int          feed__config_set(feed_config *c, const char *name, const char *valu
 const char **feed__config_string(feed_config *c, size_t i);
 /* policy.c: the retry rule: a lost connection is tried again only retry_ms
  * after the last attempt, so that an outage cannot turn into a connect
- * storm (FEED_EUNAVAILABLE with err until then). */
+ * storm. FEED_OK when an attempt is due; else the answer of a call held
+ * off, in err, saying what the last attempt met (why, "" none): a store
+ * that answered and refused (refused_rc, FEED_EREDIS or FEED_EPG: a
+ * configuration error, in the store's words), or one that did not answer
+ * (FEED_EUNAVAILABLE: not tried again yet, never "down" of a store that may
+ * well be back). refused_rc 0: it did not refuse. */
 int  feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
-                     const char *store, char *err);
+                     const char *store, const char *why, int refused_rc, char *err);
 /* The time left, in ms, until a connection whose last connect attempt was
  * at attempt_ms may be tried again (0: due now, or never tried); and the
  * longest such time over the Redis nodes that are down. */
 uint32_t feed__retry_left(const feed_core *c, int64_t attempt_ms, int64_t now);
 uint32_t feed__redis_retry_left(const feed_core *c, int64_t now);
-/* The end of a read that PostgreSQL answered instead of Redis. */
-int  feed__db_outcome(char *err, int rc, int redis_failed, const char *redis_msg);
+/* The end of a read that PostgreSQL answered instead of Redis (counted in
+ * redis_failed_pages when Redis had failed). */
+int  feed__db_outcome(feed_core *c, char *err, int rc, int redis_failed, const char *redis_msg);
+/* policy.c: a store's outage told once: its first failure since it last
+ * worked (FEED_LOG_ERROR, why), then its return (FEED_LOG_INFO, "<store>
+ * answers again"); *failing, the store's own flag, says which is due. */
+void feed__store_failed(const feed_core *c, int *failing, const char *why);
+void feed__store_back(const feed_core *c, int *failing, const char *store);
+/* Tell the application's log_fn (config.c; nothing when none is set). */
+void feed__log(const feed_core *c, feed_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* A batch of rows from SQL, in (score DESC, id DESC) order. */
 typedef struct feed_rows {
@@ -531,6 +555,8 @@ typedef struct feed_sql {
     int64_t   *row_authors;
     int64_t    scanned;
     feed_item  last;
+    int        refused;         /* out: it failed because the server answered and
+                                   refused (pgstmt.c, feed_pgserver) */
 } feed_sql;
 
 /* A page past the cache (page.c, newer.c): which server reads it. The
@@ -581,11 +607,23 @@ typedef struct feed_pgio {
 /* The handle's texts (built on its first connect): the statements, then
  * the type checks (SELECT score, id FROM table WHERE false). */
 enum { FEED_PG_TYPES = FEED_SQL_STMTS, FEED_PG_AUTHOR_TYPES, FEED_PG_TEXTS };
+/* What the handle knows of one PostgreSQL server besides its connection
+ * (lib/io/pg.c keeps that): when it was last tried (retry_ms counts from
+ * there), why the last attempt failed, and whether the server answered and
+ * said no (a password, a database, a missing table or column, a column of
+ * the wrong type: a configuration error, reported as such to every call
+ * held off until the next attempt) rather than not answering. */
+typedef struct feed_pgserver {
+    int64_t attempt_ms;
+    int     refused;
+    int     failing;            /* its failure was told (log_fn): its recovery will be */
+    char    why[FEED_ERRMSG];   /* the last failure's message, "" none */
+} feed_pgserver;
 typedef struct feed_pgstmt {
     feed_core  *c;
     feed_sql   *q;
     char       *err, **texts;   /* the request's message; the handle's FEED_PG_TEXTS */
-    int64_t    *attempt_ms;     /* the server's last connect (the handle's): retry_ms */
+    feed_pgserver *server;      /* the server's state (the handle's) */
     const char *who;            /* "PostgreSQL" or "PostgreSQL replica" */
     int         state, step, was_up, retried, rc;
     int64_t     deadline;       /* pg_timeout_ms after begin: to io, as are the fields below */
@@ -595,12 +633,19 @@ typedef struct feed_pgstmt {
     const int  *lengths, *formats;
     char        buf[4][8];      /* the int8 parameters, in network order */
     char       *array;          /* FEED_SQL_MERGE: the authors as an int8[] in text */
+    char       *quoted;         /* the catalog check: the table's name as quoted */
 } feed_pgstmt;
 void feed__pgstmt_begin(feed_pgstmt *p, feed_core *c, feed_sql *q, char *err, char **texts,
-                        int64_t *attempt_ms, int64_t now);
+                        feed_pgserver *server, int64_t now);
 /* What to do next, having done the last (first: FEED_PIO_START). */
 enum feed_pwant feed__pgstmt_next(feed_pgstmt *p, const feed_pgio *io, int64_t now);
 void feed__pgstmt_end(feed_pgstmt *p);      /* free what it holds; any state */
+/* 1 while the step asked is the catalog check of a table (a query of text
+ * p->text with nparams text values, answered by one row of four text
+ * cells: relkind, the columns that may be NULL (comma-separated, NULL for
+ * none), whether a unique index holds (owner, id), whether a btree index
+ * serves (owner, score, id): "t" or "f"), for the simulation. */
+int  feed__pgstmt_checking(const feed_pgstmt *p);
 
 /* ------------------------------------------------------------------------
  * Requests

@@ -705,6 +705,7 @@ static void xchg_trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
 {
     feed_node *n = xchg_node(x, t->trip.node);
     n->state = FEED_NODE_DOWN;
+    n->refused = 0;                 /* it did not answer */
     if (xchg_cluster(x))
         x->c->topo.stale = 1;
     if (!t->was_fresh && x->peer == FEED_XPEER_NONE && t->trip.io == FEED_IO_CLOSED &&
@@ -717,6 +718,7 @@ static void xchg_trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
         n->attempt_ms = now;
         snprintf(n->why, sizeof n->why, "Redis at %.64s:%d: %.160s", n->addr.host,
                  n->addr.port, t->trip.why);
+        feed__store_failed(x->c, &n->failing, n->why);
         x->c->stats.redis_errors++;
         if (!(x->pass & FEED_XP_FAILED) && xchg_cluster(x))
             feed__msg(x->err, FEED_EREDIS, "Redis Cluster: Redis %s:%d: %s", n->addr.host,

@@ -669,7 +669,7 @@ static enum feed_want filter_sql_answered(filter_op *fo, int64_t now)
     }
     if (rc != FEED_OK) {
         filter_sql_drop(q);
-        return filter_finish(fo, feed__db_outcome(fo->op.err, rc, 0, ""));
+        return filter_finish(fo, feed__db_outcome(fo->op.c, fo->op.err, rc, 0, ""));
     }
     if ((rc = filter_walk_room(fo, q->rows.count + 1)) != FEED_OK) {
         filter_sql_drop(q);

@@ -148,6 +148,10 @@ static enum feed_want health_step(feed_op *op, int64_t now)
             out->pg_up = 1;
         else
             feed__msg_keep_n(out->pg_msg, sizeof out->pg_msg, op->err);
+        out->pg_refused = !out->pg_up && op->sql.refused;
+        for (size_t i = 0; !out->redis_up && i < c->topo.nnodes; i++)
+            out->redis_refused |= c->topo.nodes[i]->state == FEED_NODE_DOWN &&
+                                  c->topo.nodes[i]->refused;
         feed__msg(op->err, FEED_OK, "%s%s%s", out->redis_msg,
                   *out->redis_msg && *out->pg_msg ? "; " : "", out->pg_msg);
         op->rc = !out->redis_up && !out->pg_up ? FEED_EUNAVAILABLE

@@ -388,7 +388,7 @@ static enum feed_want sql_answered(merged_op *m, int rc, int64_t now)
         s->state = S_DONE;
     }
     tagged_free(m);
-    rc = feed__db_outcome(m->op.err, rc, m->redis_failed, m->redis_msg);
+    rc = feed__db_outcome(m->op.c, m->op.err, rc, m->redis_failed, m->redis_msg);
     if (rc != FEED_OK)
         return finish(m, rc);
     return cut(m, now);

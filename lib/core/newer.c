@@ -192,7 +192,7 @@ static enum feed_want newer_step(feed_op *op, int64_t now)
         rc = op->sql_rc;
         if (rc == FEED_OK)
             rc = answer(n, &op->sql.rows, FEED_SOURCE_DB);
-        rc = feed__db_outcome(op->err, rc, n->redis_failed, n->redis_msg);
+        rc = feed__db_outcome(op->c, op->err, rc, n->redis_failed, n->redis_msg);
         feed__rows_free(&op->sql.rows);
         return done(n, rc);
     default:
@@ -224,8 +224,9 @@ int feed__newer_check(const feed_core *c, char *err, const char *fn, int64_t sco
     int rc = feed__page_check(c, err, fn, score, id, -1, limit, out);
 
     if (rc == FEED_OK && score == FEED_FIRST)
-        return feed__msg(err, FEED_ERANGE, "%s: cursor score %lld is outside +/-(2^53-1)", fn,
-                         (long long)score);
+        return feed__msg(err, FEED_ERANGE, "%s: FEED_FIRST is no cursor here: pull-to-refresh"
+                         " asks for what is newer than an item the client holds; pass that"
+                         " item's (score, id)", fn);
     return rc;
 }
 

@@ -481,6 +481,12 @@ static int answer(feed_page_op *p, const feed_item *items, size_t avail, feed_so
         return feed__msg(p->op.err, FEED_ENOMEM, "out of memory for %zu items", count);
     memcpy(p->out->items, items, count * sizeof *items);
     feed__page_served(p->op.c, p->out, avail, p->limit, source);
+    /* A cursor of zeros is a position (after score 0, id 0), but seldom
+     * meant as one: a zero-initialised struct passed for "first page".
+     * Served as asked; the message says so when it found nothing. */
+    if (count == 0 && !p->first && p->score == 0 && p->id == 0 && !p->op.err[0])
+        feed__msg(p->op.err, FEED_OK, "cursor (0, 0) asks for the items after score 0, id 0"
+                  " (none here), not the first page: a first page is last_score = FEED_FIRST");
     return FEED_OK;
 }
 
@@ -537,7 +543,7 @@ static enum feed_want answered_by_db(feed_page_op *p, int rc)
 
     if (rc == FEED_OK)
         rc = answer(p, rows->items, rows->count, FEED_SOURCE_DB);
-    rc = feed__db_outcome(p->op.err, rc, p->redis_failed, p->redis_msg);
+    rc = feed__db_outcome(p->op.c, p->op.err, rc, p->redis_failed, p->redis_msg);
     if (rc == FEED_OK && p->a.hit && p->out->has_more)   /* the cache is short, and so it stays, likely */
         hint_put(p->op.c, p->uid, p->out->next_score, p->out->next_id, -2);
     feed__rows_free(rows);
@@ -819,8 +825,9 @@ int feed__page_check(const feed_core *c, char *err, const char *fn, int64_t last
     if (!out)
         return feed__msg(err, FEED_EINVAL, "%s: out is NULL", fn);
     if (limit == 0 || limit > c->cfg.max_page)
-        return feed__msg(err, FEED_EINVAL, "%s: limit %zu is outside 1..%u", fn, limit,
-                         c->cfg.max_page);
+        return feed__msg(err, FEED_EINVAL, "%s: limit %zu is outside 1..%u%s", fn, limit,
+                         c->cfg.max_page, limit > (size_t)INT64_MAX
+                         ? " (a negative number converted to size_t?)" : "");
     if (rank < -1)
         return feed__msg(err, FEED_EINVAL, "feed_page_ranked: rank %lld is below -1",
                          (long long)rank);

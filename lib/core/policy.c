@@ -28,14 +28,19 @@ uint32_t feed__retry_left(const feed_core *c, int64_t attempt_ms, int64_t now)
 }
 
 int feed__retry_due(const feed_core *c, int64_t last_attempt_ms, int64_t now,
-                    const char *store, char *err)
+                    const char *store, const char *why, int refused_rc, char *err)
 {
     uint32_t left = feed__retry_left(c, last_attempt_ms, now);
 
-    if (left > 0)
-        return feed__msg(err, FEED_EUNAVAILABLE, "%s is down; next reconnect in %u ms", store,
-                         (unsigned)left);
-    return FEED_OK;
+    if (left == 0)
+        return FEED_OK;
+    if (refused_rc && why[0])
+        return feed__msg(err, refused_rc, "%.440s (refused at the last attempt; %s is tried"
+                         " again in %u ms)", why, store, (unsigned)left);
+    return feed__msg(err, FEED_EUNAVAILABLE, "%s not tried again yet: the last attempt, %u ms"
+                     " ago, failed%s%.400s%s; the next in %u ms", store,
+                     (unsigned)(c->cfg.retry_ms - left), why[0] ? " (" : "", why,
+                     why[0] ? ")" : "", (unsigned)left);
 }
 
 uint32_t feed__redis_retry_left(const feed_core *c, int64_t now)
@@ -49,4 +54,20 @@ uint32_t feed__redis_retry_left(const feed_core *c, int64_t now)
             most = left;
     }
     return most;
+}
+
+void feed__store_failed(const feed_core *c, int *failing, const char *why)
+{
+    if (*failing)
+        return;
+    *failing = 1;
+    feed__log(c, FEED_LOG_ERROR, "%s", why);
+}
+
+void feed__store_back(const feed_core *c, int *failing, const char *store)
+{
+    if (!*failing)
+        return;
+    *failing = 0;
+    feed__log(c, FEED_LOG_INFO, "%s answers again", store);
 }

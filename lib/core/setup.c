@@ -126,7 +126,9 @@ static enum feed_swant setup_finish(feed_setup *s, int code)
 }
 
 /* The node failed under a step: keep the reason, drop its connection (the
- * driver closes a DOWN node's), and the next connect waits retry_ms. */
+ * driver closes a DOWN node's), and the next connect waits retry_ms.
+ * FEED_EREDIS is a refusal (the server answered and said no): the calls
+ * held off until then are told so, as a configuration error. */
 static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ...)
@@ -139,7 +141,9 @@ static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ..
     s->c->stats.redis_errors++;
     s->node->state = FEED_NODE_DOWN;
     s->node->attempt_ms = now;
+    s->node->refused = code == FEED_EREDIS;
     snprintf(s->node->why, sizeof s->node->why, "%.255s", s->err);
+    feed__store_failed(s->c, &s->node->failing, s->err);
     if (setup_cluster(s))
         s->c->topo.stale = 1;
     setup_finish(s, code);
@@ -591,18 +595,14 @@ enum feed_swant feed__setup_next(feed_setup *s, int64_t now)
                 s->step = STEP_AFTER;
                 continue;
             }
+            /* Held off until retry_ms has passed: the answer says why the
+             * node went down too (a wrong CA, a plaintext port, a refused
+             * AUTH), or "down" would send the user looking for a server
+             * that is up. */
             rc = feed__retry_due(c, n->attempt_ms, now, setup_cluster(s) ? "Redis node" : "Redis",
-                                 s->err);
-            if (rc != FEED_OK) {
-                /* Held off until retry_ms has passed: the refusal says why
-                 * the node went down too (a wrong CA, a plaintext port, a
-                 * refused AUTH), or "down" would send the user looking for
-                 * a server that is up. */
-                size_t len = strlen(s->err);
-                if (n->why[0] && len < FEED_ERRMSG)
-                    snprintf(s->err + len, FEED_ERRMSG - len, " (last failure: %s)", n->why);
+                                 n->why, n->refused ? FEED_EREDIS : 0, s->err);
+            if (rc != FEED_OK)
                 return setup_finish(s, rc);
-            }
             n->attempt_ms = now;
             c->stats.redis_connects++;
             n->fence.state = FEED_FENCE_UNKNOWN;
@@ -732,6 +732,7 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
         (s->trip.io != FEED_IO_OK || (s->said & FEED_SR_BAD))) {
         setup_fail(s, FEED_EREDIS, now, "Redis %s (restart fence): %s", cmd[s->step],
                    s->trip.io != FEED_IO_OK ? s->trip.why : s->why);
+        s->node->refused = s->trip.io == FEED_IO_OK;     /* not when it did not answer */
         return;
     }
     switch (s->step) {
@@ -825,6 +826,12 @@ void feed__setup_tripped(feed_setup *s, int64_t now)
             setup_fail(s, FEED_EREDIS, now, "Redis SCRIPT LOAD refused: %s", s->why);
         } else {
             n->reload = 0;
+            n->refused = 0;
+            {
+                char who[sizeof n->addr.host + 24];
+                snprintf(who, sizeof who, "Redis at %s:%d", n->addr.host, n->addr.port);
+                feed__store_back(s->c, &n->failing, who);
+            }
             if (n->state != FEED_NODE_READY) {
                 n->state = FEED_NODE_READY;
                 n->fresh = 1;

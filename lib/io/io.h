@@ -61,8 +61,8 @@ void feed__rs_read(redisContext *c, feed_trip *t);
 
 /* One PostgreSQL server: its connection and last connect attempt. */
 typedef struct feed_pgside {
-    PGconn  *conn;              /* NULL while disconnected */
-    int64_t  attempt_ms;
+    PGconn        *conn;        /* NULL while disconnected */
+    feed_pgserver  server;      /* the last attempt: when, why it failed */
 } feed_pgside;
 
 /* A handle's PostgreSQL side: the primary and the replica, and the texts

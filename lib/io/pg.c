@@ -87,7 +87,7 @@ void feed__pg_task_begin(feed_pgtask *t, feed_pg *pg, feed_core *c, feed_sql *q,
 
     memset(t, 0, sizeof *t);
     t->conn = &s->conn;
-    feed__pgstmt_begin(&t->m, c, q, err, pg->texts, &s->attempt_ms, now);
+    feed__pgstmt_begin(&t->m, c, q, err, pg->texts, &s->server, now);
     t->doing = FEED_P_DONE;
 }
 

@@ -102,7 +102,7 @@ typedef struct sim_client {
     feed_pgstmt  pgm;
     int          pwant;
     unsigned     pg_conn[2];
-    int64_t      pg_attempt[2];
+    feed_pgserver pg_server[2];
     char        *pg_texts[FEED_PG_TEXTS];
     feed_pgcell  cells[3 * 256];
     char         cellbuf[3 * 256][24];
