@@ -214,6 +214,10 @@ typedef struct feed_config {
                                           another author, delete it and insert a new one) */
     uint32_t    filter_max_scan;       /* default 10000: most items one filtered page examines
                                           (hidden or not) before it returns; 1 .. 1000000 */
+    /* ---- overload ---- */
+    uint32_t    request_timeout_ms;    /* default 5000: the longest a call may take, waits
+                                          and queues included; a call past it fails fast
+                                          (FEED_EBUSY) instead of reaching a store */
     /* ---- events ---- */
     feed_log_fn *log_fn;               /* default NULL: nothing is told. Else called with
                                           log_arg on a store's first failure (FEED_LOG_ERROR),
@@ -252,7 +256,10 @@ enum {
     FEED_EPG          = -4,  /* PostgreSQL failed where only PostgreSQL could do the work */
     FEED_ENOMEM       = -5,
     FEED_EUNAVAILABLE = -6,  /* neither store could answer */
-    FEED_ECANCELED    = -7   /* async: the request was pending when its handle closed */
+    FEED_ECANCELED    = -7,  /* async: the request was pending when its handle closed */
+    FEED_EBUSY        = -8   /* shed: the call reached its deadline (request_timeout_ms)
+                                or PostgreSQL's budget for cold work was spent; nothing
+                                was refused, try again after feed_retry_after_ms() */
 };
 
 /* ------------------------------------------------------------------------
@@ -311,7 +318,8 @@ typedef enum feed_kind {
                                or a score out of range found in SQL): fix the call or
                                the data; the same call fails the same way again */
     FEED_KIND_RETRY = 2,    /* a store the call needed is down, timed out or not retried
-                               yet: try again later (feed_retry_after_ms() says when) */
+                               yet, or the call was shed under load (FEED_EBUSY): try
+                               again later (feed_retry_after_ms() says when) */
     FEED_KIND_CONFIG = 3,   /* a store answered and refused (a wrong password, an ACL,
                                a missing table or column, no permission, Redis out of
                                memory): retrying will not help, fix the configuration */
@@ -1044,6 +1052,15 @@ typedef struct feed_stats {
                                     cached copy or waited out another's lease) */
     uint64_t rows_left_out;   /* rows met with a NULL score or id: no place in a feed, left
                                  out of it (FEED_LOG_WARN names each; docs/schema.md) */
+    /* --- overload: a cold cache under load (docs/operations.md) --- */
+    uint64_t installs_refused; /* rebuilds read from SQL but not installed: a write came
+                                  between (its hook took the grant), or the grant outlived
+                                  its window; the page is still served from the rows */
+    uint64_t shed;            /* calls failed fast with FEED_EBUSY: past their deadline, or
+                                 PostgreSQL's cold-work budget spent (both counted here) */
+    uint64_t deadlines_missed; /* ... of which past request_timeout_ms */
+    uint64_t lease_waits_served; /* lease waits that ended in the cache another's rebuild
+                                    filled (the rest read SQL themselves, or were shed) */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

@@ -13,6 +13,7 @@
 -- ARGV[4]  a fresh lease token, ARGV[5] lease lifetime in ms
 -- ARGV[6]  first pages only: TTL in ms to refresh; "0" = does not expire
 -- ARGV[7]  first pages only: the same for a feed known to be empty
+-- ARGV[8]  how long a granted rebuild keeps its right to install, in ms
 --
 -- A hit returns the ZREVRANGE reply itself, {member, score, ...}, untouched:
 -- scores stay the strings Redis formats (a Lua number returned to Redis is
@@ -25,6 +26,13 @@
 -- page with a plain ZREVRANGE.
 -- A miss returns an integer: 1 when this caller now holds the lease and must
 -- rebuild, 0 when another caller holds it.
+--
+-- The lease is a hash of the rebuilds granted since the feed's last write,
+-- token -> when granted (ms, Redis's clock); every write hook deletes it. One
+-- rebuild at a time: a new one is granted only when every grant is older
+-- than lease_ms (its holder may have died). An older grant keeps its right
+-- to install (lua/rebuild.lua) for ARGV[8] ms: a rebuild whose SQL ran late,
+-- queued behind others, still fills the cache unless a write came between.
 --
 -- Cost (bench/, "Redis server time per cached page"): every redis.call,
 -- every argument and every change to the reply shows against a bare
@@ -76,9 +84,14 @@ end
 -- A cached feed is never an empty set (an empty feed holds the end marker),
 -- so only an empty answer can mean the feed is not cached.
 if #range == 0 and redis.call('EXISTS', feed) == 0 then
-    -- One lease per feed at a time: only its holder reads SQL and rebuilds.
-    if redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then return 1 end
-    return 0
+    local t = redis.call('TIME')
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    for _, at in ipairs(redis.call('HVALS', KEYS[2])) do
+        if now - tonumber(at) < tonumber(ARGV[5]) then return 0 end
+    end
+    redis.call('HSET', KEYS[2], ARGV[4], now)
+    redis.call('PEXPIRE', KEYS[2], ARGV[8])
+    return 1
 end
 
 -- TTL: a feed that is read stays cached, one nobody reads expires. Every

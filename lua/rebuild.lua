@@ -9,10 +9,14 @@
 -- ARGV[1]  the caller's lease token
 -- ARGV[2]  TTL in ms; "0" = the feed does not expire
 --
--- Returns 1 when installed, 0 when the lease is gone. Every write hook deletes
--- the lease, so a rebuild that read SQL before a write committed can never
--- overwrite that write here: checking the lease and swapping the staged rows
--- in are one atomic step.
+-- Returns 1 when installed, 0 when the grant is gone. The lease is a hash of
+-- the rebuilds granted since the feed's last write (lua/page.lua); every
+-- write hook deletes it, so a rebuild that read SQL before a write committed
+-- can never overwrite that write here: checking the grant and swapping the
+-- staged rows in are one atomic step. A grant outlives lease_ms (the time
+-- others wait before a rebuild of their own): a rebuild whose SQL answered
+-- late still installs when no write came between. Installed, the copy is
+-- the truth, and every other grant goes with the lease.
 --
 -- Why stage instead of passing the rows to the script: a script receives its
 -- arguments as a Lua table, which costs Redis more than the ZADD itself
@@ -20,7 +24,7 @@
 -- ZADD parses them once, and RENAME swaps the staged set in in O(1).
 
 local feed, lease, staged = KEYS[1], KEYS[2], KEYS[3]
-if redis.call('GET', lease) ~= ARGV[1] then
+if redis.call('HEXISTS', lease, ARGV[1]) == 0 then
     redis.call('DEL', staged)
     return 0
 end

@@ -163,7 +163,7 @@ static void leases_cancelled(void)
     int64_t uid = 5;
 
     for (int i = 0; i < 4; i++) {
-        freeReplyObject(tu_redis_cmd(r, "SET %s someone PX 10000", tu_key(uid, ":lease")));
+        tu_plant_lease(r, tu_key(uid, ":lease"), "someone");
         switch (i) {
         case 0: insert(uid, 10, 1); break;
         case 1: delete(uid, 1); break;

@@ -144,6 +144,72 @@ static void cancelled_rebuild(void)
     feed_close(writer);
 }
 
+/* Called by the rebuilding handle after its SQL read: the read took
+ * longer than the lease lives (queued behind others, a slow statement). */
+static void late_install(feed *rebuilder, int64_t uid, void *arg)
+{
+    feed *writer = arg;
+    struct timespec pause = { 0, 250 * 1000000L };   /* lease_ms is 100 here */
+
+    (void)rebuilder;
+    nanosleep(&pause, NULL);
+    if (writer) {
+        tu_insert(pg, uid, 1000000, 424243);
+        if (feed_on_insert(writer, uid, 1000000, 424243) != FEED_OK)
+            tap_diag("hook failed: %s", feed_errmsg(writer));
+    }
+}
+
+/* Work that is done counts: a rebuild whose lease ran out while it read
+ * SQL still installs, unless a write came between (its hook takes the
+ * grant). Refused installs are counted. */
+static void late_rebuild(void)
+{
+    feed_config cfg;
+    feed *f, *writer = tu_open(NULL);
+    feed_result res;
+    feed_stats s0, s1;
+    tu_walk_info info;
+    int rc;
+
+    tu_insert_rows(pg, 14, 30, score_of, id_of);
+    tu_config(&cfg);
+    cfg.lease_ms = 100;
+    f = tu_open_settled(&cfg);
+    tu_settle_feed(f, 14);
+    f->core.test_before_install = late_install;
+    f->core.test_arg = NULL;
+    feed_stats_get(f, &s0);
+    rc = feed_page(f, 14, FEED_FIRST, 0, 10, &res);
+    feed_stats_get(f, &s1);
+    ok(rc == FEED_OK && res.source == FEED_SOURCE_REBUILD && s1.rebuilds == s0.rebuilds + 1 &&
+       s1.installs_refused == s0.installs_refused,
+       "a rebuild read past lease_ms, no write between: it installs (source rebuild)");
+    if (rc == FEED_OK)
+        feed_result_free(&res);
+    is_int(tu_redis_int(r, "EXISTS %s", tu_key(14, "")), 1, "  its copy is in Redis");
+    f->core.test_before_install = NULL;
+    ok(tu_walk_equals_sql(f, pg, 14, 7, &info) && info.sources[FEED_SOURCE_CACHE] == (int)info.pages,
+       "  and serves the walk, equal to SQL (%s)", info.why);
+
+    feed_invalidate(f, 14);
+    f->core.test_before_install = late_install;
+    f->core.test_arg = writer;
+    feed_stats_get(f, &s0);
+    rc = feed_page(f, 14, FEED_FIRST, 0, 10, &res);
+    feed_stats_get(f, &s1);
+    f->core.test_before_install = NULL;
+    ok(rc == FEED_OK && res.source == FEED_SOURCE_DB && s1.rebuilds == s0.rebuilds &&
+       s1.installs_refused == s0.installs_refused + 1,
+       "a rebuild read past lease_ms with a write between: refused, counted in installs_refused");
+    if (rc == FEED_OK)
+        feed_result_free(&res);
+    is_int(tu_redis_int(r, "EXISTS %s", tu_key(14, "")), 0, "  no stale copy in Redis");
+    ok(tu_walk_equals_sql(f, pg, 14, 7, &info), "  the next walk equals SQL, the write included");
+    feed_close(f);
+    feed_close(writer);
+}
+
 static void busy_lease(void)
 {
     feed_config cfg;
@@ -160,7 +226,7 @@ static void busy_lease(void)
     tu_settle_feed(f, 12);
     before = stats_of(f);
     /* Someone else's lease, and no rebuild coming. */
-    freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(12, ":lease")));
+    tu_plant_lease(r, tu_key(12, ":lease"), "another-handle");
     clock_gettime(CLOCK_MONOTONIC, &t0);
     is_int(feed_page(f, 12, FEED_FIRST, 0, 10, &res), FEED_OK,
            "a miss while another handle holds the lease");
@@ -213,7 +279,7 @@ static void waiter_served_by_cache(void)
     tu_settle_feed(f, 13);
     feed_stats_get(f, &before);
     other = tu_open(NULL);
-    freeReplyObject(tu_redis_cmd(r, "SET %s another-handle PX 10000", tu_key(13, ":lease")));
+    tu_plant_lease(r, tu_key(13, ":lease"), "another-handle");
     lr.f = other;
     lr.uid = 13;
     pthread_create(&t, NULL, reload_later, &lr);
@@ -232,6 +298,7 @@ int main(void)
     stampede();
     cancelled_rebuild();
     busy_lease();
+    late_rebuild();
     waiter_served_by_cache();
     PQfinish(pg);
     redisFree(r);

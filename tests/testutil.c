@@ -614,6 +614,14 @@ const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix)
     return tu_key_cfg(&cfg, FEED_FAM_FEED, uid, suffix);
 }
 
+void tu_plant_lease(redisContext *r, const char *lease_key, const char *token)
+{
+    freeReplyObject(tu_redis_cmd(r, "EVAL %s 1 %s %s",
+                                 "local t = redis.call('TIME') redis.call('HSET', KEYS[1], ARGV[1],"
+                                 " t[1] * 1000 + math.floor(t[2] / 1000))"
+                                 " redis.call('PEXPIRE', KEYS[1], 10000)", lease_key, token));
+}
+
 const char *tu_key(int64_t uid, const char *suffix)
 {
     return tu_key_of("feed", uid, suffix);

@@ -130,6 +130,9 @@ int64_t tu_random_score(uint64_t *state);
 const char *tu_key(int64_t uid, const char *suffix);
 const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix);
 const char *tu_key_cfg(const feed_config *cfg, int fam, int64_t owner, const char *suffix);
+/* Another handle's rebuild, granted now and alive for 10 s: the lease's
+ * form (lua/page.lua) with token in it. */
+void tu_plant_lease(redisContext *r, const char *lease_key, const char *token);
 /* An author's copy under prefix, of the tests' authors' table (author_post). */
 const char *tu_author_key_of(const char *prefix, int64_t author, const char *suffix);
 size_t tu_member(int64_t id, char *buf);

@@ -68,7 +68,8 @@ static feed_kind error_kind(const feed_core *c, const feed_pg *pg, int rc)
     case FEED_OK:           return FEED_KIND_OK;
     case FEED_EINVAL:
     case FEED_ERANGE:       return FEED_KIND_INPUT;
-    case FEED_EUNAVAILABLE: return FEED_KIND_RETRY;
+    case FEED_EUNAVAILABLE:
+    case FEED_EBUSY:        return FEED_KIND_RETRY;
     case FEED_EREDIS:
         return c && redis_down(c) && !redis_refused(c) ? FEED_KIND_RETRY : FEED_KIND_CONFIG;
     case FEED_EPG:

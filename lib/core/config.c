@@ -19,6 +19,7 @@ const char *feed_strerror(int code)
     case FEED_ENOMEM:       return "out of memory";
     case FEED_EUNAVAILABLE: return "neither Redis nor PostgreSQL could answer";
     case FEED_ECANCELED:    return "the request was pending when its handle closed";
+    case FEED_EBUSY:        return "shed under load (deadline or cold-work budget): try again";
     default:                return "unknown error code";
     }
 }
@@ -31,6 +32,7 @@ static const struct { const char *source, *name; } scripts[FEED_SCRIPT_COUNT] = 
     [FEED_SCRIPT_DELETE]     = { feed_lua_delete, "delete.lua" },
     [FEED_SCRIPT_NEWER]      = { feed_lua_newer, "newer.lua" },
     [FEED_SCRIPT_INVALIDATE] = { feed_lua_invalidate, "invalidate.lua" },
+    [FEED_SCRIPT_LEASE]      = { feed_lua_lease, "lease.lua" },
 };
 
 const char *feed__script_source(enum feed_script s)
@@ -143,6 +145,7 @@ int feed__core_init(feed_core *c, const feed_config *cfg)
     feed__i64_to_str((int64_t)c->cfg.ttl_seconds * 1000, c->ttl_ms);
     feed__i64_to_str((int64_t)empty_ttl_seconds(&c->cfg) * 1000, c->empty_ttl_ms);
     feed__i64_to_str((int64_t)c->cfg.lease_ms, c->lease_ms);
+    feed__i64_to_str(feed__grant_ms(&c->cfg), c->grant_ms);
     c->topo.cluster = c->cfg.redis_cluster != NULL;
     for (int fam = 0; fam < FEED_FAM_COUNT; fam++)
         c->topo.store[fam] = feed__store_of(&c->cfg, c->key_base[fam]);
@@ -200,6 +203,13 @@ void feed_result_free(feed_result *r)
     memset(r, 0, sizeof *r);
 }
 
+int64_t feed__grant_ms(const feed_config *cfg)
+{
+    /* A rebuild is granted, read, then installed within its request's
+     * deadline; twice that, past the lease, leaves room for a clock step. */
+    return (int64_t)cfg->lease_ms + 2 * (int64_t)cfg->request_timeout_ms;
+}
+
 const char *feed_version(void)
 {
 #define FEED_VERSION_TEXT_(a, b, c) #a "." #b "." #c
@@ -235,6 +245,8 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(plain_pages), FEED_STAT(script_pages), FEED_STAT(plain_fallbacks),
     FEED_STAT(redis_redirects), FEED_STAT(redis_retries),
     FEED_STAT(redis_failed_pages), FEED_STAT(rows_left_out),
+    FEED_STAT(installs_refused), FEED_STAT(shed), FEED_STAT(deadlines_missed),
+    FEED_STAT(lease_waits_served),
 };
 #undef FEED_STAT
 

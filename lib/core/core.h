@@ -53,10 +53,12 @@ enum feed_script {
     FEED_SCRIPT_DELETE,         /* lua/delete.lua  delete hook */
     FEED_SCRIPT_NEWER,          /* lua/newer.lua   pull-to-refresh */
     FEED_SCRIPT_INVALIDATE,     /* lua/invalidate.lua drop a copy and its lease */
+    FEED_SCRIPT_LEASE,          /* lua/lease.lua   take a lease outright (reload) */
     FEED_SCRIPT_COUNT
 };
 extern const char feed_lua_page[], feed_lua_rebuild[], feed_lua_insert[],
-                  feed_lua_delete[], feed_lua_newer[], feed_lua_invalidate[];
+                  feed_lua_delete[], feed_lua_newer[], feed_lua_invalidate[],
+                  feed_lua_lease[];
 const char *feed__script_source(enum feed_script s);
 const char *feed__script_name(enum feed_script s);
 
@@ -144,6 +146,7 @@ typedef struct feed_core {
     char        ttl_ms[24];     /* cfg.ttl_seconds * 1000 as text, "0" = no TTL */
     char        empty_ttl_ms[24];   /* the TTL of a feed known to be empty */
     char        lease_ms[24];
+    char        grant_ms[24];   /* how long a granted rebuild may install (page.lua) */
     char        sha[FEED_SCRIPT_COUNT][41];
     uint64_t    token_seed, token_seq;
 
@@ -244,6 +247,9 @@ uint32_t feed__redis_retry_left(const feed_core *c, int64_t now);
 /* The end of a read that PostgreSQL answered instead of Redis (counted in
  * redis_failed_pages when Redis had failed). */
 int  feed__db_outcome(feed_core *c, char *err, int rc, int redis_failed, const char *redis_msg);
+/* config.c: how long a granted rebuild keeps its right to install (the
+ * lease's hash, lua/page.lua): past lease_ms, the whole deadline twice. */
+int64_t feed__grant_ms(const feed_config *cfg);
 /* policy.c: a store's outage told once: its first failure since it last
  * worked (FEED_LOG_ERROR, why), then its return (FEED_LOG_INFO, "<store>
  * answers again"); *failing, the store's own flag, says which is due. */
@@ -705,8 +711,8 @@ typedef struct feed_rebuild {
     feed_rebuild_src *src, one;
     size_t            n;
     int               sql_rc;
-    const char       *del[2];
-    size_t            del_lens[2];
+    const char       *del[3];
+    size_t            del_lens[3];
 } feed_rebuild;
 /* Begin with n sources in src (zeroed, then filled in by the caller). */
 void feed__rebuild_begin(feed_rebuild *rb, feed_op *op, feed_rebuild_src *src, size_t n,
@@ -778,7 +784,8 @@ void    feed__page_ride(feed_page_op *p, const feed_rider *rider);
  * cursor (the last shown) follow, and the statistics count it. */
 void    feed__page_served(feed_core *c, feed_result *out, size_t avail, size_t limit,
                           feed_source source);
-/* page.lua's call: argv and lens (12 entries) for key and its lease, want
+#define FEED_PAGE_SCRIPT_ARGS 13
+/* page.lua's call: argv and lens (FEED_PAGE_SCRIPT_ARGS entries) for key and its lease, want
  * items after the cursor (score NULL: a first page), a lease token. */
 int     feed__page_script(const feed_core *c, const char **argv, size_t *lens,
                           const char *key, const char *lease, const char *want,

@@ -147,7 +147,8 @@ static enum feed_want hook_start(feed_hook_op *h)
         /* A reload takes the lease outright (a reader's rebuild in flight
          * then fails to install, harmlessly) and rebuilds as a miss would. */
         feed__lease_token(c->token_seed, &c->token_seq, h->token);
-        set_args(h, 5, (const char *[]){ "SET", h->lease_key, h->token, "PX", c->lease_ms });
+        set_args(h, 6, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_LEASE], "1",
+                                         h->lease_key, h->token, c->grant_ms });
         return hook_send(h, S_LEASED);
     }
 }

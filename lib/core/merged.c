@@ -90,8 +90,8 @@ typedef struct mcmd {
     int         kind;
     size_t      src;
     int         argc;
-    const char *argv[12];
-    size_t      lens[12];
+    const char *argv[FEED_PAGE_SCRIPT_ARGS];
+    size_t      lens[FEED_PAGE_SCRIPT_ARGS];
 } mcmd;
 
 enum { M_START, M_READ, M_TTL, M_SEEK, M_REBUILD, M_WAIT, M_SQL, M_DONE };
@@ -307,8 +307,8 @@ static enum feed_want ask_read(merged_op *m, int64_t now)
 static enum feed_want ask_seek(merged_op *m)
 {
     feed_core *c = m->op.c;
-    const char *argv[12];
-    size_t lens[12];
+    const char *argv[FEED_PAGE_SCRIPT_ARGS];
+    size_t lens[FEED_PAGE_SCRIPT_ARGS];
     int argc;
 
     m->ncmds = 0;

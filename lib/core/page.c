@@ -67,8 +67,8 @@ struct feed_page_op {
     char         keys[2 * KEY_INLINE];
 
     /* The commands of the current batch. */
-    const char  *argv[12];
-    size_t       lens[12];
+    const char  *argv[FEED_PAGE_SCRIPT_ARGS];
+    size_t       lens[FEED_PAGE_SCRIPT_ARGS];
     const char  *argv2[3];
     size_t       lens2[3];
     char         num[4][24];
@@ -426,12 +426,12 @@ int feed__page_script(const feed_core *c, const char **argv, size_t *lens, const
                       const char *lease, const char *want, const char *score,
                       const char *member, size_t member_len, const char *token)
 {
-    page_args(argv, lens, 12, (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_PAGE], "2", key,
-                                                lease, want, score ? score : "",
-                                                score ? member : "", token, c->lease_ms,
-                                                c->ttl_ms, c->empty_ttl_ms });
+    page_args(argv, lens, FEED_PAGE_SCRIPT_ARGS,
+              (const char *[]){ "EVALSHA", c->sha[FEED_SCRIPT_PAGE], "2", key, lease, want,
+                                score ? score : "", score ? member : "", token, c->lease_ms,
+                                c->ttl_ms, c->empty_ttl_ms, c->grant_ms });
     lens[7] = score ? member_len : 0;       /* a member may hold any byte */
-    return score ? 10 : 12;
+    return FEED_PAGE_SCRIPT_ARGS;
 }
 
 static enum feed_want ask_script(feed_page_op *p)

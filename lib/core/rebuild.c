@@ -120,21 +120,23 @@ static void install_reply(feed_install *in, feed_core *c, size_t i, const redisR
 
 /* ---- The machine ---------------------------------------------------------- */
 
-/* Command i: DEL of source i's lease, or the install's command i % 3 of
- * source i / 3. */
+/* Command i: HDEL of source i's grant from its lease, or the install's
+ * command i % 3 of source i / 3. */
 static int rebuild_build(void *arg, size_t i, const char ***argv, const size_t **lens)
 {
     feed_rebuild *rb = arg;
 
     if (rb->state == FEED_RB_INSTALL)
         return install_build(&rb->src[i / 3].in, i % 3, argv, lens);
-    rb->del[0] = "DEL";
+    rb->del[0] = "HDEL";
     rb->del[1] = rb->src[i].lease;
-    rb->del_lens[0] = 3;
+    rb->del[2] = rb->src[i].token;
+    rb->del_lens[0] = 4;
     rb->del_lens[1] = strlen(rb->del[1]);
+    rb->del_lens[2] = strlen(rb->del[2]);
     *argv = rb->del;
     *lens = rb->del_lens;
-    return 2;
+    return 3;
 }
 
 static void rebuild_reply(void *arg, size_t i, const redisReply *r)
@@ -205,6 +207,8 @@ static int rebuild_installed(feed_rebuild *rb, int64_t now)
         if (s->in.installed) {
             c->stats.rebuilds++;
             feed__ttl_full(c, s->fam, s->owner, now, s->rows->count == 0);
+        } else if (rb->op->redis_rc == FEED_OK && !s->in.failed) {
+            c->stats.installs_refused++;    /* a write came between: the grant went */
         }
         install_free(&s->in);
     }
@@ -219,9 +223,8 @@ enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc)
     case FEED_RB_READ:
         if (op->sql_rc == FEED_OK)
             return rebuild_install(rb, rc);
-        /* Best effort, and without a token check: if a lease already
-         * passed to someone else, their install fails and their page is
-         * still answered. */
+        /* Best effort: this rebuild's grant goes, so that the next reader
+         * need not wait out lease_ms; another's stays. */
         rb->sql_rc = op->sql_rc;
         feed__msg_keep(op->kept, op->err);
         return rebuild_send(rb, FEED_RB_RELEASE, rb->n);

@@ -117,6 +117,8 @@ static const cfield fields[] = {
         "the feed table's author column, for filtered pages"),
     U32(filter_max_scan, "filter-max-scan", 1, 1000000, "10000",
         "most items one filtered page examines"),
+    U32(request_timeout_ms, "request-timeout-ms", 1, 3600000, "5000",
+        "the longest a call may take, queues included"),
 };
 
 #define NFIELDS (sizeof fields / sizeof fields[0])

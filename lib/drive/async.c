@@ -587,6 +587,7 @@ static void req_run(feed_areq *r)
 {
     feed_async *a = r->a;
     int64_t now = feed__now_ms();
+    enum feed_want want;
 
     if (r->pass_over) {
         r->pass_over = 0;
@@ -617,7 +618,12 @@ static void req_run(feed_areq *r)
                 break;
             }
         }
-        switch (r->op->step(r->op, now)) {
+        want = r->op->step(r->op, now);
+        /* A step may take long (rows parsed, an install built): what it
+         * asks for next starts now, or a trip's time would begin in the
+         * past and run out before it was even sent. */
+        now = feed__now_ms();
+        switch (want) {
         case FEED_W_REDIS:
             feed__xchg_begin(&r->x, &a->core, &r->op->batch, r->op->err, now);
             r->in_x = 1;
@@ -633,7 +639,6 @@ static void req_run(feed_areq *r)
             finished(r);
             return;
         }
-        now = feed__now_ms();
     }
 }
 

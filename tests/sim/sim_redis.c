@@ -24,7 +24,12 @@
 #include <lualib.h>
 #include <openssl/sha.h>
 
-enum { SIMR_STR, SIMR_ZSET };
+enum { SIMR_STR, SIMR_ZSET, SIMR_HASH };
+
+typedef struct simr_hent {
+    char  *f, *v;
+    size_t fl, vl;
+} simr_hent;
 
 typedef struct simr_zent {
     double score;
@@ -40,6 +45,8 @@ typedef struct simr_key {
     size_t     slen;
     simr_zent *z;               /* SIMR_ZSET: ascending (score, member bytes) */
     size_t     zn, zcap;
+    simr_hent *h;               /* SIMR_HASH: fields in insertion order */
+    size_t     hn, hcap;
     int64_t    expire_at;       /* -1: none */
 } simr_key;
 
@@ -136,6 +143,11 @@ static void simr_key_clear(simr_key *k)
     for (size_t i = 0; i < k->zn; i++)
         free(k->z[i].m);
     free(k->z);
+    for (size_t i = 0; i < k->hn; i++) {
+        free(k->h[i].f);
+        free(k->h[i].v);
+    }
+    free(k->h);
     memset(k, 0, sizeof *k);
 }
 
@@ -609,6 +621,124 @@ static void simr_cmd_get(simr *r, const simr_args *a)
         simr_err(r, simr_wrongtype);
     else
         simr_bulk(r, r->k[at].s, r->k[at].slen);
+}
+
+/* ---- hashes: what the lease needs (lua/page.lua, rebuild.lua, lease.lua) ---- */
+
+static long simr_hfind(const simr_key *k, const char *f, size_t fl)
+{
+    for (size_t i = 0; i < k->hn; i++)
+        if (k->h[i].fl == fl && memcmp(k->h[i].f, f, fl) == 0)
+            return (long)i;
+    return -1;
+}
+
+static char *simr_dup(const char *p, size_t len)
+{
+    char *d = malloc(len + 1);
+
+    if (d) {
+        memcpy(d, p, len);
+        d[len] = '\0';
+    }
+    return d;
+}
+
+/* HSET key field value [field value ...]: the fields added. */
+static void simr_cmd_hset(simr *r, const simr_args *a)
+{
+    long at, added = 0;
+    simr_key *k;
+
+    if (a->argc < 4 || a->argc % 2) {
+        simr_err(r, "ERR wrong number of arguments for 'hset' command");
+        return;
+    }
+    at = simr_find(r, a->v[1], a->l[1]);
+    if (at >= 0 && r->k[at].type != SIMR_HASH) {
+        simr_err(r, simr_wrongtype);
+        return;
+    }
+    if (!(k = at >= 0 ? &r->k[at] : simr_add(r, a->v[1], a->l[1], SIMR_HASH))) {
+        r->oom = 1;
+        return;
+    }
+    for (int i = 2; i < a->argc; i += 2) {
+        long f = simr_hfind(k, a->v[i], a->l[i]);
+        char *v = simr_dup(a->v[i + 1], a->l[i + 1]);
+        if (!v) {
+            r->oom = 1;
+            return;
+        }
+        if (f < 0) {
+            if (k->hn == k->hcap) {
+                size_t cap = k->hcap * 2 + 4;
+                simr_hent *more = realloc(k->h, cap * sizeof *more);
+                if (!more) {
+                    free(v);
+                    r->oom = 1;
+                    return;
+                }
+                k->h = more;
+                k->hcap = cap;
+            }
+            if (!(k->h[k->hn].f = simr_dup(a->v[i], a->l[i]))) {
+                free(v);
+                r->oom = 1;
+                return;
+            }
+            k->h[k->hn].fl = a->l[i];
+            f = (long)k->hn++;
+            added++;
+        } else {
+            free(k->h[f].v);
+        }
+        k->h[f].v = v;
+        k->h[f].vl = a->l[i + 1];
+    }
+    simr_wrote(r);
+    simr_int(r, added);
+}
+
+/* HVALS key, HEXISTS key field, HDEL key field ... */
+static void simr_cmd_hash(simr *r, const simr_args *a, int what)
+{
+    long at = a->argc >= 2 ? simr_find(r, a->v[1], a->l[1]) : -1;
+    simr_key *k = at >= 0 ? &r->k[at] : NULL;
+    long n = 0;
+
+    if ((what == 0 && a->argc != 2) || (what == 1 && a->argc != 3) || (what == 2 && a->argc < 3)) {
+        simr_err(r, "ERR wrong number of arguments");
+        return;
+    }
+    if (k && k->type != SIMR_HASH) {
+        simr_err(r, simr_wrongtype);
+        return;
+    }
+    if (what == 0) {
+        simr_putf(r, "*%zu\r\n", k ? k->hn : 0);
+        for (size_t i = 0; k && i < k->hn; i++)
+            simr_bulk(r, k->h[i].v, k->h[i].vl);
+        return;
+    }
+    if (what == 1) {
+        simr_int(r, k && simr_hfind(k, a->v[2], a->l[2]) >= 0);
+        return;
+    }
+    for (int i = 2; k && i < a->argc; i++) {
+        long f = simr_hfind(k, a->v[i], a->l[i]);
+        if (f < 0)
+            continue;
+        free(k->h[f].f);
+        free(k->h[f].v);
+        k->h[f] = k->h[--k->hn];
+        n++;
+    }
+    if (k && k->hn == 0)
+        simr_key_del(r, (size_t)at);    /* Redis drops an emptied hash */
+    if (n)
+        simr_wrote(r);
+    simr_int(r, n);
 }
 
 /* SET key value [NX|XX] [PX ms|EX s] */
@@ -1249,7 +1379,7 @@ static void simr_cmd_script(simr *r, const simr_args *a)
 static int simr_is_write(const simr_args *a)
 {
     static const char *const w[] = { "ZADD", "ZREM", "ZREMRANGEBYRANK", "SET", "DEL", "UNLINK",
-                                     "PEXPIRE", "PERSIST", "RENAME", NULL };
+                                     "PEXPIRE", "PERSIST", "RENAME", "HSET", "HDEL", NULL };
     for (int i = 0; w[i]; i++)
         if (simr_is(a, 0, w[i]))
             return 1;
@@ -1299,6 +1429,15 @@ static void simr_dispatch(simr *r, const simr_args *a)
         simr_cmd_ttl(r, a, simr_is(a, 0, "PEXPIRE") ? 0 : simr_is(a, 0, "PERSIST") ? 1 : 2);
     else if (simr_is(a, 0, "RENAME"))
         simr_cmd_rename(r, a);
+    else if (simr_is(a, 0, "HSET"))
+        simr_cmd_hset(r, a);
+    else if (simr_is(a, 0, "HVALS") || simr_is(a, 0, "HEXISTS") || simr_is(a, 0, "HDEL"))
+        simr_cmd_hash(r, a, simr_is(a, 0, "HVALS") ? 0 : simr_is(a, 0, "HEXISTS") ? 1 : 2);
+    else if (simr_is(a, 0, "TIME"))     /* the simulated clock, as Redis's is the real one */
+        simr_putf(r, "*2\r\n$%d\r\n%lld\r\n$%d\r\n%lld\r\n",
+                  snprintf(NULL, 0, "%lld", (long long)(r->now / 1000)), (long long)(r->now / 1000),
+                  snprintf(NULL, 0, "%lld", (long long)(r->now % 1000 * 1000)),
+                  (long long)(r->now % 1000 * 1000));
     else if (r->in_script)
         simr_err(r, "ERR This Redis command is not allowed from script");
     else if (simr_is(a, 0, "EVALSHA") || simr_is(a, 0, "EVAL"))
@@ -1456,6 +1595,24 @@ static int simr_key_copy(simr_key *to, const simr_key *k)
         }
         memcpy(to->z[i].m, k->z[i].m, k->z[i].mlen);
     }
+    to->h = NULL;
+    to->hn = to->hcap = 0;
+    if (k->hn && !(to->h = calloc(k->hn, sizeof *to->h))) {
+        simr_key_clear(to);
+        return -1;
+    }
+    for (size_t i = 0; i < k->hn; i++, to->hn++) {
+        to->h[i].f = simr_dup(k->h[i].f, k->h[i].fl);
+        to->h[i].v = simr_dup(k->h[i].v, k->h[i].vl);
+        to->h[i].fl = k->h[i].fl;
+        to->h[i].vl = k->h[i].vl;
+        if (!to->h[i].f || !to->h[i].v) {
+            to->hn++;
+            simr_key_clear(to);
+            return -1;
+        }
+    }
+    to->hcap = to->hn;
     return 0;
 }
 
