@@ -103,8 +103,13 @@ typedef struct feed_config {
     uint32_t    lease_wait_ms;    /* default 100: how long a reader that missed while another
                                      handle rebuilds waits for that rebuild before it reads
                                      its page from PostgreSQL; 0 = do not wait */
-    uint32_t    retry_ms;         /* default 1000: least time between two attempts to reconnect
-                                     a lost Redis or PostgreSQL connection (no connect storms) */
+    uint32_t    retry_ms;         /* default 1000: the time between two attempts to reconnect
+                                     a Redis or PostgreSQL server that did not answer (no
+                                     connect storms): 0.8 to 1 times it, jittered so that
+                                     handles do not all try again at once. A server is down
+                                     when it refuses, its connection breaks, or it stays
+                                     silent redis_timeout_ms; replies late behind others on
+                                     an async connection that keeps answering are not that */
     const char *redis_cluster;       /* default NULL: one Redis at redis_host:redis_port.
                                         "host:port[,host:port...]": seed nodes of a Redis
                                         Cluster; redis_host/redis_port are then ignored */

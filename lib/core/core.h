@@ -148,7 +148,7 @@ typedef struct feed_core {
     char        lease_ms[24];
     char        grant_ms[24];   /* how long a granted rebuild may install (page.lua) */
     char        sha[FEED_SCRIPT_COUNT][41];
-    uint64_t    token_seed, token_seq;
+    uint64_t    token_seed, token_seq, jitter_seq;
 
     /* page.c: where recent pages ended. hints[h] says that in uid's zset the
      * first entry after the cursor (score, id) sat at rank `rank` when last
@@ -250,6 +250,11 @@ int  feed__db_outcome(feed_core *c, char *err, int rc, int redis_failed, const c
 /* config.c: how long a granted rebuild keeps its right to install (the
  * lease's hash, lua/page.lua): past lease_ms, the whole deadline twice. */
 int64_t feed__grant_ms(const feed_config *cfg);
+/* policy.c: the time to record as a failed attempt's, now moved back by up
+ * to a fifth of retry_ms, so that the handles an outage struck
+ * together do not all try again in the same millisecond (and send the
+ * store's return, or PostgreSQL's, the whole load at once). */
+int64_t feed__attempt_at(feed_core *c, int64_t now);
 /* policy.c: a store's outage told once: its first failure since it last
  * worked (FEED_LOG_ERROR, why), then its return (FEED_LOG_INFO, "<store>
  * answers again"); *failing, the store's own flag, says which is due. */

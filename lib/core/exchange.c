@@ -715,7 +715,11 @@ static void xchg_trip_failed(feed_xchg *x, feed_xtrip *t, int64_t now)
             x->c->topo.map_ms = 0;
         x->peer = FEED_XPEER_DUE;
     } else {
-        n->attempt_ms = now;
+        /* The connection broke, or stayed silent a whole
+         * redis_timeout_ms (an async one is given up only then, not for
+         * replies merely late behind others: lib/io/redis_async.c): the
+         * next attempt waits retry_ms, jittered (feed__attempt_at). */
+        n->attempt_ms = feed__attempt_at(x->c, now);
         snprintf(n->why, sizeof n->why, "Redis at %.64s:%d: %.160s", n->addr.host,
                  n->addr.port, t->trip.why);
         feed__store_failed(x->c, &n->failing, n->why);

@@ -478,7 +478,7 @@ static enum feed_pwant pgstmt_timed_out(feed_pgstmt *p, int64_t now)
                      ? "connect" : p->state == PS_QUERY ? "query" : "prepare";
 
     p->cancel = 1;
-    p->server->attempt_ms = now;
+    p->server->attempt_ms = feed__attempt_at(p->c, now);
     p->c->stats.pg_timeouts++;
     p->c->stats.pg_errors++;
     feed__msg(p->err, FEED_EUNAVAILABLE, "%s %s: no answer within pg_timeout_ms (%u ms); "
@@ -509,7 +509,7 @@ static enum feed_pwant pgstmt_connect(feed_pgstmt *p, int64_t now)
     if ((rc = feed__retry_due(c, p->server->attempt_ms, now, p->who, p->server->why,
                               p->server->refused ? FEED_EPG : 0, p->err)) != FEED_OK)
         return pgstmt_finish(p, rc);
-    p->server->attempt_ms = now;
+    p->server->attempt_ms = feed__attempt_at(c, now);
     c->stats.pg_connects++;
     p->text = p->q->server == FEED_PG_REPLICA ? c->cfg.pg_replica_conninfo : c->cfg.pg_conninfo;
     p->state = PS_CONNECT;

@@ -71,3 +71,20 @@ void feed__store_back(const feed_core *c, int *failing, const char *store)
     *failing = 0;
     feed__log(c, FEED_LOG_INFO, "%s answers again", store);
 }
+
+int64_t feed__attempt_at(feed_core *c, int64_t now)
+{
+    uint64_t x = c->token_seed + 0x9e3779b97f4a7c15ULL * ++c->jitter_seq;
+    int64_t spread = (int64_t)c->cfg.retry_ms / 5;
+
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    if (spread == 0)
+        return now;
+    /* now, moved back by up to a fifth of retry_ms (never later: the next
+     * attempt is due within retry_ms, as documented); never 0, which means
+     * "never tried" (feed__retry_left) */
+    now -= (int64_t)(x % (uint64_t)(spread + 1));
+    return now > 0 ? now : 1;
+}

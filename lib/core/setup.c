@@ -140,7 +140,7 @@ static void setup_fail(feed_setup *s, int code, int64_t now, const char *fmt, ..
     va_end(ap);
     s->c->stats.redis_errors++;
     s->node->state = FEED_NODE_DOWN;
-    s->node->attempt_ms = now;
+    s->node->attempt_ms = feed__attempt_at(s->c, now);
     s->node->refused = code == FEED_EREDIS;
     snprintf(s->node->why, sizeof s->node->why, "%.255s", s->err);
     feed__store_failed(s->c, &s->node->failing, s->err);

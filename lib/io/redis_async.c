@@ -8,10 +8,15 @@
  * writes what was appended in one turn of the loop in one write, so the
  * requests of one turn share it (pipelining).
  *
- * A timer watches the connect, then the oldest trip: past its deadline
- * (redis_timeout_ms after it was sent, or the connect began) the
- * connection is given up, and every trip on it ends failed, as a blocking
- * read would time out. The connection is freed, never reused half-read.
+ * A timer watches the connect, then the connection's progress: it is given
+ * up, and every trip on it ends failed, as a blocking read would time out,
+ * only when redis_timeout_ms have passed with trips out and no reply at all
+ * (counted from the oldest trip's send, or the last reply if later). A
+ * reply late because the loop was busy, or because thousands of trips are
+ * queued ahead of it, is no sign of a dead server: while replies keep
+ * coming, and once after a timer that fired late (the loop was stalled:
+ * what it has not read yet gets one turn first), the connection stays. The
+ * connection is freed, never reused half-read.
  *
  * A connection is in one state (n->state):
  *
@@ -58,6 +63,8 @@ struct feed_anode {
     void              *timer;
     uint32_t           timeout_ms;
     int64_t            connect_deadline;
+    int64_t            read_ms;     /* when the last reply came (0: none yet) */
+    int                stalled;     /* the timer came late once: given a turn to read */
     enum ra_state      state;
     int                replied; /* a reply came: a TLS handshake is behind it */
     int                io;      /* what a trip ends with when the connection goes */
@@ -73,10 +80,18 @@ static pending *at(feed_anode *n, size_t i)
     return &n->q[(n->head + i) % n->cap];
 }
 
-/* The connect's deadline, then the oldest trip's (0: none). */
+/* The connect's deadline, then the oldest trip's, moved on by each reply
+ * (0: none). */
 static int64_t due(feed_anode *n)
 {
-    return n->state == RA_CONNECTING ? n->connect_deadline : n->count > 0 ? at(n, 0)->deadline : 0;
+    int64_t last;
+
+    if (n->state == RA_CONNECTING)
+        return n->connect_deadline;
+    if (n->count == 0)
+        return 0;
+    last = n->read_ms + n->timeout_ms;
+    return at(n, 0)->deadline > last ? at(n, 0)->deadline : last;
 }
 
 static void arm(feed_anode *n, int64_t now)
@@ -138,6 +153,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         }
     } else {
         n->replied = 1;
+        n->read_ms = feed__now_ms();
+        n->stalled = 0;
         if (p->t && !p->t->io)
             p->t->reply(p->t->arg, p->t->got++, reply);
     }
@@ -197,6 +214,13 @@ static void on_timer(void *arg)
         return;
     if (!when || when > now) {
         arm(n, now);
+        return;
+    }
+    if (n->state == RA_UP && !n->stalled && now - when > (int64_t)n->timeout_ms / 2) {
+        /* Late by half the timeout: the loop was busy, and replies may sit
+         * unread. One turn to read them before the connection is judged. */
+        n->stalled = 1;
+        n->loop->timer_start(n->timer, 0);
         return;
     }
     if (n->state == RA_UP) {
