@@ -8,6 +8,12 @@
  *             redis_timeout_ms (250) after they were sent: the connection
  *             stays, every page is served from the cache, nothing is held
  *             off or counted as an error
+ *   deadline  request_timeout_ms 300: pages queued behind a frozen
+ *             PostgreSQL (async) and a page waiting on another's lease
+ *             (blocking) fail fast with FEED_EBUSY (kind retry) at their
+ *             deadline, not at pg_timeout_ms or lease_wait_ms, counted in
+ *             shed and deadlines_missed; the statement running is bounded
+ *             by pg_timeout_ms
  *
  * The async parts run on libevent directly. */
 #include <pthread.h>
@@ -24,6 +30,7 @@
 #include "feedcache_libevent.h"
 
 static PGconn *pg;
+static redisContext *rds;
 static struct event_base *base;
 
 typedef struct got {
@@ -114,16 +121,108 @@ static void late_replies(void)
     feed_async_close(a);
 }
 
+/* ---- deadlines ---- */
+
+typedef struct timed_got {
+    got    g;
+    double at;
+} timed_got;
+
+static double t0_ms;
+
+static void on_timed(feed_async *a, int rc, feed_result *page, void *arg)
+{
+    timed_got *t = arg;
+
+    on_page(a, rc, page, &t->g);
+    t->at = fault_now_ms() - t0_ms;
+}
+
+#define NQUEUED 50
+
+static void deadlines(void)
+{
+    static timed_got q[NQUEUED];
+    feed_config cfg;
+    feed_async *a = NULL;
+    feed_stats s0, s1;
+    feed_result res;
+    feed *f;
+    int busy = 0, late = 0, rc;
+    double took;
+
+    tu_config(&cfg);
+    cfg.request_timeout_ms = 300;
+    cfg.pg_timeout_ms = 2000;
+    if (feed_async_open_libevent(&a, &cfg, base) != FEED_OK) {
+        tap_bail("feed_async_open_libevent");
+        exit(255);
+    }
+    memset(q, 0, sizeof q);
+    feed_async_page(a, 92, FEED_FIRST, 0, 5, on_timed, &q[0]);   /* connections made */
+    for (int spins = 0; spins < 200000 && !q[0].g.done; spins++)
+        event_base_loop(base, EVLOOP_ONCE);
+    feed_async_stats_get(a, &s0);
+    memset(q, 0, sizeof q);
+    fault_inject("pg-freeze");
+    t0_ms = fault_now_ms();
+    for (int i = 0; i < NQUEUED; i++)   /* cold feeds: each needs a statement */
+        feed_async_page(a, 9300 + i, FEED_FIRST, 0, 5, on_timed, &q[i]);
+    for (int spins = 0; spins < 2000000; spins++) {
+        int left = 0;
+        for (int i = 0; i < NQUEUED; i++)
+            left += !q[i].g.done;
+        if (!left)
+            break;
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+    fault_inject("pg-thaw");
+    feed_async_stats_get(a, &s1);
+    for (int i = 0; i < NQUEUED; i++) {
+        busy += q[i].g.rc == FEED_EBUSY && feed_async_error_kind(a, q[i].g.rc) == FEED_KIND_RETRY;
+        late += q[i].g.rc == FEED_EBUSY && q[i].at > 300 + 500;
+    }
+    ok(busy >= NQUEUED - 1, "async, PostgreSQL frozen, %d pages in line for it: %d shed with"
+       " FEED_EBUSY (kind retry); at most the one whose statement ran waits pg_timeout_ms",
+       NQUEUED, busy);
+    is_int(late, 0, "  each shed within its deadline (300 ms) and the sweep's period");
+    ok(s1.shed - s0.shed >= (uint64_t)busy && s1.deadlines_missed - s0.deadlines_missed >=
+       (uint64_t)busy, "  counted in shed and deadlines_missed (+%llu, +%llu)",
+       (unsigned long long)(s1.shed - s0.shed),
+       (unsigned long long)(s1.deadlines_missed - s0.deadlines_missed));
+    feed_async_close(a);
+
+    /* Blocking: a wait on another's lease ends at the deadline. */
+    tu_insert_rows(pg, 94, 10, tu_score_by10, tu_id_seq);
+    cfg.lease_wait_ms = 3000;
+    f = tu_open_settled(&cfg);
+    tu_settle_feed(f, 94);
+    tu_plant_lease(rds, tu_key(94, ":lease"), "another-handle");
+    t0_ms = fault_now_ms();
+    rc = feed_page(f, 94, FEED_FIRST, 0, 5, &res);
+    took = fault_now_ms() - t0_ms;
+    ok(rc == FEED_EBUSY && feed_error_kind(f, rc) == FEED_KIND_RETRY &&
+       strstr(feed_errmsg(f), "deadline"),
+       "blocking, a page waiting on another's lease (lease_wait_ms 3000): FEED_EBUSY, retry (%s)",
+       feed_errmsg(f));
+    ok(took >= 290 && took < 300 + fault_slack_ms(), "  at its deadline, 300 ms (%.0f ms)", took);
+    if (rc == FEED_OK)
+        feed_result_free(&res);
+    feed_close(f);
+}
+
 int main(void)
 {
-    pg = tu_begin(NULL);
+    pg = tu_begin(&rds);
     fault_setup();
     if (!(base = event_base_new())) {
         tap_bail("event_base_new");
         return 255;
     }
     late_replies();
+    deadlines();
     event_base_free(base);
     PQfinish(pg);
+    redisFree(rds);
     return tap_done();
 }

@@ -379,8 +379,10 @@ enum {
     FEED_B_REPAIR = 4,  /* the repairs themselves: no repairs before them */
     FEED_B_NODE   = 8,  /* to the nodes named by node_of, as they are: no
                            routing, no redirects, replies raw (SCAN, PING) */
-    FEED_B_MAP    = 16  /* no commands: ask a node for the slot map now (a single
+    FEED_B_MAP    = 16, /* no commands: ask a node for the slot map now (a single
                            Redis: connect and set node 0 up, no fence) */
+    FEED_B_FINISH = 32  /* ends work already done (a rebuild's install, a lease given
+                           back): sent past the request's deadline too */
 };
 typedef struct feed_batch {
     size_t   n;
@@ -682,7 +684,19 @@ struct feed_op {
     int64_t     wake_at;        /* FEED_W_WAKE */
     int         rc;             /* FEED_W_DONE: the result */
     int         state;
+    /* A read (a page of any kind) has a deadline, request_timeout_ms after
+     * its driver started it: past it, what it asks of a store is not done
+     * but answered FEED_EBUSY (feed__shed), so that a queue never grows
+     * past what callers wait for. A write is bounded by its timeouts, not
+     * shed (a shed write would only leave a repair). deadline 0: none. */
+    int         reads;
+    int64_t     deadline;
+    int         shed;           /* it was shed once (counted once) */
 };
+/* The drivers, at each ask of op: 1 when op is past its deadline, its
+ * message then says so (FEED_EBUSY) and the statistics count it once;
+ * what: the store it would have asked. */
+int feed__shed(feed_op *op, int64_t now, const char *what);
 
 /* rebuild.c: a rebuild under a lease, the one machine of page.c, hooks.c
  * and merged.c. The caller holds the lease of each source and has asked op

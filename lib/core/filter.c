@@ -861,6 +861,7 @@ feed_op *feed__filter_op(feed_core *c, char *err, int kind, int64_t uid,
         return NULL;
     }
     fo->op.c = c;
+    fo->op.reads = 1;
     fo->op.err = err;
     fo->op.step = filter_step;
     fo->op.free = filter_free;

@@ -822,6 +822,7 @@ feed_op *feed__merged_op(feed_core *c, char *err, int64_t uid, const int64_t *au
         return NULL;
     }
     m->op.c = c;
+    m->op.reads = 1;
     m->op.err = err;
     m->op.kept = m->kept;
     m->op.step = merged_step;

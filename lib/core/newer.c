@@ -236,6 +236,9 @@ int feed__newer_init(feed_newer_op *n, feed_core *c, char *err, int64_t uid, int
     memset(n, 0, offsetof(feed_newer_op, redis_msg));
     n->op.c = c;
     n->op.err = err;
+    n->op.reads = 1;
+    n->op.deadline = 0;
+    n->op.shed = 0;
     n->op.step = newer_step;
     n->op.free = newer_free;
     n->uid = uid;

@@ -776,6 +776,9 @@ int feed__page_init(feed_page_op *p, feed_core *c, char *err, int64_t uid, int64
     p->op.free = page_free;
     p->op.state = P_START;
     p->op.rc = FEED_OK;
+    p->op.reads = 1;
+    p->op.deadline = 0;
+    p->op.shed = 0;
     p->op.sql.rows.items = NULL;
     p->op.sql.rows.count = 0;
     p->uid = uid;

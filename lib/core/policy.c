@@ -88,3 +88,19 @@ int64_t feed__attempt_at(feed_core *c, int64_t now)
     now -= (int64_t)(x % (uint64_t)(spread + 1));
     return now > 0 ? now : 1;
 }
+
+int feed__shed(feed_op *op, int64_t now, const char *what)
+{
+    feed_core *c = op->c;
+
+    if (!op->deadline || now < op->deadline)
+        return 0;
+    if (!op->shed) {
+        op->shed = 1;
+        c->stats.shed++;
+        c->stats.deadlines_missed++;
+    }
+    feed__msg(op->err, FEED_EBUSY, "shed: the call reached its deadline (request_timeout_ms"
+              " %u) before it could ask %s", c->cfg.request_timeout_ms, what);
+    return 1;
+}

@@ -151,8 +151,10 @@ static void rebuild_reply(void *arg, size_t i, const redisReply *r)
 static enum feed_want rebuild_send(feed_rebuild *rb, int state, size_t n)
 {
     rb->state = state;
-    rb->op->batch = (feed_batch){ .n = n, .flags = rb->flags, .slot = rb->slot, .arg = rb,
-                                  .build = rebuild_build, .reply = rebuild_reply };
+    /* The install and the release end work already done: past the
+     * request's deadline too (FEED_B_FINISH). */
+    rb->op->batch = (feed_batch){ .n = n, .flags = rb->flags | FEED_B_FINISH, .slot = rb->slot,
+                                  .arg = rb, .build = rebuild_build, .reply = rebuild_reply };
     return FEED_W_REDIS;
 }
 

@@ -42,8 +42,10 @@
  *                   frame ends (frame_leave frees it).
  *   FEED_A_CLOSED   feed_async_close ran: nothing runs any more.
  *   FEED_A_KICKED   the kick timer is armed.
+ *   FEED_A_SWEEPING the deadlines' sweep timer is armed (Deadlines, below).
  */
-enum { FEED_A_RUNNING = 1, FEED_A_IN_CB = 2, FEED_A_CLOSED = 4, FEED_A_KICKED = 8 };
+enum { FEED_A_RUNNING = 1, FEED_A_IN_CB = 2, FEED_A_CLOSED = 4, FEED_A_KICKED = 8,
+       FEED_A_SWEEPING = 16 };
 
 typedef struct feed_asetup {
     feed_task    task;          /* first: FEED_AT_READY or FEED_AT_LOOP */
@@ -55,6 +57,7 @@ typedef struct feed_asetup {
 static _Thread_local char open_errmsg[FEED_ERRMSG];
 
 static void req_run(feed_areq *r);
+static void arm_sweep(feed_async *a);
 static void setup_run(feed_asetup *su);
 static void handle_free(feed_async *a);
 
@@ -173,6 +176,24 @@ feed_areq *feed__async_request(feed_async *a, size_t op_size, int api, void *arg
     return r;
 }
 
+/* r's exchange given up: its trips still out are forgotten (their replies
+ * read and dropped by the connections). */
+static void drop_exchange(feed_areq *r)
+{
+    feed_async *a = r->a;
+
+    if (!r->in_x)
+        return;
+    for (size_t k = 0; k < r->x.ntrips; k++) {
+        feed_node *n = a->core.topo.nodes[r->x.trips[k].trip.node];
+        if (n->io)
+            feed__ra_forget(n->io, &r->x.trips[k].trip);
+    }
+    feed__xchg_end(&r->x);
+    r->in_x = 0;
+    r->pass_over = 0;
+}
+
 /* Free r, from whatever state (its trips still out are forgotten, their
  * replies read and dropped). The one place a request is freed: by req_end,
  * or feed__async_discard for one never started. */
@@ -185,14 +206,7 @@ static void req_free(feed_areq *r)
         a->repair = NULL;
     if (r->timer)
         a->loop->timer_free(r->timer);
-    if (r->in_x) {
-        for (size_t k = 0; k < r->x.ntrips; k++) {
-            feed_node *n = a->core.topo.nodes[r->x.trips[k].trip.node];
-            if (n->io)
-                feed__ra_forget(n->io, &r->x.trips[k].trip);
-        }
-        feed__xchg_end(&r->x);
-    }
+    drop_exchange(r);
     if (r->op)
         r->op->free(r->op);
     feed_result_free(&r->result);
@@ -284,6 +298,72 @@ static int wait_until(feed_areq *r, int64_t at, int64_t now)
     a->loop->timer_start(r->timer, at > now ? at - now : 0);
     task_move(a, &r->task, FEED_AT_TIMER);
     return 0;
+}
+
+/* ---- Deadlines ------------------------------------------------------------ *
+ *
+ * A read's deadline (feed_op.deadline) is checked before each thing it asks
+ * (req_run), and, while it waits, by the handle's sweep: a timer that runs
+ * while reads wait (every twentieth of request_timeout_ms, 10 ms at least)
+ * and lets go whatever a read past its deadline waits for: its trips (their
+ * replies read and dropped), its place in line for PostgreSQL (not the
+ * statement running: pg_timeout_ms bounds that one), a set-up, the repairs.
+ * It then goes on at once, and every ask it makes is shed (FEED_EBUSY). So
+ * a queue never holds a read longer than its caller waits for it. */
+
+/* r past its deadline? Then what it waits for (or was about to ask) is let
+ * go; a waiting one (from the sweep) goes back on the queue. */
+static int shed_now(feed_areq *r, int64_t now, int waiting)
+{
+    feed_async *a = r->a;
+
+    if (!r->op->reads || !feed__shed(r->op, now, r->task.at == FEED_AT_SQL ? "PostgreSQL"
+                                                                           : "Redis"))
+        return 0;
+    if (r->task.at == FEED_AT_SQL) {
+        r->op->sql_rc = FEED_EBUSY;
+    } else if (r->in_x) {
+        drop_exchange(r);
+        r->op->redis_rc = FEED_EBUSY;
+    }
+    if (waiting)
+        task_move(a, &r->task, FEED_AT_READY);
+    return 1;
+}
+
+static void sweep_fired(void *arg)
+{
+    static const enum feed_at lists[] = { FEED_AT_REDIS, FEED_AT_SETUP, FEED_AT_REPAIR,
+                                          FEED_AT_SQL };
+    feed_async *a = arg;
+    int64_t now = feed__now_ms();
+    int waiting = 0;
+
+    a->flags &= ~FEED_A_SWEEPING;
+    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
+        feed_task *t = a->on[lists[l]].head, *next;
+        if (lists[l] == FEED_AT_SQL && t)
+            t = t->next;                /* its statement runs: pg_timeout_ms bounds it */
+        for (; t; t = next) {
+            feed_areq *r = (feed_areq *)t;
+            next = t->next;
+            waiting += r->op->reads && !shed_now(r, now, 1);
+        }
+    }
+    run_queue(a);
+    if (waiting)
+        arm_sweep(a);
+}
+
+/* A read starts waiting: the sweep runs while any does. */
+static void arm_sweep(feed_async *a)
+{
+    uint32_t every = a->core.cfg.request_timeout_ms / 20;
+
+    if ((a->flags & (FEED_A_SWEEPING | FEED_A_CLOSED)) || !a->sweep)
+        return;
+    a->flags |= FEED_A_SWEEPING;
+    a->loop->timer_start(a->sweep, every > 10 ? every : 10);
 }
 
 /* ---- SQL: one statement at a time on the handle's connection ------------ */
@@ -587,6 +667,7 @@ static void req_run(feed_areq *r)
 {
     feed_async *a = r->a;
     int64_t now = feed__now_ms();
+    int finish;
     enum feed_want want;
 
     if (r->pass_over) {
@@ -596,19 +677,29 @@ static void req_run(feed_areq *r)
     }
     for (;;) {
         if (r->in_x) {
+            /* A read past its deadline asks no store: its exchange ends
+             * (FEED_EBUSY), unless it finishes work done. */
+            finish = (r->x.b->flags & FEED_B_FINISH) != 0;
             switch (feed__xchg_next(&r->x, now)) {
             case FEED_X_REPAIR:
+                if (!finish && shed_now(r, now, 0))
+                    continue;
                 if (need_repairs(r))
-                    return;
+                    goto waits;
                 continue;
             case FEED_X_SETUP:
+                if (!finish && shed_now(r, now, 0))
+                    continue;
                 need_setup(r);
-                return;
+                goto waits;
             case FEED_X_PASS:
+                if (!finish && shed_now(r, now, 0))
+                    continue;
                 send_pass(r, now);
-                return;
+                goto waits;
             case FEED_X_WAKE:
-                if (wait_until(r, r->x.wake_at, now) == 0)
+                if (wait_until(r, r->op->deadline && r->op->deadline < r->x.wake_at
+                                  ? r->op->deadline : r->x.wake_at, now) == 0)
                     return;
                 continue;           /* no timer: try again at once */
             case FEED_X_DONE:
@@ -629,10 +720,15 @@ static void req_run(feed_areq *r)
             r->in_x = 1;
             continue;
         case FEED_W_SQL:
+            if (feed__shed(r->op, now, "PostgreSQL")) {
+                r->op->sql_rc = FEED_EBUSY;
+                continue;
+            }
             sql_enqueue(a, r);
-            return;
+            goto waits;
         case FEED_W_WAKE:
-            if (wait_until(r, r->op->wake_at, now) == 0)
+            if (wait_until(r, r->op->deadline && r->op->deadline < r->op->wake_at
+                              ? r->op->deadline : r->op->wake_at, now) == 0)
                 return;
             continue;
         case FEED_W_DONE:
@@ -640,10 +736,15 @@ static void req_run(feed_areq *r)
             return;
         }
     }
+waits:
+    if (r->op->reads && r->op->deadline)
+        arm_sweep(a);
 }
 
 void feed__async_start(feed_areq *r)
 {
+    if (r->op && r->op->reads && !r->op->deadline)
+        r->op->deadline = feed__now_ms() + r->a->core.cfg.request_timeout_ms;
     task_move(r->a, &r->task, FEED_AT_READY);
     run_queue(r->a);
 }
@@ -697,10 +798,13 @@ int feed__async_open(feed_async **out, const feed_config *cfg, const feed_loop *
     if (!(a = calloc(1, sizeof *a)) || feed__core_init(&a->core, cfg) != FEED_OK ||
         feed__topo_init(&a->core) != FEED_OK ||
         !(a->kick = loop->timer_new(loop_data, kick_fired, a)) ||
+        !(a->sweep = loop->timer_new(loop_data, sweep_fired, a)) ||
         (rc = feed__tls_open(&a->core.cfg, &a->core.tls, why, sizeof why)) != FEED_OK) {
         snprintf(open_errmsg, sizeof open_errmsg, "feed_async_open: %.480s", why);
         if (a && a->kick)
             loop->timer_free(a->kick);
+        if (a && a->sweep)
+            loop->timer_free(a->sweep);
         if (a)
             feed__core_free(&a->core);
         free(a);
@@ -780,6 +884,7 @@ static void handle_free(feed_async *a)
     free(a->spare);
     free(a->setups);
     a->loop->timer_free(a->kick);
+    a->loop->timer_free(a->sweep);
     feed__tls_free(a->core.tls);
     feed__core_free(&a->core);
     free(a);

@@ -83,6 +83,7 @@ struct feed_async {
     int               flags;        /* FEED_A_* (async.c says what each keeps) */
     feed_tasks        on[FEED_AT_COUNT];
     void             *kick;         /* a zero timer: runs the queue, then the callbacks */
+    void             *sweep;        /* the deadlines' timer (async.c, "Deadlines") */
     struct feed_asetup **setups;    /* by node: its set-up under way, or NULL */
     size_t            nsetups;
     feed_areq        *repair;       /* the repairs under way */

@@ -107,14 +107,16 @@ static void sync_pass(feed *f, feed_xtrip *trips, size_t n)
 }
 
 /* The batch to its end; *clock is the time it began, and then the time it
- * ended. */
-static int sync_batch(feed *f, const feed_batch *b, char *err, int64_t *clock)
+ * ended. Past op's deadline a read's batch ends at its next pass, set-up or
+ * wait (FEED_EBUSY), unless it finishes work done (FEED_B_FINISH). */
+static int sync_batch(feed *f, feed_op *op, int64_t *clock)
 {
+    const feed_batch *b = &op->batch;
     feed_xchg x;
     int64_t now = *clock;
-    int rc;
+    int rc, shed = !(b->flags & FEED_B_FINISH);
 
-    feed__xchg_begin(&x, &f->core, b, err, now);
+    feed__xchg_begin(&x, &f->core, b, op->err, now);
     for (;;) {
         switch (feed__xchg_next(&x, now)) {
         case FEED_X_REPAIR: {
@@ -127,18 +129,28 @@ static int sync_batch(feed *f, const feed_batch *b, char *err, int64_t *clock)
         }
         case FEED_X_SETUP: {
             char why[FEED_ERRMSG];
+            if (shed && feed__shed(op, now, "Redis")) {
+                feed__xchg_end(&x);
+                *clock = now;
+                return FEED_EBUSY;
+            }
             rc = sync_setup(f, x.setup_node, x.setup_kind, x.setup_slot, why);
             feed__xchg_setup_done(&x, rc, why);
             break;
         }
         case FEED_X_PASS:
+            if (shed && feed__shed(op, now, "Redis")) {
+                feed__xchg_end(&x);
+                *clock = now;
+                return FEED_EBUSY;
+            }
             sync_pass(f, x.trips, x.ntrips);
             feed__xchg_pass_done(&x, feed__now_ms());
             for (size_t k = 0; k < f->core.topo.nnodes; k++)
                 close_if_down(f->core.topo.nodes[k]);
             break;
         case FEED_X_WAKE:
-            sleep_until(x.wake_at);
+            sleep_until(op->deadline && op->deadline < x.wake_at ? op->deadline : x.wake_at);
             break;
         case FEED_X_DONE:
             rc = x.rc;
@@ -178,16 +190,20 @@ int feed__sync_run(feed *f, feed_op *op)
 {
     int64_t now = feed__now_ms();
 
+    if (op->reads)
+        op->deadline = now + f->core.cfg.request_timeout_ms;
     for (;;) {
         switch (op->step(op, now)) {
         case FEED_W_REDIS:
-            op->redis_rc = sync_batch(f, &op->batch, op->err, &now);
+            op->redis_rc = sync_batch(f, op, &now);
             continue;       /* now is the batch's end */
         case FEED_W_SQL:
-            op->sql_rc = sync_sql(f, op);
+            op->sql_rc = feed__shed(op, feed__now_ms(), "PostgreSQL") ? FEED_EBUSY
+                       : sync_sql(f, op);
             break;
         case FEED_W_WAKE:
-            sleep_until(op->wake_at);
+            sleep_until(op->deadline && op->deadline < op->wake_at ? op->deadline
+                                                                    : op->wake_at);
             break;
         case FEED_W_DONE:
             return op->rc;
