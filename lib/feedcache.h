@@ -100,9 +100,11 @@ typedef struct feed_config {
     /* --- added since the first published API (0.1); later fields go last --- */
     const char *redis_user;       /* default NULL: AUTH <password> (the "default" user);
                                      set with redis_password for an ACL user: AUTH <user> <password> */
-    uint32_t    lease_wait_ms;    /* default 100: how long a reader that missed while another
-                                     handle rebuilds waits for that rebuild before it reads
-                                     its page from PostgreSQL; 0 = do not wait */
+    uint32_t    lease_wait_ms;    /* default 3000 (lease_ms's default): how long a reader that
+                                     missed while another handle rebuilds waits for that
+                                     rebuild (polling the cache, pauses up to 50 ms) before
+                                     it reads its page from PostgreSQL itself; never past
+                                     request_timeout_ms; 0 = do not wait */
     uint32_t    retry_ms;         /* default 1000: the time between two attempts to reconnect
                                      a Redis or PostgreSQL server that did not answer (no
                                      connect storms): 0.8 to 1 times it, jittered so that
@@ -220,9 +222,15 @@ typedef struct feed_config {
     uint32_t    filter_max_scan;       /* default 10000: most items one filtered page examines
                                           (hidden or not) before it returns; 1 .. 1000000 */
     /* ---- overload ---- */
-    uint32_t    request_timeout_ms;    /* default 5000: the longest a call may take, waits
-                                          and queues included; a call past it fails fast
+    uint32_t    request_timeout_ms;    /* default 5000: the longest a read may take, waits
+                                          and queues included; a read past it fails fast
                                           (FEED_EBUSY) instead of reaching a store */
+    uint32_t    pg_budget;             /* default 0: four per CPU. The most PostgreSQL
+                                          statements of reads (rebuilds, pages past the
+                                          cache) in flight at once in this process, all
+                                          handles together; a quarter of it is kept for
+                                          rebuilds. Past it a read waits for a slot until
+                                          its deadline (docs/operations.md, "Overload") */
     /* ---- events ---- */
     feed_log_fn *log_fn;               /* default NULL: nothing is told. Else called with
                                           log_arg on a store's first failure (FEED_LOG_ERROR),
@@ -535,10 +543,13 @@ FEED_API int feed_health(feed *f, feed_health_info *out);
  * replica), the time left until retry_ms has passed since its last connect
  * attempt, and the longest of these; 0 when none is down, or its retry is
  * due (the next call that needs it tries at once), and when f is NULL.
- * Never more than retry_ms. Meant for answers that tell a client when to
- * ask again (an HTTP Retry-After after a page failed with FEED_EPG or
- * FEED_EUNAVAILABLE): until then the handle answers from what it has
- * without trying the store again. Makes no round trip. */
+ * Never more than retry_ms, except after a call was shed (FEED_EBUSY,
+ * within the last request_timeout_ms): then at least a tenth of
+ * request_timeout_ms, so that shed clients come back spread out. Meant for
+ * answers that tell a client when to ask again (an HTTP Retry-After after a
+ * page failed with FEED_EPG, FEED_EUNAVAILABLE or FEED_EBUSY): until then
+ * the handle answers from what it has without trying the store again.
+ * Makes no round trip. */
 FEED_API uint32_t feed_retry_after_ms(const feed *f);
 /* ---- end pull-to-refresh and store health ---- */
 

@@ -42,7 +42,7 @@ static const struct want {
     W(redis_timeout_ms, U, 1, UINT32_MAX, 250, NULL, KEEP),
     W(lease_ms, U, 1, UINT32_MAX, 3000, NULL, KEEP),
     W(redis_user, S, 0, 0, 0, NULL, TO_NULL),
-    W(lease_wait_ms, U, 0, UINT32_MAX, 100, NULL, KEEP),
+    W(lease_wait_ms, U, 0, UINT32_MAX, 3000, NULL, KEEP),
     W(retry_ms, U, 0, UINT32_MAX, 1000, NULL, KEEP),
     W(redis_cluster, S, 0, 0, 0, NULL, TO_NULL),
     W(redis_sentinels, S, 0, 0, 0, NULL, TO_NULL),
@@ -65,6 +65,8 @@ static const struct want {
     W(redis_tls_verify, I, 0, 1, 1, NULL, KEEP),
     W(item_author_column, S, 0, 0, 0, NULL, TO_NULL),
     W(filter_max_scan, U, 1, 1000000, 10000, NULL, KEEP),
+    W(request_timeout_ms, U, 1, 3600000, 5000, NULL, KEEP),
+    W(pg_budget, U, 0, 100000, 0, NULL, KEEP),
 #undef W
 };
 #define NWANT (sizeof want / sizeof want[0])

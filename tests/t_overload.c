@@ -14,6 +14,13 @@
  *             deadline, not at pg_timeout_ms or lease_wait_ms, counted in
  *             shed and deadlines_missed; the statement running is bounded
  *             by pg_timeout_ms
+ *   budget    pg_budget 3: 8 blocking handles on 8 threads, then 4 async
+ *             handles with 40 pages, all reading cold feeds while the
+ *             table is locked: at most 3 statements in flight at once,
+ *             the budget reached, every page served once the lock goes
+ *   herd      20 handles on 20 threads miss the same cold feed while its
+ *             one rebuild takes 400 ms: one statement in all, every other
+ *             reader served by that rebuild's copy (lease_waits_served)
  *
  * The async parts run on libevent directly. */
 #include <pthread.h>
@@ -24,6 +31,7 @@
 
 #include <event2/event.h>
 
+#include "internal.h"    /* feed__budget_most */
 #include "tap.h"
 #include "testutil.h"
 #include "fault.h"
@@ -211,6 +219,176 @@ static void deadlines(void)
     feed_close(f);
 }
 
+/* ---- the budget ---- */
+
+#define NTHREADS 8
+
+typedef struct reader_arg {
+    feed   *f;              /* opened beforehand: its set-up is not what is counted */
+    int64_t uid;
+    int     rc;
+} reader_arg;
+
+static void *read_cold(void *arg)
+{
+    reader_arg *r = arg;
+    feed_result res;
+
+    r->rc = feed_page(r->f, r->uid, FEED_FIRST, 0, 5, &res);
+    if (r->rc == FEED_OK)
+        feed_result_free(&res);
+    return NULL;
+}
+
+static void budget(void)
+{
+    static got g[40];
+    feed_config cfg;
+    pthread_t th[NTHREADS];
+    reader_arg ra[NTHREADS];
+    feed_async *a[4];
+    PGconn *locker = tu_pg();
+    int good = 1;
+    unsigned most;
+
+    for (int i = 0; i < NTHREADS + 40; i++)
+        tu_insert_rows(pg, 9500 + i, 5, tu_score_by10, tu_id_seq);
+    tu_config(&cfg);
+    cfg.pg_budget = 3;
+    cfg.request_timeout_ms = 20000;
+    cfg.pg_timeout_ms = 20000;      /* statements wait on the lock: not a dead server */
+    for (int i = 0; i < NTHREADS; i++)
+        ra[i] = (reader_arg){ tu_open(&cfg), 9500 + i, -99 };
+    feed__budget_most(1);
+    tu_sql(locker, "BEGIN");
+    tu_sql(locker, "LOCK TABLE feed_entry IN ACCESS EXCLUSIVE MODE");
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_create(&th[i], NULL, read_cold, &ra[i]);
+    /* Every thread at its statement, or waiting for a slot: until the budget
+     * is reached (3 s at most), then a while more. */
+    for (double end = fault_now_ms() + 3000; fault_now_ms() < end && feed__budget_most(0) < 3;)
+        fault_sleep_ms(5);
+    fault_sleep_ms(100);
+    most = feed__budget_most(0);
+    tu_sql(locker, "COMMIT");
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_join(th[i], NULL);
+        good &= ra[i].rc == FEED_OK;
+        feed_close(ra[i].f);
+    }
+    ok(most == 3 && feed__budget_most(0) == 3, "pg_budget 3, %d blocking handles on cold feeds,"
+       " the table locked: at most 3 statements in flight (%u, then %u)", NTHREADS, most,
+       feed__budget_most(0));
+    ok(good, "  every page served once the lock went");
+
+    feed__budget_most(1);
+    for (int k = 0; k < 4; k++)
+        if (feed_async_open_libevent(&a[k], &cfg, base) != FEED_OK) {
+            tap_bail("feed_async_open_libevent");
+            exit(255);
+        }
+    memset(g, 0, sizeof g);
+    for (int k = 0; k < 4; k++) {             /* connections made first */
+        feed_async_page(a[k], 9400, FEED_FIRST, 0, 5, on_page, &g[k]);
+        run_until(&g[k], 1);
+    }
+    feed__budget_most(1);
+    memset(g, 0, sizeof g);
+    tu_sql(locker, "BEGIN");
+    tu_sql(locker, "LOCK TABLE feed_entry IN ACCESS EXCLUSIVE MODE");
+    for (int i = 0; i < 40; i++)
+        feed_async_page(a[i % 4], 9500 + NTHREADS + i, FEED_FIRST, 0, 5, on_page, &g[i]);
+    /* The loop turns, the lock held, until the budget is reached (3 s at most):
+     * 4 handles could run 4 statements at once. */
+    for (double end = fault_now_ms() + 3000; fault_now_ms() < end && feed__budget_most(0) < 3;)
+        event_base_loop(base, EVLOOP_NONBLOCK), fault_sleep_ms(1);
+    for (int spins = 0; spins < 100; spins++)  /* and a while more: it must not go past */
+        event_base_loop(base, EVLOOP_NONBLOCK), fault_sleep_ms(1);
+    most = feed__budget_most(0);
+    tu_sql(locker, "COMMIT");
+    run_until(g, 40);
+    good = 1;
+    for (int i = 0; i < 40; i++)
+        good &= g[i].rc == FEED_OK;
+    ok(most <= 3 && feed__budget_most(0) <= 3 && most >= 3, "  4 async handles, 40 cold pages:"
+       " at most 3 in flight (%u, then %u)", most, feed__budget_most(0));
+    ok(good, "  every page served once the lock went");
+    for (int k = 0; k < 4; k++)
+        feed_async_close(a[k]);
+    PQfinish(locker);
+}
+
+/* ---- readers that wait for a rebuild under way ---- */
+
+#define NHERD 20
+
+static void slow_install(feed *rebuilder, int64_t uid, void *arg)
+{
+    (void)rebuilder;
+    (void)uid;
+    (void)arg;
+    fault_sleep_ms(400);
+}
+
+typedef struct herd_arg {
+    feed            *f;
+    pthread_barrier_t *go;
+    int              rc, source;
+    feed_stats       d;
+} herd_arg;
+
+static void *read_herd(void *arg)
+{
+    herd_arg *h = arg;
+    feed_stats s0, s1;
+    feed_result res;
+
+    feed_stats_get(h->f, &s0);
+    pthread_barrier_wait(h->go);
+    h->rc = feed_page(h->f, 9600, FEED_FIRST, 0, 5, &res);
+    h->source = h->rc == FEED_OK ? (int)res.source : 0;
+    if (h->rc == FEED_OK)
+        feed_result_free(&res);
+    feed_stats_get(h->f, &s1);
+    h->d = tu_stats_since(h->f, &s0);
+    (void)s1;
+    return NULL;
+}
+
+static void herd(void)
+{
+    feed_config cfg;
+    pthread_t th[NHERD];
+    herd_arg ha[NHERD];
+    pthread_barrier_t go;
+    unsigned long long sql = 0, rebuilds = 0, served = 0;
+    int good = 1, from_cache = 0;
+
+    tu_insert_rows(pg, 9600, 30, tu_score_by10, tu_id_seq);
+    tu_config(&cfg);
+    pthread_barrier_init(&go, NULL, NHERD);
+    for (int i = 0; i < NHERD; i++) {
+        ha[i] = (herd_arg){ tu_open(&cfg), &go, -99, 0, { 0 } };
+        ha[i].f->core.test_before_install = slow_install;   /* whoever rebuilds: slowly */
+    }
+    for (int i = 0; i < NHERD; i++)
+        pthread_create(&th[i], NULL, read_herd, &ha[i]);
+    for (int i = 0; i < NHERD; i++) {
+        pthread_join(th[i], NULL);
+        good &= ha[i].rc == FEED_OK;
+        from_cache += ha[i].source == FEED_SOURCE_CACHE;
+        sql += ha[i].d.sql_queries;
+        rebuilds += ha[i].d.rebuilds;
+        served += ha[i].d.lease_waits_served;
+        feed_close(ha[i].f);
+    }
+    pthread_barrier_destroy(&go);
+    ok(good && rebuilds == 1 && sql == 1, "%d handles miss one cold feed while its rebuild takes"
+       " 400 ms: one rebuild, one statement in all (%llu, %llu)", NHERD, rebuilds, sql);
+    ok(from_cache == NHERD - 1 && served == NHERD - 1, "  every other reader waited and was"
+       " served by its copy (%d from the cache, lease_waits_served %llu)", from_cache, served);
+}
+
 int main(void)
 {
     pg = tu_begin(&rds);
@@ -221,6 +399,8 @@ int main(void)
     }
     late_replies();
     deadlines();
+    budget();
+    herd();
     event_base_free(base);
     PQfinish(pg);
     redisFree(rds);

@@ -8,10 +8,19 @@
 
 /* The longest wait over the Redis nodes and the PostgreSQL connections
  * that are down. */
+/* After a call was shed (FEED_EBUSY), how long a client should wait: a
+ * tenth of the deadline, so that the load comes back spread out. */
+static uint32_t shed_wait(const feed_core *c, int64_t now)
+{
+    uint32_t wait = c->cfg.request_timeout_ms / 10;
+
+    return c->shed_ms && now - c->shed_ms < (int64_t)c->cfg.request_timeout_ms ? wait : 0;
+}
+
 static uint32_t retry_after(const feed_core *c, const feed_pg *pg)
 {
     int64_t now = feed__now_ms();
-    uint32_t most = feed__redis_retry_left(c, now);
+    uint32_t most = feed__redis_retry_left(c, now), shed = shed_wait(c, now);
 
     for (size_t i = 0; i < sizeof pg->side / sizeof pg->side[0]; i++) {
         uint32_t left = pg->side[i].conn ? 0
@@ -19,7 +28,7 @@ static uint32_t retry_after(const feed_core *c, const feed_pg *pg)
         if (left > most)
             most = left;
     }
-    return most;
+    return shed > most ? shed : most;
 }
 
 uint32_t feed_retry_after_ms(const feed *f)

@@ -149,6 +149,7 @@ typedef struct feed_core {
     char        grant_ms[24];   /* how long a granted rebuild may install (page.lua) */
     char        sha[FEED_SCRIPT_COUNT][41];
     uint64_t    token_seed, token_seq, jitter_seq;
+    int64_t     shed_ms;        /* when a call was last shed (FEED_EBUSY): retry.c */
 
     /* page.c: where recent pages ended. hints[h] says that in uid's zset the
      * first entry after the cursor (score, id) sat at rank `rank` when last

@@ -584,6 +584,8 @@ static enum feed_want hit(feed_page_op *p, int64_t now)
         rc = answer(p, a->rows.items, a->rows.count, FEED_SOURCE_CACHE);
         if (rc == FEED_OK)
             served_from_cache(p);
+        if (rc == FEED_OK && p->wait.deadline)
+            p->op.c->stats.lease_waits_served++;    /* another's rebuild served it */
         return finish(p, rc);
     }
     return ask_db(p, 0, now);   /* the cache is short */

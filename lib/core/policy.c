@@ -100,6 +100,7 @@ int feed__shed(feed_op *op, int64_t now, const char *what)
         c->stats.shed++;
         c->stats.deadlines_missed++;
     }
+    c->shed_ms = now;
     feed__msg(op->err, FEED_EBUSY, "shed: the call reached its deadline (request_timeout_ms"
               " %u) before it could ask %s", c->cfg.request_timeout_ms, what);
     return 1;

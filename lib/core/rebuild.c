@@ -241,7 +241,13 @@ enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc)
 }
 
 /* Another handle holds the lease: its rebuild will serve us too. Ask again
- * after a pause that doubles, until lease_wait_ms has passed. */
+ * after a pause that doubles, up to WAIT_PAUSE_MAX, until lease_wait_ms has
+ * passed (the request's deadline ends it sooner: the drivers). The default
+ * wait is the lease's life: a reader waits for the rebuild under way, which
+ * its holder may take that long to finish, rather than read SQL itself, so
+ * that a cold feed read by many costs one statement, not one each; past
+ * lease_ms a grant is old enough for the waiter to take over (page.lua). */
+#define WAIT_PAUSE_MAX 50
 int feed__lease_wait(feed_op *op, feed_wait *w, int64_t now)
 {
     if (w->deadline == 0) {
@@ -251,7 +257,8 @@ int feed__lease_wait(feed_op *op, feed_wait *w, int64_t now)
     if (now >= w->deadline)
         return 0;
     op->wake_at = now + (w->pause < w->deadline - now ? w->pause : w->deadline - now);
-    w->pause *= 2;
+    if (w->pause < WAIT_PAUSE_MAX)
+        w->pause *= 2;
     return 1;
 }
 

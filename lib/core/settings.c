@@ -71,10 +71,10 @@ static const cfield fields[] = {
     U32(lease_ms, "lease-ms", 1, UINT32_MAX, "3000", "how long a rebuild lease lives"),
     STR(redis_user, "redis-user", NULL, CF_EMPTY_NULL,
         "Redis ACL user, with redis_password; none: the default user"),
-    U32(lease_wait_ms, "lease-wait-ms", 0, UINT32_MAX, "100",
+    U32(lease_wait_ms, "lease-wait-ms", 0, UINT32_MAX, "3000",
         "wait for another's rebuild before asking SQL; 0: no wait"),
     U32(retry_ms, "retry-ms", 0, UINT32_MAX, "1000",
-        "least time between two reconnects of a lost store"),
+        "time between two reconnects of a store that did not answer"),
     STR(redis_cluster, "redis-cluster", NULL, CF_EMPTY_NULL | CF_ADDRS,
         "host:port[,...]: seed nodes of a Redis Cluster"),
     STR(redis_sentinels, "redis-sentinels", NULL, CF_EMPTY_NULL | CF_ADDRS,
@@ -118,7 +118,9 @@ static const cfield fields[] = {
     U32(filter_max_scan, "filter-max-scan", 1, 1000000, "10000",
         "most items one filtered page examines"),
     U32(request_timeout_ms, "request-timeout-ms", 1, 3600000, "5000",
-        "the longest a call may take, queues included"),
+        "the longest a read may take, queues included"),
+    U32(pg_budget, "pg-budget", 0, 100000, "0",
+        "most statements of reads in flight per process; 0: 4 per CPU"),
 };
 
 #define NFIELDS (sizeof fields / sizeof fields[0])

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "drive/async.h"
+#include "drive/drive.h"   /* the budget */
 
 /* The handle's state bits (a->flags). As hiredis's context flags do, they
  * say which frame of this file is on the stack, so that what is done from
@@ -75,6 +76,7 @@ static void task_move(feed_async *a, feed_task *t, enum feed_at to)
         l = &a->on[t->at];
         *(t->prev ? &t->prev->next : &l->head) = t->next;
         *(t->next ? &t->next->prev : &l->tail) = t->prev;
+        l->n--;
     }
     t->at = to;
     t->next = NULL;
@@ -84,6 +86,22 @@ static void task_move(feed_async *a, feed_task *t, enum feed_at to)
     t->prev = l->tail;
     *(l->tail ? &l->tail->next : &l->head) = t;
     l->tail = t;
+    l->n++;
+}
+
+/* t, on list at, to that list's head (the SQL line's next to run). */
+static void task_first(feed_async *a, feed_task *t)
+{
+    feed_tasks *l = &a->on[t->at];
+
+    if (l->head == t)
+        return;
+    t->prev->next = t->next;
+    *(t->next ? &t->next->prev : &l->tail) = t->prev;
+    t->prev = NULL;
+    t->next = l->head;
+    l->head->prev = t;
+    l->head = t;
 }
 
 static feed_task *first_task(const feed_async *a)
@@ -201,6 +219,10 @@ static void req_free(feed_areq *r)
 {
     feed_async *a = r->a;
 
+    if (r->budgeted) {          /* freed while its statement held a slot (a close) */
+        r->budgeted = 0;
+        feed__budget_give();
+    }
     task_move(a, &r->task, FEED_AT_NONE);
     if (a->repair == r)
         a->repair = NULL;
@@ -342,7 +364,7 @@ static void sweep_fired(void *arg)
     a->flags &= ~FEED_A_SWEEPING;
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
         feed_task *t = a->on[lists[l]].head, *next;
-        if (lists[l] == FEED_AT_SQL && t)
+        if (lists[l] == FEED_AT_SQL && t && a->sql_running)
             t = t->next;                /* its statement runs: pg_timeout_ms bounds it */
         for (; t; t = next) {
             feed_areq *r = (feed_areq *)t;
@@ -398,14 +420,62 @@ static int sql_wait(feed_async *a, int want, int64_t now)
     return a->sql_watch && a->sql_timer ? 0 : -1;
 }
 
-/* Run the first statement as far as it goes, then wait for its socket. A
- * request whose statement is done goes back on the queue; the next one's
- * begins. */
+/* The next statement on the connection, when none runs: the first request
+ * of the line whose statement the process's budget lets go (budget.c; one
+ * of the first SQL_SCAN: a rebuild behind pages past the cache goes first
+ * when only rebuilds may take a slot), moved to the head. None: the line
+ * waits, asking again every BUDGET_POLL_MS (the slot frees in another
+ * handle, maybe on another thread). 1 when one began. */
+#define SQL_SCAN 64
+#define BUDGET_POLL_MS 2
+static int sql_next(feed_async *a)
+{
+    feed_task *t = a->on[FEED_AT_SQL].head;
+
+    if (a->sql_running || !t)
+        return 0;
+    for (int k = 0; t && k < SQL_SCAN; t = t->next, k++) {
+        feed_areq *r = (feed_areq *)t;
+        int prio = feed__budget_prio(r->op);
+        if (!feed__budget_take(&a->core, prio))
+            continue;
+        r->budgeted = prio != FEED_BUDGET_NONE;
+        task_first(a, t);
+        a->sql_running = 1;
+        feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err,
+                            feed__now_ms());
+        return 1;
+    }
+    if (!a->sql_timer)
+        a->sql_timer = a->loop->timer_new(a->loop_data, sql_timeout, a);
+    if (a->sql_timer)
+        a->loop->timer_start(a->sql_timer, BUDGET_POLL_MS);
+    return 0;
+}
+
+/* r's statement is over: its slot goes back, and r goes on. */
+static void sql_done(feed_async *a, feed_areq *r)
+{
+    a->sql_running = 0;
+    if (r->budgeted) {
+        r->budgeted = 0;
+        feed__budget_give();
+    }
+    if (a->sql_timer)
+        a->loop->timer_stop(a->sql_timer);
+    task_move(a, &r->task, FEED_AT_READY);
+}
+
+/* Run the statement as far as it goes, then wait for its socket. A request
+ * whose statement is done goes back on the queue, and gives its slot back;
+ * the next one's begins. */
 static void sql_step(feed_async *a, int ready)
 {
     feed_areq *r;
 
-    while ((r = (feed_areq *)a->on[FEED_AT_SQL].head) != NULL) {
+    if (!a->sql_running && !sql_next(a))
+        return;
+    while ((r = (feed_areq *)a->on[FEED_AT_SQL].head) != NULL && a->sql_running) {
         int64_t now = feed__now_ms();
         int want = feed__pg_task_run(&a->pgtask, ready, now);
 
@@ -417,16 +487,12 @@ static void sql_step(feed_async *a, int ready)
             feed__pg_task_abandon(&a->pgtask);
             r->op->sql_rc = feed__msg(r->op->err, FEED_ENOMEM, "out of memory watching PostgreSQL");
         }
-        task_move(a, &r->task, FEED_AT_READY);
-        if ((r = (feed_areq *)a->on[FEED_AT_SQL].head) != NULL)
-            feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err,
-                                feed__now_ms());
+        sql_done(a, r);
+        sql_next(a);
         ready = 0;
     }
     if (a->sql_watch)
         a->loop->watch_set(a->sql_watch, 0);
-    if (a->sql_timer)
-        a->loop->timer_stop(a->sql_timer);
 }
 
 static void sql_event(void *arg, int ready)
@@ -437,14 +503,23 @@ static void sql_event(void *arg, int ready)
     run_queue(a);
 }
 
+/* The most reads a handle's line for PostgreSQL holds: past it a read is
+ * shed at once (FEED_EBUSY) rather than wait for its deadline in a line that
+ * cannot be served in time. */
+#define SQL_LINE_MAX 256
+
 static void sql_enqueue(feed_async *a, feed_areq *r)
 {
-    task_move(a, &r->task, FEED_AT_SQL);
-    if (a->on[FEED_AT_SQL].head == &r->task) {
-        feed__pg_task_begin(&a->pgtask, &a->pg, &a->core, &r->op->sql, r->op->err,
-                            feed__now_ms());
-        sql_step(a, 0);
+    if (r->op->reads && a->on[FEED_AT_SQL].n >= SQL_LINE_MAX) {
+        a->core.stats.shed++;
+        a->core.shed_ms = feed__now_ms();
+        r->op->sql_rc = feed__msg(r->op->err, FEED_EBUSY, "shed: %zu reads already wait for"
+                                  " PostgreSQL on this handle", a->on[FEED_AT_SQL].n);
+        task_move(a, &r->task, FEED_AT_READY);
+        return;
     }
+    task_move(a, &r->task, FEED_AT_SQL);
+    sql_step(a, 0);
 }
 
 /* ---- A node's set-up ---------------------------------------------------- */
@@ -854,8 +929,10 @@ static void cancel_all(feed_async *a)
 {
     feed_task *t;
 
-    if (a->on[FEED_AT_SQL].head)
+    if (a->sql_running) {
         feed__pg_task_abandon(&a->pgtask);
+        a->sql_running = 0;
+    }
     while ((t = first_task(a)) != NULL) {
         feed_areq *r = (feed_areq *)t;
         if (t->is_setup)

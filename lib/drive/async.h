@@ -34,6 +34,7 @@ typedef struct feed_task {
 
 typedef struct feed_tasks {
     feed_task *head, *tail;
+    size_t     n;
 } feed_tasks;
 
 enum { FEED_API_PAGE, FEED_API_DONE, FEED_API_HEALTH, FEED_API_INTERNAL };
@@ -45,6 +46,7 @@ typedef struct feed_areq {
     struct feed_async *a;
     int                pooled;      /* its size is the handle's spare size: recycled */
     int                in_x;        /* an exchange of op->batch is under way */
+    int                budgeted;    /* its statement holds a slot of the budget (budget.c) */
     int                pass_over;   /* its trips all ended: the exchange reads them */
     size_t             trips_left;  /* FEED_AT_REDIS: trips still out */
     void              *timer;       /* wake-ups; made when first needed */
@@ -87,7 +89,9 @@ struct feed_async {
     struct feed_asetup **setups;    /* by node: its set-up under way, or NULL */
     size_t            nsetups;
     feed_areq        *repair;       /* the repairs under way */
-    feed_pgtask       pgtask;       /* the first FEED_AT_SQL request's statement */
+    feed_pgtask       pgtask;       /* the first FEED_AT_SQL request's statement, once
+                                       sql_running (it waits for the budget before) */
+    int               sql_running;
     void             *sql_watch, *sql_timer;
     int               sql_fd;
     feed_connect_result opened;     /* the first connects' outcome (nobody waits for it) */

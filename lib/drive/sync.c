@@ -186,6 +186,24 @@ static int sync_sql(feed *f, feed_op *op)
     return t.rc;
 }
 
+/* A read's statement within the process's budget: waited for until the
+ * read's deadline (then shed). */
+static int sync_budgeted_sql(feed *f, feed_op *op)
+{
+    int prio = feed__budget_prio(op), rc;
+
+    if (feed__shed(op, feed__now_ms(), "PostgreSQL"))
+        return FEED_EBUSY;
+    if (!feed__budget_wait(&f->core, prio, op->deadline ? op->deadline : INT64_MAX)) {
+        feed__shed(op, op->deadline, "PostgreSQL (its budget for cold work was spent)");
+        return FEED_EBUSY;
+    }
+    rc = sync_sql(f, op);
+    if (prio != FEED_BUDGET_NONE)
+        feed__budget_give();
+    return rc;
+}
+
 int feed__sync_run(feed *f, feed_op *op)
 {
     int64_t now = feed__now_ms();
@@ -198,8 +216,7 @@ int feed__sync_run(feed *f, feed_op *op)
             op->redis_rc = sync_batch(f, op, &now);
             continue;       /* now is the batch's end */
         case FEED_W_SQL:
-            op->sql_rc = feed__shed(op, feed__now_ms(), "PostgreSQL") ? FEED_EBUSY
-                       : sync_sql(f, op);
+            op->sql_rc = sync_budgeted_sql(f, op);
             break;
         case FEED_W_WAKE:
             sleep_until(op->deadline && op->deadline < op->wake_at ? op->deadline
