@@ -49,17 +49,30 @@ fuzz-build: $(FUZZ_BIN)
 
 # Each target: FUZZ_SECONDS of coverage-guided fuzzing, starting from the
 # corpus in tests/fuzz/corpus/<target> (read only) and what earlier runs kept.
-# A crash stops make with the input in $(FUZZ_DIR)/<target>-crash-*.
+# FUZZ_JOBS targets at once (default: one per CPU; each is one process), so
+# the run takes FUZZ_SECONDS per FUZZ_JOBS targets. A crash fails make with
+# the input in $(FUZZ_DIR)/<target>-crash-*.
+FUZZ_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 fuzz: fuzz-build
-	@set -e; total=0; \
+	@set -e; total=0; running=0; \
+	fuzz_one() { \
+	    mkdir -p $(FUZZ_DIR)/corpus-$$1; \
+	    dict=; case $$1 in reply|session) dict=-dict=tests/fuzz/resp.dict;; esac; \
+	    rc=0; $(FUZZ_DIR)/fuzz_$$1 -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
+	        -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 $$dict \
+	        -artifact_prefix=$(FUZZ_DIR)/$$1- \
+	        $(FUZZ_DIR)/corpus-$$1 tests/fuzz/corpus/$$1 >$(FUZZ_DIR)/$$1.log 2>&1 || rc=$$?; \
+	    echo $$rc >$(FUZZ_DIR)/$$1.rc; \
+	}; \
 	for t in $(FUZZ_TARGETS); do \
-	    mkdir -p $(FUZZ_DIR)/corpus-$$t; \
-	    dict=; case $$t in reply|session) dict=-dict=tests/fuzz/resp.dict;; esac; \
 	    echo "fuzz: $$t, $(FUZZ_SECONDS) s (log: $(FUZZ_DIR)/$$t.log)"; \
-	    if ! $(FUZZ_DIR)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
-	            -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 $$dict \
-	            -artifact_prefix=$(FUZZ_DIR)/$$t- \
-	            $(FUZZ_DIR)/corpus-$$t tests/fuzz/corpus/$$t >$(FUZZ_DIR)/$$t.log 2>&1; then \
+	    rm -f $(FUZZ_DIR)/$$t.rc; fuzz_one $$t & \
+	    running=$$((running + 1)); \
+	    if [ $$running -ge $(FUZZ_JOBS) ]; then wait; running=0; fi; \
+	done; \
+	wait; \
+	for t in $(FUZZ_TARGETS); do \
+	    if [ "$$(cat $(FUZZ_DIR)/$$t.rc 2>/dev/null)" != 0 ]; then \
 	        tail -n 60 $(FUZZ_DIR)/$$t.log; echo "fuzz: $$t FAILED"; exit 1; \
 	    fi; \
 	    runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_DIR)/$$t.log); \
