@@ -294,6 +294,7 @@ typedef struct feed_trip {
                                    error, no memory */
     size_t  got;                /* replies handed over */
     char    why[160];           /* what failed, for messages */
+    uint64_t ra_seq;            /* lib/io/redis_async.c: its place on the connection */
 } feed_trip;
 
 /* The set-up machine (setup.c): a node made ready to serve, step by step.

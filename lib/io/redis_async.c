@@ -73,6 +73,8 @@ struct feed_anode {
     void              *connect_arg;
     pending           *q;       /* ring of trips awaiting replies */
     size_t             head, count, cap;
+    uint64_t           popped;  /* entries ever taken off the ring: entry i holds the
+                                   trip sent as number popped + i (feed_trip.ra_seq) */
 };
 
 static pending *at(feed_anode *n, size_t i)
@@ -163,6 +165,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     done = *p;
     n->head = (n->head + 1) % n->cap;
     n->count--;
+    n->popped++;
     if (reply && n->count > 0)
         arm(n, feed__now_ms());
     if (done.t)
@@ -336,17 +339,24 @@ int feed__ra_send(feed_anode *n, feed_trip *t, int64_t now,
             return refuse(t, "out of memory");
         }
     }
+    t->ra_seq = n->popped + n->count;
     *at(n, n->count++) = (pending){ t, t->n, now + n->timeout_ms, ended, arg };
     if (n->count == 1)
         arm(n, now);
     return 0;
 }
 
+/* O(1): the trip's number says where it sits. A storm sheds thousands of
+ * requests with thousands of trips queued on one connection; a search of
+ * the ring per shed request kept the loop's thread busy for seconds, long
+ * enough for every other request to pass its deadline too. A trip not on
+ * this ring (answered already, or sent elsewhere) is not at its place. */
 void feed__ra_forget(feed_anode *n, const feed_trip *t)
 {
-    for (size_t i = 0; i < n->count; i++)
-        if (at(n, i)->t == t)
-            at(n, i)->t = NULL;
+    uint64_t i = t->ra_seq - n->popped;
+
+    if (t->ra_seq >= n->popped && i < n->count && at(n, (size_t)i)->t == t)
+        at(n, (size_t)i)->t = NULL;
 }
 
 void feed__ra_close(feed_anode *n, int io, const char *why)
