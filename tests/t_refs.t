@@ -29,6 +29,11 @@ ext='c|h|lua|sql|md|mk|sh|t|png|pc|gp|in'
 ALLOWED=(
     "README.md: app.c"            # cc app.c $(pkg-config ...): the reader's program
     "docs/using.md: walk_async.c" # the async sample, saved as the reader's own file
+    "docs/using.md: app.c"        # the link lines: the reader's program
+    "lib/feedcache_libevent.h: app.c"
+    "lib/feedcache_libuv.h: app.c"
+    "tests/t_commands.t: app.c"   # it runs those link lines on programs of its own
+    "tests/t_commands.t: walk_async.c"
     "tools/embed.c: lua/a.lua"    # its usage line: any scripts
     "tools/embed.c: lua/b.lua"
 )
