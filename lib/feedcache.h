@@ -155,28 +155,32 @@ typedef struct feed_config {
                                           one per node and call (a fan-out too) */
     uint32_t    redis_wait_timeout_ms; /* default 100; with redis_wait_replicas, 1 ..
                                           redis_timeout_ms - 1 */
-    int         redis_restart_fence;   /* default 1: on. On each new connection compare
-                                          the server's run_id with the one recorded in
-                                          "<prefix>:fence"; if they differ (a restart from
-                                          disk, a promoted replica) or the key is missing,
-                                          no cached page is served until every "<prefix>:*"
-                                          key has been dropped (pages come from PostgreSQL
-                                          meanwhile; hooks still run). On a Redis Cluster:
-                                          per node (its own run_id and key
-                                          "<prefix>:fence{n}" on a slot it owns); only that
-                                          node's keys are dropped. Costs one round trip per
+    int         redis_restart_fence;   /* default 1: on. Every key names the data set it
+                                          was written in (a generation: a hash of the
+                                          server's run_id and master_replid, read on each
+                                          new connection), so after a restart from disk or
+                                          a failover no copy written before is read: pages
+                                          are rebuilt under the new generation at once, and
+                                          the older keys are swept in the background (SCAN
+                                          + UNLINK, about 10,000 keys a second per handle),
+                                          "<prefix>:fence" recording the data set once
+                                          swept. On a Redis Cluster: per node (its own
+                                          generation and key "<prefix>:fence{n}" on a slot
+                                          it owns), and per slot. Costs one round trip per
                                           new connection (and per slot-map change on a
                                           cluster) and a cold cache after a restart or
-                                          failover. 0 turns it off: a copy that missed
-                                          writes in a failover or a restart from older
-                                          data is then served until its TTL runs out */
+                                          failover. 0 turns it off: every generation is
+                                          "0000000000000", so a copy that missed writes in
+                                          a failover or a restart from older data is served
+                                          until its TTL runs out. Every process serving the
+                                          same feeds needs the same setting */
     /* --- read-time merge (docs/merge.md) --- */
     const char *author_table;          /* default NULL: no read-time merge. The table of
                                           authors' own posts, with the columns author_column,
                                           score_column and id_column (integers, like the
                                           feed table's). Each author's posts are cached as a
                                           feed is (max_len, the end marker, leases, TTLs,
-                                          repairs), under "<prefix>:3:<tag>:{<author>}",
+                                          repairs), under "<prefix>:3:<tag>:<gen>:{<author>}",
                                           tag a hash of this table and its columns */
     const char *author_column;         /* default "author" */
     /* --- TLS to Redis (docs/tls.md); needs a build with hiredis_ssl, see
@@ -641,8 +645,8 @@ FEED_API int feed_on_unknown_write(feed *f, const int64_t *uids, size_t n);
 FEED_API int feed_invalidate_many(feed *f, const int64_t *uids, size_t n);
 
 /* Drop every cached copy and lease of this handle's table under its
- * key_prefix (SCAN with MATCH "<prefix>:3:<tag>:{*", 3 being the key format
- * version and tag naming the table and columns, then DEL per page of keys):
+ * key_prefix (SCAN with MATCH "<prefix>:3:<tag>:*:{*", 3 being the key format version,
+ * tag naming the table and columns, * every generation; then DEL per page of keys):
  * what a TRUNCATE of the table needs; another table's copies stay. If dropped is not NULL,
  * *dropped counts the keys removed.
  * A copy installed while the scan runs may be missed; it can only come from
@@ -806,7 +810,7 @@ FEED_API int feed_author_on_delete(feed *f, int64_t author, int64_t id);
 /* feed_invalidate_many and feed_invalidate_all for authors' copies
  * (feedcache-sync calls them for changes to the authors' table): drop the
  * copy and lease of each of n authors, pipelined; or every author's copy
- * of author_table under this key_prefix (SCAN MATCH "<prefix>:3:<tag>:{*"). Same guarantees and
+ * of author_table under this key_prefix (SCAN MATCH "<prefix>:3:<tag>:*:{*"). Same guarantees and
  * errors as those two, plus FEED_EINVAL when author_table is not
  * configured. */
 FEED_API int feed_author_invalidate_many(feed *f, const int64_t *authors, size_t n);
@@ -1049,7 +1053,9 @@ typedef struct feed_stats {
     /* --- the failover and restart guarantee --- */
     uint64_t wait_failures;  /* WAITs answered by fewer than redis_wait_replicas replicas */
     uint64_t fence_flushes;  /* data sets this handle found with a foreign run_id
-                                (restart from disk, failover) and began to flush */
+                                (restart from disk, failover): their older copies are
+                                never read (the keys name the data set they were
+                                written in) and are swept in the background */
     uint64_t failovers;      /* -READONLY replies or non-primary ROLEs seen: the node
                                 was demoted, the Sentinels are asked again at once */
     /* --- how cached pages were served --- */
@@ -1077,6 +1083,10 @@ typedef struct feed_stats {
     uint64_t deadlines_missed; /* ... of which past request_timeout_ms */
     uint64_t lease_waits_served; /* lease waits that ended in the cache another's rebuild
                                     filled (the rest read SQL themselves, or were shed) */
+    /* --- the restart fence's sweep --- */
+    uint64_t fence_sweeps;    /* sweeps of a data set's older copies (fence_flushes) seen
+                                 to end, by this handle or another; equal to fence_flushes
+                                 when none is under way */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

@@ -22,7 +22,7 @@ int main(int argc, char **argv)
     int fam = FEED_FAM_FEED, i = 1;
     char name[64];
 
-    feed_config_init(&cfg);
+    tu_config(&cfg);     /* the servers of the run: the key names their data set */
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
         if (strcmp(argv[i], "--author") == 0) {
             fam = FEED_FAM_AUTHOR;

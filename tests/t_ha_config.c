@@ -2,10 +2,12 @@
  * Sentinel set: what feed_open accepts and refuses, what a handle does when
  * no Sentinel answers or the "Sentinel" is not one (pages from SQL, in
  * bounded time, with the reason), and the restart fence on the single test
- * Redis: a data set with a foreign run_id is flushed (every "<prefix>:*" key,
- * nothing of another prefix, the fence key rewritten) before any cached page
- * is served, a stale copy included; a second handle finds the fence
- * matching and flushes nothing. */
+ * Redis: on a data set with a foreign run_id no copy of an older generation
+ * is served (a stale one planted both as a handle without the fence and as
+ * the old data set's handles named it), the pages are right at once, and
+ * the older keys are swept (every "<prefix>:*" key but the new
+ * generation's, nothing of another prefix, the fence key rewritten at the
+ * end); a second handle finds the fence matching and sweeps nothing. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +17,7 @@
 #include "fault.h"
 
 #define UID   9100
-#define KEYS  5000
+#define KEYS  20000   /* a sweep of 20 steps, 100 ms apart at the least */
 
 static PGconn *pg;
 
@@ -113,17 +115,23 @@ static void fence(redisContext *r)
     tu_insert(pg, UID, 10, 1);
     tu_insert(pg, UID, 20, 2);
     /* A data set "from before a restart": many keys of ours, a stale complete
-     * copy of UID (one item SQL does not have), a fence naming another
-     * server, and keys of another prefix. */
-    for (int i = 0; i < KEYS; i++) {
-        freeReplyObject(tu_redis_cmd(r, "SET hz:{%d} x", i + 100000));
-        freeReplyObject(tu_redis_cmd(r, "SET hzz:{%d} x", i));
-    }
+     * copy of UID (one item SQL does not have) both as a handle without the
+     * fence names it and in the old data set's generation, a fence naming
+     * another server, and keys of another prefix. */
+    freeReplyObject(tu_redis_cmd(r, "EVAL %s 0 %d", "for i = 0, ARGV[1] - 1 do"
+                                 " redis.call('SET', 'hz:{' .. (i + 100000) .. '}', 'x')"
+                                 " redis.call('SET', 'hzz:{' .. i .. '}', 'x') end", KEYS));
+    tu_config(&cfg);
+    cfg.key_prefix = "hz";
     {
-        char m[FEED_MEMBER_MAX];
+        char m[FEED_MEMBER_MAX], old[FEED_KEY_GEN_LEN + 1];
         size_t mlen = tu_member(99, m);
-        freeReplyObject(tu_redis_cmd(r, "ZADD %s -inf end 5 %b", tu_key_of("hz", UID, ""),
+        feed__key_gen("0000000000000000000000000000000000000000", "", old);
+        freeReplyObject(tu_redis_cmd(r, "ZADD %s -inf end 5 %b",
+                                     tu_key_gen(&cfg, FEED_FAM_FEED, UID, "", FEED_KEY_GEN_NONE),
                                      m, mlen));
+        freeReplyObject(tu_redis_cmd(r, "ZADD %s -inf end 5 %b",
+                                     tu_key_gen(&cfg, FEED_FAM_FEED, UID, "", old), m, mlen));
     }
     freeReplyObject(tu_redis_cmd(r, "SET hz:fence 0000000000000000000000000000000000000000"));
 
@@ -141,9 +149,15 @@ static void fence(redisContext *r)
     cfg.key_prefix = "hz";
     f = tu_open(&cfg);
     ok(tu_walk_equals_sql(f, pg, UID, 10, &info), "with it the walk equals SQL (%s)", info.why);
+    ok(tu_walk_equals_sql(f, pg, UID, 10, &info) &&
+       info.sources[FEED_SOURCE_CACHE] == (int)info.pages,
+       "  and the next walk comes from the new copy (%s)", info.why);
     feed_stats_get(f, &st);
     is_int(st.fence_flushes, 1, "one flush");
+    is_int(st.fence_sweeps, 0, "  served while the sweep of the old keys is under way");
+    tu_settle(f);                   /* the old copies are swept in the background */
     is_int(count_keys(r, "hz:{1*"), 0, "every hz:* key of the old data set is gone");
+    is_int(count_keys(r, "hz:3:*"), 1, "  the old generations' copies too: the new copy is left");
     is_int(count_keys(r, "hzz:*"), KEYS, "keys of another prefix are untouched");
     /* The fence names the data set: "<run_id>:<master_replid>". */
     rep = tu_redis_cmd(r, "INFO server");

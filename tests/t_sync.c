@@ -243,7 +243,7 @@ static const char *part_key(int64_t uid)
 {
     feed_config part;
 
-    feed_config_init(&part);
+    tu_config(&part);
     part.key_prefix = "tsp";
     part.table = "t_sync_part";
     return tu_key_cfg(&part, FEED_FAM_FEED, uid, "");

@@ -78,10 +78,18 @@ feed *tu_open(const feed_config *cfg)
 void tu_settle(feed *f)
 {
     int n = tu_cluster() ? 64 : 1;
+    feed_stats st;
 
-    for (int i = 0; i < n; i++)
-        if (feed_invalidate(f, SETTLE_UID0 + i) != FEED_OK)
-            bail("tu_settle: %s", feed_errmsg(f));
+    for (int tries = 0; tries < 3000; tries++) {
+        for (int i = 0; i < n; i++)
+            if (feed_invalidate(f, SETTLE_UID0 + i) != FEED_OK)
+                bail("tu_settle: %s", feed_errmsg(f));
+        feed_stats_get(f, &st);
+        if (st.fence_sweeps == st.fence_flushes)
+            return;
+        nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+    }
+    bail("tu_settle: the restart fence's sweep did not end in 30 s");
 }
 
 void tu_settle_feed(feed *f, int64_t uid)
@@ -580,7 +588,114 @@ int64_t tu_random_score(uint64_t *state)
     }
 }
 
-const char *tu_key_cfg(const feed_config *cfg, int fam, int64_t owner, const char *suffix)
+/* The Sentinels' primary for cfg into host/port (the first Sentinel that names it). */
+static void sentinel_primary(const feed_config *cfg, char host[64], int *port)
+{
+    char shost[64];
+    int sport, at = 0, used;
+
+    while (sscanf(cfg->redis_sentinels + at, "%63[^:]:%d%n", shost, &sport, &used) == 2) {
+        redisContext *r = connect_to(shost, sport);
+        redisReply *a = redisCommand(r, "SENTINEL get-master-addr-by-name %s",
+                                     cfg->redis_master_name);
+        int found = a && a->type == REDIS_REPLY_ARRAY && a->elements == 2;
+        if (found) {
+            snprintf(host, 64, "%s", a->element[0]->str);
+            *port = atoi(a->element[1]->str);
+        }
+        freeReplyObject(a);
+        redisFree(r);
+        if (found)
+            return;
+        at += used;
+        if (cfg->redis_sentinels[at] != ',')
+            break;
+        at++;
+    }
+    bail("no Sentinel of %s names %s", cfg->redis_sentinels, cfg->redis_master_name);
+}
+
+/* The generation last learnt from each server (host:port): what a test
+ * names keys with while the server is down (a command on them then fails,
+ * as the test expects). */
+static pthread_mutex_t gens_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { char host[64]; int port; char gen[FEED_KEY_GEN_LEN + 1]; } gens[32];
+static int ngens;
+
+static int gen_known(const char *host, int port, char *gen, int learnt)
+{
+    int i, found = 0;
+
+    pthread_mutex_lock(&gens_lock);
+    for (i = 0; i < ngens && (gens[i].port != port || strcmp(gens[i].host, host) != 0); i++) {}
+    if (learnt && i == ngens && ngens < (int)(sizeof gens / sizeof gens[0])) {
+        snprintf(gens[i].host, sizeof gens[i].host, "%s", host);
+        gens[i].port = port;
+        ngens++;
+    }
+    if (i < ngens) {
+        found = 1;
+        if (learnt)
+            memcpy(gens[i].gen, gen, FEED_KEY_GEN_LEN + 1);
+        else
+            memcpy(gen, gens[i].gen, FEED_KEY_GEN_LEN + 1);
+    }
+    pthread_mutex_unlock(&gens_lock);
+    return found;
+}
+
+/* The generation the library writes into the keys of owner's copies (base.h):
+ * with the restart fence and one Redis (or the primary the Sentinels name),
+ * that of its data set now (INFO); a server that does not answer, the one
+ * it had when last asked. None on a cluster (lib/core/setup.c says why). */
+static void key_gen_of(const feed_config *cfg, char gen[FEED_KEY_GEN_LEN + 1])
+{
+    struct timeval tv = { 2, 0 };
+    char host[64], run_id[41] = "", replid[41] = "";
+    const char *p;
+    int port;
+    redisContext *r;
+    redisReply *a;
+
+    if (!cfg->redis_restart_fence || cfg->redis_cluster) {
+        memcpy(gen, FEED_KEY_GEN_NONE, FEED_KEY_GEN_LEN + 1);
+        return;
+    }
+    if (cfg->redis_sentinels) {
+        sentinel_primary(cfg, host, &port);
+    } else {
+        snprintf(host, sizeof host, "%s", cfg->redis_host);
+        port = cfg->redis_port;
+    }
+    if ((r = redisConnectWithTimeout(host, port, tv)) == NULL || r->err) {
+        redisFree(r);
+        if (gen_known(host, port, gen, 0))
+            return;
+        bail("Redis %s:%d does not answer, and no key of it was named before", host, port);
+    }
+    /* A frozen server (SIGSTOP, DEBUG SLEEP) answers late or never: its
+     * generation is the one it had when last asked. */
+    if (redisSetTimeout(r, tv) != REDIS_OK || (a = redisCommand(r, "INFO")) == NULL) {
+        redisFree(r);
+        if (gen_known(host, port, gen, 0))
+            return;
+        bail("Redis %s:%d does not answer INFO, and no key of it was named before", host, port);
+    }
+    if (a && a->type == REDIS_REPLY_STRING && (p = strstr(a->str, "run_id:")) != NULL)
+        sscanf(p + 7, "%40[0-9a-f]", run_id);
+    if (a && a->type == REDIS_REPLY_STRING && (p = strstr(a->str, "master_replid:")) != NULL)
+        sscanf(p + 14, "%40[0-9a-f]", replid);
+    if (strlen(run_id) != 40 || strlen(replid) != 40)
+        bail("the identity of Redis %s:%d: %s", host, port,
+             a && a->type == REDIS_REPLY_ERROR ? a->str : "no run_id or master_replid in INFO");
+    feed__key_gen(run_id, replid, gen);
+    gen_known(host, port, gen, 1);
+    freeReplyObject(a);
+    redisFree(r);
+}
+
+const char *tu_key_gen(const feed_config *cfg, int fam, int64_t owner, const char *suffix,
+                       const char *gen)
 {
     static char bufs[8][512];
     static unsigned next;
@@ -595,6 +710,7 @@ const char *tu_key_cfg(const feed_config *cfg, int fam, int64_t owner, const cha
     base = feed__key_base(cfg->key_prefix, fam == FEED_FAM_AUTHOR ? authors : rows, 5);
     if (!base)
         bail("out of memory");
+    memcpy(base + feed__key_gen_at(base), gen, FEED_KEY_GEN_LEN);
     if (strcmp(suffix, ":authors") == 0) {   /* the author index of filtered pages */
         feed__key_tag(index, 2, tag);
         snprintf(b, sizeof bufs[0], "%s{%lld}:authors:%s", base, (long long)owner, tag);
@@ -605,11 +721,19 @@ const char *tu_key_cfg(const feed_config *cfg, int fam, int64_t owner, const cha
     return b;
 }
 
+const char *tu_key_cfg(const feed_config *cfg, int fam, int64_t owner, const char *suffix)
+{
+    char gen[FEED_KEY_GEN_LEN + 1];
+
+    key_gen_of(cfg, gen);
+    return tu_key_gen(cfg, fam, owner, suffix, gen);
+}
+
 const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix)
 {
     feed_config cfg;
 
-    feed_config_init(&cfg);
+    tu_config(&cfg);
     cfg.key_prefix = prefix;
     return tu_key_cfg(&cfg, FEED_FAM_FEED, uid, suffix);
 }
@@ -631,7 +755,7 @@ const char *tu_author_key_of(const char *prefix, int64_t author, const char *suf
 {
     feed_config cfg;
 
-    feed_config_init(&cfg);
+    tu_config(&cfg);
     cfg.key_prefix = prefix;
     cfg.author_table = "author_post";
     return tu_key_cfg(&cfg, FEED_FAM_AUTHOR, author, suffix);

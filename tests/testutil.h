@@ -28,12 +28,14 @@ feed *tu_open_with(void (*set)(feed_config *cfg));
 
 /* Make f's first Redis calls now, so that what a test measures or plants
  * afterwards starts from a running handle. On a new connection the restart
- * fence (on by default) drops every key under the prefix unless the fence
- * key names the live server, and after tu_reset's FLUSHALL there is no such
- * key: a key a test plants before the handle's first call would be dropped,
- * and the handle's first call costs a round trip more. One feed_invalidate
- * of an unused uid per node reached (64 uids on a cluster: their slots fall
- * on every node); bails if Redis does not answer. */
+ * fence (on by default) sweeps, in the background, every key under the
+ * prefix but the current generation's unless the fence key names the live
+ * server, and after tu_reset's FLUSHALL there is no such key: a key a test
+ * plants in another form would be dropped, and a handle's calls cost a
+ * round trip more now and then while the sweep lasts. feed_invalidate of an
+ * unused uid per node reached (64 uids on a cluster: their slots fall on
+ * every node), again until f has seen every sweep end (fence_sweeps equal
+ * to fence_flushes, at most 30 s); bails if Redis does not answer. */
 void tu_settle(feed *f);
 feed *tu_open_settled(const feed_config *cfg);
 /* On a Redis Cluster a read also checks the fence of its slot, and drops
@@ -123,13 +125,20 @@ int64_t tu_random_score(uint64_t *state);
  * table (feed_entry), tu_key_of under another prefix, tu_key_cfg for cfg's prefix, table
  * and columns, in family fam (FEED_FAM_FEED: a reader's feed,
  * FEED_FAM_AUTHOR: an author's posts); suffix is appended (":lease", or "";
- * ":authors" names the author index of filtered pages). The result lives
- * in one of 8 static buffers, reused in turn. tu_member: id's member into
+ * ":authors" names the author index of filtered pages). With the restart
+ * fence (the default) a key names the data set it lives in (base.h): each
+ * call asks cfg's Redis (tu_key, tu_key_of: the run's, as tu_config) which
+ * one holds owner's keys now, so name a key again after a restart or a
+ * failover. The result lives in one of 8 static buffers, reused in turn. tu_member: id's member into
  * buf (FEED_MEMBER_MAX bytes); returns its length (send it with %b: a
  * member may hold NUL bytes). */
 const char *tu_key(int64_t uid, const char *suffix);
 const char *tu_key_of(const char *prefix, int64_t uid, const char *suffix);
 const char *tu_key_cfg(const feed_config *cfg, int fam, int64_t owner, const char *suffix);
+/* The same key in generation gen (FEED_KEY_GEN_LEN characters): a copy
+ * written in another data set, before a restart or a failover. */
+const char *tu_key_gen(const feed_config *cfg, int fam, int64_t owner, const char *suffix,
+                       const char *gen);
 /* Another handle's rebuild, granted now and alive for 10 s: the lease's
  * form (lua/page.lua) with token in it. */
 void tu_plant_lease(redisContext *r, const char *lease_key, const char *token);

@@ -118,7 +118,7 @@ static inline void feed__msg_keep(char *dst, const char *src)
     feed__msg_keep_n(dst, FEED_ERRMSG, src);
 }
 
-/* The key format: part of every key name, "<prefix>:3:<tag>:{<owner>}". It
+/* The key format: part of every key name, "<prefix>:3:<tag>:<gen>:{<owner>}". It
  * changes whenever what the keys hold is read differently (the member
  * encoding, the end marker, the lease, what the tag covers), so a library
  * never reads a copy another version wrote: an upgrade costs a cold cache,
@@ -140,13 +140,28 @@ enum feed_family {
  * from, whatever key prefix they share: the key names what the copy holds.
  * The tag is a hash of the strings that say it (a family's name, its table,
  * owner, score and id columns), FEED_KEY_TAG_LEN letters and digits; the key
- * base, "<prefix>:3:<tag>:", begins every key of that family's copies (a
- * string of its own, malloc'd; NULL: no memory). Two handles whose table
+ * base, "<prefix>:3:<tag>:<gen>:", begins every key of that family's copies
+ * (a string of its own, malloc'd; NULL: no memory). Two handles whose table
  * and columns are spelt alike share copies, as the write hooks of one and
  * the pages of the other need; any other spelling gets copies of its own. */
 #define FEED_KEY_TAG_LEN 13
 void  feed__key_tag(const char *const *what, size_t n, char out[FEED_KEY_TAG_LEN + 1]);
+/* The key base ends with the copies' generation, "<prefix>:3:<tag>:<gen>:":
+ * FEED_KEY_GEN_LEN letters and digits that name the Redis data set the copy
+ * was written in (with the restart fence; setup.c says why). A request's
+ * keys are built with FEED_KEY_GEN_NONE there, and the exchange writes the
+ * generation of the node a command is sent to into each key just before it
+ * goes (feed__keys_stamp): which data set a trip reaches is known only then.
+ * Without the fence every generation is FEED_KEY_GEN_NONE. */
+#define FEED_KEY_GEN_LEN  13
+#define FEED_KEY_GEN_NONE "0000000000000"
 char *feed__key_base(const char *prefix, const char *const *what, size_t n);
+/* The generation of the data set whose identity is run_id and replid (INFO
+ * server's run_id, INFO replication's master_replid): a hash of both, never
+ * FEED_KEY_GEN_NONE. */
+void  feed__key_gen(const char *run_id, const char *replid, char out[FEED_KEY_GEN_LEN + 1]);
+/* Bytes of a key base before its generation: "<prefix>:3:<tag>:". */
+size_t feed__key_gen_at(const char *base);
 /* Bytes a key of this base needs, NUL included (the longest owner and
  * suffix). */
 size_t feed__key_cap(const char *base);

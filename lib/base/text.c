@@ -56,28 +56,47 @@ static uint64_t key_hash(const char *const *what, size_t n)
     return h;
 }
 
-void feed__key_tag(const char *const *what, size_t n, char out[FEED_KEY_TAG_LEN + 1])
+/* h in n base-32 digits (13 hold 64 bits), most significant first. */
+static void key_digits(uint64_t h, int n, char *out)
 {
     static const char digits[] = "0123456789abcdefghijklmnopqrstuv";
-    uint64_t h = key_hash(what, n);
 
-    for (int i = FEED_KEY_TAG_LEN - 1; i >= 0; i--, h >>= 5)
+    for (int i = n - 1; i >= 0; i--, h >>= 5)
         out[i] = digits[h & 31];
-    out[FEED_KEY_TAG_LEN] = '\0';
+    out[n] = '\0';
+}
+
+void feed__key_tag(const char *const *what, size_t n, char out[FEED_KEY_TAG_LEN + 1])
+{
+    key_digits(key_hash(what, n), FEED_KEY_TAG_LEN, out);
+}
+
+void feed__key_gen(const char *run_id, const char *replid, char out[FEED_KEY_GEN_LEN + 1])
+{
+    const char *what[] = { "gen", run_id, replid };
+    uint64_t h = key_hash(what, 3);
+
+    key_digits(h ? h : 1, FEED_KEY_GEN_LEN, out);   /* never all zeros: FEED_KEY_GEN_NONE */
 }
 
 char *feed__key_base(const char *prefix, const char *const *what, size_t n)
 {
     size_t plen = strlen(prefix);
-    char *base = malloc(plen + sizeof ":" FEED_KEY_VERSION ":" + FEED_KEY_TAG_LEN + 1);
+    char *base = malloc(plen + sizeof ":" FEED_KEY_VERSION ":" + FEED_KEY_TAG_LEN + 1 +
+                        FEED_KEY_GEN_LEN + 1);
 
     if (!base)
         return NULL;
     memcpy(base, prefix, plen);
     memcpy(base + plen, ":" FEED_KEY_VERSION ":", sizeof ":" FEED_KEY_VERSION ":");
     feed__key_tag(what, n, base + strlen(base));
-    strcat(base, ":");
+    strcat(base, ":" FEED_KEY_GEN_NONE ":");
     return base;
+}
+
+size_t feed__key_gen_at(const char *base)
+{
+    return strlen(base) - FEED_KEY_GEN_LEN - 1;
 }
 
 size_t feed__key_cap(const char *base)

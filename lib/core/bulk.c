@@ -338,7 +338,7 @@ static enum feed_want all_ask(all_op *a, int state, size_t n, int flags)
 {
     a->op.state = state;
     a->node_lost = 0;
-    a->op.batch = (feed_batch){ .n = n, .flags = flags, .slot = 0, .arg = a,
+    a->op.batch = (feed_batch){ .n = n, .flags = flags | FEED_B_VERBATIM, .slot = 0, .arg = a,
                                 .build = all_build, .reply = all_reply, .node_of = all_node_of,
                                 .lost = all_lost };
     return FEED_W_REDIS;
@@ -458,19 +458,20 @@ static void all_free(feed_op *op)
 }
 
 /* SCAN's MATCH is a glob: the prefix's own '*', '?', '[', ']' and '\'
- * must match themselves. "<escaped key base>{*": the copies of this
- * family's table and columns in this key format (copies in another format
- * are never read, so they are left to their TTL; another table's copies
- * are that table's handles' to drop). */
+ * must match themselves. "<escaped key base up to the generation>*:{*": the
+ * copies of this family's table and columns in this key format, of every
+ * generation (copies in another format are never read, so they are left
+ * to their TTL; another table's copies are that table's handles' to drop).
+ * The keys come back named as they are, and are dropped so (FEED_B_VERBATIM). */
 static char *all_pattern(const char *base)
 {
-    size_t len = strlen(base);
-    const char *tail = "{*";
+    size_t len = feed__key_gen_at(base);
+    const char *tail = "*:{*";
     char *pat = malloc(2 * len + strlen(tail) + 1), *p = pat;
 
     if (!pat)
         return NULL;
-    for (const char *s = base; *s; s++) {
+    for (const char *s = base; s < base + len; s++) {
         if (strchr("*?[]\\", *s))
             *p++ = '\\';
         *p++ = *s;

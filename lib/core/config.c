@@ -1,6 +1,7 @@
 /* config.c -- the configuration and what a handle's requests share:
  * defaults, checks, owned copies of the strings, statistics by name. */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +120,27 @@ static int core_key_bases(feed_core *c)
     strcpy(c->index_suffix, ":authors:");
     feed__key_tag(index, 2, c->index_suffix + strlen(c->index_suffix));
     c->key_cap = feed__key_cap(c->key_base[FEED_FAM_FEED]);
+    c->key_gen_at = feed__key_gen_at(c->key_base[FEED_FAM_FEED]);
     return FEED_OK;
+}
+
+/* A key of ours is "<prefix>:3:<tag>:<gen>:..." with a family's tag: the
+ * bytes before the generation are a base's, and a ':' ends it. Nothing
+ * else a command carries starts so (numbers, tokens, SHAs, a SCAN pattern
+ * has a '*' where the generation goes). The request built the key in its
+ * own buffer, so writing into it is the request's memory, not Redis's. */
+void feed__keys_stamp(const feed_core *c, const char *gen, int argc, const char **argv,
+                      const size_t *lens)
+{
+    size_t at = c->key_gen_at;
+
+    for (int j = 0; j < argc; j++) {
+        if (lens[j] <= at + FEED_KEY_GEN_LEN || argv[j][at + FEED_KEY_GEN_LEN] != ':' ||
+            (memcmp(argv[j], c->key_base[FEED_FAM_FEED], at) != 0 &&
+             memcmp(argv[j], c->key_base[FEED_FAM_AUTHOR], at) != 0))
+            continue;
+        memcpy((char *)(uintptr_t)argv[j] + at, gen, FEED_KEY_GEN_LEN);
+    }
 }
 
 /* Copy the config's strings, so the caller's may go; the config was
@@ -246,7 +267,7 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(redis_redirects), FEED_STAT(redis_retries),
     FEED_STAT(redis_failed_pages), FEED_STAT(rows_left_out),
     FEED_STAT(installs_refused), FEED_STAT(shed), FEED_STAT(deadlines_missed),
-    FEED_STAT(lease_waits_served),
+    FEED_STAT(lease_waits_served), FEED_STAT(fence_sweeps),
 };
 #undef FEED_STAT
 

@@ -69,10 +69,20 @@ const char *feed__script_name(enum feed_script s);
  * trusted, but not heard from as a primary for redis_timeout_ms (topo.c,
  * feed__fence_lapse, says why): its identity is read again before it
  * serves, and the same identity keeps the slots' trust. */
-enum { FEED_FENCE_UNKNOWN, FEED_FENCE_FLUSHING, FEED_FENCE_TRUSTED, FEED_FENCE_LAPSED };
+enum { FEED_FENCE_UNKNOWN, FEED_FENCE_TRUSTED, FEED_FENCE_LAPSED };
+/* The least time between two steps of one handle's sweep of old copies on a
+ * node (setup.c): a SCAN of 1000 keys and their UNLINK, once a tenth of a
+ * second, about 10,000 keys a second for each handle sweeping. */
+#define FEED_SWEEP_GAP_MS 100
 typedef struct feed_fence {
     int  state;                 /* FEED_FENCE_* */
-    char cursor[24];            /* SCAN cursor of a flush in progress */
+    char gen[FEED_KEY_GEN_LEN + 1]; /* the generation of the trusted data set's
+                                   copies (base.h): written into every key sent
+                                   here; FEED_KEY_GEN_NONE without the fence */
+    int  sweeping;              /* copies of older generations may be left: dropped
+                                   in the background, a step per FEED_SWEEP_GAP_MS */
+    int64_t sweep_at;           /* the next step of the sweep, not before */
+    char cursor[24];            /* SCAN cursor of the sweep */
     char run_id[41];            /* of the server connected to */
     char replid[41];            /* its master_replid (INFO replication) */
     char trusted_run_id[41];    /* the data set last trusted here: "" = none yet */
@@ -139,7 +149,9 @@ typedef struct feed_core {
     char       *owned[32];      /* at least the string fields of feed_config */
     struct feed_tls *tls;       /* lib/io/tls.c: the TLS context, NULL: plaintext;
                                    made and freed by the driver that opens */
-    char       *key_base[FEED_FAM_COUNT];   /* "<prefix>:3:<tag>:" (base.h) */
+    char       *key_base[FEED_FAM_COUNT];   /* "<prefix>:3:<tag>:<gen>:" (base.h), gen
+                                               FEED_KEY_GEN_NONE (feed__keys_stamp) */
+    size_t      key_gen_at;     /* bytes of a key base before its generation */
     size_t      key_cap;        /* bytes of a key name, NUL included (both bases
                                    are as long) */
     char        index_suffix[sizeof ":authors:" + FEED_KEY_TAG_LEN];  /* filter.c */
@@ -251,6 +263,12 @@ int  feed__db_outcome(feed_core *c, char *err, int rc, int redis_failed, const c
 /* config.c: how long a granted rebuild keeps its right to install (the
  * lease's hash, lua/page.lua): past lease_ms, the whole deadline twice. */
 int64_t feed__grant_ms(const feed_config *cfg);
+/* config.c: write gen (FEED_KEY_GEN_LEN characters) into every argument of
+ * a command that is a key of this handle's families (base.h says why the
+ * generation is written last). The arguments are the request's own
+ * buffers. */
+void feed__keys_stamp(const feed_core *c, const char *gen, int argc, const char **argv,
+                      const size_t *lens);
 /* policy.c: the time to record as a failed attempt's, now moved back by up
  * to a fifth of retry_ms, so that the handles an outage struck
  * together do not all try again in the same millisecond (and send the
@@ -339,7 +357,7 @@ typedef struct feed_setup {
                                    ASK target that owns none yet) */
     int        step;
     int        rc;
-    int64_t    deadline;        /* the fence's flushing, per set-up */
+    int64_t    deadline;        /* a slot fence's flush, per set-up */
     int64_t    sent_ms;         /* when the step's trip was sent */
     feed_addr  probe;           /* FEED_S_PROBE: the Sentinel to ask */
     size_t     sentinel;        /* the next Sentinel to ask */
@@ -373,8 +391,7 @@ void feed__setup_tripped(feed_setup *s, int64_t now);
  * ------------------------------------------------------------------------ */
 
 enum {
-    FEED_B_HOOK   = 1,  /* a write: WAIT applies (redis_wait_replicas), and it
-                           may use a node whose fence is still being cleared */
+    FEED_B_HOOK   = 1,  /* a write: WAIT applies (redis_wait_replicas) */
     FEED_B_EACH   = 2,  /* independent commands, each routed by its own first
                            key (fan-out, repairs); else all go, in order, in one
                            pipeline to the node of `slot` */
@@ -383,8 +400,10 @@ enum {
                            routing, no redirects, replies raw (SCAN, PING) */
     FEED_B_MAP    = 16, /* no commands: ask a node for the slot map now (a single
                            Redis: connect and set node 0 up, no fence) */
-    FEED_B_FINISH = 32  /* ends work already done (a rebuild's install, a lease given
+    FEED_B_FINISH = 32, /* ends work already done (a rebuild's install, a lease given
                            back): sent past the request's deadline too */
+    FEED_B_VERBATIM = 64 /* its keys are named as Redis listed them (a SCAN's): sent
+                           as they are, their generation not written over */
 };
 typedef struct feed_batch {
     size_t   n;

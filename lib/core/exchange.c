@@ -12,13 +12,15 @@
  *              slot by the map, refreshed first when it is stale (at most
  *              every REFRESH_MIN_MS: a burst of MOVED during a reshard costs
  *              one CLUSTER SLOTS, not one per call);
- *   set up     each node of the pass connected and set up (setup.c), the
- *              restart fence cleared, or being cleared and the batch a hook
- *              (hooks only make a copy more right, and every copy is dropped
- *              anyway); on a cluster a read also needs its slot's own fence
+ *   set up     each node of the pass connected and set up (setup.c), its
+ *              data set's generation known with the restart fence (now and
+ *              then a step of the sweep of older generations' copies too);
+ *              on a cluster a read also needs its slot's own fence
  *              cleared on the slot's owner, and is never sent on by ASK: the
  *              copies of a slot being imported are not known right until
  *              the slot has arrived and its fence is checked there;
+ *   keys       each command's keys carry the generation of the node it is
+ *              sent to, written as the trip is formed (base.h);
  *   pass       the commands still owed an answer, one trip per node, every
  *              node at once; a hook's trip ends with WAIT (redis_wait_replicas),
  *              a read's under Sentinel with ROLE (its answer is used only while
@@ -195,8 +197,12 @@ static int xchg_trip_cmd(void *arg, size_t k, const char ***argv, const size_t *
     feed_xchg *x = t->x;
     int m = t->map[k];
 
-    if (m >= 0)
-        return x->b->build(x->b->arg, (size_t)m, argv, lens);
+    if (m >= 0) {
+        int argc = x->b->build(x->b->arg, (size_t)m, argv, lens);
+        if (!(x->b->flags & (FEED_B_NODE | FEED_B_VERBATIM)))
+            feed__keys_stamp(x->c, xchg_node(x, t->trip.node)->fence.gen, argc, *argv, *lens);
+        return argc;
+    }
     if (m == FEED_XK_WAIT) {
         x->wait_argv[0] = "WAIT";
         x->wait_argv[1] = x->wait_n;
@@ -472,15 +478,39 @@ static int xchg_target(feed_xchg *x, size_t i, int64_t now)
 
 /* Must node i be set up before this batch? When it is not connected and
  * set up, or lost scripts, or (with the restart fence) its data set is not
- * yet known to be ours: then every batch, hooks too, first takes a step of
- * the fence (setup.c), once per batch. Walks over the nodes (SCAN, PING)
- * only need the connection. */
-static int xchg_needs_setup(const feed_xchg *x, const feed_node *n)
+ * yet known, so that its keys' generation is not either: then every batch,
+ * hooks too, first takes the fence's step (setup.c), once per batch. While
+ * older copies are being swept, a batch now and then takes a step of that
+ * first. Walks over the nodes (SCAN, PING) only need the connection. */
+static int xchg_needs_setup(const feed_xchg *x, const feed_node *n, int64_t now)
 {
     if (n->state != FEED_NODE_READY || n->reload)
         return 1;
-    return x->c->cfg.redis_restart_fence && n->fence.state != FEED_FENCE_TRUSTED &&
-           !(x->b->flags & FEED_B_NODE) && n->fenced_by != x->id;
+    return x->c->cfg.redis_restart_fence && !(x->b->flags & FEED_B_NODE) &&
+           n->fenced_by != x->id &&
+           (n->fence.state != FEED_FENCE_TRUSTED ||
+            (n->fence.sweeping && now >= n->fence.sweep_at));
+}
+
+/* With the restart fence, may the batch use node n, set up? Its data set's
+ * generation must be known: every key sent there is named for it, hooks'
+ * too. A cluster node found new is read from once its copies are flushed
+ * (setup.c says why); hooks go on meanwhile (they only make a copy more
+ * right). FEED_OK, or the batch's failure with the reason in its err. */
+static int xchg_fenced_off(feed_xchg *x, const feed_node *n)
+{
+    int flags = x->b->flags;
+
+    if (!x->c->cfg.redis_restart_fence || (flags & FEED_B_NODE))
+        return FEED_OK;
+    if (n->fence.state != FEED_FENCE_TRUSTED)
+        return feed__msg(x->err, FEED_EREDIS, "Redis %s:%d: its data set is not known yet "
+                         "(the restart fence)", n->addr.host, n->addr.port);
+    if (xchg_cluster(x) && n->fence.sweeping && !(flags & FEED_B_HOOK))
+        return feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a restart or "
+                         "failover: its cached copies are being dropped", n->addr.host,
+                         n->addr.port);
+    return FEED_OK;
 }
 
 /* Route every command still owed an answer (state XCHG_ROUTE); each node it
@@ -489,7 +519,7 @@ static int xchg_needs_setup(const feed_xchg *x, const feed_node *n)
 static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
 {
     const feed_batch *b = x->b;
-    int check = xchg_check_kind(x);
+    int check = xchg_check_kind(x), rc;
 
     x->state = XCHG_ROUTE;
     xchg_free_trips(x);
@@ -510,15 +540,11 @@ static enum feed_xwant xchg_route(feed_xchg *x, int64_t now)
         /* A cluster node not heard from as a primary lately is looked at
          * again first (topo.c, feed__fence_lapse). */
         feed__fence_lapse(&x->c->topo, n, x->c->cfg.redis_timeout_ms, now);
-        if (xchg_needs_setup(x, n))
+        if (xchg_needs_setup(x, n, now))
             return xchg_setup(x, node, b->flags & FEED_B_NODE ? FEED_SETUP_HELLO
                               : FEED_SETUP_FULL, x->cmds[i].slot, XCHG_ROUTE);
-        /* Set up: it serves once its fence is cleared (a hook: while being cleared). */
-        if (x->c->cfg.redis_restart_fence && n->fence.state != FEED_FENCE_TRUSTED &&
-            !(b->flags & (FEED_B_HOOK | FEED_B_NODE)))
-            return xchg_done(x, feed__msg(x->err, FEED_EREDIS, "Redis %s:%d came back from a "
-                                          "restart or failover: its cached copies are being "
-                                          "dropped", n->addr.host, n->addr.port));
+        if ((rc = xchg_fenced_off(x, n)) != FEED_OK)
+            return xchg_done(x, rc);
         /* A read on a cluster: its slot's fence too (setup.c). Two set-ups
          * at most (the first may have been another request's, joined by
          * the event-loop driver), then the read goes to PostgreSQL. */

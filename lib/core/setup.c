@@ -25,25 +25,30 @@
  * invariant broken, silently. Both events have one mark in common: the
  * server answering now has another run_id (INFO server) than the one whose
  * writes the copies received, since run_id is new at every start and a
- * promoted replica keeps its own. So "<prefix>:fence" holds the run_id of
- * the server on which every cached copy was written. It is replicated and
- * persisted with the copies, hence after a restart or a failover it names
- * the old server. A node whose run_id differs serves no cached page (pages
- * come from PostgreSQL) until every "<prefix>:*" key has been dropped (SCAN
- * + UNLINK, resumable, at most redis_timeout_ms of it per set-up), then the
- * new run_id is written. The key holds the master_replid too
- * ("<run_id>:<replid>"), and both must match: a primary that is demoted,
- * resynced from a replica promoted meanwhile (behind it), then promoted
- * again keeps its run_id, and its data set, the replica's, may hold the
- * fence key it wrote itself before the failover; its replid, though, is
- * new at each promotion. Write hooks still run meanwhile: they only ever
- * make a copy more right, and the copy is dropped anyway. Several handles
- * may flush at once; each SCAN step first looks whether another finished
- * (the fence then matches). Why every key must go before any page is
- * served: SCAN returns every key present from the start to the end of a
- * flush, and only handles past the fence build copies, so when the flush
- * ends nothing from the old data set is left. The fence key is never
- * dropped by a flush (another handle may have just written it).
+ * promoted replica keeps its own; and master_replid is new at each
+ * promotion (a primary that is demoted, resynced from a replica promoted
+ * meanwhile, behind it, then promoted again keeps its run_id, and its data
+ * set, the replica's, holds what it wrote itself before the failover). So
+ * every key names the data set it is written in: its generation, a hash of
+ * the server's run_id and master_replid (base.h), read here (INFO) and
+ * written into each key as its command is sent (exchange.c). A copy
+ * written before a restart or a failover has another generation's name and
+ * is never read again; the node serves at once, and the first read of each
+ * feed rebuilds it under the new name. Why the identity and not a number
+ * kept in Redis: handles never disagree on it, not even one that opens
+ * after a FLUSHALL while others keep their connections, and one that never
+ * met the old server names copies as those that did.
+ *
+ * The older generations' keys are swept in the background: a SCAN of 1000
+ * keys and an UNLINK of those found, at most once per FEED_SWEEP_GAP_MS per
+ * handle, as a step of the set-up of a batch that comes along (so a sweep
+ * costs a call two round trips now and then, never a page's answer). The
+ * current generation's keys and the fence keys are kept. "<prefix>:fence"
+ * then records the data set ("<run_id>:<replid>"): it is replicated and
+ * persisted with the copies, so a handle that finds it naming the server
+ * answering knows the sweep is over (each step looks first, in its trip),
+ * and one that finds another name sweeps again. Several handles may sweep
+ * at once, each from its own cursor; the first to end records.
  *
  * A run_id and master_replid that are the same as when this handle last
  * trusted the node mean the same data set: run_id is new at every start,
@@ -52,7 +57,7 @@
  * set can have replaced it since. Then the fence key proves nothing more,
  * and a key that is missing or names another node (on a cluster it lives
  * in the node's lowest slot, and a reshard moves slots with their keys) is
- * written again instead of costing the node a flush; a key whose slot is
+ * written again instead of costing the node a sweep; a key whose slot is
  * served elsewhere (-MOVED) too, but only on a node INFO says is a
  * primary: a demoted one, not yet resynced, answers the same, and may be
  * promoted (a new replid) before the next look. On a cluster a
@@ -73,7 +78,7 @@
  * primary's run_id in it: the same test, per node. SCAN on a node sees that
  * node's keys only, and its UNLINKs go one key each, each after ASKING:
  * SCAN also returns the keys of a slot the node is importing, which it
- * serves only to a client that said ASKING (without it every flush would
+ * serves only to a client that said ASKING (without it every sweep would
  * fail on them until the migration ends). A key that left meanwhile (its
  * slot migrated away: -ASK, -MOVED) is no longer the node's to drop.
  *
@@ -266,7 +271,9 @@ static void setup_trusted(feed_setup *s)
 {
     const feed_topo *t = &s->c->topo;
 
-    if (setup_cluster(s) && s->slot < FEED_SLOTS && feed__map_owner(t, s->slot) == s->index &&
+    if (setup_cluster(s) && s->node->fence.sweeping)
+        setup_finish(s, FEED_OK);   /* being flushed: nothing is read there yet */
+    else if (setup_cluster(s) && s->slot < FEED_SLOTS && feed__map_owner(t, s->slot) == s->index &&
         !feed__slot_trusted(t, s->node, s->slot))
         s->step = STEP_SLOT_LOOK;
     else
@@ -274,8 +281,9 @@ static void setup_trusted(feed_setup *s)
 }
 
 /* The node's data set is ours: its fence is cleared, with a new number
- * (every slot's trust on the node was under the old one). */
-static void setup_trust(feed_setup *s)
+ * (every slot's trust on the node was under the old one), and its keys'
+ * generation set. setup_trust then goes on as trusted. */
+static void setup_trust_data(feed_setup *s)
 {
     feed_fence *fc = &s->node->fence;
     feed_topo *t = &s->c->topo;
@@ -284,10 +292,34 @@ static void setup_trust(feed_setup *s)
     fc->heard_ms = fc->look_ms;
     memcpy(fc->trusted_run_id, fc->run_id, sizeof fc->run_id);
     memcpy(fc->trusted_replid, fc->replid, sizeof fc->replid);
+    /* On a cluster copies move between nodes by MIGRATE, named as the node
+     * they were written on named them, while a hook names its keys for the
+     * node it reaches: with a generation per node, a copy moved away (not
+     * read there, so its slot's fence unchanged) would miss the hooks sent
+     * meanwhile and come back readable. So a cluster's keys carry no
+     * generation, and a node found new is flushed before its copies are
+     * read (setup_trusted). */
+    if (setup_cluster(s))
+        memcpy(fc->gen, FEED_KEY_GEN_NONE, sizeof fc->gen);
+    else
+        feed__key_gen(fc->run_id, fc->replid, fc->gen);
     if (++t->epochs == 0)
         ++t->epochs;
     fc->epoch = t->epochs;
+}
+
+static void setup_trust(feed_setup *s)
+{
+    setup_trust_data(s);
     setup_trusted(s);
+}
+
+/* The node's sweep of older copies is over (if one was under way). */
+static void setup_swept(feed_setup *s)
+{
+    if (s->node->fence.sweeping)
+        s->c->stats.fence_sweeps++;
+    s->node->fence.sweeping = 0;
 }
 
 /* The slot's fence is found (or made) naming the node. */
@@ -297,21 +329,36 @@ static void setup_slot_trust(feed_setup *s)
     setup_finish(s, FEED_OK);
 }
 
-/* Is key k of a SCAN or GETKEYSINSLOT reply one to drop? Of a SCAN's (all
- * under "<prefix>:"), all but the node's fence key; of a slot's, only the
- * copies of ours, the fence keys left alone. (feed__keys_keep's keep.) */
+/* Is k (under "<prefix>:") a copy, lease or index of the node's trusted
+ * generation, "<prefix>:3:<tag>:<gen>:...", whatever its table? */
+static int setup_current(const feed_setup *s, const redisReply *k)
+{
+    static const char version[] = ":" FEED_KEY_VERSION ":";
+    size_t at_tag = strlen(s->c->cfg.key_prefix) + sizeof version - 1;
+    size_t at_gen = at_tag + FEED_KEY_TAG_LEN + 1;
+
+    if (setup_cluster(s))   /* no generations there: a flush drops every copy */
+        return 0;
+    return k->len > at_gen + FEED_KEY_GEN_LEN &&
+           memcmp(k->str + at_tag - (sizeof version - 1), version, sizeof version - 1) == 0 &&
+           k->str[at_gen - 1] == ':' && k->str[at_gen + FEED_KEY_GEN_LEN] == ':' &&
+           memcmp(k->str + at_gen, s->node->fence.gen, FEED_KEY_GEN_LEN) == 0;
+}
+
+/* Is key k of a SCAN or GETKEYSINSLOT reply one to drop? Every key of ours
+ * (under "<prefix>:") but the fence keys; of a sweep's SCAN, also but those
+ * of the trusted generation (the copies being read and written now).
+ * (feed__keys_keep's keep.) */
 static int setup_droppable(const void *arg, const redisReply *k)
 {
     const feed_setup *s = arg;
     const char *prefix = s->c->cfg.key_prefix;
     size_t plen = strlen(prefix);
 
-    if (!setup_is_str(k))
+    if (!setup_is_str(k) || k->len <= plen || memcmp(k->str, prefix, plen) != 0 ||
+        k->str[plen] != ':' || (k->len >= plen + 6 && memcmp(k->str + plen + 1, "fence", 5) == 0))
         return 0;
-    if (s->step == STEP_SCAN)
-        return k->len != strlen(s->key) || memcmp(k->str, s->key, k->len) != 0;
-    return k->len > plen && memcmp(k->str, prefix, plen) == 0 && k->str[plen] == ':' &&
-           !(k->len >= plen + 6 && memcmp(k->str + plen + 1, "fence", 5) == 0);
+    return s->step != STEP_SCAN || !setup_current(s, k);
 }
 
 /* What a fence key holds for the data set answering: its run_id and its
@@ -500,9 +547,10 @@ void feed__setup_end(feed_setup *s)
 /* SETUP_AGAIN: the step changed without a trip, take the next one now. */
 enum { SETUP_AGAIN = -1 };
 
-/* The steps of the restart fence: look at the fence key, flush (SCAN and
- * UNLINK, resumed at the node's cursor), record the run_id. A feed_swant,
- * or SETUP_AGAIN. */
+/* The steps of the restart fence: look at the fence key, and then, on a
+ * data set found new, a step of the sweep of older generations' copies now
+ * and then (SCAN and UNLINK, resumed at the node's cursor), and the
+ * identity recorded once it is over. A feed_swant, or SETUP_AGAIN. */
 static int setup_fence_step(feed_setup *s, int64_t now)
 {
     feed_core *c = s->c;
@@ -516,14 +564,14 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         }
         if (s->kind != FEED_SETUP_FULL || !c->cfg.redis_restart_fence)
             return setup_finish(s, FEED_OK);
-        if (n->fence.state == FEED_FENCE_TRUSTED) {
+        if (n->fence.state == FEED_FENCE_TRUSTED && !(n->fence.sweeping && now >= n->fence.sweep_at)) {
             setup_trusted(s);
             return s->step == STEP_DONE ? FEED_S_DONE : SETUP_AGAIN;
         }
         if (setup_fence_key(s, "", feed__fence_slot(&c->topo, s->index, s->slot)) != FEED_OK)
             return setup_finish(s, FEED_ENOMEM);
         setup_scan_pattern(s);
-        s->step = n->fence.state == FEED_FENCE_FLUSHING ? STEP_SCAN : STEP_LOOK;
+        s->step = n->fence.state == FEED_FENCE_TRUSTED ? STEP_SCAN : STEP_LOOK;
         return SETUP_AGAIN;
     case STEP_LOOK:
         n->fence.look_ms = now;
@@ -532,8 +580,6 @@ static int setup_fence_step(feed_setup *s, int64_t now)
         SETUP_ADD(s, "GET", s->key);
         return setup_trip(s, 3, FEED_S_TRIP);
     case STEP_SCAN:
-        if (n->fence.state != FEED_FENCE_FLUSHING || now >= s->deadline)
-            return setup_finish(s, FEED_OK);
         SETUP_ADD(s, "GET", s->key);
         SETUP_ADD(s, "SCAN", n->fence.cursor, "MATCH", s->pattern, "COUNT", "1000");
         return setup_trip(s, 2, FEED_S_TRIP);
@@ -543,9 +589,16 @@ static int setup_fence_step(feed_setup *s, int64_t now)
             return SETUP_AGAIN;
         }
         return setup_trip(s, setup_cluster(s) ? 2 * (s->keys.n - 1) : 1, FEED_S_TRIP);
-    case STEP_CURSOR:
+    case STEP_CURSOR:       /* one step of the sweep per set-up */
         memcpy(n->fence.cursor, s->cursor, sizeof n->fence.cursor);
-        s->step = strcmp(n->fence.cursor, "0") == 0 ? STEP_RECORD : STEP_SCAN;
+        if (strcmp(n->fence.cursor, "0") == 0) {
+            s->step = STEP_RECORD;
+        } else if (setup_cluster(s) && now < s->deadline) {
+            s->step = STEP_SCAN;    /* a cluster node's flush goes on, for the set-up's time */
+        } else {
+            n->fence.sweep_at = now + (setup_cluster(s) ? 0 : FEED_SWEEP_GAP_MS);
+            setup_trusted(s);
+        }
         return SETUP_AGAIN;
     case STEP_SLOT_LOOK:
         if (setup_fence_key(s, ":s", (int)s->slot) != FEED_OK)
@@ -703,6 +756,51 @@ static void setup_slot_tripped(feed_setup *s)
     }
 }
 
+/* What the look at a node's identity and fence key says (STEP_LOOK's
+ * trip answered as it must): trusted as it was, trusted anew, the key to
+ * write again, or a data set found new. */
+static void setup_looked(feed_setup *s, int64_t now)
+{
+    feed_core *c = s->c;
+    feed_fence *fc = &s->node->fence;
+    int same = fc->trusted_run_id[0] && strcmp(fc->trusted_run_id, fc->run_id) == 0 &&
+               strcmp(fc->trusted_replid, fc->replid) == 0;
+
+    if (fc->state == FEED_FENCE_LAPSED && same && (s->said & FEED_SR_MATCH)) {
+        /* A trust lapsed by time alone (topo.c) and the same data set
+         * still: no promotion, no resync since, so the slots' trust
+         * stands (same epoch). */
+        fc->state = FEED_FENCE_TRUSTED;
+        fc->heard_ms = fc->look_ms;
+        setup_trusted(s);
+    } else if (s->said & FEED_SR_MATCH) {  /* swept (by another handle, maybe) */
+        setup_swept(s);
+        setup_trust(s);
+    } else if ((s->said & FEED_SR_MOVED) && same && (s->said & FEED_SR_PRIMARY)) {
+        setup_trust(s);                     /* MOVED from a primary: a reshard */
+    } else if (s->said & FEED_SR_MOVED) {
+        c->stats.redis_errors++;
+        c->topo.stale = 1;
+        setup_finish(s, feed__msg(s->err, FEED_EREDIS, "Redis restart fence: the fence "
+                                  "key's slot moved; the slot map is asked again"));
+    } else if (same && !fc->sweeping) {
+        s->step = STEP_RECORD;
+    } else if (same) {
+        setup_trust(s);                     /* a sweep under way goes on */
+    } else {
+        /* A data set this handle never trusted and no handle swept:
+         * its copies are of other generations, never read, so it serves
+         * at once, and they are swept in the background from this step
+         * on (on a cluster, flushed before it serves). */
+        strcpy(fc->cursor, "0");
+        fc->sweeping = 1;
+        fc->sweep_at = now;
+        c->stats.fence_flushes++;
+        setup_trust_data(s);
+        s->step = STEP_SCAN;
+    }
+}
+
 /* What a trip of the fence's steps says. A step whose trip failed, or whose
  * replies were not right, fails the set-up (a slot's fence: leaves the slot
  * unchecked). */
@@ -715,8 +813,6 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
     };
     feed_core *c = s->c;
     feed_fence *fc = &s->node->fence;
-    int same = fc->trusted_run_id[0] && strcmp(fc->trusted_run_id, fc->run_id) == 0 &&
-               strcmp(fc->trusted_replid, fc->replid) == 0;
 
     if (s->step >= STEP_SLOT_LOOK && s->step <= STEP_SLOT_RECORD && s->trip.io == FEED_IO_OK &&
         (s->said & (FEED_SR_BAD | FEED_SR_MOVED))) {
@@ -737,44 +833,29 @@ static void setup_fence_tripped(feed_setup *s, int64_t now)
     }
     switch (s->step) {
     case STEP_LOOK:
-        if (fc->state == FEED_FENCE_LAPSED && same && (s->said & FEED_SR_MATCH)) {
-            /* A trust lapsed by time alone (topo.c) and the same data set
-             * still: no promotion, no resync since, so the slots' trust
-             * stands (same epoch). */
-            fc->state = FEED_FENCE_TRUSTED;
-            fc->heard_ms = fc->look_ms;
-            setup_trusted(s);
-        } else if ((s->said & FEED_SR_MATCH) ||   /* MOVED from a primary: a reshard */
-                   ((s->said & FEED_SR_MOVED) && same && (s->said & FEED_SR_PRIMARY))) {
-            setup_trust(s);
-        } else if (s->said & FEED_SR_MOVED) {
-            c->stats.redis_errors++;
-            c->topo.stale = 1;
-            setup_finish(s, feed__msg(s->err, FEED_EREDIS, "Redis restart fence: the fence "
-                                      "key's slot moved; the slot map is asked again"));
-        } else if (same) {
-            s->step = STEP_RECORD;
-        } else {
-            fc->state = FEED_FENCE_FLUSHING;
-            strcpy(fc->cursor, "0");
-            c->stats.fence_flushes++;
-            s->step = STEP_SCAN;
-        }
+        setup_looked(s, now);
         return;
     case STEP_SCAN:
-        if (s->said & FEED_SR_NOMEM)
-            setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory flushing after a "
+        if (s->said & FEED_SR_NOMEM) {
+            setup_finish(s, feed__msg(s->err, FEED_ENOMEM, "out of memory sweeping after a "
                                       "restart"));
-        else if (s->said & FEED_SR_MATCH)   /* another handle finished the flush */
-            setup_trust(s);
-        else
+        } else if (s->said & FEED_SR_MATCH) {   /* another handle finished the sweep */
+            setup_swept(s);
+            setup_trusted(s);
+        } else {
             s->step = STEP_UNLINK;
+        }
         return;
     case STEP_UNLINK:
         s->step = STEP_CURSOR;
         return;
     case STEP_RECORD:
-        setup_trust(s);
+        if (fc->state == FEED_FENCE_TRUSTED) {  /* the end of a sweep */
+            setup_swept(s);
+            setup_trusted(s);
+        } else {
+            setup_trust(s);
+        }
         return;
     default:
         setup_slot_tripped(s);

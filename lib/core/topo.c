@@ -30,6 +30,7 @@ int feed__node_index(feed_topo *t, const feed_addr *addr)
     if ((n = calloc(1, sizeof *n)) == NULL)
         return -1;
     n->addr = *addr;
+    memcpy(n->fence.gen, FEED_KEY_GEN_NONE, sizeof n->fence.gen);   /* until trusted */
     t->nodes[t->nnodes] = n;
     return (int)t->nnodes++;
 }
@@ -143,7 +144,7 @@ int feed__map_owner(const feed_topo *t, unsigned slot)
 /* Where node i's fence key lives: its lowest slot in the map (the same
  * for every handle that sees the same map), else the slot being sent to
  * (an ASK target that owns nothing yet). A reshard that moves that slot
- * costs the node one flush at its next check, never a wrong page. */
+ * costs the node one sweep at its next check, never a wrong page. */
 int feed__fence_slot(const feed_topo *t, int i, unsigned slot)
 {
     if (!t->cluster)

@@ -55,6 +55,8 @@ simr *simr_snapshot(const simr *r);
 int   simr_restart(simr *r, const simr *from, uint64_t seed);
 /* simr_promote: a replica becomes a primary: new master_replid, same run_id. */
 void  simr_promote(simr *r, uint64_t seed);
+/* simr_identity: what INFO says of the data set: run_id and master_replid. */
+void  simr_identity(const simr *r, const char **run_id, const char **replid);
 /* simr_evict: drop key (as maxmemory eviction would); 1 if it was there. */
 int   simr_evict(simr *r, const char *key, size_t klen);
 /* simr_set_role: 0 primary (default), 1 replica (writes refused with

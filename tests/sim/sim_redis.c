@@ -1479,6 +1479,12 @@ static void simr_dispatch(simr *r, const simr_args *a)
 
 /* ---- the public calls ---- */
 
+void simr_identity(const simr *r, const char **run_id, const char **replid)
+{
+    *run_id = r->run_id;
+    *replid = r->replid;
+}
+
 static void simr_ids(simr *r, uint64_t seed, int run_id, int replid)
 {
     char buf[32];

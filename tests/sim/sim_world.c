@@ -2250,11 +2250,42 @@ static int sim_key_server(sim_world *w, const char *key)
     return w->owner[slot] - 1;
 }
 
-/* A feed's (or an author's) copy key, for the faults and the final look. */
+/* A feed's (or an author's) copy key in generation gen (base.h). */
+static void sim_gen_keys(sim_world *w, int author, int64_t owner, const char *gen, char *key,
+                         char *lease)
+{
+    const feed_core *c = w->cl[0].c;
+
+    feed__family_keys(c->key_base[author ? FEED_FAM_AUTHOR : FEED_FAM_FEED], owner, key, lease);
+    memcpy(key + c->key_gen_at, gen, FEED_KEY_GEN_LEN);
+    if (lease)
+        memcpy(lease + c->key_gen_at, gen, FEED_KEY_GEN_LEN);
+}
+
+/* The generation the library names copies on server s with: that of its
+ * data set now (with the fence; none without, nor on a cluster). */
+static void sim_server_gen(sim_world *w, int s, char gen[FEED_KEY_GEN_LEN + 1])
+{
+    const char *run_id, *replid;
+
+    if (!w->cl[0].c->cfg.redis_restart_fence || w->topo == SIM_TOPO_CLUSTER) {
+        memcpy(gen, FEED_KEY_GEN_NONE, FEED_KEY_GEN_LEN + 1);
+        return;
+    }
+    simr_identity(w->sv[s].r, &run_id, &replid);
+    feed__key_gen(run_id, replid, gen);
+}
+
+/* A feed's (or an author's) copy key as handles set up now name it, for
+ * the faults and the final look: the slot decides the server, the server's
+ * data set the generation. */
 static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease)
 {
-    feed__family_keys(w->cl[0].c->key_base[author ? FEED_FAM_AUTHOR : FEED_FAM_FEED], owner,
-                      key, lease);
+    char gen[FEED_KEY_GEN_LEN + 1];
+
+    sim_gen_keys(w, author, owner, FEED_KEY_GEN_NONE, key, lease);
+    sim_server_gen(w, sim_key_server(w, key), gen);
+    sim_gen_keys(w, author, owner, gen, key, lease);
 }
 
 /* A slot of some feed's keys starts migrating to another primary. */
@@ -2308,8 +2339,7 @@ static void sim_world_faults(sim_world *w)
         int64_t owner = author ? 101 + (int64_t)sim_pick(w, (uint64_t)w->authors)
                                : 1 + (int64_t)sim_pick(w, (uint64_t)w->uids);
         const char *which;
-        feed__family_keys(w->cl[0].c->key_base[author ? FEED_FAM_AUTHOR : FEED_FAM_FEED], owner,
-                          key, lease);
+        sim_owner_keys(w, author, owner, key, lease);
         which = sim_pick(w, 2) ? key : lease;
         if (w->topo == SIM_TOPO_CLUSTER)
             p = &w->sv[sim_key_server(w, which)];
@@ -2404,43 +2434,85 @@ static int sim_servers(sim_world *w)
     return 0;
 }
 
-/* Every cached copy an exact prefix of SQL's rows (or absent). */
+/* The generations a copy on server s may be read in: that of s's data set
+ * now (a handle set up there now, or one that looks again and finds it),
+ * and every handle's trusted one on a node at s's address that it reads
+ * without looking again (on a cluster, not lapsed: topo.c). Distinct, at
+ * most cap; the count. */
+static int sim_gens_on(sim_world *w, int s, char (*gens)[FEED_KEY_GEN_LEN + 1], int cap)
+{
+    int n = 1;
+
+    sim_server_gen(w, s, gens[0]);
+    for (int i = 0; i < w->ncl; i++) {
+        const feed_topo *t = &w->cl[i].c->topo;
+        for (size_t k = 0; k < t->nnodes; k++) {
+            const feed_node *node = t->nodes[k];
+            int seen = 0;
+            if (node->addr.port != w->sv[s].port || strcmp(node->addr.host, w->sv[s].host) != 0 ||
+                node->fence.state != FEED_FENCE_TRUSTED ||
+                (t->cluster && w->now - node->fence.heard_ms >
+                                   (int64_t)w->cl[i].c->cfg.redis_timeout_ms))
+                continue;
+            for (int g = 0; g < n; g++)
+                seen |= strcmp(gens[g], node->fence.gen) == 0;
+            if (!seen && n < cap)
+                memcpy(gens[n++], node->fence.gen, FEED_KEY_GEN_LEN + 1);
+        }
+    }
+    return n;
+}
+
+/* The copy at key on server s an exact prefix of SQL's rows (or absent). */
+static void sim_check_copy(sim_world *w, int table, int64_t owner, const char *key, int s)
+{
+    const char *argv[] = { "ZREVRANGE", key, "0", "-1", "WITHSCORES", NULL };
+    redisReply *r;
+    size_t n, items = 0;
+    const simpg_row *rows = simpg_rows(w->pg, table, owner, simpg_version(w->pg), &n);
+    int end = 0, bad = 0;
+
+    r = simr_execv(w->sv[s].r, w->now, argv);
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        feed_item it;
+        if (feed__reply_end(r, i)) {
+            end = 1;
+            continue;
+        }
+        if (feed__reply_pair(r, i, &it) != FEED_OK || items >= n ||
+            rows[items].score != it.score || rows[items].id != it.id)
+            bad = 1;
+        items++;
+    }
+    if (!bad && end && items != n)
+        bad = 1;
+    if (!bad && items > w->max_len)
+        bad = 1;
+    if (bad)
+        sim_violation(w, "the copy of %s %" PRId64 " (%zu items%s) is not a prefix of SQL's "
+                         "%zu rows", table ? "author" : "uid", owner, items,
+                      end ? " and the end marker" : "", n);
+    freeReplyObject(r);
+}
+
+/* Every cached copy a handle may read an exact prefix of SQL's rows (or
+ * absent): in each generation it may be read in. Copies of other
+ * generations are never read (base.h) and wait for the sweep. */
 static void sim_check_copies(sim_world *w)
 {
     for (int64_t o = 1; o <= w->uids + w->authors; o++) {
         int table = o <= w->uids ? SIMPG_FEED : SIMPG_AUTHORS;
         int64_t owner = o <= w->uids ? o : 100 + o - w->uids;
-        char key[128], lease[128];
-        const char *argv[] = { "ZREVRANGE", key, "0", "-1", "WITHSCORES", NULL };
-        redisReply *r;
-        size_t n, items = 0;
-        const simpg_row *rows = simpg_rows(w->pg, table, owner, simpg_version(w->pg), &n);
-        int end = 0, bad = 0;
+        char key[128], gens[16][FEED_KEY_GEN_LEN + 1];
+        int s, n;
 
-        feed__family_keys(w->cl[0].c->key_base[table == SIMPG_FEED ? FEED_FAM_FEED
-                                                                    : FEED_FAM_AUTHOR],
-                          owner, key, lease);
-        r = simr_execv(w->sv[sim_key_server(w, key)].r, w->now, argv);
-        for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-            feed_item it;
-            if (feed__reply_end(r, i)) {
-                end = 1;
-                continue;
-            }
-            if (feed__reply_pair(r, i, &it) != FEED_OK || items >= n ||
-                rows[items].score != it.score || rows[items].id != it.id)
-                bad = 1;
-            items++;
+        sim_gen_keys(w, table != SIMPG_FEED, owner, FEED_KEY_GEN_NONE, key, NULL);
+        s = sim_key_server(w, key);
+        n = sim_gens_on(w, s, gens, 16);
+        for (int g = 0; g < n; g++) {
+            sim_gen_keys(w, table != SIMPG_FEED, owner, gens[g], key, NULL);
+            sim_check_copy(w, table, owner, key, s);
         }
-        if (!bad && end && items != n)
-            bad = 1;
-        if (!bad && items > w->max_len)
-            bad = 1;
-        if (bad)
-            sim_violation(w, "the copy of %s %" PRId64 " (%zu items%s) is not a prefix of SQL's "
-                             "%zu rows", table ? "author" : "uid", owner, items,
-                          end ? " and the end marker" : "", n);
-        freeReplyObject(r);
     }
 }
 
