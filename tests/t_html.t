@@ -126,6 +126,10 @@ is "$scores" "$(sql "SELECT score FROM feed_entry WHERE uid = $U_LONG ORDER BY s
 sources=$(grep -o 'data-source="[a-z]*"' "$TMP/dom.html" | sed 's/data-source="\(.*\)"/\1/' | tr '\n' ' ')
 is "$sources" "rebuild cache $(printf 'db %.0s' {1..12})" \
     "each of the 14 pages is marked with its source: rebuild, cache, then db"
+# Each page's line shows the server's time (its Server-Timing header) apart
+# from the browser's round trip, which a loaded browser makes far longer.
+timed=$(grep -oE 'items, server [0-9]+\.[0-9] ms, round trip [0-9]+ ms' "$TMP/dom.html" | wc -l)
+is "$timed" 14 "  each page's line shows the server's time apart from the round trip"
 like_status=$(grep -o 'id="status"[^<]*' "$TMP/dom.html")
 is "$like_status" 'id="status" class="">end of the feed: 137 items in 14 pages' "  and the status line says so"
 fields=$(sed -n '/^typedef struct feed_stats {/,/^} feed_stats;/s/^ *uint64_t *\([a-z_]*\);.*/\1/p' lib/feedcache.h)

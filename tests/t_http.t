@@ -300,6 +300,10 @@ like "$(j 'items.*.id' | tr '\n' ' ')" '^([0-9]+ ){7}$' "  7 ids, each a string 
 is "$(j 'items.*' | tr '\n' ' ')" "$(sql_feed $U_TIES | head -n 7 | tr '\n' ' ')" "  page 1 equals SQL"
 req GET "/users/$U_TIES/feed?limit=7"
 is "$(j source)" cache "page 1 again: source cache"
+# The server's own time for the page, which the demo page shows apart from
+# the browser's round trip (a loaded browser's queue is not the server's).
+like "$(grep -i '^Server-Timing:' <<<"$HEADERS")" '^Server-Timing: app;dur=[0-9]+\.[0-9]{3}$' \
+    "  Server-Timing: app;dur=<ms> (the server's time, apart from the round trip)"
 
 walk_is $U_TIES 7 "walk of 230 rows (max_len $MAX_LEN), pages of 7"
 like "$SOURCES" '^(cache ){5}db ' "  pages within max_len from the cache, past it from the db"

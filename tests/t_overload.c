@@ -43,16 +43,18 @@ static struct event_base *base;
 
 typedef struct got {
     int done, rc, source;
+    char why[160];              /* feed_async_errmsg of a failed page */
 } got;
 
 static void on_page(feed_async *a, int rc, feed_result *page, void *arg)
 {
     got *g = arg;
 
-    (void)a;
     g->done = 1;
     g->rc = rc;
     g->source = page ? (int)page->source : 0;
+    if (rc != FEED_OK)
+        snprintf(g->why, sizeof g->why, "%s", feed_async_errmsg(a));
     feed_result_free(page);
 }
 
@@ -255,8 +257,10 @@ static void budget(void)
         tu_insert_rows(pg, 9500 + i, 5, tu_score_by10, tu_id_seq);
     tu_config(&cfg);
     cfg.pg_budget = 3;
-    cfg.request_timeout_ms = 20000;
-    cfg.pg_timeout_ms = 20000;      /* statements wait on the lock: not a dead server */
+    /* Statements wait on the lock while the budget fills (20 s at most,
+     * below): neither that wait nor the queue behind it is what is tested. */
+    cfg.request_timeout_ms = 60000;
+    cfg.pg_timeout_ms = 60000;      /* statements wait on the lock: not a dead server */
     for (int i = 0; i < NTHREADS; i++)
         ra[i] = (reader_arg){ tu_open(&cfg), 9500 + i, -99 };
     feed__budget_most(1);
@@ -309,7 +313,10 @@ static void budget(void)
     run_until(g, 40);
     good = 1;
     for (int i = 0; i < 40; i++)
-        good &= g[i].rc == FEED_OK;
+        if (g[i].rc != FEED_OK) {
+            tap_diag("page %d: %s (%s)", i, feed_strerror(g[i].rc), g[i].why);
+            good = 0;
+        }
     ok(most <= 3 && feed__budget_most(0) <= 3 && most >= 3, "  4 async handles, 40 cold pages:"
        " at most 3 in flight (%u, then %u)", most, feed__budget_most(0));
     ok(good, "  every page served once the lock went");
