@@ -58,6 +58,7 @@ trap cleanup EXIT
 req() {
     local method=$1 path=$2 out
     shift 2
+    if [[ $method == GET && $# == 0 ]]; then http_get "$BASE$path"; return; fi   # tap.bash
     out=$(curl -sS --max-time 30 -o "$TMP/body" -D "$TMP/headers" \
         -w '%{http_code}\t%{content_type}' -X "$method" "$@" "$BASE$path" 2>"$TMP/curl.err") ||
         out="000	"
@@ -128,7 +129,7 @@ ROUTE=feed
 # answered 503 is asked again as req_retry says (RETRY_503); any other
 # answer counts at once.
 walk() {
-    local uid=$1 limit=$2 cursor='' q count keys
+    local uid=$1 limit=$2 cursor='' q count keys src out
     : >"$TMP/walk"
     PAGES=0 SOURCES='' WHY=''
     while :; do
@@ -137,12 +138,15 @@ walk() {
         req_retry GET "/users/$uid/$ROUTE?$q"
         if [[ $STATUS != 200 ]]; then WHY="page $PAGES: status $STATUS: $BODY"; return 1; fi
         PAGES=$((PAGES + 1))
-        keys=$(j @keys) || { WHY="page $PAGES: not JSON: $BODY"; return 1; }
+        # One jget for the page: its keys, source, length and cursor, then
+        # its items, a line each.
+        out=$(j @keys source items.@len next_cursor 'items.*') ||
+            { WHY="page $PAGES: not JSON: $BODY"; return 1; }
+        out+=$'\n'
+        { IFS= read -r keys; IFS= read -r src; IFS= read -r count; IFS= read -r cursor; } <<<"$out"
         [[ $keys == items,next_cursor,source ]] || { WHY="page $PAGES: keys $keys"; return 1; }
-        SOURCES+="$(j source) "
-        j 'items.*' >>"$TMP/walk"
-        count=$(j items.@len)
-        cursor=$(j next_cursor)
+        SOURCES+="$src "
+        printf '%s' "${out#*$'\n'*$'\n'*$'\n'*$'\n'}" >>"$TMP/walk"
         if [[ $cursor == null ]]; then
             ((count <= limit)) || { WHY="last page $PAGES has $count items"; return 1; }
             return 0

@@ -45,6 +45,7 @@ trap cleanup EXIT
 req() {   # METHOD PATH [curl args...]: sets STATUS, BODY
     local method=$1 path=$2
     shift 2
+    if [[ $method == GET && $# == 0 ]]; then http_get "$BASE$path"; return; fi   # tap.bash
     STATUS=$(curl -sS --max-time 30 -o "$TMP/body" -w '%{http_code}' -X "$method" "$@" \
         "$BASE$path" 2>"$TMP/curl.err") || STATUS=000
     BODY=$(cat "$TMP/body" 2>/dev/null)
@@ -113,7 +114,7 @@ sql_timeline() {
 # says what was wrong (a page not full before the end, a bad shape, a
 # status). With MUTE_AFTER, AUTHOR is muted after that many pages.
 walk() {
-    local route=$1 uid=$2 limit=$3 after=${4:-0} author=${5:-} cursor='' q count
+    local route=$1 uid=$2 limit=$3 after=${4:-0} author=${5:-} cursor='' q count keys out
     : >"$TMP/walk"
     PAGES=0 WHY=''
     while :; do
@@ -122,11 +123,14 @@ walk() {
         req GET "/users/$uid/$route?$q"
         [[ $STATUS == 200 ]] || { WHY="page $PAGES: status $STATUS: $BODY"; return 1; }
         PAGES=$((PAGES + 1))
-        [[ $(j @keys) == items,next_cursor,source,muted ]] ||
-            { WHY="page $PAGES: keys $(j @keys)"; return 1; }
-        j 'items.*' >>"$TMP/walk"
-        count=$(j items.@len)
-        cursor=$(j next_cursor)
+        # One jget for the page: its keys, length and cursor, then its
+        # items, a line each.
+        out=$(j @keys items.@len next_cursor 'items.*') ||
+            { WHY="page $PAGES: not JSON: $BODY"; return 1; }
+        out+=$'\n'
+        { IFS= read -r keys; IFS= read -r count; IFS= read -r cursor; } <<<"$out"
+        [[ $keys == items,next_cursor,source,muted ]] || { WHY="page $PAGES: keys $keys"; return 1; }
+        printf '%s' "${out#*$'\n'*$'\n'*$'\n'}" >>"$TMP/walk"
         [[ $cursor == null ]] && return 0
         [[ $count == "$limit" ]] || { WHY="page $PAGES: $count items of $limit, and more"; return 1; }
         ((PAGES < 5000)) || { WHY="runaway walk"; return 1; }
