@@ -66,14 +66,18 @@ static int64_t score_of_id(int64_t id) { return id * 10; }
 static int64_t base_score(size_t i) { return score_of_id((int64_t)i + 1); }
 static int64_t base_id(size_t i) { return (int64_t)i + 1; }
 
-static void note_time(double ms)
+/* A call's time: the longest is reported, and one past the bound says
+ * which call it was and what the handle said, so a failure shows its path. */
+static void note_time(feed *f, const char *op, double ms)
 {
     long v = (long)ms, m = atomic_load(&max_call_ms);
 
     while (v > m && !atomic_compare_exchange_weak(&max_call_ms, &m, v))
         ;
-    if (ms > 4.0 * TIMEOUT + fault_slack_ms())
+    if (ms > 4.0 * TIMEOUT + fault_slack_ms()) {
         atomic_fetch_add(&slow_calls, 1);
+        tap_diag("%s took %.0f ms (pid %d): %s", op, ms, (int)getpid(), feed_errmsg(f));
+    }
 }
 
 static void *writer(void *arg)
@@ -97,7 +101,7 @@ static void *writer(void *arg)
                 tu_insert(pg, UID0 + u, score_of_id(id), id);
                 t0 = fault_now_ms();
                 rc = feed_on_insert(f, UID0 + u, score_of_id(id), id);
-                note_time(fault_now_ms() - t0);
+                note_time(f, "feed_on_insert", fault_now_ms() - t0);
                 atomic_store(&hooked[u], id);     /* it has run, failed or not */
                 atomic_fetch_add(&hooks, 1);
                 for (int k = 0; rc != FEED_OK && k < 100 && atomic_load(&running) == 1; k++) {
@@ -105,7 +109,7 @@ static void *writer(void *arg)
                     atomic_fetch_add(&retried, 1);
                     t0 = fault_now_ms();
                     rc = feed_on_insert(f, UID0 + u, score_of_id(id), id);
-                    note_time(fault_now_ms() - t0);
+                    note_time(f, "feed_on_insert (again)", fault_now_ms() - t0);
                 }
             }
         }
@@ -131,7 +135,7 @@ static void check_walk(feed *f, int u, uint64_t *rng)
         feed_result res;
         double t0 = fault_now_ms();
         int rc = feed_page(f, UID0 + u, score, id, LIMIT, &res);
-        note_time(fault_now_ms() - t0);
+        note_time(f, "feed_page", fault_now_ms() - t0);
         if (rc != FEED_OK) {          /* neither store: not a wrong page */
             free(seen);
             return;
