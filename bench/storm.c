@@ -54,6 +54,8 @@
 #define TICK_US      1000        /* the generator's timer */
 #define STATS_MS     100         /* counters and pg_stat_activity sampled this often */
 #define DRAIN_S      7           /* after the window: > request_timeout_ms, load still on */
+#define RAMP_S       3           /* the warm maximum: seconds per open-loop step */
+#define RAMP_P99_MS  25.0        /* ... which keeps up: all served, p99 under this */
 #define SCORE0       1700000000000LL
 #define PLAIN_TTL    604800      /* the control's EXPIRE, feedcache's default TTL */
 #define PLAIN_TOP    1000        /* the control fills this many rows, as max_len */
@@ -166,6 +168,7 @@ struct run {
     trigger            t;
     double             frac, rate;         /* of the warm maximum; pages/s offered */
     int                warm_s, secs, nsec;  /* seconds before / after the trigger */
+    int                drain_s;            /* load on after the window, not recorded */
     struct event_base *base;
     feed_async        *fa[NWORK];
     pworker            pw[NWORK];
@@ -192,6 +195,8 @@ struct run {
     char               why[256];           /* the first failure other than a shed */
     double             trig_ms;            /* how long the trigger took */
     double             max_ms;             /* slowest page served after the trigger */
+    double             lag_ms;             /* the generator's worst lag (issued - scheduled)
+                                              in the window after the trigger */
     uint64_t           plain_sql, plain_fills, plain_redis_errors;
     atomic_int         sampling;
     redisContext      *tc;                 /* the trigger's connection */
@@ -669,6 +674,11 @@ static void issue(run *r, uint64_t sched, int64_t uid, int64_t k0)
         }
     }
     s->offered++;
+    r->issued++;   /* the schedule moves on, whether the request goes or is dropped */
+    if (r->t0_ns && sched >= r->trig_ns && b < r->nsec) {   /* the loop behind its schedule */
+        double lag = (double)(now_ns() - sched) / 1e6;
+        r->lag_ms = lag > r->lag_ms ? lag : r->lag_ms;
+    }
     if (sched >= r->trig_ns && !r->armed) {   /* t = 0: the ideal cache is empty too */
         memset(r->seen, 0, sizeof r->seen);
         r->armed = 1;
@@ -690,7 +700,6 @@ static void issue(run *r, uint64_t sched, int64_t uid, int64_t k0)
     q->bucket = b;
     q->worker = (int)(r->next_worker++ % NWORK);
     r->inflight++;
-    r->issued++;
     if (r->k == K_FEED)
         feed_start(r, q);
     else
@@ -894,8 +903,8 @@ static double closed_loop(run *r, int prewarm, double secs)
     return prewarm ? 0 : (double)r->closed_ok / secs;
 }
 
-/* The warm maximum of a reader: pages/s on a warm cache, closed loop. */
-static double warm_max(kind k, double secs)
+/* The closed loop's figure: pages/s on a warm cache, WARM_FLIGHT in flight. */
+static double closed_max(kind k, double secs)
 {
     run r;
     double rate;
@@ -911,6 +920,68 @@ static double warm_max(kind k, double secs)
     run_close(&r);
     free(r.s);
     return rate;
+}
+
+static void run_one(run *r);
+
+/* Did an open-loop step of RAMP_S seconds at rate keep up on a warm cache:
+ * every request scheduled after its first second served, p99 (from the
+ * schedule) under RAMP_P99_MS? Its p99 into *p99. */
+static int ramp_step(kind k, double rate, double *p99)
+{
+    run r;
+    samples lat = { 0 };
+    uint64_t off = 0, ok = 0;
+
+    memset(&r, 0, sizeof r);
+    r.k = k;
+    r.t = T_NONE;
+    r.rate = rate;
+    r.warm_s = 0;
+    r.secs = RAMP_S;
+    r.nsec = RAMP_S;
+    r.drain_s = 1;
+    run_one(&r);
+    for (int i = 1; i < r.nsec; i++) {
+        off += r.s[i].offered;
+        ok += r.s[i].ok;
+        for (size_t j = 0; j < r.s[i].lat_ms.n; j++)
+            sm_add(&lat, r.s[i].lat_ms.v[j]);
+    }
+    *p99 = sm_pct(&lat, 99);
+    sm_free(&lat);
+    for (int i = 0; i <= r.nsec; i++)
+        sm_free(&r.s[i].lat_ms);
+    free(r.s);
+    return off > 0 && ok == off && *p99 < RAMP_P99_MS;
+}
+
+/* feedcache's warm maximum: the highest rate of an open-loop ramp (steps
+ * of a tenth of the closed loop's figure, from two tenths) that kept up.
+ * The closed loop pipelines WARM_FLIGHT / NWORK requests per connection;
+ * an open loop at the same rate sends a few per turn, so it carries less,
+ * and it is the open loop the runs offer. Each step into ramp (its rate
+ * and p99), at most 10. */
+static double warm_max(double closed, double ramp[][2], int *nramp)
+{
+    double best = 0;
+
+    *nramp = 0;
+    for (int tenth = 2; tenth <= 10; tenth++) {
+        double rate = closed * tenth / 10, p99;
+        int ok = ramp_step(K_FEED, rate, &p99);
+        ramp[*nramp][0] = rate;
+        ramp[(*nramp)++][1] = p99;
+        note("storm: open loop at %.0f pages/s, warm: p99 %.1f ms%s", rate, p99,
+             ok ? "" : ": behind");
+        if (!ok)
+            break;
+        best = rate;
+    }
+    if (best == 0)
+        die("storm: an open loop at %.0f pages/s, a fifth of the closed loop's, did not keep up",
+            closed / 5);
+    return best;
 }
 
 /* One run: prewarm, the open loop from t0, the trigger at warm_s, the
@@ -931,7 +1002,7 @@ static void run_one(run *r)
     r->t0_ns = now_ns() + 100000000u;
     r->trig_ns = r->t0_ns + (uint64_t)r->warm_s * 1000000000u;
     r->end_ns = r->trig_ns + (uint64_t)r->secs * 1000000000u;
-    r->stop_ns = r->end_ns + (uint64_t)DRAIN_S * 1000000000u;
+    r->stop_ns = r->end_ns + (uint64_t)r->drain_s * 1000000000u;
     r->issued = 0;
     /* counters from here on; the prewarm's ideal cache forgotten */
     stats_tick(-1, 0, r);
@@ -940,6 +1011,7 @@ static void run_one(run *r)
     memset(r->s, 0, ((size_t)r->nsec + 1) * sizeof *r->s);
     r->armed = 0;
     r->max_ms = 0;
+    r->lag_ms = 0;
     atomic_store(&r->sampling, 1);
     if (pthread_create(&samp, NULL, sampler_run, r) != 0)
         die("pthread_create failed");
@@ -1105,9 +1177,14 @@ void section_storm(void)
         { K_PLAIN, 0.75, T_FLUSH_ASYNC }, { K_PLAIN, 0.75, T_RESTART },
     };
     const plan *pl = quick ? short_ : full;
-    size_t np = quick ? sizeof short_ / sizeof *short_ : sizeof full / sizeof *full;
-    int warm_s = quick ? 5 : 10, secs = quick ? 25 : 60;
-    double wsecs = quick ? 2 : 5, max_feed, max_plain;
+    size_t np = quick ? sizeof short_ / sizeof *short_ : sizeof full / sizeof *full,
+           runs = (size_t)atoi(env_or("BENCH_STORM_RUNS", "0"));
+    /* BENCH_STORM_SECS and BENCH_STORM_RUNS (the first N runs of the plan)
+     * shorten it further, for trying the section out */
+    int warm_s = quick ? 5 : 10, secs = atoi(env_or("BENCH_STORM_SECS", quick ? "25" : "60"));
+    double wsecs = quick ? 2 : 5, max_feed, max_plain, closed_feed, ramp[10][2];
+    int nramp;
+    char ramp_txt[1024] = "";
     PGconn *pg = b_pg();
     FILE *md = out_section("storm"), *dat = out_data("storm"), *rows, *detail;
     char *rows_buf = NULL, *detail_buf = NULL;
@@ -1127,6 +1204,10 @@ void section_storm(void)
         PQfinish(pg);
         return;
     }
+    if (runs > 0 && runs < np)
+        np = runs;
+    if (secs < 10)
+        die("BENCH_STORM_SECS: at least 10, not %d", secs);
     feed_config_init(&dflt);
     budget = dflt.pg_budget ? dflt.pg_budget : cpus > 1 ? 4 * (unsigned)cpus : 4;
     zipf_init();
@@ -1136,11 +1217,17 @@ void section_storm(void)
         !(detail = open_memstream(&detail_buf, &detail_len)))
         die("open_memstream: %s", strerror(errno));
 
-    note("storm: warm maximum, feedcache");
-    max_feed = warm_max(K_FEED, wsecs);
-    note("storm: warm maximum, feedcache: %.0f pages/s; the control", max_feed);
-    max_plain = warm_max(K_PLAIN, wsecs);
-    note("storm: warm maximum, control: %.0f pages/s", max_plain);
+    note("storm: closed loop, feedcache");
+    closed_feed = closed_max(K_FEED, wsecs);
+    note("storm: closed loop, feedcache: %.0f pages/s; the control", closed_feed);
+    max_plain = closed_max(K_PLAIN, wsecs);
+    note("storm: closed loop, control: %.0f pages/s; feedcache's open-loop ramp", max_plain);
+    max_feed = warm_max(closed_feed, ramp, &nramp);
+    note("storm: warm maximum, feedcache: %.0f pages/s", max_feed);
+    for (int i = 0, o = 0; i < nramp && o < (int)sizeof ramp_txt; i++)
+        o += snprintf(ramp_txt + o, sizeof ramp_txt - (size_t)o, "%s%s/s: p99 %s%s",
+                      i ? ", " : "", NUM(ramp[i][0]), ms_txt(ramp[i][1]),
+                      ramp[i][0] > max_feed ? " (behind)" : "");
 
     for (size_t i = 0; i < np; i++) {
         run r;
@@ -1154,6 +1241,7 @@ void section_storm(void)
         r.warm_s = warm_s;
         r.secs = secs;
         r.nsec = warm_s + secs;
+        r.drain_s = DRAIN_S;
         snprintf(name, sizeof name, "%s, %.0f%%, %s", r.k == K_FEED ? "feedcache" : "control",
                  r.frac * 100, trig_name[r.t]);
         note("storm: %s (%.0f pages/s)", name, r.rate);
@@ -1167,12 +1255,12 @@ void section_storm(void)
         else
             snprintf(rec, sizeof rec, "**never**");
         fprintf(rows, "| %s | %.0f%% (%s/s) | %s (%s) | %s | %s | %s | %.3f (%.3f) | %.1f%% | %llu |"
-                " %llu (max %s) | %llu / %llu | %d | %d / %u | %.1f%% | %llu |\n",
+                " %llu (max %s) | %s | %llu / %llu | %d | %d / %u | %.1f%% | %llu |\n",
                 kind_name[r.k], r.frac * 100, NUM(r.rate), trig_name[r.t], ms_txt(r.trig_ms),
                 ms_txt(d.steady_p99), ms_txt(d.peak_p99),
                 rec, d.hit_end, d.ideal_end,
                 100 * d.shed10, (unsigned long long)d.shed_after, (unsigned long long)d.late,
-                ms_txt(r.max_ms), (unsigned long long)d.rebuilds, (unsigned long long)d.refused,
+                ms_txt(r.max_ms), ms_txt(r.lag_ms), (unsigned long long)d.rebuilds, (unsigned long long)d.refused,
                 d.no_install_s, d.pg_max, budget, 100 * d.served,
                 (unsigned long long)(d.unfinished + d.failed + d.dropped));
         report_seconds(detail, dat, &r, name);
@@ -1210,14 +1298,22 @@ void section_storm(void)
             " %.0f%% first pages, the rest next pages from the cursor of a page served before;"
             " %d items a page; every page checked against the data. The generator drops"
             " requests past %s in flight (counted with the failures).\n\n"
-            "**Warm maximum** (closed loop, %d in flight, warm cache, %.0f s): feedcache"
-            " **%s pages/s**, the control %s pages/s. Each run offers a fraction of"
+            "**Warm maximum.** A closed loop (%d in flight, warm cache, %.0f s after a"
+            " second's start): feedcache %s pages/s, the control %s pages/s. That loop"
+            " pipelines %d requests per connection; an open loop at the same rate sends a few"
+            " per turn of the loop and carries less, so feedcache's warm maximum is the"
+            " highest step of an open-loop ramp (tenths of the closed loop's figure, %d s"
+            " each, warm) that kept up (every request served, p99 from the schedule under"
+            " %.0f ms): %s. **Warm maximum: %s pages/s**; each run offers a fraction of it:"
             " feedcache's: every feed cached first, %d s of load, then at t = 0 the trigger"
             " (on a thread of its own: `FLUSHALL ASYNC`, `FLUSHALL`, or Redis killed with"
             " SIGKILL and started again empty on its port), %d s recorded, %d s more with the"
             " load still on (not recorded), then whatever is still in flight is cancelled and"
             " counted unfinished (its latency so far enters its second's percentiles as a"
-            " lower bound).\n\n"
+            " lower bound). *Generator behind*: how late the loop issued a request after its"
+            " scheduled time (the loop is the library's thread too: time a request waits there"
+            " before the call counts in its latency, which the library's deadline cannot"
+            " see).\n\n"
             "Per second: p50 / p99 of the requests scheduled in it; hit rate = cached pages /"
             " pages served in it; the ideal cache's = the share of requests of that second"
             " whose feed was asked for since t = 0 (a cache that fills a feed on its first"
@@ -1230,15 +1326,15 @@ void section_storm(void)
             " missed), against `pg_budget`.\n\n"
             "| reader | offered | trigger (took) | steady p99 | p99 peak | recovered at |"
             " hit rate, last 10 s (ideal) | shed, first 10 s | shed after recovery |"
-            " pages > %u ms (slowest) | rebuilds installed / installs refused | seconds with"
+            " pages > %u ms (slowest) | generator behind, most | rebuilds installed / installs refused | seconds with"
             " misses and no install | PostgreSQL in flight, max / budget | served | unfinished"
             " or failed |\n"
             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-            " ---: | ---: | ---: |\n",
+            " ---: | ---: | ---: | ---: |\n",
             NWORK, NWORK, dflt.request_timeout_ms, budget, cpus, dflt.lease_ms,
             dflt.redis_timeout_ms, NWORK, PLAIN_TOP, ZIPF_S, NUM(NFEEDS), FIRST_SHARE * 100,
-            PAGE_LIMIT, NUM(MAX_INFLIGHT), WARM_FLIGHT, wsecs, NUM(max_feed), NUM(max_plain),
-            warm_s, secs, DRAIN_S, warm_s, STATS_MS, dflt.request_timeout_ms);
+            PAGE_LIMIT, NUM(MAX_INFLIGHT), WARM_FLIGHT, wsecs, NUM(closed_feed), NUM(max_plain),
+            WARM_FLIGHT / NWORK, RAMP_S, RAMP_P99_MS, ramp_txt, NUM(max_feed), warm_s, secs, DRAIN_S, warm_s, STATS_MS, dflt.request_timeout_ms);
     fwrite(rows_buf, 1, rows_len, md);
     fprintf(md, "\nThe control's rebuilds are its fills (`ZADD` pipelines sent); it has no"
             " installs to refuse. Shed counts `FEED_EBUSY` and requests the generator"
