@@ -768,6 +768,24 @@ static void stats_tick(evutil_socket_t fd, short what, void *arg)
     s->shed_ctr += sum.shed - r->prev.shed;
     s->redis_errors += sum.redis_errors - r->prev.redis_errors;
     r->prev = sum;
+    if (getenv("BENCH_STORM_DEBUG")) {   /* every counter's delta, for a look inside */
+        static feed_stats last;
+        feed_stats all;
+        memset(&all, 0, sizeof all);
+        for (int i = 0; i < NWORK; i++) {
+            feed_async_stats_get(r->fa[i], &one);
+            for (size_t f = 0; f < feed_stats_count(); f++)
+                ((uint64_t *)&all)[f] += feed_stats_value(&one, f);
+        }
+        fprintf(stderr, "%.1f inflight=%zu", r->t0_ns ? ((double)now_ns() - (double)r->trig_ns) / 1e9 : 0.0,
+                r->inflight);
+        for (size_t f = 0; f < feed_stats_count(); f++)
+            if (feed_stats_value(&all, f) != feed_stats_value(&last, f))
+                fprintf(stderr, " %s=%llu", feed_stats_name(f),
+                        (unsigned long long)(feed_stats_value(&all, f) - feed_stats_value(&last, f)));
+        fprintf(stderr, "\n");
+        last = all;
+    }
 }
 
 /* ------------------------------------------------------------ servers */
@@ -1222,7 +1240,14 @@ void section_storm(void)
     note("storm: closed loop, feedcache: %.0f pages/s; the control", closed_feed);
     max_plain = closed_max(K_PLAIN, wsecs);
     note("storm: closed loop, control: %.0f pages/s; feedcache's open-loop ramp", max_plain);
-    max_feed = warm_max(closed_feed, ramp, &nramp);
+    /* BENCH_STORM_MAX: a warm maximum given, no ramp (trying the section out) */
+    if (atof(env_or("BENCH_STORM_MAX", "0")) > 0) {
+        max_feed = atof(env_or("BENCH_STORM_MAX", "0"));
+        nramp = 0;
+        snprintf(ramp_txt, sizeof ramp_txt, "not run: BENCH_STORM_MAX gave the maximum");
+    } else {
+        max_feed = warm_max(closed_feed, ramp, &nramp);
+    }
     note("storm: warm maximum, feedcache: %.0f pages/s", max_feed);
     for (int i = 0, o = 0; i < nramp && o < (int)sizeof ramp_txt; i++)
         o += snprintf(ramp_txt + o, sizeof ramp_txt - (size_t)o, "%s%s/s: p99 %s%s",
