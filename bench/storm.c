@@ -1363,7 +1363,7 @@ void section_storm(void)
     fwrite(rows_buf, 1, rows_len, md);
     fprintf(md, "\nThe control's rebuilds are its fills (`ZADD` pipelines sent); it has no"
             " installs to refuse. Shed counts `FEED_EBUSY` and requests the generator"
-            " dropped.\n");
+            " dropped.\n\n<!-- storm.png -->\n");
     fwrite(detail_buf, 1, detail_len, md);
     out_summary("storm_recover", "a cold cache under an open-loop load (flush, empty restart):"
                 " feedcache recovered (within 15 s at 50-75%, 30 s at 90% of the warm maximum;"
