@@ -84,8 +84,9 @@ if (merge) {
 # run a block of storm.dat (its first line the run's name)
 if (storm) {
     reset
-    stats datadir."/storm.dat" using 1 nooutput
-    nruns = STATS_blocks
+    # a run per block, each opening with its name in quotes (stats would
+    # count the empty block after the last one too)
+    nruns = int(system("grep -c '^\"' '".datadir."/storm.dat'"))
     set terminal pngcairo size 1200,900 font "sans,10"
     set output outdir."/storm.png"
     set multiplot layout 2,1 title "Section storm: a flush or an empty restart at t = 0, open-loop load (each line a run)"
