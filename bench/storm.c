@@ -54,8 +54,9 @@
 #define TICK_US      1000        /* the generator's timer */
 #define STATS_MS     100         /* counters and pg_stat_activity sampled this often */
 #define DRAIN_S      7           /* after the window: > request_timeout_ms, load still on */
-#define RAMP_S       3           /* the warm maximum: seconds per open-loop step */
-#define RAMP_P99_MS  25.0        /* ... which keeps up: all served, p99 under this */
+#define RAMP_S       4           /* the warm maximum: seconds per open-loop step */
+#define RAMP_P99_MS  25.0        /* ... which keeps up: all served, p99 under this and
+                                    under 3x the first step's */
 #define SCORE0       1700000000000LL
 #define PLAIN_TTL    604800      /* the control's EXPIRE, feedcache's default TTL */
 #define PLAIN_TOP    1000        /* the control fills this many rows, as max_len */
@@ -945,7 +946,7 @@ static void run_one(run *r);
 /* Did an open-loop step of RAMP_S seconds at rate keep up on a warm cache:
  * every request scheduled after its first second served, p99 (from the
  * schedule) under RAMP_P99_MS? Its p99 into *p99. */
-static int ramp_step(kind k, double rate, double *p99)
+static int ramp_step(kind k, double rate, double bar, double *p99)
 {
     run r;
     samples lat = { 0 };
@@ -971,7 +972,7 @@ static int ramp_step(kind k, double rate, double *p99)
     for (int i = 0; i <= r.nsec; i++)
         sm_free(&r.s[i].lat_ms);
     free(r.s);
-    return off > 0 && ok == off && *p99 < RAMP_P99_MS;
+    return off > 0 && ok == off && *p99 < bar;
 }
 
 /* feedcache's warm maximum: the highest rate of an open-loop ramp (steps
@@ -982,12 +983,14 @@ static int ramp_step(kind k, double rate, double *p99)
  * and p99), at most 10. */
 static double warm_max(double closed, double ramp[][2], int *nramp)
 {
-    double best = 0;
+    double best = 0, bar = RAMP_P99_MS;
 
     *nramp = 0;
     for (int tenth = 2; tenth <= 10; tenth++) {
         double rate = closed * tenth / 10, p99;
-        int ok = ramp_step(K_FEED, rate, &p99);
+        int ok = ramp_step(K_FEED, rate, bar, &p99);
+        if (tenth == 2 && ok && 3 * p99 < bar)   /* the knee: p99 3x the light load's */
+            bar = 3 * p99;
         ramp[*nramp][0] = rate;
         ramp[(*nramp)++][1] = p99;
         note("storm: open loop at %.0f pages/s, warm: p99 %.1f ms%s", rate, p99,
@@ -1226,6 +1229,12 @@ void section_storm(void)
         np = runs;
     if (secs < 10)
         die("BENCH_STORM_SECS: at least 10, not %d", secs);
+    /* A write to a Redis that was just killed raises SIGPIPE: the control's
+     * hiredis and the library's async driver alike write with write(2),
+     * not send(MSG_NOSIGNAL) (lib/io/redis_sync.c does), and the default
+     * action ends the process. A server program ignores it, so does this. */
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+        die("signal(SIGPIPE): %s", strerror(errno));
     feed_config_init(&dflt);
     budget = dflt.pg_budget ? dflt.pg_budget : cpus > 1 ? 4 * (unsigned)cpus : 4;
     zipf_init();
@@ -1329,7 +1338,7 @@ void section_storm(void)
             " per turn of the loop and carries less, so feedcache's warm maximum is the"
             " highest step of an open-loop ramp (tenths of the closed loop's figure, %d s"
             " each, warm) that kept up (every request served, p99 from the schedule under"
-            " %.0f ms): %s. **Warm maximum: %s pages/s**; each run offers a fraction of it:"
+            " %.0f ms and under 3x the first step's): %s. **Warm maximum: %s pages/s**; each run offers a fraction of it:"
             " feedcache's: every feed cached first, %d s of load, then at t = 0 the trigger"
             " (on a thread of its own: `FLUSHALL ASYNC`, `FLUSHALL`, or Redis killed with"
             " SIGKILL and started again empty on its port), %d s recorded, %d s more with the"
