@@ -518,22 +518,9 @@ static void part_pages(FILE *md, const feed_item *want, pid_t rpid)
 
 static int pg_frozen, redis_frozen;
 
-/* tools/servers.sh CMD DIR on the bench's servers (run.sh's DIR/env names
- * them); 0 when done. */
-static int servers(const char *cmd)
-{
-    const char *srv = getenv("FEED_SERVERS"), *dir = getenv("FEED_SERVERS_DIR");
-    char line[2048];
-
-    if (!srv || !*srv || !dir || !*dir)
-        return -1;
-    snprintf(line, sizeof line, "'%s' %s '%s' >/dev/null", srv, cmd, dir);
-    return system(line) == 0 ? 0 : -1;
-}
-
 static void servers_or_die(const char *cmd)
 {
-    if (servers(cmd) != 0)
+    if (b_servers(cmd) != 0)
         die("tools/servers.sh %s failed", cmd);
 }
 
@@ -542,9 +529,9 @@ static void servers_or_die(const char *cmd)
 static void thaw_at_exit(void)
 {
     if (pg_frozen)
-        servers("pg-thaw");
+        b_servers("pg-thaw");
     if (redis_frozen)
-        servers("redis-thaw");
+        b_servers("redis-thaw");
 }
 
 static void freeze(int store, int on)
@@ -654,7 +641,7 @@ static void part_frozen(FILE *md, const feed_item *want, PGconn *pg)
 
     if (nbig != 100000)
         die("data set: uid %d has %zu rows", UID_BIG, nbig);
-    if (servers("status") != 0) {
+    if (b_servers("status") != 0) {
         note("async: no tools/servers.sh folder (FEED_SERVERS_DIR): PostgreSQL cannot be frozen");
         fprintf(md, "\n### Cached pages while PostgreSQL is frozen\n\nNot measured: no"
                 " `FEED_SERVERS` / `FEED_SERVERS_DIR` (bench/run.sh sets them).\n");
@@ -895,7 +882,7 @@ static void part_memory(FILE *md, const feed_item *items)
     hold_res res[2];
     double base0, base1;
 
-    if (servers("status") != 0) {
+    if (b_servers("status") != 0) {
         fprintf(md, "\n### Memory per request in flight\n\nNot measured: no"
                 " `FEED_SERVERS` / `FEED_SERVERS_DIR` (bench/run.sh sets them).\n");
         out_summary("async_memory", "client memory per request in flight; 10,000 in flight"

@@ -71,6 +71,13 @@ PGresult *b_sql(PGconn *pg, const char *sql); /* exits on error */
 long long b_sql_int(PGconn *pg, const char *sql);
 pid_t pg_backend(PGconn *pg);
 
+/* ---- the servers: tools/servers.sh ---- */
+/* tools/servers.sh CMD DIR on the bench's servers (bench/run.sh's DIR/env
+ * names the script, FEED_SERVERS, and the folder, FEED_SERVERS_DIR): 0
+ * when done, -1 when it failed or they are not named ("status": are they
+ * there to freeze, restart?). */
+int b_servers(const char *cmd);
+
 /* ---- feedcache ---- */
 /* The bench's configuration (the servers of the environment), which
  * b_open opens; bench/async.c opens event-loop handles with it. */

@@ -4,7 +4,8 @@
  * runs this; every section writes OUTDIR/sec_<name>.md, gnuplot data in
  * OUTDIR/<name>.dat, and appends its headline rows to OUTDIR/summary.tsv.
  * Sections: pages memory writes stampede fanout pg wait fence replica cpu cluster
- * async merge window tls filter (default: all, in that order). BENCH_QUICK=1
+ * async merge window tls filter storm (default: all, in that order; storm
+ * last, since it restarts Redis). BENCH_QUICK=1
  * shortens every section, for trying things out. */
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "merge.h"
 #include "window.h"
 #include "filter.h"
+#include "storm.h"
 
 static const struct { const char *name; void (*run)(void); } sections[] = {
     { "pages", section_pages },
@@ -33,6 +35,7 @@ static const struct { const char *name; void (*run)(void); } sections[] = {
     { "window", section_window },
     { "tls", section_tls },
     { "filter", section_filter },
+    { "storm", section_storm },
 };
 #define NSECTIONS (sizeof sections / sizeof sections[0])
 
@@ -40,7 +43,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         die("usage: feedbench OUTDIR [pages|memory|writes|stampede|fanout|pg|wait|fence|replica|"
-            "cpu|cluster|async|merge|window|tls|filter ...]");
+            "cpu|cluster|async|merge|window|tls|filter|storm ...]");
     out_init(argv[1]);
     for (size_t i = 0; i < NSECTIONS; i++) {
         int want = argc == 2;

@@ -1,11 +1,13 @@
 # plot.gp -- the charts of a run's latest.md (bench/results/<run>/), from
 # the data that feedbench writes. Run by bench/run.sh:
 #   gnuplot -e "datadir='DIR'; outdir='bench/results/<run>'" bench/plot.gp
-#   (core=0: not the pages/rebuild/pg charts; merge=1: the merge chart too)
+#   (core=0: not the pages/rebuild/pg charts; merge=1: the merge chart too;
+#   storm=1: the storm chart too)
 if (!exists("datadir")) datadir = "."
 if (!exists("outdir")) outdir = "."
 if (!exists("core")) core = 1
 if (!exists("merge")) merge = 0
+if (!exists("storm")) storm = 0
 
 if (core) {
     set style data histograms
@@ -76,4 +78,28 @@ if (merge) {
          '' using 1:5 with lines lw 2 lc rgb "#5b8fd6" title "merge into R = F reads", \
          '' using 1:4 with lines dt 2 lw 2 lc rgb "#5b8fd6" title "merge into R = F / 10 reads", \
          '' using 1:6 with lines dt 3 lw 2 lc rgb "#5b8fd6" title "merge into R = 10 F reads"
+}
+
+# ---- section storm: hit rate and p99 per second around the trigger, each
+# run a block of storm.dat (its first line the run's name)
+if (storm) {
+    reset
+    # a run per block, each opening with its name in quotes (stats would
+    # count the empty block after the last one too)
+    nruns = int(system("grep -c '^\"' '".datadir."/storm.dat'"))
+    set terminal pngcairo size 1200,900 font "sans,10"
+    set output outdir."/storm.png"
+    set multiplot layout 2,1 title "Section storm: a flush or an empty restart at t = 0, open-loop load (each line a run)"
+    set grid
+    set key outside right noenhanced
+    set xlabel "seconds after the trigger"
+    set title "hit rate of the pages served in each second (dotted: the ideal cache's)"
+    set yrange [0:1.02]
+    plot for [i=0:nruns-1] datadir."/storm.dat" index i using 1:2 with lines lw 2 lc i+1 title columnheader(1), \
+         for [i=0:nruns-1] datadir."/storm.dat" index i using 1:3 with lines dt 3 lc i+1 notitle
+    set title "p99 of the requests scheduled in each second, ms (log scale)"
+    set yrange [*:*]
+    set logscale y
+    plot for [i=0:nruns-1] datadir."/storm.dat" index i using 1:($4 > 0 ? $4 : 1/0) with lines lw 2 lc i+1 title columnheader(1)
+    unset multiplot
 }

@@ -546,9 +546,16 @@ CHARTS=1
 for d in pages rebuild pg; do [[ -f $WORK/$d.dat ]] || CHARTS=0; done
 MERGE_CHART=0
 [[ -f $WORK/merge.dat ]] && MERGE_CHART=1
-if ((CHARTS || MERGE_CHART)); then
+STORM_CHART=0
+[[ -s $WORK/storm.dat ]] && STORM_CHART=1
+if ((CHARTS || MERGE_CHART || STORM_CHART)); then
     echo "bench: charts (gnuplot)" >&2
-    gnuplot -e "datadir='$WORK'; outdir='$OUT'; core=$CHARTS; merge=$MERGE_CHART" bench/plot.gp
+    gnuplot -e "datadir='$WORK'; outdir='$OUT'; core=$CHARTS; merge=$MERGE_CHART; storm=$STORM_CHART" bench/plot.gp
+fi
+# The storm chart goes where its section left a place for it, under its table.
+if ((STORM_CHART)) && [[ -f $WORK/sec_storm.md ]]; then
+    sed -i 's|^<!-- storm.png -->$|![section storm: hit rate and p99 per second around the trigger](storm.png)|' \
+        "$WORK/sec_storm.md"
 fi
 
 # ---------------------------------------------------------------- latest.md
@@ -597,7 +604,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
                cluster_cpu cluster_fanout async_pages async_cpu async_limit async_frozen \
                async_memory blocking_instr blocking_rt blocking_cpu hiredis_cpu hiredis_loop hiredis_instr \
                merge_first merge_depth merge_xover window_zombie window_partition \
-               filter_cpu filter_sql filter_memory filter_memory_author; do
+               filter_cpu filter_sql filter_memory filter_memory_author storm_recover storm_budget; do
         awk -F'\t' -v k="$key" '$1 == k { printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' \
             "$WORK/summary.tsv"
     done
@@ -610,7 +617,7 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
         echo
     fi
     for s in cpu pages client writes stampede fanout pg memory wait fence replica sync cluster \
-             async blocking hiredis merge window tls filter; do
+             async blocking hiredis merge window tls filter storm; do
         [[ -f $WORK/sec_$s.md ]] && { cat "$WORK/sec_$s.md"; echo; }
     done
     echo "How these figures are made and how to read them, the misses included:"
@@ -623,5 +630,5 @@ if ((FULL)); then
     mv -Tf "$RESULTS/latest.tmp" "$RESULTS/latest"
 fi
 
-echo "bench: wrote $OUT/latest.md$( ((CHARTS)) && echo " and $OUT/{pages,rebuild,pg}.png")$( ((MERGE_CHART)) && echo " and $OUT/merge.png") in $((TOTAL_S / 60)) min $((TOTAL_S % 60)) s" >&2
+echo "bench: wrote $OUT/latest.md$( ((CHARTS)) && echo " and $OUT/{pages,rebuild,pg}.png")$( ((MERGE_CHART)) && echo " and $OUT/merge.png")$( ((STORM_CHART)) && echo " and $OUT/storm.png") in $((TOTAL_S / 60)) min $((TOTAL_S % 60)) s" >&2
 awk -F'\t' '{ printf "  %-5s %s: %s\n", $5, $1, $4 }' "$WORK/summary.tsv" >&2

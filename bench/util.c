@@ -334,6 +334,19 @@ size_t sql_feed(PGconn *pg, int64_t uid, feed_item **out)
     return n;
 }
 
+/* ------------------------------------------------------------ servers */
+
+int b_servers(const char *cmd)
+{
+    const char *srv = getenv("FEED_SERVERS"), *dir = getenv("FEED_SERVERS_DIR");
+    char line[2048];
+
+    if (!srv || !*srv || !dir || !*dir)
+        return -1;
+    snprintf(line, sizeof line, "'%s' %s '%s' >/dev/null", srv, cmd, dir);
+    return system(line) == 0 ? 0 : -1;
+}
+
 /* ------------------------------------------------------------ feedcache */
 
 void b_config(feed_config *cfg, const char *prefix, uint32_t max_len)
