@@ -1127,6 +1127,14 @@ FEED_API uint64_t    feed_stats_value(const feed_stats *s, size_t i);
  * connection (the primary's; the replica's for pages past the cache), each
  * bounded by pg_timeout_ms; a statement that times out is cancelled on a
  * thread of its own, never on the loop's.
+ *
+ * SIGPIPE: the loop adapters write to Redis through hiredis's write(), so a
+ * write to a Redis that has just gone away raises SIGPIPE, whose default
+ * action ends the process. A program of the asynchronous API ignores it
+ * (signal(SIGPIPE, SIG_IGN), before the first handle opens), as programs of
+ * hiredis's own asynchronous API do; the write then fails with EPIPE and
+ * the handle treats the node as down. The blocking API needs nothing: it
+ * sends with MSG_NOSIGNAL.
  * ------------------------------------------------------------------------ */
 
 typedef struct feed_async feed_async;
