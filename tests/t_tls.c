@@ -40,6 +40,7 @@ int main(void)
 #include <openssl/ssl.h>
 
 #include "feedcache_libevent.h"
+#include "internal.h"   /* FEED_FAM_FEED, feed__key_gen */
 #include "synctest.h"
 
 static char dir[256];
@@ -133,6 +134,38 @@ static redisContext *peek(int port)
     return c;
 }
 
+/* The key of uid's copy on the TLS Redis at port: in the generation of its
+ * data set now, read there over TLS (testutil's tu_key asks the tests'
+ * plain servers); cluster 1 for a TLS cluster's node, where keys carry none
+ * (lib/core/setup.c says why). */
+static const char *tls_key(int port, int64_t uid, int cluster)
+{
+    char run_id[41] = "", replid[41] = "", gen[FEED_KEY_GEN_LEN + 1];
+    feed_config cfg;
+    redisContext *c;
+    redisReply *r;
+    const char *p;
+
+    tu_config(&cfg);
+    if (cluster)
+        return tu_key_gen(&cfg, FEED_FAM_FEED, uid, "", FEED_KEY_GEN_NONE);
+    c = peek(port);
+    r = redisCommand(c, "INFO");
+    if (r && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "run_id:")) != NULL)
+        sscanf(p + 7, "%40[0-9a-f]", run_id);
+    if (r && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "master_replid:")) != NULL)
+        sscanf(p + 14, "%40[0-9a-f]", replid);
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    if (strlen(run_id) != 40 || strlen(replid) != 40) {
+        tap_bail("no run_id or master_replid in INFO of the TLS Redis");
+        exit(1);
+    }
+    feed__key_gen(run_id, replid, gen);
+    return tu_key_gen(&cfg, FEED_FAM_FEED, uid, "", gen);
+}
+
 static long long peek_int(int port, const char *fmt, const char *arg)
 {
     redisContext *c = peek(port);
@@ -202,7 +235,7 @@ static void pages_and_hooks(feed_config *cfg, const char *what, int peek_port)
         ok(now.redis_errors == 0, "%s: no Redis error on the way", what);
     }
     if (peek_port)
-        ok(peek_int(peek_port, "EXISTS %s", tu_key(7, "")) == 1,
+        ok(peek_int(peek_port, "EXISTS %s", tls_key(peek_port, 7, 0)) == 1,
            "%s: the copy is in the TLS server (read by hand)", what);
     feed_close(f);
 }
@@ -294,7 +327,7 @@ static void redirects_over_tls(void)
     }
     for (int i = 0; i < 3; i++) {
         c[i] = peek(ports[i]);
-        r = node(c[i], "EXISTS %s", tu_key(uid, ""), NULL);
+        r = node(c[i], "EXISTS %s", tls_key(ports[i], uid, 1), NULL);
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
             src = i;
         freeReplyObject(r);
@@ -307,7 +340,7 @@ static void redirects_over_tls(void)
         return;
     }
     dst = (src + 1) % 3;
-    r = node(c[src], "CLUSTER KEYSLOT %s", tu_key(uid, ""), NULL);
+    r = node(c[src], "CLUSTER KEYSLOT %s", tls_key(ports[src], uid, 1), NULL);
     snprintf(slot, sizeof slot, "%lld", r->integer);
     freeReplyObject(r);
     r = node(c[src], "CLUSTER MYID", NULL, NULL);
@@ -380,7 +413,7 @@ static void redirects_over_tls(void)
         tap_diag("rc %d: %s", rc, feed_errmsg(f));
     if (rc == FEED_OK)
         feed_result_free(&res);
-    r = node(c[dst], "EXISTS %s", tu_key(uid, ""), NULL);
+    r = node(c[dst], "EXISTS %s", tls_key(ports[dst], uid, 1), NULL);
     ok(r->type == REDIS_REPLY_INTEGER && r->integer == 1 && tu_walks_equal_sql(f, pg, uid) &&
        tu_walks_equal_sql(g, pg, uid), "  the copy is on the new owner; walks equal SQL");
     freeReplyObject(r);
@@ -733,10 +766,10 @@ static void sync_over_tls(void)
     ok(st_wait_following("t_tls", 30), "feedcache-sync --redis-tls 1: follows its slot");
     if (feed_page(f, 21, FEED_FIRST, 0, 5, &res) == FEED_OK)
         feed_result_free(&res);
-    ok(peek_int(port_tls, "EXISTS %s", tu_key(21, "")) == 1, "sync: uid 21's copy is cached");
+    ok(peek_int(port_tls, "EXISTS %s", tls_key(port_tls, 21, 0)) == 1, "sync: uid 21's copy is cached");
     tu_sql(pg, "INSERT INTO feed_entry VALUES (21, 99999, 777)");   /* no hook */
     ok(st_caught_up(pg, "t_tls", 30), "sync: confirms an SQL-only insert");
-    ok(peek_int(port_tls, "EXISTS %s", tu_key(21, "")) == 0,
+    ok(peek_int(port_tls, "EXISTS %s", tls_key(port_tls, 21, 0)) == 0,
        "sync: it dropped the stale copy, over TLS");
     ok(st_sync_stop(pid, SIGTERM) == 0, "sync: SIGTERM ends it with 0");
     st_drop_slot(pg, "t_tls");
