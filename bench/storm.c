@@ -1,4 +1,4 @@
-/* storm.c -- section "storm": a cold cache under an open-loop load (issue 41).
+/* storm.c -- section "storm": a cold cache under an open-loop load.
  *
  * One process, one libevent loop thread, 32 workers: 32 feed_async handles
  * (each its own Redis and PostgreSQL connection), or 32 workers of the
@@ -11,7 +11,9 @@
  * before.
  *
  *   1. The warm maximum: pages/s of a closed loop (1,024 in flight) on a
- *      warm cache, for feedcache and for the control.
+ *      warm cache, for feedcache and for the control, then feedcache's
+ *      open-loop ramp up to its knee (warm_max): the rate the runs take
+ *      their fractions of.
  *   2. Runs: a reader at a fraction of feedcache's warm maximum, every
  *      feed cached first (a closed loop over all 20,000 first pages), an
  *      open-loop warm-up, then at t = 0 a trigger: FLUSHALL ASYNC (the
