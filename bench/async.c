@@ -379,7 +379,7 @@ static void part_pages(FILE *md, const feed_item *want, pid_t rpid)
     double r_pages, r_uv, r_cpu, r_cpu_uv, r_lim = NAN, r_lim_uv = NAN, r_bound, r_bound_uv;
     double r_ceil = NAN;
 
-    snprintf(key, sizeof key, "%s", b_key("feed", UID_1K, ""));
+    b_key_copy(key, sizeof key, b_key("feed", UID_1K, ""));
     memset(ks, 0, sizeof ks);
     b_config(&cfg, "feed", 1000);
     aloop_open(&ev, 0, &cfg);

@@ -97,11 +97,17 @@ size_t sql_feed(PGconn *pg, int64_t uid, feed_item **out);
 size_t member_of(int64_t id, char buf[24]);
 int member_id(const char *s, size_t len, int64_t *id);
 /* The name the library gives uid's sorted set under prefix (the key format
- * version and the tag of the table included: feed_entry for b_key, table
- * for b_key_of), with suffix appended (":authors": the author index of a
- * handle with item_author_column "author"); one of 8 static buffers. */
+ * version, the tag of the table, feed_entry for b_key and table for
+ * b_key_of, and the generation of the bench's Redis data set included), with
+ * suffix appended (":authors": the author index of a handle with
+ * item_author_column "author"); one of 8 static buffers per thread. The
+ * generation is learnt once per process (INFO on FEED_REDIS_*), as a handle
+ * with the restart fence (on in every handle the sections open) learns it;
+ * only section storm restarts Redis, and it names no key through these. */
 const char *b_key(const char *prefix, int64_t uid, const char *suffix);
 const char *b_key_of(const char *prefix, const char *table, int64_t uid, const char *suffix);
+/* Copies key (a b_key answer) into dst of size bytes; dies if it does not fit. */
+void b_key_copy(char *dst, size_t size, const char *key);
 
 /* ---- CPU time of server processes (all threads), nanoseconds ---- */
 uint64_t proc_cpu_ns(pid_t pid);

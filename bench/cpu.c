@@ -158,8 +158,8 @@ static void part_idle(FILE *md, redisContext *c, redisContext *stats, pid_t rpid
           keytie, pos_at(tie, ntie, 5000) },
     };
 
-    snprintf(key1k, sizeof key1k, "%s", b_key("feed", UID_1K, ""));
-    snprintf(keytie, sizeof keytie, "%s", b_key("tie", UID_TIE, ""));
+    b_key_copy(key1k, sizeof key1k, b_key("feed", UID_1K, ""));
+    b_key_copy(keytie, sizeof keytie, b_key("tie", UID_TIE, ""));
 
     note("cpu: Redis CPU per page, no writes");
     warm(f1k, c, UID_1K, "feed", 1001);
@@ -238,7 +238,7 @@ typedef struct walk_ctx {
     int64_t       uid;
     int64_t       cs, ci;      /* feed_page: the cursor of the next call */
     size_t        at;          /* plain: the rank of the next call */
-    char          key[32];
+    char          key[96];
     feed         *g;           /* op_walk_ranked: the other handle */
     int64_t       rank;        /* op_walk_ranked: the next call's rank hint */
     int           turn;
@@ -335,7 +335,7 @@ static void part_writes(FILE *md, redisContext *c, redisContext *stats, pid_t rp
     card = b_cmd_int(c, "ZCARD %s", b_key("wr", UID_W, ""));
     if (card < WALK_DEPTH + PAGE_LIMIT + 1)
         die("%s holds %lld entries", b_key("wr", UID_W, ""), card);
-    snprintf(plain.key, sizeof plain.key, "%s", b_key("wr", UID_W, ""));
+    b_key_copy(plain.key, sizeof plain.key, b_key("wr", UID_W, ""));
     memset(v, 0, sizeof v);
     v[0] = (variant){ .name = "plain walk", .op = op_walk_plain, .ctx = &plain };
     v[1] = (variant){ .name = "feed_page walk", .op = op_walk_page, .ctx = &page };
@@ -428,7 +428,7 @@ static void client(int kind, size_t depth, const page_pos *pos, double start,
     client_report rep = { 0, 0 };
     char key[64];
 
-    snprintf(key, sizeof key, "%s", b_key("feed", UID_1K, ""));
+    b_key_copy(key, sizeof key, b_key("feed", UID_1K, ""));
     raw_init(&raw, c, key, depth);
     if (kind == K_FEED && depth > 0)
         prime(f, UID_1K, depth);

@@ -305,7 +305,7 @@ void section_pages(void)
         double r_raw, r_srv, r_next, r_floor;   /* r_floor: bare Lua / raw */
 
         note("pages: %s", dc->label);
-        snprintf(key, sizeof key, "%s", b_key(dc->prefix, dc->uid, ""));
+        b_key_copy(key, sizeof key, b_key(dc->prefix, dc->uid, ""));
         raw_init(&raw, c, key, dc->pos.depth);
         lua_init(&lua, c, key, dc->pos.depth, lua_sha);
         seek_init(&seek, c, key, &dc->pos, seek_sha);
@@ -420,7 +420,7 @@ void section_pages(void)
         if (nbig != 100000)
             die("data set: uid %d has %zu rows", UID_BIG, nbig);
         warm(fbig, c, UID_BIG, "big", 100001);
-        snprintf(bigkey, sizeof bigkey, "%s", b_key("big", UID_BIG, ""));
+        b_key_copy(bigkey, sizeof bigkey, b_key("big", UID_BIG, ""));
         raw_init(&raw, c, bigkey, 0);
         next_init(&next, c, bigkey, &p0, next_sha);
         memset(v, 0, sizeof v);

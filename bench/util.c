@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,7 +400,7 @@ void b_cache_feeds(redisContext *c, const char *prefix, const int64_t *uids, siz
     for (size_t i = 0; i < n; i++) {
         char key[64];
         int a = 2;
-        snprintf(key, sizeof key, "%s", b_key(prefix, uids[i], ""));
+        b_key_copy(key, sizeof key, b_key(prefix, uids[i], ""));
         argv[0] = "ZADD";
         lens[0] = 4;
         argv[1] = key;
@@ -443,6 +444,31 @@ int member_id(const char *s, size_t len, int64_t *id)
     return feed__member_decode(s, len, id) == FEED_OK;
 }
 
+/* The generation of FEED_REDIS_*'s data set (base.h's feed__key_gen of its
+ * run_id and master_replid), what the restart fence writes into keys. */
+static char key_gen[FEED_KEY_GEN_LEN + 1];
+static pthread_once_t key_gen_once = PTHREAD_ONCE_INIT;
+
+static void key_gen_learn(void)
+{
+    redisContext *c = b_redis();
+    redisReply *r = b_cmd(c, "INFO");
+    char run_id[41] = "", replid[41] = "";
+    const char *p;
+
+    if (r->type != REDIS_REPLY_STRING)
+        die("INFO: not a string");
+    if ((p = strstr(r->str, "run_id:")) != NULL)
+        sscanf(p + 7, "%40[0-9a-f]", run_id);
+    if ((p = strstr(r->str, "master_replid:")) != NULL)
+        sscanf(p + 14, "%40[0-9a-f]", replid);
+    if (strlen(run_id) != 40 || strlen(replid) != 40)
+        die("INFO: no run_id or master_replid");
+    feed__key_gen(run_id, replid, key_gen);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
 const char *b_key_of(const char *prefix, const char *table, int64_t uid, const char *suffix)
 {
     static _Thread_local char bufs[8][256];   /* pgcmp.c calls it from threads */
@@ -451,17 +477,31 @@ const char *b_key_of(const char *prefix, const char *table, int64_t uid, const c
     const char *rows[] = { "feed", table, "uid", "score", "id" };
     const char *index[] = { "authors", "author" };
     char *base = feed__key_base(prefix, rows, 5), tag[FEED_KEY_TAG_LEN + 1];
+    int n;
 
     if (!base)
         die("out of memory");
+    pthread_once(&key_gen_once, key_gen_learn);
+    memcpy(base + feed__key_gen_at(base), key_gen, FEED_KEY_GEN_LEN);
     if (strcmp(suffix, ":authors") == 0) {   /* the author index, item_author_column "author" */
         feed__key_tag(index, 2, tag);
-        snprintf(b, sizeof bufs[0], "%s{%lld}:authors:%s", base, (long long)uid, tag);
+        n = snprintf(b, sizeof bufs[0], "%s{%lld}:authors:%s", base, (long long)uid, tag);
     } else {
-        snprintf(b, sizeof bufs[0], "%s{%lld}%s", base, (long long)uid, suffix);
+        n = snprintf(b, sizeof bufs[0], "%s{%lld}%s", base, (long long)uid, suffix);
     }
+    if (n < 0 || (size_t)n >= sizeof bufs[0])
+        die("key of %s uid %lld: too long", prefix, (long long)uid);
     free(base);
     return b;
+}
+
+void b_key_copy(char *dst, size_t size, const char *key)
+{
+    size_t n = strlen(key);
+
+    if (n >= size)
+        die("key %s: %zu bytes, the buffer holds %zu", key, n, size - 1);
+    memcpy(dst, key, n + 1);
 }
 
 const char *b_key(const char *prefix, int64_t uid, const char *suffix)

@@ -48,7 +48,7 @@ static void install_init(install_ctx *x, redisContext *c, const char *sha,
     x->argv[a++] = "EVALSHA";
     x->argv[a++] = x->sha;
     x->argv[a++] = "1";
-    snprintf(x->key, sizeof x->key, "%s", b_key("rb", 1, ""));
+    b_key_copy(x->key, sizeof x->key, b_key("rb", 1, ""));
     x->argv[a++] = x->key;   /* the key feed_reload fills: each call replaces the last set */
     x->argv[a++] = x->max_len;
     for (size_t i = 0; i < n; i++) {
@@ -533,7 +533,7 @@ enum { FAN_LIB, FAN_SINGLE, FAN_PERFEED, FAN_NOOP, FAN_MIN, FAN_KINDS };
 static void fan_peer(fan_ctx *x, const char *score, const char *member, size_t member_len,
                      size_t per)
 {
-    static char keys[2 * FAN_BATCH][40];
+    static char keys[2 * FAN_BATCH][96];
     const char *argv[3 + 2 * FAN_BATCH + 4];
     size_t lens[3 + 2 * FAN_BATCH + 4];
     char nk[8], count[8];
@@ -546,8 +546,8 @@ static void fan_peer(fan_ctx *x, const char *score, const char *member, size_t m
         argv[a++] = x->sha;
         argv[a++] = nk;
         for (size_t k = 0; k < per; k++) {
-            snprintf(keys[2 * k], 40, "%s", b_key("fan", x->uids[first + k], ""));
-            snprintf(keys[2 * k + 1], 40, "%s", b_key("fan", x->uids[first + k], ":lease"));
+            b_key_copy(keys[2 * k], sizeof keys[0], b_key("fan", x->uids[first + k], ""));
+            b_key_copy(keys[2 * k + 1], sizeof keys[0], b_key("fan", x->uids[first + k], ":lease"));
             argv[a++] = keys[2 * k];
             argv[a++] = keys[2 * k + 1];
         }
