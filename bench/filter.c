@@ -340,7 +340,7 @@ static void redis_cost(FILE *md, PGconn *pg, redisContext *c, pid_t rpid, const 
     double examined[NV], worst[2], rt10[2], r50[2][2], r90[2][2];
     feed *warm_f = open_filter("flt", FILTER_LEN, 1);
 
-    warm(warm_f, c, FILTER_UID, "flt", FILTER_LEN);
+    warm_table(warm_f, c, FILTER_UID, "flt", FILTER_TABLE, FILTER_LEN);
     b_cmd_ok(c, "DEL %s", b_key_of("flt", FILTER_TABLE, FILTER_UID, ":authors"));
     memset(ctx, 0, sizeof ctx);
     for (int d = 0; d < 2; d++) {
@@ -459,7 +459,7 @@ static void sql_cost(FILE *md, PGconn *pg, redisContext *c, const feed_item *all
     if (!walked)
         die("out of memory");
 
-    warm(warm_f, c, FILTER_UID, "flt", FILTER_LEN);
+    warm_table(warm_f, c, FILTER_UID, "flt", FILTER_TABLE, FILTER_LEN);
     feed_close(warm_f);
     fprintf(md, "### SQL work past the cached copy\n\n"
             "A walk of %d pages from the copy's last item on (depth %d: every page is"
@@ -669,8 +669,8 @@ static void memory_cost(FILE *md, redisContext *c, const feed_item *all, size_t 
         snprintf(pfx_a, sizeof pfx_a, "flta%u", lens[k]);
         fn = open_filter(pfx_n, lens[k], 0);
         fa = open_filter(pfx_a, lens[k], 1);
-        warm(fn, c, FILTER_UID, pfx_n, lens[k]);
-        warm(fa, c, FILTER_UID, pfx_a, lens[k]);
+        warm_table(fn, c, FILTER_UID, pfx_n, FILTER_TABLE, lens[k]);
+        warm_table(fa, c, FILTER_UID, pfx_a, FILTER_TABLE, lens[k]);
         walk_copy(fn, all, nall, lens[k], H_NONE, keep_not_tenth);
         walk_copy(fa, all, nall, lens[k], H_10, NULL);
         card_n = b_cmd_int(c, "ZCARD %s", b_key_of(pfx_n, FILTER_TABLE, FILTER_UID, ""));

@@ -190,17 +190,23 @@ page_pos pos_at(const feed_item *items, size_t n, size_t depth)
 /* Fill uid's cache through the library and check its size. */
 void warm(feed *f, redisContext *c, int64_t uid, const char *prefix, long long want_card)
 {
+    warm_table(f, c, uid, prefix, "feed_entry", want_card);
+}
+
+void warm_table(feed *f, redisContext *c, int64_t uid, const char *prefix, const char *table,
+                long long want_card)
+{
     feed_result r;
     long long card;
     int rc;
 
-    b_cmd_ok(c, "DEL %s %s", b_key(prefix, uid, ""), b_key(prefix, uid, ":lease"));
+    b_cmd_ok(c, "DEL %s %s", b_key_of(prefix, table, uid, ""), b_key_of(prefix, table, uid, ":lease"));
     rc = feed_page(f, uid, FEED_FIRST, 0, PAGE_LIMIT, &r);
     if (rc != FEED_OK || r.source != FEED_SOURCE_REBUILD)
         die("warming %s uid %lld: rc %d source %d: %s", prefix, (long long)uid, rc,
             (int)r.source, feed_errmsg(f));
     feed_result_free(&r);
-    card = b_cmd_int(c, "ZCARD %s", b_key(prefix, uid, ""));
+    card = b_cmd_int(c, "ZCARD %s", b_key_of(prefix, table, uid, ""));
     if (card != want_card)
         die("warming %s uid %lld: %lld entries, expected %lld", prefix,
             (long long)uid, card, want_card);

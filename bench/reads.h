@@ -47,6 +47,9 @@ void prime(feed *f, int64_t uid, size_t depth);
 page_pos pos_at(const feed_item *items, size_t n, size_t depth);
 int  op_page(void *page_ctx);   /* exits unless answered by the cache */
 void warm(feed *f, redisContext *c, int64_t uid, const char *prefix, long long want_card);
+/* The same for a handle on table (b_key_of's copies of table). */
+void warm_table(feed *f, redisContext *c, int64_t uid, const char *prefix, const char *table,
+                long long want_card);
 
 void section_pages(void);
 void section_memory(void);
