@@ -36,15 +36,19 @@ static const char *const pgstmt_names[FEED_SQL_STMTS] = {
 
 /* libpq's messages end in a newline and, for a failed connect (asked in
  * verbose mode, see pgstmt_refused), carry a LOCATION line (the server
- * source line that raised the error), and for an error in a statement's
- * text a LINE line and a caret under it (the text is ours, not the
- * user's: the error itself and its HINT say what to fix); ours are one
- * line with none of them. */
+ * source line that raised the error), for an error in a statement's text
+ * a LINE line and a caret under it, and for one met while binding a
+ * parameter a CONTEXT line that quotes the parameter ("unnamed portal
+ * parameter $1 = '...'", the table check's). The text and the parameters
+ * are ours, not the user's: the error itself and its HINT say what to
+ * fix; ours are one line with none of them. A CONTEXT line of anything
+ * else (a function or trigger of the user's) is kept. */
 static int pgstmt_noise(const char *line, size_t len)
 {
     size_t blank = strspn(line, " \t");
 
     return strncmp(line, "LOCATION:", 9) == 0 || strncmp(line, "LINE ", 5) == 0 ||
+           strncmp(line, "CONTEXT:  unnamed portal parameter", 34) == 0 ||
            (blank + 1 == len && line[blank] == '^');
 }
 
