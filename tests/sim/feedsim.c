@@ -188,7 +188,7 @@ int main(int argc, char **argv)
     uint64_t stride = getenv("SIM_STRIDE") ? strtoull(getenv("SIM_STRIDE"), NULL, 10) : 1;
     int want_violation = expect && strcmp(expect, "violation") == 0;
     sim_world *w = malloc(sizeof *w);
-    long runs = 0, faults = 0, pages = 0, lost = 0;
+    long runs = 0, faults = 0, pages = 0, lost = 0, walks = 0;
 
     if (!w)
         return 3;
@@ -217,8 +217,9 @@ int main(int argc, char **argv)
     if (seed_env) {                     /* replay one seed, traced */
         uint64_t seed = strtoull(seed_env, NULL, 10);
         int rc = sim_one(w, seed, &o, stdout);
-        printf("seed %llu (%s): %ld steps, %ld requests, %ld pages, %zu faults, %s\n",
-               (unsigned long long)seed, o.mode, w->steps, w->requests, w->pages, w->faults,
+        printf("seed %llu (%s): %ld steps, %ld requests, %ld pages, %ld walks, %zu faults, %s\n",
+               (unsigned long long)seed, o.mode, w->steps, w->requests, w->pages, w->walks,
+               w->faults,
                rc ? w->why : "no violation");
         free(w);
         return rc ? 1 : 0;
@@ -231,6 +232,7 @@ int main(int argc, char **argv)
         runs++;
         faults += (long)w->faults;
         pages += w->pages;
+        walks += w->walks;
         lost += w->acked_lost;
         if (rc == 1) {
             double dt = wall() - t0;
@@ -253,9 +255,9 @@ int main(int argc, char **argv)
     }
     {
         double dt = wall() - t0;
-        printf("# mode %s: %ld pages checked, %ld faults injected, %ld acknowledged writes lost "
-               "in failovers, %.0f schedules/s\n", o.mode, pages, faults, lost,
-               runs / (dt > 0 ? dt : 1));
+        printf("# mode %s: %ld pages checked, %ld walks checked to their end, %ld faults "
+               "injected, %ld acknowledged writes lost in failovers, %.0f schedules/s\n", o.mode,
+               pages, walks, faults, lost, runs / (dt > 0 ? dt : 1));
         printf("%ld schedules, 0 violations\n", runs);
     }
     free(w);

@@ -1785,6 +1785,9 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
         cl->last_id = 0;
         cl->walking = 1;
         cl->nauthors = 0;
+        cl->rank = -1;
+        cl->walk_pages = 0;
+        cl->walk_seen = 0;
         cl->newer = sim_pick(w, 5) == 0;
         if (cl->newer) {                /* from an item, or from between two */
             size_t n;
@@ -1792,6 +1795,9 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
             cl->score = n && sim_pick(w, 2) ? rows[sim_pick(w, n)].score
                                             : (int64_t)sim_pick(w, 12) * 10 - 5;
             cl->last_id = n && sim_pick(w, 2) ? rows[sim_pick(w, n)].id : (int64_t)sim_pick(w, 40);
+            /* The user holds the items up to here: the walk goes up from it. */
+            cl->walk_seen = 1;
+            cl->walk_last = (feed_item){ cl->score, cl->last_id };
         } else if (w->authors && sim_pick(w, 2))
             for (int a = 0; a < w->authors; a++)
                 if (sim_pick(w, 3))
@@ -1815,15 +1821,15 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
     } else {
         op = sim_alloc(feed__page_op_size());
         rc = feed__page_init((feed_page_op *)op, cl->c, cl->err, cl->uid, cl->score,
-                             cl->last_id, -1, cl->limit, &cl->page);
+                             cl->last_id, cl->rank, cl->limit, &cl->page);
         if (rc != FEED_OK) {
             fprintf(stderr, "sim: page_init: %s\n", cl->err);
             exit(3);
         }
     }
-    sim_trace(w, "c%d  PAGE uid %" PRId64 "%s %s (%" PRId64 ", %" PRId64 ") limit %zu", cl->id,
-              cl->uid, cl->nauthors ? " merged" : "", cl->newer ? "newer than" : "after",
-              cl->score, cl->last_id, cl->limit);
+    sim_trace(w, "c%d  PAGE uid %" PRId64 "%s %s (%" PRId64 ", %" PRId64 ") rank %" PRId64
+                 " limit %zu", cl->id, cl->uid, cl->nauthors ? " merged" : "",
+              cl->newer ? "newer than" : "after", cl->score, cl->last_id, cl->rank, cl->limit);
     sim_start(w, cl, op, (int64_t)sim_pick(w, 3));
     cl->frames[0].heap = cl->nauthors > 0;
 }
@@ -1886,13 +1892,24 @@ static size_t sim_state(const sim_world *w, const sim_client *cl, int64_t start,
     return n;
 }
 
+/* Does (score, id) sort strictly above (before, newest first) item b? */
+static int sim_above(int64_t score, int64_t id, feed_item b)
+{
+    return score > b.score || (score == b.score && id > b.id);
+}
+
 /* Does the page equal SQL's page of a state the walk's sources may have
  * had while it was served: the certain writes, and any of those that were
- * not yet certain when the request began? (-1: too many of those to try.) */
+ * not yet certain when the request began? (-1: too many of those to try.)
+ * And does it continue the walk: in that same state, no row lies between
+ * the item the walk's pages so far end at (walk_last) and the cursor this
+ * page was given, so that the walk skips nothing there? 2: the page is
+ * SQL's for its cursor in some state, but in each such state a row lies
+ * between (the cursor handed out skips it). */
 static int sim_page_exact(sim_world *w, sim_client *cl)
 {
     const feed_result *r = &cl->page;
-    int uncertain = 0;
+    int uncertain = 0, skips = 0;
     simpg_row rows[512];
     /* A page a replica answered may miss what it had not replayed: writes
      * count as certain only pg_replica_max_lag_ms after they were. */
@@ -1915,8 +1932,16 @@ static int sim_page_exact(sim_world *w, sim_client *cl)
             for (k = 0; k < r->count && at + k < above; k++)
                 if (r->items[k].score != rows[at + k].score || r->items[k].id != rows[at + k].id)
                     break;
-            if (k == r->count && at + k == above && r->has_more == (above > cl->limit))
-                return 1;
+            if (k == r->count && at + k == above && r->has_more == (above > cl->limit)) {
+                /* The gap: rows above the newest item the user holds, at
+                 * or below the cursor given (the page covers those above it). */
+                size_t gap = 0;
+                for (size_t j = above; j < n; j++)
+                    gap += sim_above(rows[j].score, rows[j].id, cl->walk_last);
+                if (gap == 0)
+                    return 1;
+                skips = 1;
+            }
             continue;
         }
         if (cl->score != FEED_FIRST)
@@ -1927,19 +1952,95 @@ static int sim_page_exact(sim_world *w, sim_client *cl)
             if (r->items[k].score != rows[at + k].score || r->items[k].id != rows[at + k].id)
                 break;
         if (k == r->count && r->count <= cl->limit &&
-            (r->count == cl->limit || at + k == n) && r->has_more == (at + k < n))
-            return 1;
+            (r->count == cl->limit || at + k == n) && r->has_more == (at + k < n)) {
+            /* The gap: rows below the walk's last item, at or above the
+             * cursor given (the page covers those below it). */
+            size_t gap = 0;
+            for (size_t j = 0; j < at && cl->walk_seen; j++)
+                gap += !sim_above(rows[j].score, rows[j].id, cl->walk_last) &&
+                       (rows[j].score != cl->walk_last.score || rows[j].id != cl->walk_last.id);
+            if (gap == 0)
+                return 1;
+            skips = 1;
+        }
     }
-    return 0;
+    return skips ? 2 : 0;
 }
 
-static void sim_page_text(char *out, size_t cap, const feed_result *r)
+static void sim_page_text(char *out, size_t cap, const feed_result *r, int newer)
 {
     size_t used = (size_t)snprintf(out, cap, "[");
     for (size_t i = 0; i < r->count && used + 30 < cap; i++)
         used += (size_t)snprintf(out + used, cap - used, "%s(%" PRId64 ",%" PRId64 ")",
                                  i ? " " : "", r->items[i].score, r->items[i].id);
-    snprintf(out + used, cap - used, "] more=%d", r->has_more);
+    if (used < cap)
+        used += (size_t)snprintf(out + used, cap - used, "] more=%d", r->has_more);
+    if ((r->has_more || newer) && used < cap)   /* next_* is only set then */
+        snprintf(out + used, cap - used, " next=(%" PRId64 ",%" PRId64 ")", r->next_score,
+                 r->next_id);
+}
+
+/* How many pages a walk of cl's may take at most: each page with has_more
+ * shows at least one item (limit >= 1, no filter) beyond every item the
+ * walk showed before (the walk checks see to that), and each such item is
+ * a (score, id) pair some write of the walk's sources put there, so one
+ * page per such write, plus the last page. A walk past it goes round. */
+static long sim_walk_budget(const sim_world *w, const sim_client *cl)
+{
+    long n = 1;
+
+    for (size_t i = 0; i < w->nwrites; i++)
+        n += !w->writes[i].del && sim_in_walk(cl, &w->writes[i]);
+    return n;
+}
+
+/* The walk-level checks of a page just served (FEED_OK) and checked
+ * against SQL for the cursor it was given: the cursor it hands out, and
+ * that it continues the walk without repeating an item. 0, or a
+ * violation reported. */
+static int sim_walk_check(sim_world *w, sim_client *cl, const char *text)
+{
+    const feed_result *r = &cl->page;
+
+    if (cl->newer) {
+        /* feed_page_newer: the cursor to keep is, on every FEED_OK, the
+         * newest item returned, or the cursor given when none is. */
+        int64_t s = r->count ? r->items[0].score : cl->score;
+        int64_t id = r->count ? r->items[0].id : cl->last_id;
+        if (r->next_score != s || r->next_id != id) {
+            sim_violation(w, "c%d: pull-to-refresh page of uid %" PRId64 " newer than (%" PRId64
+                             ", %" PRId64 ") is %s: it hands out the cursor (%" PRId64 ", %"
+                             PRId64 "), not (%" PRId64 ", %" PRId64 ")", cl->id, cl->uid,
+                          cl->score, cl->last_id, text, r->next_score, r->next_id, s, id);
+            return 1;
+        }
+        if (r->count && !sim_above(r->items[r->count - 1].score, r->items[r->count - 1].id,
+                                   cl->walk_last)) {
+            sim_violation(w, "c%d: pull-to-refresh page of uid %" PRId64 " is %s: its oldest "
+                             "item is not newer than (%" PRId64 ", %" PRId64 "), which the walk "
+                             "already showed", cl->id, cl->uid, text, cl->walk_last.score,
+                          cl->walk_last.id);
+            return 1;
+        }
+        return 0;
+    }
+    if (r->has_more && (r->count == 0 || r->next_score != r->items[r->count - 1].score ||
+                        r->next_id != r->items[r->count - 1].id)) {
+        sim_violation(w, "c%d: %spage of uid %" PRId64 " after (%" PRId64 ", %" PRId64 ") is %s:"
+                         " the cursor it hands out is not its last item", cl->id,
+                      cl->nauthors ? "merged " : "", cl->uid, cl->score, cl->last_id, text);
+        return 1;
+    }
+    if (r->count && cl->walk_seen &&
+        (sim_above(r->items[0].score, r->items[0].id, cl->walk_last) ||
+         (r->items[0].score == cl->walk_last.score && r->items[0].id == cl->walk_last.id))) {
+        sim_violation(w, "c%d: %spage of uid %" PRId64 " after (%" PRId64 ", %" PRId64 ") is %s:"
+                         " it repeats the walk's items down to (%" PRId64 ", %" PRId64 ")",
+                      cl->id, cl->nauthors ? "merged " : "", cl->uid, cl->score, cl->last_id,
+                      text, cl->walk_last.score, cl->walk_last.id);
+        return 1;
+    }
+    return 0;
 }
 
 /* A request of cl ended with rc: check it, then plan the next one. */
@@ -1947,6 +2048,10 @@ static void sim_request_done(sim_world *w, sim_client *cl)
 {
     sim_frame *f = sim_top(cl);
     int rc = f->op->rc;
+    /* feed_page_ranked's next_rank: the hint the page hands out with its
+     * cursor, which the walk passes back with it. */
+    int64_t next_rank = cl->kind == SIM_READER && !cl->newer && !cl->nauthors
+                            ? feed__page_next_rank((const feed_page_op *)f->op) : -1;
 
     sim_op_free(f);
     cl->depth = 0;
@@ -1960,8 +2065,10 @@ static void sim_request_done(sim_world *w, sim_client *cl)
                 sim_violation(w, "c%d: a page failed with no fault: %s", cl->id, cl->err);
             cl->walking = 0;
         } else {
-            sim_page_text(text, sizeof text, &cl->page);
-            sim_trace(w, "c%d  page %s from %s", cl->id, text, feed_source_name(cl->page.source));
+            const feed_result *pg = &cl->page;
+            sim_page_text(text, sizeof text, pg, cl->newer);
+            sim_trace(w, "c%d  page %s%s from %s", cl->id, text,
+                      next_rank >= 0 ? " (with a rank)" : "", feed_source_name(pg->source));
             exact = sim_page_exact(w, cl);
             w->unchecked += exact < 0;
             if (exact == 0)
@@ -1970,15 +2077,35 @@ static void sim_request_done(sim_world *w, sim_client *cl)
                                  "feed while it was served",
                               cl->id, cl->nauthors ? "merged " : "", cl->uid, cl->score,
                               cl->last_id, cl->limit, text,
-                              feed_source_name(cl->page.source));
-            if (cl->newer && cl->page.has_more) {
-                cl->score = cl->page.next_score;
-                cl->last_id = cl->page.next_id;
-            } else if (!cl->newer && cl->page.has_more && cl->page.count > 0) {
-                cl->score = cl->page.items[cl->page.count - 1].score;
-                cl->last_id = cl->page.items[cl->page.count - 1].id;
+                              feed_source_name(pg->source));
+            else if (exact == 2)
+                sim_violation(w, "c%d: %spage of uid %" PRId64 " %s (%" PRId64 ", %" PRId64
+                                 ") limit %zu is %s (from %s): the walk skips SQL's rows "
+                                 "between (%" PRId64 ", %" PRId64 "), where its pages so far "
+                                 "end, and that cursor", cl->id, cl->nauthors ? "merged " : "",
+                              cl->uid, cl->newer ? "newer than" : "after", cl->score,
+                              cl->last_id, cl->limit, text, feed_source_name(pg->source),
+                              cl->walk_last.score, cl->walk_last.id);
+            else
+                sim_walk_check(w, cl, text);
+            cl->walk_pages++;
+            /* The walk goes on from the cursor the page handed out (and
+             * its rank hint): what an application does with it. */
+            if (pg->count > 0) {
+                cl->walk_seen = 1;
+                cl->walk_last = pg->items[cl->newer ? 0 : pg->count - 1];
+            }
+            if (pg->has_more) {
+                cl->score = pg->next_score;
+                cl->last_id = pg->next_id;
+                cl->rank = next_rank;
+                if (cl->walk_pages >= sim_walk_budget(w, cl))
+                    sim_violation(w, "c%d: a walk of uid %" PRId64 " is at its %ld-th page and "
+                                     "goes on: more pages than its sources ever had items",
+                                  cl->id, cl->uid, cl->walk_pages);
             } else {
                 cl->walking = 0;
+                w->walks++;
             }
             w->pages++;
         }
@@ -2615,7 +2742,7 @@ int sim_run(sim_world *w)
             sim_plan(w, &w->cl[i]);
     }
 
-    for (long step = 0; step < 200000; step++) {
+    for (long step = 0;; step++) {
         sim_client *cand[SIM_CLIENTS];
         int ncand = 0, ev[SIM_ACONNS + SIM_ANODES + 2];
         int64_t soonest = INT64_MAX;
@@ -2623,6 +2750,14 @@ int sim_run(sim_world *w)
 
         active = sim_candidates(w, cand, &ncand, &soonest);
         nev = sim_async_events(w, ev, &soonest);
+        if (step == SIM_STEP_CAP) {
+            /* A schedule is a few walks and writes of a few operations
+             * each: one still going here goes round (a walk that never
+             * ends, a request retried for ever), which a user would see. */
+            sim_violation(w, "%d clients still at work after %d steps: the schedule does not end",
+                          active, SIM_STEP_CAP);
+            break;
+        }
         if (active == 0) {
             /* Heal, then look at the copies once the readers are done. */
             if (!w->healed) {

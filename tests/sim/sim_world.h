@@ -13,6 +13,7 @@
 #define SIM_MASK_MAX  256
 #define SIM_FAULT_LOG 256
 #define SIM_SERVERS   8
+#define SIM_STEP_CAP  200000    /* steps of one schedule: reaching it is a violation */
 /* The least time from a primary's demotion to its promotion again (an
  * episode of two failovers and a resync between them): the library's
  * trust in a cluster node rests on it being above twice redis_timeout_ms
@@ -124,6 +125,15 @@ typedef struct sim_client {
     int64_t      authors[4];    /* a merged walk's authors */
     size_t       nauthors;
     int          newer;         /* a pull-to-refresh walk: upwards from (score, last_id) */
+    int64_t      rank;          /* the rank hint the last page handed out with its cursor
+                                   (feed_page_ranked's next_rank; -1: none) */
+    /* The walk so far, as the user saw it: how many pages, and the item
+     * its pages end at (the last shown; a pull-to-refresh walk: the newest
+     * shown, or its starting cursor), which the next page must continue
+     * from without repeating or skipping an item. */
+    long         walk_pages;
+    int          walk_seen;
+    feed_item    walk_last;
     size_t       first_write, nwrite;   /* a writer's writes in flight (a fan-out: several) */
     int          bulk;          /* the log follower's last drop was feed_invalidate_many */
     feed_result  page;
@@ -201,6 +211,7 @@ typedef struct sim_world {
     size_t     last_faults[SIM_FAULT_LOG], last_faults_n;
     /* results */
     long       steps, requests, pages, unchecked;
+    long       walks;           /* walks that ended (has_more 0), each checked whole */
     long       acked_lost;      /* failovers that lost a write acknowledged to a writer */
     int        violations;
     char       why[600];
