@@ -144,6 +144,8 @@ typedef struct sim_ahandle {
     sim_client     pg;          /* runs the statement at the head of sqlq */
     sim_client     rep;         /* the repair request, while `repairing` */
     int            repairing;
+    int            rep_seen;    /* sim_census: that repair seen in flight, and the */
+    unsigned       rep_cover;   /* feeds with a loss pending when it began */
     unsigned long  seq;         /* the ready queue's and the waiters' order */
     int64_t        ready_at;    /* the loop's next turn: later after a pause */
 } sim_ahandle;
@@ -1589,6 +1591,13 @@ static void *sim_alloc(size_t n)
     return p;
 }
 
+/* A feed's bit in a set of feeds (sim_client.req_feeds, sim_world.lossy):
+ * readers' feeds 1..3 the low bits, authors 101..104 from bit 8. */
+static unsigned sim_feed_bit(int table, int64_t owner)
+{
+    return table == SIMPG_FEED ? 1u << (owner - 1) : 1u << (8 + owner - 101);
+}
+
 /* One committed write of cl's: in SQL and in the log. */
 static void sim_commit(sim_world *w, sim_client *cl, int table, int64_t uid, int64_t score,
                        int64_t id, int del)
@@ -1640,8 +1649,11 @@ static void sim_fanout(sim_world *w, sim_client *cl)
             uids[n++] = uid;
     if (n == 0)
         uids[n++] = 1;
-    for (size_t i = 0; i < n; i++)
+    cl->req_feeds = 0;
+    for (size_t i = 0; i < n; i++) {
         sim_commit(w, cl, SIMPG_FEED, uids[i], score, id, 0);
+        cl->req_feeds |= sim_feed_bit(SIMPG_FEED, uids[i]);
+    }
     if (w->kills && sim_fault(w, SIM_F_KILL, "the writer dies between its commit and its hook")) {
         cl->nwrite = 0;
         cl->ops_left--;
@@ -1680,16 +1692,17 @@ static void sim_writer_next(sim_world *w, sim_client *cl)
         return;
     }
     cl->nwrite = 0;
-    if (sim_pick(w, 8) == 0) {
+    if (sim_pick(w, 8) == 0 && !(w->ops_off & SIM_OP_FANOUT)) {
         sim_fanout(w, cl);
         return;
     }
+    cl->req_feeds = sim_feed_bit(table, uid);
     for (size_t i = 0; i < n && mine < 64; i++)
         if (rows[i].id % w->writers == cl->wid)
             pick[mine++] = rows[i].id;
-    del = mine > 0 && sim_pick(w, 3) == 0;
+    del = mine > 0 && sim_pick(w, 3) == 0 && !(w->ops_off & SIM_OP_DELETE);
     kind = del ? FEED_HOOK_DELETE : FEED_HOOK_INSERT;
-    if (table == SIMPG_FEED && sim_pick(w, 12) == 0) {
+    if (table == SIMPG_FEED && sim_pick(w, 12) == 0 && !(w->ops_off & SIM_OP_RELOAD)) {
         kind = FEED_HOOK_RELOAD;
         id = score = 0;
     } else if (del) {
@@ -1741,9 +1754,11 @@ static void sim_sync_next(sim_world *w, sim_client *cl)
     if (sim_pick(w, 3) == 0) {
         int64_t uids[8];
         size_t n = 0;
+        cl->req_feeds = 0;
         for (size_t i = w->sync_done; i < w->nwrites && n < 8; i++)
             if (w->writes[i].table == cl->sync_table) {
                 uids[n++] = w->writes[i].uid;
+                cl->req_feeds |= sim_feed_bit(cl->sync_table, w->writes[i].uid);
                 cl->write = i;
             } else {
                 break;
@@ -1761,6 +1776,7 @@ static void sim_sync_next(sim_world *w, sim_client *cl)
         cl->frames[0].heap = 1;
         return;
     }
+    cl->req_feeds = sim_feed_bit(cl->sync_table, cl->sync_uid);
     op = sim_alloc(feed__hook_op_size());
     if (feed__hook_init((feed_hook_op *)op, cl->c, cl->err, FEED_HOOK_INVALIDATE,
                         cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR,
@@ -1788,7 +1804,7 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
         cl->rank = -1;
         cl->walk_pages = 0;
         cl->walk_seen = 0;
-        cl->newer = sim_pick(w, 5) == 0;
+        cl->newer = sim_pick(w, 5) == 0 && !(w->ops_off & SIM_OP_NEWER);
         if (cl->newer) {                /* from an item, or from between two */
             size_t n;
             const simpg_row *rows = simpg_rows(w->pg, SIMPG_FEED, cl->uid, simpg_version(w->pg), &n);
@@ -1798,7 +1814,7 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
             /* The user holds the items up to here: the walk goes up from it. */
             cl->walk_seen = 1;
             cl->walk_last = (feed_item){ cl->score, cl->last_id };
-        } else if (w->authors && sim_pick(w, 2))
+        } else if (w->authors && sim_pick(w, 2) && !(w->ops_off & SIM_OP_MERGED))
             for (int a = 0; a < w->authors; a++)
                 if (sim_pick(w, 3))
                     cl->authors[cl->nauthors++] = 101 + a;
@@ -2660,11 +2676,14 @@ static int sim_async_drawn(const sim_world *w, int *writer)
 }
 
 /* The clients that may move now (into cand), the soonest time another
- * may; returns how many are still at work. */
-static int sim_candidates(sim_world *w, sim_client **cand, int *ncand, int64_t *soonest)
+ * may; returns how many are still at work, *apps how many of them are the
+ * application's (not the log follower). */
+static int sim_candidates(sim_world *w, sim_client **cand, int *ncand, int64_t *soonest,
+                          int *apps)
 {
     int active = 0;
 
+    *apps = 0;
     for (int i = 0; i < w->ncl; i++) {
         sim_client *cl = &w->cl[i];
         int64_t at = cl->ah && cl->ah->ready_at > cl->ready_at ? cl->ah->ready_at : cl->ready_at;
@@ -2672,6 +2691,7 @@ static int sim_candidates(sim_world *w, sim_client **cand, int *ncand, int64_t *
             continue;
         if (cl->kind != SIM_SYNC || cl->aw != SIM_AW_IDLE)
             active++;
+        *apps += cl->kind != SIM_SYNC;
         if (cl->aw == SIM_AW_SHARED)
             continue;                   /* its handle's loop moves it */
         if (at <= w->now)
@@ -2704,13 +2724,128 @@ static void sim_heal(sim_world *w)
         }
 }
 
+/* The feeds the async handle's requests touch. */
+static unsigned sim_async_feeds(const sim_world *w)
+{
+    unsigned m = 0;
+
+    for (int i = 0; w->ah && i < w->ah->nreq; i++)
+        m |= w->ah->req[i]->req_feeds;
+    return m;
+}
+
+/* A repair request of a handle is in flight (in) or not: note the feeds
+ * with a loss pending when it is first seen (what it took off the list). */
+static void sim_census_repair(sim_world *w, int in, int *seen, unsigned *cover)
+{
+    if (in && !*seen)
+        *cover = w->lossy;
+    *seen = in;
+}
+
+/* After one step of handle `mover` (NULL: none moved), whose requests
+ * touch the feeds in mask, the repair list at generation gen0 before it:
+ * the races between handles that step made (sim_world.race). A measure of
+ * what schedules reach, not a check: the windows where a mistake in the
+ * repair bookkeeping across handles, the leases or the fence would show. */
+static int sim_lease_held(sim_world *w, int bit)
+{
+    char key[128], lease[128];
+    int author = bit >= 8;
+
+    sim_owner_keys(w, author, author ? 101 + bit - 8 : 1 + bit, key, lease);
+    return simr_has(w->sv[sim_key_server(w, lease)].r, lease, strlen(lease), w->now);
+}
+
+static void sim_census(sim_world *w, const feed_core *mover, unsigned mask, uint64_t gen0)
+{
+    uint64_t gen = feed__repair_gen();
+    unsigned setups[SIM_SERVERS] = { 0 };   /* per server: the handles setting it up */
+    int nh = 0;
+
+    for (int b = 0; b < 16 && w->raced; b++)
+        if ((w->raced >> b & 1) && sim_lease_held(w, b))
+            w->race[SIM_RACE_REPAIR_REBUILD] = 1;
+
+    for (int i = 0; i < w->ncl; i++)
+        if (!w->cl[i].ah)
+            sim_census_repair(w, w->cl[i].depth > 1, &w->cl[i].rep_seen, &w->cl[i].rep_cover);
+    if (w->ah)
+        sim_census_repair(w, w->ah->repairing, &w->ah->rep_seen, &w->ah->rep_cover);
+    if (mover && gen > gen0 && mask) {      /* mover recorded a loss for (some of) mask */
+        for (int i = 0; i < w->ncl; i++)
+            if (!w->cl[i].ah && w->cl[i].c != mover && w->cl[i].rep_seen &&
+                (w->cl[i].rep_cover & mask)) {
+                w->race[SIM_RACE_REPAIR] = 1;
+                w->raced |= w->cl[i].rep_cover & mask;
+            }
+        if (w->ah && &w->ah->core != mover && w->ah->rep_seen && (w->ah->rep_cover & mask)) {
+            w->race[SIM_RACE_REPAIR] = 1;
+            w->raced |= w->ah->rep_cover & mask;
+        }
+        for (int b = 0; b < 16; b++)
+            if ((mask >> b & 1) && sim_lease_held(w, b))
+                w->race[SIM_RACE_REBUILD] = 1;
+        w->lossy |= mask;
+    }
+    w->loss_gen = gen;
+    if (!feed__repairs_pending())
+        w->lossy = w->raced = 0;
+    /* The fence: handles (each bit one) in a set-up of each server. */
+    for (int i = 0; i < w->ncl; i++, nh++)
+        for (int d = 0; !w->cl[i].ah && d < w->cl[i].depth; d++) {
+            const feed_setup *su = w->cl[i].frames[d].setup;
+            int s = su ? sim_server_at(w, &w->cl[i].c->topo.nodes[su->index]->addr, 0) : -1;
+            if (s >= 0)
+                setups[s] |= 1u << (nh % 32);
+        }
+    for (size_t k = 0; w->ah && k < w->ah->core.topo.nnodes && k < SIM_ANODES; k++) {
+        int s = w->ah->setup[k] ? sim_server_at(w, &w->ah->core.topo.nodes[k]->addr, 0) : -1;
+        if (s >= 0)
+            setups[s] |= 1u << (nh % 32);
+    }
+    for (int s = 0; s < w->nsv; s++)      /* two bits or more, on a new data set */
+        if ((setups[s] & (setups[s] - 1)) && w->sv[s].epoch > 1)
+            w->race[SIM_RACE_FENCE] = 1;
+}
+
+/* Which of ncand clients and nev async events moves next: uniformly, or
+ * in a swarm schedule by the clients' weights (the async handle's events
+ * by its first request's), so that some handles run far ahead of others
+ * and one's window stays open while others act. */
+static uint64_t sim_pick_weighted(sim_world *w, sim_client *const *cand, int ncand, size_t nev)
+{
+    uint64_t total = 0, at;
+    unsigned ev = w->ah ? w->ah->req[0]->weight : 1;
+
+    if (!w->swarm)
+        return sim_pick(w, (uint64_t)ncand + nev);
+    for (int i = 0; i < ncand; i++)
+        total += cand[i]->weight;
+    at = sim_pick(w, total + nev * ev);
+    for (int i = 0; i < ncand; i++) {
+        if (at < cand[i]->weight)
+            return (uint64_t)i;
+        at -= cand[i]->weight;
+    }
+    return (uint64_t)ncand + at / ev;
+}
+
 int sim_run(sim_world *w)
 {
     int readers = 1 + (int)sim_pick(w, 3), writers = 1 + (int)sim_pick(w, 2), active, wid = 0;
-    int awriter, areqs = sim_async_drawn(w, &awriter);
+    int awriter, areqs = sim_async_drawn(w, &awriter), moved = 0, apps;
+    const feed_core *mover = NULL;
+    unsigned mover_feeds = 0;
 
     w->uids = 1 + (int)sim_pick(w, 3);
     w->authors = (int)sim_pick(w, 4);
+    if (w->swarm) {                     /* contended: few feeds, more handles on them */
+        w->uids = 1;
+        w->authors = w->authors > 1 ? 1 : w->authors;
+        readers = 3;
+        writers = 2;
+    }
     w->writers = writers + awriter;    /* an async writer's ids: the last share */
     w->max_len = 2 + (uint32_t)sim_pick(w, 7);
     w->ttl_seconds = sim_pick(w, 3) ? 0 : 1;
@@ -2725,6 +2860,7 @@ int sim_run(sim_world *w)
     if (!w->pg || sim_servers(w) < 0)
         return -1;
     feed__repair_forget();
+    w->loss_gen = feed__repair_gen();
     sim_seed_data(w);
     w->ncl = 0;
     for (int i = 0; i < readers + writers + 1; i++, w->ncl++)
@@ -2741,6 +2877,8 @@ int sim_run(sim_world *w)
         for (int i = w->ncl - areqs; i < w->ncl; i++)
             sim_plan(w, &w->cl[i]);
     }
+    for (int i = 0; i < w->ncl; i++)    /* 1, 2, 4 or 8 (swarm), else 1 */
+        w->cl[i].weight = w->swarm ? 1u << sim_pick(w, 4) : 1;
 
     for (long step = 0;; step++) {
         sim_client *cand[SIM_CLIENTS];
@@ -2748,7 +2886,11 @@ int sim_run(sim_world *w)
         int64_t soonest = INT64_MAX;
         size_t nev;
 
-        active = sim_candidates(w, cand, &ncand, &soonest);
+        if (moved) {                    /* what the last step did between handles */
+            sim_census(w, mover, mover_feeds, w->loss_gen);
+            moved = 0;
+        }
+        active = sim_candidates(w, cand, &ncand, &soonest, &apps);
         nev = sim_async_events(w, ev, &soonest);
         if (step == SIM_STEP_CAP) {
             /* A schedule is a few walks and writes of a few operations
@@ -2758,8 +2900,11 @@ int sim_run(sim_world *w)
                           active, SIM_STEP_CAP);
             break;
         }
-        if (active == 0) {
-            /* Heal, then look at the copies once the readers are done. */
+        if (active == 0 || (apps == 0 && !w->healed)) {
+            /* Heal once the application's clients are done (the log
+             * follower, retrying its drops, would otherwise keep a world
+             * that faults at every step from ever healing), then look at
+             * the copies once the readers and the follower are done. */
             if (!w->healed) {
                 sim_heal(w);
                 continue;
@@ -2774,9 +2919,12 @@ int sim_run(sim_world *w)
             w->now = soonest;
             continue;
         }
-        uint64_t pick = sim_pick(w, (uint64_t)ncand + nev);
+        uint64_t pick = sim_pick_weighted(w, cand, ncand, nev);
         sim_client *cl = pick < (uint64_t)ncand ? cand[pick] : NULL;
         w->steps++;
+        moved = 1;
+        mover = cl ? cl->c : &w->ah->core;
+        mover_feeds = cl && !cl->ah ? cl->req_feeds : sim_async_feeds(w);
         if (!w->healed)
             sim_world_faults(w);
         if (w->topo != SIM_TOPO_SINGLE)
