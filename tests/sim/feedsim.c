@@ -219,7 +219,8 @@ int main(int argc, char **argv)
     uint64_t stride = getenv("SIM_STRIDE") ? strtoull(getenv("SIM_STRIDE"), NULL, 10) : 1;
     int want_violation = expect && strcmp(expect, "violation") == 0;
     sim_world *w = malloc(sizeof *w);
-    long runs = 0, faults = 0, pages = 0, lost = 0, walks = 0, races[SIM_RACES] = { 0 };
+    long runs = 0, faults = 0, pages = 0, lost = 0, walks = 0, ranks = 0;
+    long races[SIM_RACES] = { 0 };
 
     if (!w)
         return 3;
@@ -266,6 +267,7 @@ int main(int argc, char **argv)
         faults += (long)w->faults;
         pages += w->pages;
         walks += w->walks;
+        ranks += w->ranks;
         for (int k = 0; k < SIM_RACES; k++)
             races[k] += w->race[k];
         lost += w->acked_lost;
@@ -290,9 +292,10 @@ int main(int argc, char **argv)
     }
     {
         double dt = wall() - t0;
-        printf("# mode %s: %ld pages checked, %ld walks checked to their end, %ld faults "
-               "injected, %ld acknowledged writes lost in failovers, %.0f schedules/s\n", o.mode,
-               pages, walks, faults, lost, runs / (dt > 0 ? dt : 1));
+        printf("# mode %s: %ld pages checked, %ld walks checked to their end, %ld rank hints "
+               "checked against the copy, %ld faults injected, %ld acknowledged writes lost in "
+               "failovers, %.0f schedules/s\n", o.mode, pages, walks, ranks, faults, lost,
+               runs / (dt > 0 ? dt : 1));
         /* How often schedules reach the windows where handles race on one
          * feed (sim_world.c, sim_census). */
         printf("# mode %s: contention in %ld of %ld schedules: a loss recorded during another "

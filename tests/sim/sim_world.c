@@ -44,6 +44,8 @@ static uint64_t sim_pick(sim_world *w, uint64_t n) { return n ? sim_next(w) % n 
 
 static int  sim_key_server(sim_world *w, const char *key);
 static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease);
+static void sim_gen_keys(sim_world *w, int author, int64_t owner, const char *gen, char *key,
+                         char *lease);
 
 /* A fault of kind k strikes here with probability w->rate[k] per mille?
  * Each such draw is numbered; the shrinker masks draws by number. */
@@ -1848,6 +1850,9 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
               cl->newer ? "newer than" : "after", cl->score, cl->last_id, cl->rank, cl->limit);
     sim_start(w, cl, op, (int64_t)sim_pick(w, 3));
     cl->frames[0].heap = cl->nauthors > 0;
+    cl->rk_off = simr_offset(w->sv[0].r);
+    cl->rk_epoch = w->sv[0].epoch;
+    cl->rk_evicts = w->evicts;
 }
 
 /* Is write wr one of the walk's sources? */
@@ -1996,6 +2001,49 @@ static void sim_page_text(char *out, size_t cap, const feed_result *r, int newer
                  r->next_id);
 }
 
+/* feed_page_ranked's next_rank, when it gives one, is "the rank the item
+ * after out's last one held in the cache when this page was read". Checked
+ * where the simulation can tell what the copy was then: a single Redis
+ * that no command has written to, no eviction or restart has touched,
+ * since the request began (its copy then is the one there now, or gone by
+ * its TTL). In the generation the handle's node trusts (none: the fence
+ * off). 0, or a violation reported. */
+static int sim_rank_check(sim_world *w, sim_client *cl, int64_t next_rank, const char *text)
+{
+    const feed_node *n = cl->c->topo.nodes[0];
+    char key[128];
+    const char *argv[] = { "ZREVRANGE", key, "0", "-1", "WITHSCORES", NULL };
+    redisReply *r;
+    feed_item it = { 0, 0 };
+    const feed_item last = { cl->page.next_score, cl->page.next_id };
+    size_t at = 0;
+
+    if (next_rank < 0 || w->topo != SIM_TOPO_SINGLE || !cl->page.has_more ||
+        simr_offset(w->sv[0].r) != cl->rk_off || w->sv[0].epoch != cl->rk_epoch ||
+        w->evicts != cl->rk_evicts || (w->fence && n->fence.state != FEED_FENCE_TRUSTED))
+        return 0;
+    sim_gen_keys(w, 0, cl->uid, w->fence ? n->fence.gen : FEED_KEY_GEN_NONE, key, NULL);
+    r = simr_execv(w->sv[0].r, w->now, argv);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+        freeReplyObject(r);
+        return 0;                       /* gone by its TTL */
+    }
+    w->ranks++;
+    /* The first entry strictly below the page's last item: its rank. */
+    while (2 * at + 1 < r->elements && !feed__reply_end(r, 2 * at) &&
+           feed__reply_pair(r, 2 * at, &it) == FEED_OK &&
+           (sim_above(it.score, it.id, last) || (it.score == last.score && it.id == last.id)))
+        at++;
+    freeReplyObject(r);
+    if ((int64_t)at == next_rank)
+        return 0;
+    sim_violation(w, "c%d: page of uid %" PRId64 " after (%" PRId64 ", %" PRId64 ") is %s: it "
+                     "hands out rank %" PRId64 " for its cursor, but the item after it is at rank "
+                     "%zu in the copy it was read from", cl->id, cl->uid, cl->score, cl->last_id,
+                  text, next_rank, at);
+    return 1;
+}
+
 /* How many pages a walk of cl's may take at most: each page with has_more
  * shows at least one item (limit >= 1, no filter) beyond every item the
  * walk showed before (the walk checks see to that), and each such item is
@@ -2102,8 +2150,8 @@ static void sim_request_done(sim_world *w, sim_client *cl)
                               cl->uid, cl->newer ? "newer than" : "after", cl->score,
                               cl->last_id, cl->limit, text, feed_source_name(pg->source),
                               cl->walk_last.score, cl->walk_last.id);
-            else
-                sim_walk_check(w, cl, text);
+            else if (!sim_walk_check(w, cl, text))
+                sim_rank_check(w, cl, next_rank, text);
             cl->walk_pages++;
             /* The walk goes on from the cursor the page handed out (and
              * its rank hint): what an application does with it. */
@@ -2487,6 +2535,7 @@ static void sim_world_faults(sim_world *w)
         if (w->topo == SIM_TOPO_CLUSTER)
             p = &w->sv[sim_key_server(w, which)];
         simr_evict(p->r, which, strlen(which));
+        w->evicts++;
     }
     if (sim_fault(w, SIM_F_JUMP, "the clock jumps ahead"))
         w->now += (int64_t)sim_pick(w, 2 * w->lease_ms);

@@ -140,6 +140,12 @@ typedef struct sim_client {
      * shown, or its starting cursor), which the next page must continue
      * from without repeating or skipping an item. */
     long         walk_pages;
+    /* The single Redis as the page's request began (its writes so far,
+     * its incarnation, the evictions): unchanged at its end, the copy the
+     * page read is the copy there now (sim_rank_check). */
+    long long    rk_off;
+    uintptr_t    rk_epoch;
+    long         rk_evicts;
     int          walk_seen;
     feed_item    walk_last;
     size_t       first_write, nwrite;   /* a writer's writes in flight (a fan-out: several) */
@@ -231,6 +237,8 @@ typedef struct sim_world {
     /* results */
     long       steps, requests, pages, unchecked;
     long       walks;           /* walks that ended (has_more 0), each checked whole */
+    long       ranks;           /* rank hints checked against the copy (sim_rank_check) */
+    long       evicts;          /* keys evicted so far */
     /* Contention between handles (sim_census): the losses pending on the
      * process's repair list as the simulation saw them recorded (feeds,
      * sim_feed_bit), the list's generation last seen, and whether this
