@@ -13,6 +13,9 @@
  *                         runs one process per core so)
  *   SIM_ASYNC=0|1         no schedule has an async handle / every one has
  *                         (default: half of them, drawn by seed)
+ *   SIM_SWARM=0|1         no schedule is contended (swarm testing: the
+ *                         schedules drawn before it existed) / every one is
+ *                         (default: half of them, drawn by seed)
  *
  * MODE: default (the default config: restart fence on, no writer dies),
  * nofence (the fence off), kills (writers die between commit and hook),
@@ -50,6 +53,7 @@
 typedef struct sim_opts {
     const char *mode;
     int         ops;
+    int         swarm;          /* SIM_SWARM: -1 no schedule contended, 1 all, 0 half */
     size_t      mask[SIM_MASK_MAX], nmask;
 } sim_opts;
 
@@ -113,6 +117,31 @@ static void sim_setup(sim_world *w, uint64_t seed, const sim_opts *o)
         r ^= r << 17;
         w->rate[k] = (seed % 3 == 0) ? 0 : levels[r % 5];
     }
+    /* Swarm testing (Groce et al., ISSTA 2012): uniform choices almost
+     * never line up two handles in one feed's repair, rebuild or fence
+     * window (sim_census counts how often they do). Half the schedules
+     * (a stream of their own) are contended instead: one feed and more
+     * handles on it (sim_run), each kind of fault either off or frequent,
+     * and kinds of operation switched off, so that what is left happens
+     * more often. The other half is drawn as before. */
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    if (o->swarm > 0 || (o->swarm == 0 && r % 2)) {
+        static const unsigned often[] = { 20, 60, 150 };
+        w->swarm = 1;
+        for (int k = 0; k < SIM_F_COUNT; k++) {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            w->rate[k] = r % 2 ? 0 : often[(r >> 1) % 3];
+        }
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        w->ops_off = (unsigned)(r >> 3) & (SIM_OP_FANOUT | SIM_OP_RELOAD | SIM_OP_DELETE |
+                                            SIM_OP_MERGED | SIM_OP_NEWER);
+    }
     if (w->kills)
         w->rate[SIM_F_KILL] = 150;
     if (w->topo != SIM_TOPO_SINGLE && seed % 3 != 0 && w->rate[SIM_F_FAILOVER] == 0)
@@ -169,9 +198,11 @@ static void sim_shrink(uint64_t seed, sim_opts *o)
 
 static void print_replay(uint64_t seed, const sim_opts *o)
 {
-    printf("# replay: %s%s%sSIM_SEED=%llu SIM_OPS=%d SIM_MASK=",
+    printf("# replay: %s%s%s%s%s%sSIM_SEED=%llu SIM_OPS=%d SIM_MASK=",
            getenv("SIM_ASYNC") ? "SIM_ASYNC=" : "", getenv("SIM_ASYNC") ? getenv("SIM_ASYNC") : "",
-           getenv("SIM_ASYNC") ? " " : "", (unsigned long long)seed, o->ops);
+           getenv("SIM_ASYNC") ? " " : "", getenv("SIM_SWARM") ? "SIM_SWARM=" : "",
+           getenv("SIM_SWARM") ? getenv("SIM_SWARM") : "", getenv("SIM_SWARM") ? " " : "",
+           (unsigned long long)seed, o->ops);
     for (size_t i = 0; i < o->nmask; i++)
         printf("%s%zu", i ? "," : "", o->mask[i]);
     printf(" %s/tests/feedsim %s\n", getenv("BUILD") ? getenv("BUILD") : "build", o->mode);
@@ -179,7 +210,7 @@ static void print_replay(uint64_t seed, const sim_opts *o)
 
 int main(int argc, char **argv)
 {
-    sim_opts o = { argc > 1 ? argv[1] : "default", 4, { 0 }, 0 };
+    sim_opts o = { argc > 1 ? argv[1] : "default", 4, 0, { 0 }, 0 };
     const char *seed_env = getenv("SIM_SEED"), *mask = getenv("SIM_MASK");
     const char *expect = getenv("SIM_EXPECT");
     long budget = getenv("SIM_SCHEDULES") ? atol(getenv("SIM_SCHEDULES")) : 100000;
@@ -188,12 +219,15 @@ int main(int argc, char **argv)
     uint64_t stride = getenv("SIM_STRIDE") ? strtoull(getenv("SIM_STRIDE"), NULL, 10) : 1;
     int want_violation = expect && strcmp(expect, "violation") == 0;
     sim_world *w = malloc(sizeof *w);
-    long runs = 0, faults = 0, pages = 0, lost = 0;
+    long runs = 0, faults = 0, pages = 0, lost = 0, walks = 0, ranks = 0;
+    long races[SIM_RACES] = { 0 };
 
     if (!w)
         return 3;
     if (getenv("SIM_OPS"))
         o.ops = atoi(getenv("SIM_OPS"));
+    if (getenv("SIM_SWARM"))
+        o.swarm = atoi(getenv("SIM_SWARM")) ? 1 : -1;
     for (const char *p = mask; p && *p && o.nmask < SIM_MASK_MAX;) {
         char *end;
         o.mask[o.nmask++] = strtoul(p, &end, 10);
@@ -217,8 +251,9 @@ int main(int argc, char **argv)
     if (seed_env) {                     /* replay one seed, traced */
         uint64_t seed = strtoull(seed_env, NULL, 10);
         int rc = sim_one(w, seed, &o, stdout);
-        printf("seed %llu (%s): %ld steps, %ld requests, %ld pages, %zu faults, %s\n",
-               (unsigned long long)seed, o.mode, w->steps, w->requests, w->pages, w->faults,
+        printf("seed %llu (%s): %ld steps, %ld requests, %ld pages, %ld walks, %zu faults, %s\n",
+               (unsigned long long)seed, o.mode, w->steps, w->requests, w->pages, w->walks,
+               w->faults,
                rc ? w->why : "no violation");
         free(w);
         return rc ? 1 : 0;
@@ -231,6 +266,10 @@ int main(int argc, char **argv)
         runs++;
         faults += (long)w->faults;
         pages += w->pages;
+        walks += w->walks;
+        ranks += w->ranks;
+        for (int k = 0; k < SIM_RACES; k++)
+            races[k] += w->race[k];
         lost += w->acked_lost;
         if (rc == 1) {
             double dt = wall() - t0;
@@ -253,9 +292,18 @@ int main(int argc, char **argv)
     }
     {
         double dt = wall() - t0;
-        printf("# mode %s: %ld pages checked, %ld faults injected, %ld acknowledged writes lost "
-               "in failovers, %.0f schedules/s\n", o.mode, pages, faults, lost,
+        printf("# mode %s: %ld pages checked, %ld walks checked to their end, %ld rank hints "
+               "checked against the copy, %ld faults injected, %ld acknowledged writes lost in "
+               "failovers, %.0f schedules/s\n", o.mode, pages, walks, ranks, faults, lost,
                runs / (dt > 0 ? dt : 1));
+        /* How often schedules reach the windows where handles race on one
+         * feed (sim_world.c, sim_census). */
+        printf("# mode %s: contention in %ld of %ld schedules: a loss recorded during another "
+               "handle's repair of its feed; in %ld: that, then the feed's lease held with the "
+               "loss pending; in %ld: a loss recorded while its feed's lease was held; in %ld: "
+               "two handles setting up one restarted server at once\n", o.mode,
+               races[SIM_RACE_REPAIR], runs, races[SIM_RACE_REPAIR_REBUILD],
+               races[SIM_RACE_REBUILD], races[SIM_RACE_FENCE]);
         printf("%ld schedules, 0 violations\n", runs);
     }
     free(w);

@@ -6,7 +6,12 @@
 #                     100000; SIM_SECONDS=n instead runs n seconds) of the
 #                     default config, each checked; prints "N schedules"
 #                     (half of them with an async handle: several
-#                     requests in flight on one core)
+#                     requests in flight on one core; half of them
+#                     contended, swarm testing: SIM_SWARM=0 none, 1 all),
+#                     with how many walks were checked to their end, rank
+#                     hints checked against the copy, and how often two
+#                     handles met in one feed's repair, rebuild or fence
+#                     window ("contention in ...")
 #   SIM_SEED=n make sim   replay seed n with a readable trace
 #   make sim-async    mode async: an async handle in every schedule
 #                     (20,000 schedules; SIM_SCHEDULES=n for more)

@@ -44,6 +44,8 @@ static uint64_t sim_pick(sim_world *w, uint64_t n) { return n ? sim_next(w) % n 
 
 static int  sim_key_server(sim_world *w, const char *key);
 static void sim_owner_keys(sim_world *w, int author, int64_t owner, char *key, char *lease);
+static void sim_gen_keys(sim_world *w, int author, int64_t owner, const char *gen, char *key,
+                         char *lease);
 
 /* A fault of kind k strikes here with probability w->rate[k] per mille?
  * Each such draw is numbered; the shrinker masks draws by number. */
@@ -144,6 +146,8 @@ typedef struct sim_ahandle {
     sim_client     pg;          /* runs the statement at the head of sqlq */
     sim_client     rep;         /* the repair request, while `repairing` */
     int            repairing;
+    int            rep_seen;    /* sim_census: that repair seen in flight, and the */
+    unsigned       rep_cover;   /* feeds with a loss pending when it began */
     unsigned long  seq;         /* the ready queue's and the waiters' order */
     int64_t        ready_at;    /* the loop's next turn: later after a pause */
 } sim_ahandle;
@@ -1589,6 +1593,13 @@ static void *sim_alloc(size_t n)
     return p;
 }
 
+/* A feed's bit in a set of feeds (sim_client.req_feeds, sim_world.lossy):
+ * readers' feeds 1..3 the low bits, authors 101..104 from bit 8. */
+static unsigned sim_feed_bit(int table, int64_t owner)
+{
+    return table == SIMPG_FEED ? 1u << (owner - 1) : 1u << (8 + owner - 101);
+}
+
 /* One committed write of cl's: in SQL and in the log. */
 static void sim_commit(sim_world *w, sim_client *cl, int table, int64_t uid, int64_t score,
                        int64_t id, int del)
@@ -1640,8 +1651,11 @@ static void sim_fanout(sim_world *w, sim_client *cl)
             uids[n++] = uid;
     if (n == 0)
         uids[n++] = 1;
-    for (size_t i = 0; i < n; i++)
+    cl->req_feeds = 0;
+    for (size_t i = 0; i < n; i++) {
         sim_commit(w, cl, SIMPG_FEED, uids[i], score, id, 0);
+        cl->req_feeds |= sim_feed_bit(SIMPG_FEED, uids[i]);
+    }
     if (w->kills && sim_fault(w, SIM_F_KILL, "the writer dies between its commit and its hook")) {
         cl->nwrite = 0;
         cl->ops_left--;
@@ -1680,16 +1694,17 @@ static void sim_writer_next(sim_world *w, sim_client *cl)
         return;
     }
     cl->nwrite = 0;
-    if (sim_pick(w, 8) == 0) {
+    if (sim_pick(w, 8) == 0 && !(w->ops_off & SIM_OP_FANOUT)) {
         sim_fanout(w, cl);
         return;
     }
+    cl->req_feeds = sim_feed_bit(table, uid);
     for (size_t i = 0; i < n && mine < 64; i++)
         if (rows[i].id % w->writers == cl->wid)
             pick[mine++] = rows[i].id;
-    del = mine > 0 && sim_pick(w, 3) == 0;
+    del = mine > 0 && sim_pick(w, 3) == 0 && !(w->ops_off & SIM_OP_DELETE);
     kind = del ? FEED_HOOK_DELETE : FEED_HOOK_INSERT;
-    if (table == SIMPG_FEED && sim_pick(w, 12) == 0) {
+    if (table == SIMPG_FEED && sim_pick(w, 12) == 0 && !(w->ops_off & SIM_OP_RELOAD)) {
         kind = FEED_HOOK_RELOAD;
         id = score = 0;
     } else if (del) {
@@ -1741,9 +1756,11 @@ static void sim_sync_next(sim_world *w, sim_client *cl)
     if (sim_pick(w, 3) == 0) {
         int64_t uids[8];
         size_t n = 0;
+        cl->req_feeds = 0;
         for (size_t i = w->sync_done; i < w->nwrites && n < 8; i++)
             if (w->writes[i].table == cl->sync_table) {
                 uids[n++] = w->writes[i].uid;
+                cl->req_feeds |= sim_feed_bit(cl->sync_table, w->writes[i].uid);
                 cl->write = i;
             } else {
                 break;
@@ -1761,6 +1778,7 @@ static void sim_sync_next(sim_world *w, sim_client *cl)
         cl->frames[0].heap = 1;
         return;
     }
+    cl->req_feeds = sim_feed_bit(cl->sync_table, cl->sync_uid);
     op = sim_alloc(feed__hook_op_size());
     if (feed__hook_init((feed_hook_op *)op, cl->c, cl->err, FEED_HOOK_INVALIDATE,
                         cl->sync_table == SIMPG_FEED ? FEED_FAM_FEED : FEED_FAM_AUTHOR,
@@ -1785,14 +1803,20 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
         cl->last_id = 0;
         cl->walking = 1;
         cl->nauthors = 0;
-        cl->newer = sim_pick(w, 5) == 0;
+        cl->rank = -1;
+        cl->walk_pages = 0;
+        cl->walk_seen = 0;
+        cl->newer = sim_pick(w, 5) == 0 && !(w->ops_off & SIM_OP_NEWER);
         if (cl->newer) {                /* from an item, or from between two */
             size_t n;
             const simpg_row *rows = simpg_rows(w->pg, SIMPG_FEED, cl->uid, simpg_version(w->pg), &n);
             cl->score = n && sim_pick(w, 2) ? rows[sim_pick(w, n)].score
                                             : (int64_t)sim_pick(w, 12) * 10 - 5;
             cl->last_id = n && sim_pick(w, 2) ? rows[sim_pick(w, n)].id : (int64_t)sim_pick(w, 40);
-        } else if (w->authors && sim_pick(w, 2))
+            /* The user holds the items up to here: the walk goes up from it. */
+            cl->walk_seen = 1;
+            cl->walk_last = (feed_item){ cl->score, cl->last_id };
+        } else if (w->authors && sim_pick(w, 2) && !(w->ops_off & SIM_OP_MERGED))
             for (int a = 0; a < w->authors; a++)
                 if (sim_pick(w, 3))
                     cl->authors[cl->nauthors++] = 101 + a;
@@ -1815,17 +1839,20 @@ static void sim_reader_next(sim_world *w, sim_client *cl)
     } else {
         op = sim_alloc(feed__page_op_size());
         rc = feed__page_init((feed_page_op *)op, cl->c, cl->err, cl->uid, cl->score,
-                             cl->last_id, -1, cl->limit, &cl->page);
+                             cl->last_id, cl->rank, cl->limit, &cl->page);
         if (rc != FEED_OK) {
             fprintf(stderr, "sim: page_init: %s\n", cl->err);
             exit(3);
         }
     }
-    sim_trace(w, "c%d  PAGE uid %" PRId64 "%s %s (%" PRId64 ", %" PRId64 ") limit %zu", cl->id,
-              cl->uid, cl->nauthors ? " merged" : "", cl->newer ? "newer than" : "after",
-              cl->score, cl->last_id, cl->limit);
+    sim_trace(w, "c%d  PAGE uid %" PRId64 "%s %s (%" PRId64 ", %" PRId64 ") rank %" PRId64
+                 " limit %zu", cl->id, cl->uid, cl->nauthors ? " merged" : "",
+              cl->newer ? "newer than" : "after", cl->score, cl->last_id, cl->rank, cl->limit);
     sim_start(w, cl, op, (int64_t)sim_pick(w, 3));
     cl->frames[0].heap = cl->nauthors > 0;
+    cl->rk_off = simr_offset(w->sv[0].r);
+    cl->rk_epoch = w->sv[0].epoch;
+    cl->rk_evicts = w->evicts;
 }
 
 /* Is write wr one of the walk's sources? */
@@ -1886,13 +1913,24 @@ static size_t sim_state(const sim_world *w, const sim_client *cl, int64_t start,
     return n;
 }
 
+/* Does (score, id) sort strictly above (before, newest first) item b? */
+static int sim_above(int64_t score, int64_t id, feed_item b)
+{
+    return score > b.score || (score == b.score && id > b.id);
+}
+
 /* Does the page equal SQL's page of a state the walk's sources may have
  * had while it was served: the certain writes, and any of those that were
- * not yet certain when the request began? (-1: too many of those to try.) */
+ * not yet certain when the request began? (-1: too many of those to try.)
+ * And does it continue the walk: in that same state, no row lies between
+ * the item the walk's pages so far end at (walk_last) and the cursor this
+ * page was given, so that the walk skips nothing there? 2: the page is
+ * SQL's for its cursor in some state, but in each such state a row lies
+ * between (the cursor handed out skips it). */
 static int sim_page_exact(sim_world *w, sim_client *cl)
 {
     const feed_result *r = &cl->page;
-    int uncertain = 0;
+    int uncertain = 0, skips = 0;
     simpg_row rows[512];
     /* A page a replica answered may miss what it had not replayed: writes
      * count as certain only pg_replica_max_lag_ms after they were. */
@@ -1915,8 +1953,16 @@ static int sim_page_exact(sim_world *w, sim_client *cl)
             for (k = 0; k < r->count && at + k < above; k++)
                 if (r->items[k].score != rows[at + k].score || r->items[k].id != rows[at + k].id)
                     break;
-            if (k == r->count && at + k == above && r->has_more == (above > cl->limit))
-                return 1;
+            if (k == r->count && at + k == above && r->has_more == (above > cl->limit)) {
+                /* The gap: rows above the newest item the user holds, at
+                 * or below the cursor given (the page covers those above it). */
+                size_t gap = 0;
+                for (size_t j = above; j < n; j++)
+                    gap += sim_above(rows[j].score, rows[j].id, cl->walk_last);
+                if (gap == 0)
+                    return 1;
+                skips = 1;
+            }
             continue;
         }
         if (cl->score != FEED_FIRST)
@@ -1927,19 +1973,138 @@ static int sim_page_exact(sim_world *w, sim_client *cl)
             if (r->items[k].score != rows[at + k].score || r->items[k].id != rows[at + k].id)
                 break;
         if (k == r->count && r->count <= cl->limit &&
-            (r->count == cl->limit || at + k == n) && r->has_more == (at + k < n))
-            return 1;
+            (r->count == cl->limit || at + k == n) && r->has_more == (at + k < n)) {
+            /* The gap: rows below the walk's last item, at or above the
+             * cursor given (the page covers those below it). */
+            size_t gap = 0;
+            for (size_t j = 0; j < at && cl->walk_seen; j++)
+                gap += !sim_above(rows[j].score, rows[j].id, cl->walk_last) &&
+                       (rows[j].score != cl->walk_last.score || rows[j].id != cl->walk_last.id);
+            if (gap == 0)
+                return 1;
+            skips = 1;
+        }
     }
-    return 0;
+    return skips ? 2 : 0;
 }
 
-static void sim_page_text(char *out, size_t cap, const feed_result *r)
+static void sim_page_text(char *out, size_t cap, const feed_result *r, int newer)
 {
     size_t used = (size_t)snprintf(out, cap, "[");
     for (size_t i = 0; i < r->count && used + 30 < cap; i++)
         used += (size_t)snprintf(out + used, cap - used, "%s(%" PRId64 ",%" PRId64 ")",
                                  i ? " " : "", r->items[i].score, r->items[i].id);
-    snprintf(out + used, cap - used, "] more=%d", r->has_more);
+    if (used < cap)
+        used += (size_t)snprintf(out + used, cap - used, "] more=%d", r->has_more);
+    if ((r->has_more || newer) && used < cap)   /* next_* is only set then */
+        snprintf(out + used, cap - used, " next=(%" PRId64 ",%" PRId64 ")", r->next_score,
+                 r->next_id);
+}
+
+/* feed_page_ranked's next_rank, when it gives one, is "the rank the item
+ * after out's last one held in the cache when this page was read". Checked
+ * where the simulation can tell what the copy was then: a single Redis
+ * that no command has written to, no eviction or restart has touched,
+ * since the request began (its copy then is the one there now, or gone by
+ * its TTL). In the generation the handle's node trusts (none: the fence
+ * off). 0, or a violation reported. */
+static int sim_rank_check(sim_world *w, sim_client *cl, int64_t next_rank, const char *text)
+{
+    const feed_node *n = cl->c->topo.nodes[0];
+    char key[128];
+    const char *argv[] = { "ZREVRANGE", key, "0", "-1", "WITHSCORES", NULL };
+    redisReply *r;
+    feed_item it = { 0, 0 };
+    const feed_item last = { cl->page.next_score, cl->page.next_id };
+    size_t at = 0;
+
+    if (next_rank < 0 || w->topo != SIM_TOPO_SINGLE || !cl->page.has_more ||
+        simr_offset(w->sv[0].r) != cl->rk_off || w->sv[0].epoch != cl->rk_epoch ||
+        w->evicts != cl->rk_evicts || (w->fence && n->fence.state != FEED_FENCE_TRUSTED))
+        return 0;
+    sim_gen_keys(w, 0, cl->uid, w->fence ? n->fence.gen : FEED_KEY_GEN_NONE, key, NULL);
+    r = simr_execv(w->sv[0].r, w->now, argv);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+        freeReplyObject(r);
+        return 0;                       /* gone by its TTL */
+    }
+    w->ranks++;
+    /* The first entry strictly below the page's last item: its rank. */
+    while (2 * at + 1 < r->elements && !feed__reply_end(r, 2 * at) &&
+           feed__reply_pair(r, 2 * at, &it) == FEED_OK &&
+           (sim_above(it.score, it.id, last) || (it.score == last.score && it.id == last.id)))
+        at++;
+    freeReplyObject(r);
+    if ((int64_t)at == next_rank)
+        return 0;
+    sim_violation(w, "c%d: page of uid %" PRId64 " after (%" PRId64 ", %" PRId64 ") is %s: it "
+                     "hands out rank %" PRId64 " for its cursor, but the item after it is at rank "
+                     "%zu in the copy it was read from", cl->id, cl->uid, cl->score, cl->last_id,
+                  text, next_rank, at);
+    return 1;
+}
+
+/* How many pages a walk of cl's may take at most: each page with has_more
+ * shows at least one item (limit >= 1, no filter) beyond every item the
+ * walk showed before (the walk checks see to that), and each such item is
+ * a (score, id) pair some write of the walk's sources put there, so one
+ * page per such write, plus the last page. A walk past it goes round. */
+static long sim_walk_budget(const sim_world *w, const sim_client *cl)
+{
+    long n = 1;
+
+    for (size_t i = 0; i < w->nwrites; i++)
+        n += !w->writes[i].del && sim_in_walk(cl, &w->writes[i]);
+    return n;
+}
+
+/* The walk-level checks of a page just served (FEED_OK) and checked
+ * against SQL for the cursor it was given: the cursor it hands out, and
+ * that it continues the walk without repeating an item. 0, or a
+ * violation reported. */
+static int sim_walk_check(sim_world *w, sim_client *cl, const char *text)
+{
+    const feed_result *r = &cl->page;
+
+    if (cl->newer) {
+        /* feed_page_newer: the cursor to keep is, on every FEED_OK, the
+         * newest item returned, or the cursor given when none is. */
+        int64_t s = r->count ? r->items[0].score : cl->score;
+        int64_t id = r->count ? r->items[0].id : cl->last_id;
+        if (r->next_score != s || r->next_id != id) {
+            sim_violation(w, "c%d: pull-to-refresh page of uid %" PRId64 " newer than (%" PRId64
+                             ", %" PRId64 ") is %s: it hands out the cursor (%" PRId64 ", %"
+                             PRId64 "), not (%" PRId64 ", %" PRId64 ")", cl->id, cl->uid,
+                          cl->score, cl->last_id, text, r->next_score, r->next_id, s, id);
+            return 1;
+        }
+        if (r->count && !sim_above(r->items[r->count - 1].score, r->items[r->count - 1].id,
+                                   cl->walk_last)) {
+            sim_violation(w, "c%d: pull-to-refresh page of uid %" PRId64 " is %s: its oldest "
+                             "item is not newer than (%" PRId64 ", %" PRId64 "), which the walk "
+                             "already showed", cl->id, cl->uid, text, cl->walk_last.score,
+                          cl->walk_last.id);
+            return 1;
+        }
+        return 0;
+    }
+    if (r->has_more && (r->count == 0 || r->next_score != r->items[r->count - 1].score ||
+                        r->next_id != r->items[r->count - 1].id)) {
+        sim_violation(w, "c%d: %spage of uid %" PRId64 " after (%" PRId64 ", %" PRId64 ") is %s:"
+                         " the cursor it hands out is not its last item", cl->id,
+                      cl->nauthors ? "merged " : "", cl->uid, cl->score, cl->last_id, text);
+        return 1;
+    }
+    if (r->count && cl->walk_seen &&
+        (sim_above(r->items[0].score, r->items[0].id, cl->walk_last) ||
+         (r->items[0].score == cl->walk_last.score && r->items[0].id == cl->walk_last.id))) {
+        sim_violation(w, "c%d: %spage of uid %" PRId64 " after (%" PRId64 ", %" PRId64 ") is %s:"
+                         " it repeats the walk's items down to (%" PRId64 ", %" PRId64 ")",
+                      cl->id, cl->nauthors ? "merged " : "", cl->uid, cl->score, cl->last_id,
+                      text, cl->walk_last.score, cl->walk_last.id);
+        return 1;
+    }
+    return 0;
 }
 
 /* A request of cl ended with rc: check it, then plan the next one. */
@@ -1947,6 +2112,10 @@ static void sim_request_done(sim_world *w, sim_client *cl)
 {
     sim_frame *f = sim_top(cl);
     int rc = f->op->rc;
+    /* feed_page_ranked's next_rank: the hint the page hands out with its
+     * cursor, which the walk passes back with it. */
+    int64_t next_rank = cl->kind == SIM_READER && !cl->newer && !cl->nauthors
+                            ? feed__page_next_rank((const feed_page_op *)f->op) : -1;
 
     sim_op_free(f);
     cl->depth = 0;
@@ -1960,8 +2129,10 @@ static void sim_request_done(sim_world *w, sim_client *cl)
                 sim_violation(w, "c%d: a page failed with no fault: %s", cl->id, cl->err);
             cl->walking = 0;
         } else {
-            sim_page_text(text, sizeof text, &cl->page);
-            sim_trace(w, "c%d  page %s from %s", cl->id, text, feed_source_name(cl->page.source));
+            const feed_result *pg = &cl->page;
+            sim_page_text(text, sizeof text, pg, cl->newer);
+            sim_trace(w, "c%d  page %s%s from %s", cl->id, text,
+                      next_rank >= 0 ? " (with a rank)" : "", feed_source_name(pg->source));
             exact = sim_page_exact(w, cl);
             w->unchecked += exact < 0;
             if (exact == 0)
@@ -1970,15 +2141,35 @@ static void sim_request_done(sim_world *w, sim_client *cl)
                                  "feed while it was served",
                               cl->id, cl->nauthors ? "merged " : "", cl->uid, cl->score,
                               cl->last_id, cl->limit, text,
-                              feed_source_name(cl->page.source));
-            if (cl->newer && cl->page.has_more) {
-                cl->score = cl->page.next_score;
-                cl->last_id = cl->page.next_id;
-            } else if (!cl->newer && cl->page.has_more && cl->page.count > 0) {
-                cl->score = cl->page.items[cl->page.count - 1].score;
-                cl->last_id = cl->page.items[cl->page.count - 1].id;
+                              feed_source_name(pg->source));
+            else if (exact == 2)
+                sim_violation(w, "c%d: %spage of uid %" PRId64 " %s (%" PRId64 ", %" PRId64
+                                 ") limit %zu is %s (from %s): the walk skips SQL's rows "
+                                 "between (%" PRId64 ", %" PRId64 "), where its pages so far "
+                                 "end, and that cursor", cl->id, cl->nauthors ? "merged " : "",
+                              cl->uid, cl->newer ? "newer than" : "after", cl->score,
+                              cl->last_id, cl->limit, text, feed_source_name(pg->source),
+                              cl->walk_last.score, cl->walk_last.id);
+            else if (!sim_walk_check(w, cl, text))
+                sim_rank_check(w, cl, next_rank, text);
+            cl->walk_pages++;
+            /* The walk goes on from the cursor the page handed out (and
+             * its rank hint): what an application does with it. */
+            if (pg->count > 0) {
+                cl->walk_seen = 1;
+                cl->walk_last = pg->items[cl->newer ? 0 : pg->count - 1];
+            }
+            if (pg->has_more) {
+                cl->score = pg->next_score;
+                cl->last_id = pg->next_id;
+                cl->rank = next_rank;
+                if (cl->walk_pages >= sim_walk_budget(w, cl))
+                    sim_violation(w, "c%d: a walk of uid %" PRId64 " is at its %ld-th page and "
+                                     "goes on: more pages than its sources ever had items",
+                                  cl->id, cl->uid, cl->walk_pages);
             } else {
                 cl->walking = 0;
+                w->walks++;
             }
             w->pages++;
         }
@@ -2344,6 +2535,7 @@ static void sim_world_faults(sim_world *w)
         if (w->topo == SIM_TOPO_CLUSTER)
             p = &w->sv[sim_key_server(w, which)];
         simr_evict(p->r, which, strlen(which));
+        w->evicts++;
     }
     if (sim_fault(w, SIM_F_JUMP, "the clock jumps ahead"))
         w->now += (int64_t)sim_pick(w, 2 * w->lease_ms);
@@ -2533,11 +2725,14 @@ static int sim_async_drawn(const sim_world *w, int *writer)
 }
 
 /* The clients that may move now (into cand), the soonest time another
- * may; returns how many are still at work. */
-static int sim_candidates(sim_world *w, sim_client **cand, int *ncand, int64_t *soonest)
+ * may; returns how many are still at work, *apps how many of them are the
+ * application's (not the log follower). */
+static int sim_candidates(sim_world *w, sim_client **cand, int *ncand, int64_t *soonest,
+                          int *apps)
 {
     int active = 0;
 
+    *apps = 0;
     for (int i = 0; i < w->ncl; i++) {
         sim_client *cl = &w->cl[i];
         int64_t at = cl->ah && cl->ah->ready_at > cl->ready_at ? cl->ah->ready_at : cl->ready_at;
@@ -2545,6 +2740,7 @@ static int sim_candidates(sim_world *w, sim_client **cand, int *ncand, int64_t *
             continue;
         if (cl->kind != SIM_SYNC || cl->aw != SIM_AW_IDLE)
             active++;
+        *apps += cl->kind != SIM_SYNC;
         if (cl->aw == SIM_AW_SHARED)
             continue;                   /* its handle's loop moves it */
         if (at <= w->now)
@@ -2577,13 +2773,128 @@ static void sim_heal(sim_world *w)
         }
 }
 
+/* The feeds the async handle's requests touch. */
+static unsigned sim_async_feeds(const sim_world *w)
+{
+    unsigned m = 0;
+
+    for (int i = 0; w->ah && i < w->ah->nreq; i++)
+        m |= w->ah->req[i]->req_feeds;
+    return m;
+}
+
+/* A repair request of a handle is in flight (in) or not: note the feeds
+ * with a loss pending when it is first seen (what it took off the list). */
+static void sim_census_repair(sim_world *w, int in, int *seen, unsigned *cover)
+{
+    if (in && !*seen)
+        *cover = w->lossy;
+    *seen = in;
+}
+
+/* After one step of handle `mover` (NULL: none moved), whose requests
+ * touch the feeds in mask, the repair list at generation gen0 before it:
+ * the races between handles that step made (sim_world.race). A measure of
+ * what schedules reach, not a check: the windows where a mistake in the
+ * repair bookkeeping across handles, the leases or the fence would show. */
+static int sim_lease_held(sim_world *w, int bit)
+{
+    char key[128], lease[128];
+    int author = bit >= 8;
+
+    sim_owner_keys(w, author, author ? 101 + bit - 8 : 1 + bit, key, lease);
+    return simr_has(w->sv[sim_key_server(w, lease)].r, lease, strlen(lease), w->now);
+}
+
+static void sim_census(sim_world *w, const feed_core *mover, unsigned mask, uint64_t gen0)
+{
+    uint64_t gen = feed__repair_gen();
+    unsigned setups[SIM_SERVERS] = { 0 };   /* per server: the handles setting it up */
+    int nh = 0;
+
+    for (int b = 0; b < 16 && w->raced; b++)
+        if ((w->raced >> b & 1) && sim_lease_held(w, b))
+            w->race[SIM_RACE_REPAIR_REBUILD] = 1;
+
+    for (int i = 0; i < w->ncl; i++)
+        if (!w->cl[i].ah)
+            sim_census_repair(w, w->cl[i].depth > 1, &w->cl[i].rep_seen, &w->cl[i].rep_cover);
+    if (w->ah)
+        sim_census_repair(w, w->ah->repairing, &w->ah->rep_seen, &w->ah->rep_cover);
+    if (mover && gen > gen0 && mask) {      /* mover recorded a loss for (some of) mask */
+        for (int i = 0; i < w->ncl; i++)
+            if (!w->cl[i].ah && w->cl[i].c != mover && w->cl[i].rep_seen &&
+                (w->cl[i].rep_cover & mask)) {
+                w->race[SIM_RACE_REPAIR] = 1;
+                w->raced |= w->cl[i].rep_cover & mask;
+            }
+        if (w->ah && &w->ah->core != mover && w->ah->rep_seen && (w->ah->rep_cover & mask)) {
+            w->race[SIM_RACE_REPAIR] = 1;
+            w->raced |= w->ah->rep_cover & mask;
+        }
+        for (int b = 0; b < 16; b++)
+            if ((mask >> b & 1) && sim_lease_held(w, b))
+                w->race[SIM_RACE_REBUILD] = 1;
+        w->lossy |= mask;
+    }
+    w->loss_gen = gen;
+    if (!feed__repairs_pending())
+        w->lossy = w->raced = 0;
+    /* The fence: handles (each bit one) in a set-up of each server. */
+    for (int i = 0; i < w->ncl; i++, nh++)
+        for (int d = 0; !w->cl[i].ah && d < w->cl[i].depth; d++) {
+            const feed_setup *su = w->cl[i].frames[d].setup;
+            int s = su ? sim_server_at(w, &w->cl[i].c->topo.nodes[su->index]->addr, 0) : -1;
+            if (s >= 0)
+                setups[s] |= 1u << (nh % 32);
+        }
+    for (size_t k = 0; w->ah && k < w->ah->core.topo.nnodes && k < SIM_ANODES; k++) {
+        int s = w->ah->setup[k] ? sim_server_at(w, &w->ah->core.topo.nodes[k]->addr, 0) : -1;
+        if (s >= 0)
+            setups[s] |= 1u << (nh % 32);
+    }
+    for (int s = 0; s < w->nsv; s++)      /* two bits or more, on a new data set */
+        if ((setups[s] & (setups[s] - 1)) && w->sv[s].epoch > 1)
+            w->race[SIM_RACE_FENCE] = 1;
+}
+
+/* Which of ncand clients and nev async events moves next: uniformly, or
+ * in a swarm schedule by the clients' weights (the async handle's events
+ * by its first request's), so that some handles run far ahead of others
+ * and one's window stays open while others act. */
+static uint64_t sim_pick_weighted(sim_world *w, sim_client *const *cand, int ncand, size_t nev)
+{
+    uint64_t total = 0, at;
+    unsigned ev = w->ah ? w->ah->req[0]->weight : 1;
+
+    if (!w->swarm)
+        return sim_pick(w, (uint64_t)ncand + nev);
+    for (int i = 0; i < ncand; i++)
+        total += cand[i]->weight;
+    at = sim_pick(w, total + nev * ev);
+    for (int i = 0; i < ncand; i++) {
+        if (at < cand[i]->weight)
+            return (uint64_t)i;
+        at -= cand[i]->weight;
+    }
+    return (uint64_t)ncand + at / ev;
+}
+
 int sim_run(sim_world *w)
 {
     int readers = 1 + (int)sim_pick(w, 3), writers = 1 + (int)sim_pick(w, 2), active, wid = 0;
-    int awriter, areqs = sim_async_drawn(w, &awriter);
+    int awriter, areqs = sim_async_drawn(w, &awriter), moved = 0, apps;
+    const feed_core *mover = NULL;
+    unsigned mover_feeds = 0;
 
     w->uids = 1 + (int)sim_pick(w, 3);
     w->authors = (int)sim_pick(w, 4);
+    if (w->swarm) {                     /* contended: few feeds, more handles on them */
+        w->uids = 1;
+        w->authors = w->authors > 1 ? 1 : w->authors;
+        readers = 3;
+        writers = 2;
+    }
     w->writers = writers + awriter;    /* an async writer's ids: the last share */
     w->max_len = 2 + (uint32_t)sim_pick(w, 7);
     w->ttl_seconds = sim_pick(w, 3) ? 0 : 1;
@@ -2598,6 +2909,7 @@ int sim_run(sim_world *w)
     if (!w->pg || sim_servers(w) < 0)
         return -1;
     feed__repair_forget();
+    w->loss_gen = feed__repair_gen();
     sim_seed_data(w);
     w->ncl = 0;
     for (int i = 0; i < readers + writers + 1; i++, w->ncl++)
@@ -2614,17 +2926,34 @@ int sim_run(sim_world *w)
         for (int i = w->ncl - areqs; i < w->ncl; i++)
             sim_plan(w, &w->cl[i]);
     }
+    for (int i = 0; i < w->ncl; i++)    /* 1, 2, 4 or 8 (swarm), else 1 */
+        w->cl[i].weight = w->swarm ? 1u << sim_pick(w, 4) : 1;
 
-    for (long step = 0; step < 200000; step++) {
+    for (long step = 0;; step++) {
         sim_client *cand[SIM_CLIENTS];
         int ncand = 0, ev[SIM_ACONNS + SIM_ANODES + 2];
         int64_t soonest = INT64_MAX;
         size_t nev;
 
-        active = sim_candidates(w, cand, &ncand, &soonest);
+        if (moved) {                    /* what the last step did between handles */
+            sim_census(w, mover, mover_feeds, w->loss_gen);
+            moved = 0;
+        }
+        active = sim_candidates(w, cand, &ncand, &soonest, &apps);
         nev = sim_async_events(w, ev, &soonest);
-        if (active == 0) {
-            /* Heal, then look at the copies once the readers are done. */
+        if (step == SIM_STEP_CAP) {
+            /* A schedule is a few walks and writes of a few operations
+             * each: one still going here goes round (a walk that never
+             * ends, a request retried for ever), which a user would see. */
+            sim_violation(w, "%d clients still at work after %d steps: the schedule does not end",
+                          active, SIM_STEP_CAP);
+            break;
+        }
+        if (active == 0 || (apps == 0 && !w->healed)) {
+            /* Heal once the application's clients are done (the log
+             * follower, retrying its drops, would otherwise keep a world
+             * that faults at every step from ever healing), then look at
+             * the copies once the readers and the follower are done. */
             if (!w->healed) {
                 sim_heal(w);
                 continue;
@@ -2639,9 +2968,12 @@ int sim_run(sim_world *w)
             w->now = soonest;
             continue;
         }
-        uint64_t pick = sim_pick(w, (uint64_t)ncand + nev);
+        uint64_t pick = sim_pick_weighted(w, cand, ncand, nev);
         sim_client *cl = pick < (uint64_t)ncand ? cand[pick] : NULL;
         w->steps++;
+        moved = 1;
+        mover = cl ? cl->c : &w->ah->core;
+        mover_feeds = cl && !cl->ah ? cl->req_feeds : sim_async_feeds(w);
         if (!w->healed)
             sim_world_faults(w);
         if (w->topo != SIM_TOPO_SINGLE)

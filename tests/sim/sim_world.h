@@ -13,6 +13,7 @@
 #define SIM_MASK_MAX  256
 #define SIM_FAULT_LOG 256
 #define SIM_SERVERS   8
+#define SIM_STEP_CAP  200000    /* steps of one schedule: reaching it is a violation */
 /* The least time from a primary's demotion to its promotion again (an
  * episode of two failovers and a resync between them): the library's
  * trust in a cluster node rests on it being above twice redis_timeout_ms
@@ -21,6 +22,14 @@
 
 /* The Redis topology. */
 enum { SIM_TOPO_SINGLE, SIM_TOPO_SENTINEL, SIM_TOPO_CLUSTER };
+
+/* The kinds of operation a swarm schedule may switch off (sim_world.ops_off). */
+enum { SIM_OP_FANOUT = 1, SIM_OP_RELOAD = 2, SIM_OP_DELETE = 4, SIM_OP_MERGED = 8,
+       SIM_OP_NEWER = 16 };
+
+/* The races between handles sim_census counts (sim_world.race). */
+enum { SIM_RACE_REPAIR, SIM_RACE_REPAIR_REBUILD, SIM_RACE_REBUILD, SIM_RACE_FENCE,
+       SIM_RACES };
 
 /* What an application client is. */
 enum { SIM_READER, SIM_WRITER, SIM_SYNC };
@@ -124,7 +133,26 @@ typedef struct sim_client {
     int64_t      authors[4];    /* a merged walk's authors */
     size_t       nauthors;
     int          newer;         /* a pull-to-refresh walk: upwards from (score, last_id) */
+    int64_t      rank;          /* the rank hint the last page handed out with its cursor
+                                   (feed_page_ranked's next_rank; -1: none) */
+    /* The walk so far, as the user saw it: how many pages, and the item
+     * its pages end at (the last shown; a pull-to-refresh walk: the newest
+     * shown, or its starting cursor), which the next page must continue
+     * from without repeating or skipping an item. */
+    long         walk_pages;
+    /* The single Redis as the page's request began (its writes so far,
+     * its incarnation, the evictions): unchanged at its end, the copy the
+     * page read is the copy there now (sim_rank_check). */
+    long long    rk_off;
+    uintptr_t    rk_epoch;
+    long         rk_evicts;
+    int          walk_seen;
+    feed_item    walk_last;
     size_t       first_write, nwrite;   /* a writer's writes in flight (a fan-out: several) */
+    unsigned     req_feeds;     /* the feeds its write request touches (sim_feed_bit) */
+    unsigned     weight;        /* how often the scheduler picks it, relative (swarm) */
+    int          rep_seen;      /* its repair request (sync driver) seen in flight, */
+    unsigned     rep_cover;     /* and the feeds with a loss pending when it began */
     int          bulk;          /* the log follower's last drop was feed_invalidate_many */
     feed_result  page;
 } sim_client;
@@ -141,6 +169,13 @@ typedef struct sim_world {
     int        flap;            /* mode cluster-flap: primaries demoted and promoted back,
                                    readers idle for a while between pages */
     unsigned   rate[SIM_F_COUNT];
+    /* Swarm testing (feedsim.c draws it): a contended schedule has one
+     * reader feed, at most one author, three readers and two writers, each
+     * kind of fault on or off (on: often), and kinds of operation switched
+     * off (bits SIM_OP_*), and clients scheduled at unequal speeds
+     * (sim_client.weight), so that handles meet in one feed's windows. */
+    int        swarm;
+    unsigned   ops_off;
     /* The Redis servers (and Sentinels), addressed by host:port. A single
      * Redis: sv[0]. Under Sentinel: a primary, its replica, and Sentinels
      * that name the primary (late, after a failover). */
@@ -201,6 +236,22 @@ typedef struct sim_world {
     size_t     last_faults[SIM_FAULT_LOG], last_faults_n;
     /* results */
     long       steps, requests, pages, unchecked;
+    long       walks;           /* walks that ended (has_more 0), each checked whole */
+    long       ranks;           /* rank hints checked against the copy (sim_rank_check) */
+    long       evicts;          /* keys evicted so far */
+    /* Contention between handles (sim_census): the losses pending on the
+     * process's repair list as the simulation saw them recorded (feeds,
+     * sim_feed_bit), the list's generation last seen, and whether this
+     * schedule had: a loss recorded for a feed while another handle's
+     * repair of it was in flight (SIM_RACE_REPAIR), a loss recorded for a
+     * feed while its lease was held (a rebuild under way, SIM_RACE_REBUILD),
+     * the first and then, that loss still pending, the feed's lease held
+     * (SIM_RACE_REPAIR_REBUILD: raced, the feeds of the first), two handles
+     * setting up one server at once after it restarted (its fence,
+     * SIM_RACE_FENCE). */
+    unsigned   lossy, raced;
+    uint64_t   loss_gen;
+    int        race[4];
     long       acked_lost;      /* failovers that lost a write acknowledged to a writer */
     int        violations;
     char       why[600];
