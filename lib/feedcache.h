@@ -1128,13 +1128,12 @@ FEED_API uint64_t    feed_stats_value(const feed_stats *s, size_t i);
  * bounded by pg_timeout_ms; a statement that times out is cancelled on a
  * thread of its own, never on the loop's.
  *
- * SIGPIPE: the loop adapters write to Redis through hiredis's write(), so a
- * write to a Redis that has just gone away raises SIGPIPE, whose default
- * action ends the process. A program of the asynchronous API ignores it
- * (signal(SIGPIPE, SIG_IGN), before the first handle opens), as programs of
- * hiredis's own asynchronous API do; the write then fails with EPIPE and
- * the handle treats the node as down. The blocking API needs nothing: it
- * sends with MSG_NOSIGNAL.
+ * SIGPIPE: a program needs nothing. A write to a Redis that has just gone
+ * away fails with EPIPE and the handle takes the node as down: the loop's
+ * thread has SIGPIPE blocked around each write to Redis, and a SIGPIPE the
+ * write raised is taken off before the mask is put back, as libpq does (one
+ * already pending is left to the program). The blocking API sends with
+ * MSG_NOSIGNAL.
  * ------------------------------------------------------------------------ */
 
 typedef struct feed_async feed_async;

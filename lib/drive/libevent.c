@@ -1,10 +1,9 @@
-/* libevent.c -- the async driver on a libevent event_base: hiredis's own
- * adapter for the Redis connections, libevent events for the timers and
- * libpq's socket. */
+/* libevent.c -- the async driver on a libevent event_base: libevent events
+ * for the timers and the sockets (libpq's, and the Redis connections'
+ * through lib/io/redis_async.c). */
 #include <stdlib.h>
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
 
 #include "drive/async.h"
 #include "feedcache_libevent.h"
@@ -115,14 +114,9 @@ static void watch_free(void *p)
     free(w);
 }
 
-static int attach(redisAsyncContext *ac, void *loop)
-{
-    return redisLibeventAttach(ac, loop);
-}
-
 static const feed_loop libevent_loop = {
     "feed_async_open_libevent: base is NULL",
-    attach, timer_new, timer_start, timer_stop, timer_free, watch_new, watch_set, watch_free
+    timer_new, timer_start, timer_stop, timer_free, watch_new, watch_set, watch_free
 };
 
 int feed_async_open_libevent(feed_async **out, const feed_config *cfg, struct event_base *base)

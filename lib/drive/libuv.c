@@ -1,11 +1,11 @@
-/* libuv.c -- the async driver on a libuv loop: hiredis's own adapter for
- * the Redis connections, uv timers and a uv poll handle for libpq's socket.
+/* libuv.c -- the async driver on a libuv loop: uv timers, and uv poll
+ * handles for the sockets (libpq's, and the Redis connections' through
+ * lib/io/redis_async.c).
  * A libuv handle is freed by its close callback, on a later turn of the
  * loop: run the loop once more after feed_async_close. */
 #include <stdlib.h>
 
 #include <uv.h>
-#include <hiredis/adapters/libuv.h>
 
 #include "drive/async.h"
 #include "feedcache_libuv.h"
@@ -118,14 +118,9 @@ static void watch_free(void *p)
     uv_close((uv_handle_t *)&w->p, closed);
 }
 
-static int attach(redisAsyncContext *ac, void *loop)
-{
-    return redisLibuvAttach(ac, loop);
-}
-
 static const feed_loop libuv_loop = {
     "feed_async_open_libuv: loop is NULL",
-    attach, timer_new, timer_start, timer_stop, timer_free, watch_new, watch_set, watch_free
+    timer_new, timer_start, timer_stop, timer_free, watch_new, watch_set, watch_free
 };
 
 int feed_async_open_libuv(feed_async **out, const feed_config *cfg, uv_loop_t *loop)

@@ -1,5 +1,6 @@
-/* loop.h -- what the async driver needs of an event loop: timers, a
- * socket to watch (libpq's), and hiredis's own adapter for its contexts.
+/* loop.h -- what the async driver needs of an event loop: timers and a
+ * socket to watch (libpq's, and hiredis's through its event hooks,
+ * lib/io/redis_async.c).
  * libevent.c and libuv.c each fill one in; async.c never names either
  * loop. Not installed. */
 #ifndef FEED_LOOP_H
@@ -12,8 +13,6 @@ enum { FEED_LOOP_READ = 1, FEED_LOOP_WRITE = 2 };
 typedef struct feed_loop {
     /* The open call's message for a NULL loop. */
     const char *null_loop;
-    /* hiredis's adapter for this loop (hiredis/adapters/<loop>.h). */
-    int   (*attach)(redisAsyncContext *ac, void *loop);
     /* A one-shot timer: start (again) to fire once after ms, stop, free.
      * free may be called from the timer's own callback. */
     void *(*timer_new)(void *loop, void (*cb)(void *arg), void *arg);

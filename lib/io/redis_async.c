@@ -1,6 +1,7 @@
 /* redis_async.c -- a Redis node's connection on an event loop: hiredis's
- * async context with the loop's adapter, and what hiredis 0.14 lacks: a
- * bound on connecting and on every round trip.
+ * async context with its socket on the loop's watch (no SIGPIPE on a write
+ * to a peer gone, below), and what hiredis 0.14 lacks: a bound on
+ * connecting and on every round trip.
  *
  * Trips (core.h, feed_trip) are appended as they come, any number from
  * any request, and answered in order: the connection keeps them in a FIFO,
@@ -40,8 +41,11 @@
  * happens next is the driver's.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "io/io.h"
 #include "io/redis_async.h"
@@ -76,6 +80,123 @@ struct feed_anode {
     uint64_t           popped;  /* entries ever taken off the ring: entry i holds the
                                    trip sent as number popped + i (feed_trip.ra_seq) */
 };
+
+/* ---- The socket on the loop ----
+ *
+ * hiredis's own loop adapters write with write(), and a write to a peer that
+ * went away raises SIGPIPE, whose default action ends the process. So the
+ * context gets hiredis's event hooks (ac->ev) over the loop's watch
+ * (loop.h) instead, and its writes go through feed__ra_nopipe: as libpq does
+ * around send() (pq_block_sigpipe), SIGPIPE is blocked on this thread for
+ * the write, and one the write raised is taken off before the mask is put
+ * back. The write fails with EPIPE, and the connection is lost as on any
+ * failed write. A SIGPIPE already pending before is left to the
+ * application. Reads can write too under TLS (OpenSSL answers the peer's
+ * key updates), so a TLS context's reads are guarded alike; a plaintext
+ * read never writes.
+ *
+ * hiredis may free the context, and call ra_ev_cleanup, from inside the
+ * read it is handed (a reply callback closes the connection): the watch is
+ * then freed only once ra_ev_fired is done with it (RW_IN_CALLBACK). */
+
+enum { RW_IN_CALLBACK = 1, RW_FREED = 2 };
+
+typedef struct ra_watch {
+    const feed_loop   *loop;
+    void              *w;       /* the loop's watch of ac's socket */
+    redisAsyncContext *ac;
+    int                events;  /* FEED_LOOP_READ/WRITE watched now */
+    int                flags;   /* RW_* */
+} ra_watch;
+
+void feed__ra_nopipe(void (*handle)(redisAsyncContext *), redisAsyncContext *ac)
+{
+    sigset_t pipe_set, old, pending_set;
+    struct timespec zero = { 0, 0 };
+    int was_pending;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    if (pthread_sigmask(SIG_BLOCK, &pipe_set, &old) != 0) {
+        handle(ac);     /* cannot fail with these arguments; unguarded if it did */
+        return;
+    }
+    was_pending = sigpending(&pending_set) == 0 && sigismember(&pending_set, SIGPIPE);
+    handle(ac);
+    if (!was_pending && sigpending(&pending_set) == 0 && sigismember(&pending_set, SIGPIPE))
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void ra_ev_fired(void *arg, int ready)
+{
+    ra_watch *rw = arg;
+
+    rw->flags |= RW_IN_CALLBACK;
+    if (ready & FEED_LOOP_READ) {
+        if (feed__tls_on(&rw->ac->c))
+            feed__ra_nopipe(redisAsyncHandleRead, rw->ac);
+        else
+            redisAsyncHandleRead(rw->ac);
+    }
+    /* The read may have freed the context (RW_FREED), or it may no longer
+     * want to write. */
+    if (!(rw->flags & RW_FREED) && (ready & FEED_LOOP_WRITE) && (rw->events & FEED_LOOP_WRITE))
+        feed__ra_nopipe(redisAsyncHandleWrite, rw->ac);
+    rw->flags &= ~RW_IN_CALLBACK;
+    if (rw->flags & RW_FREED)
+        free(rw);
+}
+
+static void ra_ev_want(ra_watch *rw, int events)
+{
+    if (rw->w && events != rw->events) {
+        rw->events = events;
+        rw->loop->watch_set(rw->w, events);
+    }
+}
+
+static void ra_ev_add_read(void *p)  { ra_watch *rw = p; ra_ev_want(rw, rw->events | FEED_LOOP_READ); }
+static void ra_ev_del_read(void *p)  { ra_watch *rw = p; ra_ev_want(rw, rw->events & ~FEED_LOOP_READ); }
+static void ra_ev_add_write(void *p) { ra_watch *rw = p; ra_ev_want(rw, rw->events | FEED_LOOP_WRITE); }
+static void ra_ev_del_write(void *p) { ra_watch *rw = p; ra_ev_want(rw, rw->events & ~FEED_LOOP_WRITE); }
+
+static void ra_ev_cleanup(void *p)
+{
+    ra_watch *rw = p;
+
+    if (rw->w)
+        rw->loop->watch_free(rw->w);
+    rw->w = NULL;
+    if (rw->flags & RW_IN_CALLBACK)
+        rw->flags |= RW_FREED;
+    else
+        free(rw);
+}
+
+/* ac's socket watched on the loop through hiredis's event hooks: REDIS_OK,
+ * or REDIS_ERR (out of memory, or hooks already set). */
+static int ra_attach(redisAsyncContext *ac, const feed_loop *loop, void *loop_data)
+{
+    ra_watch *rw;
+
+    if (ac->ev.data != NULL || !(rw = calloc(1, sizeof *rw)))
+        return REDIS_ERR;
+    rw->loop = loop;
+    rw->ac = ac;
+    if (!(rw->w = loop->watch_new(loop_data, ac->c.fd, ra_ev_fired, rw))) {
+        free(rw);
+        return REDIS_ERR;
+    }
+    ac->ev.addRead = ra_ev_add_read;
+    ac->ev.delRead = ra_ev_del_read;
+    ac->ev.addWrite = ra_ev_add_write;
+    ac->ev.delWrite = ra_ev_del_write;
+    ac->ev.cleanup = ra_ev_cleanup;
+    ac->ev.data = rw;
+    return REDIS_OK;
+}
 
 static pending *at(feed_anode *n, size_t i)
 {
@@ -259,7 +380,7 @@ feed_anode *feed__ra_connect(const feed_addr *a, const struct feed_tls *tls,
         feed__msg_keep_n(why, cap, n->ac && n->ac->errstr ? n->ac->errstr : "out of memory");
     } else if (feed__tls_begin(tls, &n->ac->c, a->host, why, cap) == 0) {
         n->ac->data = n;
-        if (loop->attach(n->ac, loop_data) == REDIS_OK &&
+        if (ra_attach(n->ac, loop, loop_data) == REDIS_OK &&
             redisAsyncSetConnectCallback(n->ac, on_connect) == REDIS_OK &&
             redisAsyncSetDisconnectCallback(n->ac, on_disconnect) == REDIS_OK) {
             n->connect_deadline = now + timeout_ms;

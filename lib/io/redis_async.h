@@ -31,5 +31,9 @@ void feed__ra_forget(feed_anode *n, const feed_trip *t);
  * inside one of its own reply callbacks, once that returns. Not from
  * inside done(). */
 void feed__ra_close(feed_anode *n, int io, const char *why);
+/* handle(ac) with SIGPIPE blocked on this thread, a SIGPIPE it raised taken
+ * off before the mask is put back (one pending before is left): how every
+ * write to Redis on the loop is made (tests/t_sigpipe.c). */
+void feed__ra_nopipe(void (*handle)(redisAsyncContext *), redisAsyncContext *ac);
 
 #endif /* FEED_REDIS_ASYNC_H */
