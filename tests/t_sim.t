@@ -16,7 +16,7 @@ a=$(SIM_SEED=7 "$sim" default 2>&1)
 b=$(SIM_SEED=7 "$sim" default 2>&1)
 [[ $a == "$b" && $(wc -l <<<"$a") -gt 50 ]]
 verdict $? "SIM_SEED=7 replays the same trace ($(wc -l <<<"$a") lines) twice"
-like "$(tail -n1 <<<"$a")" '^seed 7 \(default\): [0-9]+ steps, [0-9]+ requests, [0-9]+ pages, [0-9]+ faults, no violation$' \
+like "$(tail -n1 <<<"$a")" '^seed 7 \(default\): [0-9]+ steps, [0-9]+ requests, [0-9]+ pages, [0-9]+ walks, [0-9]+ faults, no violation$' \
     "its last line names the seed, its size and the verdict"
 
 # So is one with an async handle (several requests in flight on one core).
