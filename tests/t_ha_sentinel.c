@@ -67,16 +67,31 @@ static int64_t base_score(size_t i) { return score_of_id((int64_t)i + 1); }
 static int64_t base_id(size_t i) { return (int64_t)i + 1; }
 
 /* A call's time: the longest is reported, and one past the bound says
- * which call it was and what the handle said, so a failure shows its path. */
-static void note_time(feed *f, const char *op, double ms)
+ * which call it was, what the handle said and what it did meanwhile (its
+ * counters' change: lease waits, connects, errors, statements), so a
+ * failure shows its path. t0 and s0: the time and counters before it. */
+static void note_time(feed *f, const char *op, double t0, const feed_stats *s0)
 {
+    double ms = fault_now_ms() - t0;
     long v = (long)ms, m = atomic_load(&max_call_ms);
+    feed_stats s;
 
     while (v > m && !atomic_compare_exchange_weak(&max_call_ms, &m, v))
         ;
     if (ms > 4.0 * TIMEOUT + fault_slack_ms()) {
         atomic_fetch_add(&slow_calls, 1);
-        tap_diag("%s took %.0f ms (pid %d): %s", op, ms, (int)getpid(), feed_errmsg(f));
+        feed_stats_get(f, &s);
+        tap_diag("%s took %.0f ms (pid %d): %s; meanwhile lease waits %llu (served %llu),"
+                 " Redis connects %llu, calls %llu, errors %llu, WAIT failures %llu,"
+                 " failovers %llu, statements %llu", op, ms, (int)getpid(), feed_errmsg(f),
+                 (unsigned long long)(s.lease_waits - s0->lease_waits),
+                 (unsigned long long)(s.lease_waits_served - s0->lease_waits_served),
+                 (unsigned long long)(s.redis_connects - s0->redis_connects),
+                 (unsigned long long)(s.redis_calls - s0->redis_calls),
+                 (unsigned long long)(s.redis_errors - s0->redis_errors),
+                 (unsigned long long)(s.wait_failures - s0->wait_failures),
+                 (unsigned long long)(s.failovers - s0->failovers),
+                 (unsigned long long)(s.sql_queries - s0->sql_queries));
     }
 }
 
@@ -96,20 +111,23 @@ static void *writer(void *arg)
             for (int u = w; u < FEEDS; u += WRITERS) {
                 int64_t id = atomic_load(&issued[u]) + 1;
                 double t0;
+                feed_stats s0;
                 int rc;
                 atomic_store(&issued[u], id);
                 tu_insert(pg, UID0 + u, score_of_id(id), id);
+                feed_stats_get(f, &s0);
                 t0 = fault_now_ms();
                 rc = feed_on_insert(f, UID0 + u, score_of_id(id), id);
-                note_time(f, "feed_on_insert", fault_now_ms() - t0);
+                note_time(f, "feed_on_insert", t0, &s0);
                 atomic_store(&hooked[u], id);     /* it has run, failed or not */
                 atomic_fetch_add(&hooks, 1);
                 for (int k = 0; rc != FEED_OK && k < 100 && atomic_load(&running) == 1; k++) {
                     fault_sleep_ms(20);
                     atomic_fetch_add(&retried, 1);
+                    feed_stats_get(f, &s0);
                     t0 = fault_now_ms();
                     rc = feed_on_insert(f, UID0 + u, score_of_id(id), id);
-                    note_time(f, "feed_on_insert (again)", fault_now_ms() - t0);
+                    note_time(f, "feed_on_insert (again)", t0, &s0);
                 }
             }
         }
@@ -133,9 +151,13 @@ static void check_walk(feed *f, int u, uint64_t *rng)
     (void)rng;
     for (;;) {
         feed_result res;
-        double t0 = fault_now_ms();
-        int rc = feed_page(f, UID0 + u, score, id, LIMIT, &res);
-        note_time(f, "feed_page", fault_now_ms() - t0);
+        feed_stats s0;
+        double t0;
+        int rc;
+        feed_stats_get(f, &s0);
+        t0 = fault_now_ms();
+        rc = feed_page(f, UID0 + u, score, id, LIMIT, &res);
+        note_time(f, "feed_page", t0, &s0);
         if (rc != FEED_OK) {          /* neither store: not a wrong page */
             free(seen);
             return;
