@@ -1244,9 +1244,9 @@ void section_storm(void)
     if (secs < 10)
         die("BENCH_STORM_SECS: at least 10, not %d", secs);
     /* A write to a Redis that was just killed raises SIGPIPE: the control's
-     * hiredis and the library's async driver alike write with write(2),
-     * not send(MSG_NOSIGNAL) (lib/io/redis_sync.c does), and the default
-     * action ends the process. A server program ignores it, so does this. */
+     * hiredis adapter writes with write(2), and the default action ends the
+     * process (the library guards its own writes, lib/io/redis_async.c). A
+     * server program ignores it, so does this. */
     if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
         die("signal(SIGPIPE): %s", strerror(errno));
     feed_config_init(&dflt);
