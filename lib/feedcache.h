@@ -1087,6 +1087,11 @@ typedef struct feed_stats {
     uint64_t fence_sweeps;    /* sweeps of a data set's older copies (fence_flushes) seen
                                  to end, by this handle or another; equal to fence_flushes
                                  when none is under way */
+    /* --- lease waits on one event loop --- */
+    uint64_t lease_waits_joined; /* async handles: lease waits that joined another request of
+                                    the handle waiting on the same feed, and asked Redis
+                                    nothing until that one's answer came (0 on a blocking
+                                    handle: one call at a time) */
 } feed_stats;
 
 /* Copy the handle's counters (since feed_open) into *out. */

@@ -21,6 +21,11 @@
  *   herd      20 handles on 20 threads miss the same cold feed while its
  *             one rebuild takes 400 ms: one statement in all, every other
  *             reader served by that rebuild's copy (lease_waits_served)
+ *   joined    40 pages of one async handle wait on another handle's
+ *             rebuild of their feed: one of them asks Redis, the others
+ *             wait for it (lease_waits_joined), and all are served by the
+ *             copy; waiters past their deadline are shed, and a close
+ *             cancels them
  *
  * The async parts run on libevent directly. */
 #include <pthread.h>
@@ -400,6 +405,175 @@ static void herd(void)
        " served by its copy (%d from the cache, lease_waits_served %llu)", from_cache, served);
 }
 
+/* ---- an async handle's readers of one feed wait as one ---- */
+
+#define NJOIN 40
+
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t  hold_cond = PTHREAD_COND_INITIALIZER;
+static int             hold_state;  /* 1: the rebuild waits to install; 2: let it */
+
+static void hold_set(int state)
+{
+    pthread_mutex_lock(&hold_lock);
+    hold_state = state;
+    pthread_cond_broadcast(&hold_cond);
+    pthread_mutex_unlock(&hold_lock);
+}
+
+/* Wait (30 s at most) until hold_state is state: 1 when it is. */
+static int hold_until(int state)
+{
+    struct timespec until;
+    int rc = 0;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&hold_lock);
+    while (hold_state != state && rc == 0)
+        rc = pthread_cond_timedwait(&hold_cond, &hold_lock, &until);
+    rc = hold_state == state;
+    pthread_mutex_unlock(&hold_lock);
+    return rc;
+}
+
+/* The rebuilder's rows are read: it holds the lease until told. */
+static void held_install(feed *rebuilder, int64_t uid, void *arg)
+{
+    (void)rebuilder;
+    (void)uid;
+    (void)arg;
+    hold_set(1);
+    hold_until(2);
+}
+
+static void *rebuild_held(void *arg)
+{
+    feed_result res;
+
+    if (feed_page(arg, 9700, FEED_FIRST, 0, 5, &res) == FEED_OK)
+        feed_result_free(&res);
+    return NULL;
+}
+
+/* Run the loop until a's lease_waits passed n, 30 s at most. */
+static feed_stats run_until_waits(feed_async *a, uint64_t n)
+{
+    feed_stats s;
+    double until = fault_now_ms() + 30000;
+    struct timeval tick = { 0, 10000 };
+
+    for (;;) {
+        feed_async_stats_get(a, &s);
+        if (s.lease_waits >= n || fault_now_ms() > until)
+            return s;
+        event_base_loopexit(base, &tick);
+        event_base_dispatch(base);
+    }
+}
+
+static feed_async *open_async(const feed_config *cfg)
+{
+    feed_async *a = NULL;
+
+    if (feed_async_open_libevent(&a, cfg, base) != FEED_OK) {
+        tap_bail("feed_async_open_libevent");
+        exit(255);
+    }
+    return a;
+}
+
+static void joined(void)
+{
+    static got g[NJOIN], late[10], closed[5];
+    struct timeval wait_300ms = { 0, 300000 };
+    feed_config cfg, hurried;
+    feed_async *a, *b, *c;
+    feed_stats s0, s1, s2, s3, b0, b1;
+    pthread_t th;
+    feed *f;
+    int cached = 0, busy = 0, cancelled = 0;
+
+    tu_insert_rows(pg, 9700, 30, tu_score_by10, tu_id_seq);
+    tu_config(&cfg);
+    cfg.lease_ms = 60000;               /* nobody takes the held lease over */
+    cfg.lease_wait_ms = 60000;
+    cfg.request_timeout_ms = 60000;
+    hurried = cfg;
+    hurried.request_timeout_ms = 300;
+    f = tu_open(&cfg);
+    f->core.test_before_install = held_install;
+    hold_set(0);
+    pthread_create(&th, NULL, rebuild_held, f);
+    if (!hold_until(1))
+        tap_bail("the rebuild of feed 9700 never read its rows");
+
+    a = open_async(&cfg);
+    memset(g, 0, sizeof g);
+    feed_async_page(a, 9701, FEED_FIRST, 0, 5, on_page, &g[0]);   /* connections made */
+    run_until(g, 1);
+    feed_async_stats_get(a, &s0);
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < NJOIN; i++)
+        feed_async_page(a, 9700, FEED_FIRST, 0, 5, on_page, &g[i]);
+    s1 = run_until_waits(a, s0.lease_waits + NJOIN);
+    is_int((long long)(s1.lease_waits - s0.lease_waits), NJOIN,
+           "%d async pages of a feed another handle rebuilds: each waits on the lease", NJOIN);
+    is_int((long long)(s1.lease_waits_joined - s0.lease_waits_joined), NJOIN - 1,
+           "  all but one joined the one that asks (lease_waits_joined)");
+    event_base_loopexit(base, &wait_300ms);
+    event_base_dispatch(base);
+    feed_async_stats_get(a, &s2);
+    ok(s2.redis_calls - s1.redis_calls <= NJOIN, "  while they wait 300 ms, the handle asks Redis"
+       " %llu times, not once per waiter each time (at most %d)",
+       (unsigned long long)(s2.redis_calls - s1.redis_calls), NJOIN);
+
+    /* Waiters past their deadline are shed, followers too (the sweep). */
+    b = open_async(&hurried);
+    memset(late, 0, sizeof late);
+    feed_async_page(b, 9701, FEED_FIRST, 0, 5, on_page, &late[0]);
+    run_until(late, 1);
+    feed_async_stats_get(b, &b0);
+    memset(late, 0, sizeof late);
+    for (int i = 0; i < 10; i++)
+        feed_async_page(b, 9700, FEED_FIRST, 0, 5, on_page, &late[i]);
+    run_until(late, 10);
+    feed_async_stats_get(b, &b1);
+    for (int i = 0; i < 10; i++)
+        busy += late[i].done && late[i].rc == FEED_EBUSY
+                && feed_async_error_kind(b, late[i].rc) == FEED_KIND_RETRY;
+    ok(busy == 10 && b1.deadlines_missed - b0.deadlines_missed == 10
+       && b1.lease_waits_joined - b0.lease_waits_joined == 9, "  request_timeout_ms 300: 10 more"
+       " waiters (9 joined: %llu) all shed with FEED_EBUSY, kind retry (%d; deadlines_missed"
+       " +%llu)", (unsigned long long)(b1.lease_waits_joined - b0.lease_waits_joined), busy,
+       (unsigned long long)(b1.deadlines_missed - b0.deadlines_missed));
+    feed_async_close(b);
+
+    /* A close cancels the waiters, leader and followers alike. */
+    c = open_async(&cfg);
+    memset(closed, 0, sizeof closed);
+    for (int i = 0; i < 5; i++)
+        feed_async_page(c, 9700, FEED_FIRST, 0, 5, on_page, &closed[i]);
+    run_until_waits(c, 5);
+    feed_async_close(c);
+    for (int i = 0; i < 5; i++)
+        cancelled += closed[i].done && closed[i].rc == FEED_ECANCELED;
+    is_int(cancelled, 5, "  a close while 5 wait (one asking, 4 joined): each cancelled");
+
+    hold_set(2);                        /* the rebuild installs */
+    pthread_join(th, NULL);
+    run_until(g, NJOIN);
+    feed_async_stats_get(a, &s3);
+    for (int i = 0; i < NJOIN; i++)
+        cached += g[i].done && g[i].rc == FEED_OK && g[i].source == FEED_SOURCE_CACHE;
+    is_int(cached, NJOIN, "  the rebuild installed: all %d served from its copy", NJOIN);
+    is_int((long long)(s3.lease_waits_served - s0.lease_waits_served), NJOIN,
+           "  each counted in lease_waits_served");
+    is_int((long long)(s3.sql_queries - s0.sql_queries), 0, "  and none read SQL");
+    feed_async_close(a);
+    feed_close(f);
+}
+
 int main(void)
 {
     pg = tu_begin(&rds);
@@ -412,6 +586,7 @@ int main(void)
     deadlines();
     budget();
     herd();
+    joined();
     event_base_free(base);
     PQfinish(pg);
     redisFree(rds);

@@ -267,7 +267,7 @@ static const struct { const char *name; size_t offset; } stat_fields[] = {
     FEED_STAT(redis_redirects), FEED_STAT(redis_retries),
     FEED_STAT(redis_failed_pages), FEED_STAT(rows_left_out),
     FEED_STAT(installs_refused), FEED_STAT(shed), FEED_STAT(deadlines_missed),
-    FEED_STAT(lease_waits_served), FEED_STAT(fence_sweeps),
+    FEED_STAT(lease_waits_served), FEED_STAT(fence_sweeps), FEED_STAT(lease_waits_joined),
 };
 #undef FEED_STAT
 

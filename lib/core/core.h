@@ -703,6 +703,11 @@ struct feed_op {
     feed_sql    sql;            /* FEED_W_SQL: the statement; then sql_rc */
     int         sql_rc;
     int64_t     wake_at;        /* FEED_W_WAKE */
+    /* FEED_W_WAKE for another handle's rebuild: the feed it waits on
+     * (feed__lease_wait), else 0. The event-loop driver lets one request
+     * of the handle ask for each such feed, and the others wait for that
+     * one (drive/async.c, "Lease waits"). */
+    uint64_t    lease_of;
     int         rc;             /* FEED_W_DONE: the result */
     int         state;
     /* A read (a page of any kind) has a deadline, request_timeout_ms after
@@ -766,11 +771,12 @@ enum feed_want feed__rebuild_one(feed_rebuild *rb, feed_op *op, int flags, unsig
 enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc);
 void feed__rebuild_free(feed_rebuild *rb);      /* any state */
 /* Another handle holds a lease: 1, ask again at op->wake_at (a pause that
- * doubles); 0, lease_wait_ms has passed. A wait starts as { 0, 1 }. */
+ * doubles); 0, lease_wait_ms has passed. A wait starts as { 0, 1 }. fam
+ * and owner name the one feed waited on (op->lease_of); fam -1: several. */
 typedef struct feed_wait {
     int64_t deadline, pause;
 } feed_wait;
-int  feed__lease_wait(feed_op *op, feed_wait *w, int64_t now);
+int  feed__lease_wait(feed_op *op, feed_wait *w, int fam, int64_t owner, int64_t now);
 
 /* rebuild.c: the TTL of a copy (ms, text; "0": none): a feed known to be
  * empty has its own; and when a first page must read a copy's PTTL

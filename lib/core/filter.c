@@ -633,6 +633,7 @@ static enum feed_want filter_inner_step(filter_op *fo, int64_t now)
         return w;
     case FEED_W_WAKE:
         fo->op.wake_at = in->wake_at;
+        fo->op.lease_of = in->lease_of;
         return w;
     default:
         return filter_chunk_done(fo, now);

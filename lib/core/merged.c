@@ -479,7 +479,7 @@ static enum feed_want after_rebuild(merged_op *m, int64_t now)
 {
     if (count_in(m, S_BUSY) == 0)
         return advance(m, now);
-    if (!feed__lease_wait(&m->op, &m->wait, now)) {
+    if (!feed__lease_wait(&m->op, &m->wait, -1, 0, now)) {
         for (size_t k = 0; k < m->n; k++)
             if (m->src[k].state == S_BUSY)
                 m->src[k].state = S_SQL;

@@ -669,7 +669,7 @@ static enum feed_want rebuilt(feed_page_op *p, int rc, int64_t now)
  * after a pause that doubles, until lease_wait_ms has passed. */
 static enum feed_want lease_busy(feed_page_op *p, int64_t now)
 {
-    if (!feed__lease_wait(&p->op, &p->wait, now))
+    if (!feed__lease_wait(&p->op, &p->wait, FEED_FAM_FEED, p->uid, now))
         return ask_db(p, 0, now);
     p->op.state = P_WAIT;
     return FEED_W_WAKE;

@@ -248,8 +248,10 @@ enum feed_want feed__rebuild_step(feed_rebuild *rb, int64_t now, int *rc)
  * that a cold feed read by many costs one statement, not one each; past
  * lease_ms a grant is old enough for the waiter to take over (page.lua). */
 #define WAIT_PAUSE_MAX 50
-int feed__lease_wait(feed_op *op, feed_wait *w, int64_t now)
+int feed__lease_wait(feed_op *op, feed_wait *w, int fam, int64_t owner, int64_t now)
 {
+    /* Never 0 for a feed (the odd bit): 0 is "not waiting on one feed". */
+    op->lease_of = fam < 0 ? 0 : ((uint64_t)owner * 0x9E3779B97F4A7C15ULL + (uint64_t)fam) | 1;
     if (w->deadline == 0) {
         op->c->stats.lease_waits++;
         w->deadline = now + op->c->cfg.lease_wait_ms;

@@ -58,6 +58,8 @@ typedef struct feed_asetup {
 static _Thread_local char open_errmsg[FEED_ERRMSG];
 
 static void req_run(feed_areq *r);
+static void lease_unlink(feed_areq *r);
+static void lease_leave(feed_areq *r);
 static void arm_sweep(feed_async *a);
 static void setup_run(feed_asetup *su);
 static void handle_free(feed_async *a);
@@ -72,6 +74,8 @@ static void task_move(feed_async *a, feed_task *t, enum feed_at to)
 
     if (t->at == to)
         return;
+    if (t->at == FEED_AT_LEASE)
+        lease_unlink((feed_areq *)t);
     if (t->at != FEED_AT_NONE) {
         l = &a->on[t->at];
         *(t->prev ? &t->prev->next : &l->head) = t->next;
@@ -223,6 +227,10 @@ static void req_free(feed_areq *r)
         r->budgeted = 0;
         feed__budget_give();
     }
+    if (r->leads) {             /* freed leading (a close): its followers go on */
+        lease_leave(r);
+        kick(a);
+    }
     task_move(a, &r->task, FEED_AT_NONE);
     if (a->repair == r)
         a->repair = NULL;
@@ -322,6 +330,75 @@ static int wait_until(feed_areq *r, int64_t at, int64_t now)
     return 0;
 }
 
+/* ---- Lease waits ---------------------------------------------------------- *
+ *
+ * A read whose feed another handle rebuilds asks again after a pause
+ * (page.c, lease_busy). On a loop, a hot feed gone cold has many such reads
+ * on one handle at once, and each asking on its own made a storm of polls
+ * that kept the loop too busy to read the rebuilds' own replies. So per
+ * handle and feed one read leads: it waits on its timer and asks, as
+ * before; the others follow: they wait on FEED_AT_LEASE, with no timer and
+ * asking nothing, until the leader stops waiting (its answer came: the
+ * copy, the lease, SQL; or it was shed or freed). Then they all run again
+ * in the order they came, each asking once (most of them answered by the
+ * copy); one that must wait again leads anew or follows the new leader. A
+ * leader's poll is its exchange: it leads until its step asks for neither
+ * Redis nor another wait on the same feed. A follower's deadline is the
+ * sweep's. The slots are direct-mapped by feed: a read whose slot another
+ * feed's leader holds waits on its own timer, as if alone (two feeds in one
+ * slot cost polls, never a page, and so would two feeds of one lease_of). */
+
+static feed_alease *lease_slot(feed_async *a, uint64_t of)
+{
+    return &a->lease[(of >> 1) % FEED_LEASE_SLOTS];
+}
+
+/* r waits for its feed's rebuild (op->lease_of): 1, it follows that feed's
+ * leader (FEED_AT_LEASE); 0, it leads, or waits alone: on its timer. */
+static int lease_follow(feed_areq *r)
+{
+    feed_async *a = r->a;
+    feed_alease *s = lease_slot(a, r->op->lease_of);
+
+    if (!s->leader) {
+        s->leader = r;
+        s->feed = r->op->lease_of;
+        r->leads = s;
+        return 0;
+    }
+    if (s->leader == r || s->feed != r->op->lease_of)
+        return 0;
+    task_move(a, &r->task, FEED_AT_LEASE);
+    r->follows = s;
+    r->lease_next = NULL;
+    r->lease_prev = s->last;
+    *(s->last ? &s->last->lease_next : &s->first) = r;
+    s->last = r;
+    a->core.stats.lease_waits_joined++;
+    return 1;
+}
+
+/* r leaves FEED_AT_LEASE (task_move): off its feed's followers. */
+static void lease_unlink(feed_areq *r)
+{
+    feed_alease *s = r->follows;
+
+    *(r->lease_prev ? &r->lease_prev->lease_next : &s->first) = r->lease_next;
+    *(r->lease_next ? &r->lease_next->lease_prev : &s->last) = r->lease_prev;
+    r->follows = NULL;
+}
+
+/* The leader r stops waiting: its followers run again, oldest first. */
+static void lease_leave(feed_areq *r)
+{
+    feed_alease *s = r->leads;
+
+    r->leads = NULL;
+    s->leader = NULL;
+    while (s->first)
+        task_move(r->a, &s->first->task, FEED_AT_READY);
+}
+
 /* ---- Deadlines ------------------------------------------------------------ *
  *
  * A read's deadline (feed_op.deadline) is checked before each thing it asks
@@ -356,7 +433,7 @@ static int shed_now(feed_areq *r, int64_t now, int waiting)
 static void sweep_fired(void *arg)
 {
     static const enum feed_at lists[] = { FEED_AT_REDIS, FEED_AT_SETUP, FEED_AT_REPAIR,
-                                          FEED_AT_SQL };
+                                          FEED_AT_SQL, FEED_AT_LEASE };
     feed_async *a = arg;
     int64_t now = feed__now_ms();
     int waiting = 0;
@@ -785,6 +862,9 @@ static void req_run(feed_areq *r)
             }
         }
         want = r->op->step(r->op, now);
+        if (r->leads && want != FEED_W_REDIS
+            && (want != FEED_W_WAKE || r->op->lease_of != r->leads->feed))
+            lease_leave(r);
         /* A step may take long (rows parsed, an install built): what it
          * asks for next starts now, or a trip's time would begin in the
          * past and run out before it was even sent. */
@@ -802,6 +882,8 @@ static void req_run(feed_areq *r)
             sql_enqueue(a, r);
             goto waits;
         case FEED_W_WAKE:
+            if (r->op->lease_of && lease_follow(r))
+                goto waits;
             if (wait_until(r, r->op->deadline && r->op->deadline < r->op->wake_at
                               ? r->op->deadline : r->op->wake_at, now) == 0)
                 return;

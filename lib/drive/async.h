@@ -22,6 +22,8 @@ enum feed_at {
     FEED_AT_REPAIR,     /* a request waits for the repairs (a->repair) */
     FEED_AT_SQL,        /* a request in line for PostgreSQL: the first one's statement runs */
     FEED_AT_TIMER,      /* a request waits for its timer (a wake-up, a back-off) */
+    FEED_AT_LEASE,      /* a request waits for the one of its handle that asks
+                           for their feed (async.c, "Lease waits") */
     FEED_AT_LOOP,       /* a set-up waits for its connect or its trip */
     FEED_AT_COUNT
 };
@@ -50,6 +52,9 @@ typedef struct feed_areq {
     int                pass_over;   /* its trips all ended: the exchange reads them */
     size_t             trips_left;  /* FEED_AT_REDIS: trips still out */
     void              *timer;       /* wake-ups; made when first needed */
+    struct feed_alease *leads;      /* the lease waits it asks for, or NULL */
+    struct feed_alease *follows;    /* FEED_AT_LEASE: the lease waits it is one of */
+    struct feed_areq  *lease_prev, *lease_next;     /* ... in their order */
     feed_op           *op;
     int                api;         /* FEED_API_*; INTERNAL: no callback */
     struct {                        /* the one api says (a page: page or ranked) */
@@ -75,6 +80,15 @@ void feed__async_start(feed_areq *r);
 /* A request that could not be started (its machine refused): free it. */
 void feed__async_discard(feed_areq *r);
 
+/* One feed's lease waits on a handle (async.c, "Lease waits"): the
+ * request that asks for them all, and the ones that wait on it. */
+#define FEED_LEASE_SLOTS 64
+typedef struct feed_alease {
+    uint64_t           feed;        /* feed_op.lease_of */
+    struct feed_areq  *leader;      /* NULL: the slot is free */
+    struct feed_areq  *first, *last;
+} feed_alease;
+
 struct feed_async {
     feed_core         core;         /* first */
     feed_pg           pg;
@@ -95,6 +109,7 @@ struct feed_async {
     void             *sql_watch, *sql_timer;
     int               sql_fd;
     feed_connect_result opened;     /* the first connects' outcome (nobody waits for it) */
+    feed_alease       lease[FEED_LEASE_SLOTS];  /* direct-mapped by feed */
     struct feed_areq **spare;       /* requests to recycle (async.c, req_alloc) */
     size_t            nspare, spare_op_size;
 };
