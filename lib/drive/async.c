@@ -511,11 +511,15 @@ static int sql_next(feed_async *a)
 
     if (a->sql_running || !t)
         return 0;
-    for (int k = 0; t && k < SQL_SCAN; t = t->next, k++) {
+    for (int k = 0, refused = 0; t && k < SQL_SCAN; t = t->next, k++) {
         feed_areq *r = (feed_areq *)t;
         int prio = feed__budget_prio(r->op);
-        if (!feed__budget_take(&a->core, prio))
+        /* A priority the budget refused once in this scan is refused
+         * again: only another's give frees a slot. */
+        if ((refused & (1 << (prio + 1))) || !feed__budget_take(&a->core, prio)) {
+            refused |= 1 << (prio + 1);
             continue;
+        }
         r->budgeted = prio != FEED_BUDGET_NONE;
         task_first(a, t);
         a->sql_running = 1;

@@ -31,15 +31,25 @@
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t  budget_freed = PTHREAD_COND_INITIALIZER;
 static unsigned        budget_used, budget_most;
+static pthread_once_t  budget_once = PTHREAD_ONCE_INIT;
+static unsigned        budget_default;
+
+/* Four per CPU, counted once: glibc's sysconf reads a file in /sys for
+ * it, and a line waiting for a slot asks the size hundreds of times a
+ * second. */
+static void budget_count_cpus(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    budget_default = cpus > 1 ? 4 * (unsigned)cpus : 4;
+}
 
 unsigned feed__budget_size(const feed_core *c)
 {
-    long cpus;
-
     if (c->cfg.pg_budget)
         return c->cfg.pg_budget;
-    cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus > 1 ? 4 * (unsigned)cpus : 4;
+    pthread_once(&budget_once, budget_count_cpus);
+    return budget_default;
 }
 
 int feed__budget_prio(const feed_op *op)
