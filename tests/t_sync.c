@@ -155,8 +155,15 @@ static void restart(feed *f, PGconn *pg, redisContext *r, pid_t *pid)
 
     for (int64_t uid = 10; uid <= 14; uid++)
         tu_insert_rows(pg, uid, 20, tu_score_from1000, tu_id_seq);
-    ok(st_caught_up(pg, SLOT, 30), "caught up before the stop");
+    /* The last of our writes, with a position inside its transaction: the
+     * slot is past it once that commit is confirmed. The position after the
+     * commit would not do: other tests' databases share the WAL, and what
+     * they write after our commit the sync need not have confirmed. */
+    tu_sql(pg, "BEGIN");
+    tu_sql(pg, "INSERT INTO feed_entry VALUES (10, 44444, 901)");
     st_wal_now(pg, before, sizeof before);
+    tu_sql(pg, "COMMIT");
+    ok(st_wait_confirmed(pg, SLOT, before, 30) >= 0, "caught up before the stop");
     is_int(st_sync_stop(*pid, SIGTERM), 0, "SIGTERM: exit 0");
     ok(st_wait_confirmed(pg, SLOT, before, 0.1) >= 0,
        "after the stop the slot has confirmed everything applied");

@@ -706,7 +706,7 @@ struct feed_op {
     /* FEED_W_WAKE for another handle's rebuild: the feed it waits on
      * (feed__lease_wait), else 0. The event-loop driver lets one request
      * of the handle ask for each such feed, and the others wait for that
-     * one (drive/async.c, "Lease waits"). */
+     * one (lib/drive/async.c, "Lease waits"). */
     uint64_t    lease_of;
     int         rc;             /* FEED_W_DONE: the result */
     int         state;

@@ -319,10 +319,15 @@ static void wake(void *arg)
     feed__async_start(arg);
 }
 
+/* wait_until: park r on its timer until at, or its deadline if that comes
+ * first (a wait never outlives the request). 0, or -1 when no timer could
+ * be made. */
 static int wait_until(feed_areq *r, int64_t at, int64_t now)
 {
     feed_async *a = r->a;
 
+    if (r->op->deadline && r->op->deadline < at)
+        at = r->op->deadline;
     if (!r->timer && !(r->timer = a->loop->timer_new(a->loop_data, wake, r)))
         return -1;
     a->loop->timer_start(r->timer, at > now ? at - now : 0);
@@ -854,8 +859,7 @@ static void req_run(feed_areq *r)
                 send_pass(r, now);
                 goto waits;
             case FEED_X_WAKE:
-                if (wait_until(r, r->op->deadline && r->op->deadline < r->x.wake_at
-                                  ? r->op->deadline : r->x.wake_at, now) == 0)
+                if (wait_until(r, r->x.wake_at, now) == 0)
                     return;
                 continue;           /* no timer: try again at once */
             case FEED_X_DONE:
@@ -888,8 +892,7 @@ static void req_run(feed_areq *r)
         case FEED_W_WAKE:
             if (r->op->lease_of && lease_follow(r))
                 goto waits;
-            if (wait_until(r, r->op->deadline && r->op->deadline < r->op->wake_at
-                              ? r->op->deadline : r->op->wake_at, now) == 0)
+            if (wait_until(r, r->op->wake_at, now) == 0)
                 return;
             continue;
         case FEED_W_DONE:
