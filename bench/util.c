@@ -453,16 +453,11 @@ static void key_gen_learn(void)
 {
     redisContext *c = b_redis();
     redisReply *r = b_cmd(c, "INFO");
-    char run_id[41] = "", replid[41] = "";
-    const char *p;
+    char run_id[41], replid[41];
 
     if (r->type != REDIS_REPLY_STRING)
         die("INFO: not a string");
-    if ((p = strstr(r->str, "run_id:")) != NULL)
-        sscanf(p + 7, "%40[0-9a-f]", run_id);
-    if ((p = strstr(r->str, "master_replid:")) != NULL)
-        sscanf(p + 14, "%40[0-9a-f]", replid);
-    if (strlen(run_id) != 40 || strlen(replid) != 40)
+    if (!feed__info_id(r->str, "run_id", run_id) || !feed__info_id(r->str, "master_replid", replid))
         die("INFO: no run_id or master_replid");
     feed__key_gen(run_id, replid, key_gen);
     freeReplyObject(r);

@@ -101,6 +101,29 @@ static long long count_keys(redisContext *r, const char *pattern)
     return n;
 }
 
+/* feed__info_id: the fence's identity of a server, read out of INFO text. */
+static void info_ids(void)
+{
+    const char *id = "0123456789abcdef0123456789abcdef01234567";
+    char text[512], out[41];
+
+    snprintf(text, sizeof text, "# Server\r\nmaster_run_id:%.40s\r\nrun_id:%s\r\n",
+             "ffffffffffffffffffffffffffffffffffffffff", id);
+    ok(feed__info_id(text, "run_id", out) && strcmp(out, id) == 0,
+       "feed__info_id reads the run_id line, not a field that ends in run_id (%s)", out);
+    snprintf(text, sizeof text, "run_id:%s", id);
+    ok(feed__info_id(text, "run_id", out) && strcmp(out, id) == 0,
+       "  a field on the text's first line and at its end (%s)", out);
+    snprintf(text, sizeof text, "run_id:%.39s\r\n", id);
+    ok(!feed__info_id(text, "run_id", out) && out[0] == '\0', "  39 digits are no id");
+    snprintf(text, sizeof text, "run_id:%sa\r\n", id);
+    ok(!feed__info_id(text, "run_id", out), "  nor are 41");
+    ok(!feed__info_id("run_id:0123456789ABCDEF0123456789abcdef01234567\r\n", "run_id", out),
+       "  nor upper-case digits");
+    ok(!feed__info_id("# Replication\r\nrole:master\r\n", "master_replid", out) &&
+       out[0] == '\0', "  a field absent: 0, and out is empty");
+}
+
 static void fence(redisContext *r)
 {
     feed_config cfg;
@@ -189,6 +212,7 @@ int main(void)
 
     pg = tu_begin(&r);
     config_checks();
+    info_ids();
     no_sentinel("127.0.0.1:1,127.0.0.1:2", "no Sentinel answers", "no Sentinel named");
     snprintf(list, sizeof list, "127.0.0.1:%s", getenv("FEED_REDIS_PORT"));
     no_sentinel(list, "a plain Redis as the Sentinel", "no Sentinel named");

@@ -666,8 +666,7 @@ static int gen_known(const char *host, int port, char *gen, int learnt)
 static void key_gen_of(const feed_config *cfg, char gen[FEED_KEY_GEN_LEN + 1])
 {
     struct timeval tv = { 2, 0 };
-    char host[64], run_id[41] = "", replid[41] = "";
-    const char *p;
+    char host[64], run_id[41], replid[41];
     int port;
     redisContext *r;
     redisReply *a;
@@ -696,11 +695,8 @@ static void key_gen_of(const feed_config *cfg, char gen[FEED_KEY_GEN_LEN + 1])
             return;
         bail("Redis %s:%d does not answer INFO, and no key of it was named before", host, port);
     }
-    if (a && a->type == REDIS_REPLY_STRING && (p = strstr(a->str, "run_id:")) != NULL)
-        sscanf(p + 7, "%40[0-9a-f]", run_id);
-    if (a && a->type == REDIS_REPLY_STRING && (p = strstr(a->str, "master_replid:")) != NULL)
-        sscanf(p + 14, "%40[0-9a-f]", replid);
-    if (strlen(run_id) != 40 || strlen(replid) != 40)
+    if (!a || a->type != REDIS_REPLY_STRING || !feed__info_id(a->str, "run_id", run_id) ||
+        !feed__info_id(a->str, "master_replid", replid))
         bail("the identity of Redis %s:%d: %s", host, port,
              a && a->type == REDIS_REPLY_ERROR ? a->str : "no run_id or master_replid in INFO");
     feed__key_gen(run_id, replid, gen);

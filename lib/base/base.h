@@ -160,6 +160,9 @@ char *feed__key_base(const char *prefix, const char *const *what, size_t n);
  * server's run_id, INFO replication's master_replid): a hash of both, never
  * FEED_KEY_GEN_NONE. */
 void  feed__key_gen(const char *run_id, const char *replid, char out[FEED_KEY_GEN_LEN + 1]);
+/* The 40 hex digits of INFO's line "<field>:..." (run_id, master_replid)
+ * into out: 1, or 0 (out "") if there is none. */
+int   feed__info_id(const char *info, const char *field, char out[41]);
 /* Bytes of a key base before its generation: "<prefix>:3:<tag>:". */
 size_t feed__key_gen_at(const char *base);
 /* Bytes a key of this base needs, NUL included (the longest owner and

@@ -79,6 +79,28 @@ void feed__key_gen(const char *run_id, const char *replid, char out[FEED_KEY_GEN
     key_digits(h ? h : 1, FEED_KEY_GEN_LEN, out);   /* never all zeros: FEED_KEY_GEN_NONE */
 }
 
+/* feed__info_id -- the 40 hex digits of a line "<field>:<id>" of INFO text
+ * into out. Returns 1, or 0 if no line of info names field with exactly 40
+ * hex digits (out is then ""). A field's name is matched at a line's start,
+ * so "run_id" is never read out of another field that ends with it. */
+int feed__info_id(const char *info, const char *field, char out[41])
+{
+    size_t len = strlen(field);
+
+    out[0] = '\0';
+    for (const char *p = info; p && (p = strstr(p, field)) != NULL; p += len) {
+        const char *v = p + len + 1;
+
+        if ((p == info || p[-1] == '\n') && p[len] == ':' &&
+            strspn(v, "0123456789abcdef") == 40 && strchr("\r\n", v[40])) {
+            memcpy(out, v, 40);
+            out[40] = '\0';
+            return 1;
+        }
+    }
+    return 0;
+}
+
 char *feed__key_base(const char *prefix, const char *const *what, size_t n)
 {
     size_t plen = strlen(prefix);

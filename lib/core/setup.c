@@ -240,18 +240,10 @@ static int setup_take_addr(feed_addr *a, const redisReply *r)
     return 1;
 }
 
-/* The 40 hex digits after "<field>:" in an INFO reply into out; 0 if absent. */
+/* The 40 hex digits of INFO's "<field>:" line into out; 0 if absent. */
 static int setup_info_field(const redisReply *info, const char *field, char out[41])
 {
-    const char *p;
-    size_t len = strlen(field);
-
-    if (!setup_is_str(info) || !(p = strstr(info->str, field)) || p[len] != ':' ||
-        strspn(p + len + 1, "0123456789abcdef") < 40)
-        return 0;
-    memcpy(out, p + len + 1, 40);
-    out[40] = '\0';
-    return 1;
+    return setup_is_str(info) && feed__info_id(info->str, field, out);
 }
 
 /* A -MOVED or -ASK: on a cluster node, the key's slot is not (or no
