@@ -14,8 +14,8 @@
  * slack; a connect asks a Sentinel, checks ROLE, loads scripts, then the page
  * itself, a wait on another's rebuild and its fall-back query). The wait is
  * set short here: by default it is the lease's life (3 s), and a holder
- * caught in a failover may keep its lease that long. Prints pages checked, fell back, hooks retried,
- * mismatches (must be 0).
+ * caught in a failover may keep its lease that long. Prints pages checked,
+ * fell back, hooks retried, mismatches (must be 0).
  *
  * Readers are processes of their own (fork), writers threads of this one:
  * the repair list is per process, and a reader in the writers' process
