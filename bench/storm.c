@@ -55,6 +55,7 @@
 #define WARM_FLIGHT  1024        /* closed loops: requests kept in flight */
 #define TICK_US      1000        /* the generator's timer */
 #define STATS_MS     100         /* counters and pg_stat_activity sampled this often */
+#define P99_HOLD_S   5           /* "p99 back": this many seconds in a row under 2x steady */
 #define DRAIN_S      7           /* after the window: > request_timeout_ms, load still on */
 #define RAMP_S       4           /* the warm maximum: seconds per open-loop step */
 #define RAMP_P99_MS  25.0        /* ... which keeps up: all served, p99 under this and
@@ -1065,6 +1066,8 @@ typedef struct derived {
     double steady_p99, peak_p99, hit_end, ideal_end, shed10, served;
     int    recovered;            /* second, or -1 */
     int    hit_back;             /* ... the hit rate alone, or -1 */
+    int    p99_back;             /* first second of P99_HOLD_S under 2x steady p99, or -1 */
+    int    p99_over;             /* seconds over 2x steady p99 after those */
     uint64_t shed_after, late, rebuilds, refused, offered, unfinished, dropped, failed;
     int    no_install_s;         /* seconds with misses and not one install */
     int    pg_max;
@@ -1106,6 +1109,16 @@ static derived derive(const run *r)
         if (!(s->done_ok > 0 && hit_of(s) >= ideal_of(s) - 0.05))
             break;
         d.hit_back = t;
+    }
+    d.p99_back = -1;
+    for (int t = 0, held = 0; t < r->secs; t++) {
+        double p99 = sm_pct(&r->s[r->warm_s + t].lat_ms, 99);
+        if (d.p99_back >= 0)
+            d.p99_over += p99 >= 2 * d.steady_p99;
+        else if (p99 >= 2 * d.steady_p99)
+            held = 0;
+        else if (++held == P99_HOLD_S)
+            d.p99_back = t + 1 - P99_HOLD_S;
     }
     for (int t = 0; t < r->secs; t++) {
         const sec *s = &r->s[r->warm_s + t];
@@ -1204,6 +1217,7 @@ void section_storm(void)
         { K_FEED, 0.75, T_FLUSH_ASYNC }, { K_FEED, 0.75, T_RESTART },
         { K_PLAIN, 0.75, T_FLUSH_ASYNC }, { K_PLAIN, 0.75, T_RESTART },
         { K_FEED, 0.90, T_FLUSH_ASYNC }, { K_FEED, 0.90, T_RESTART },
+        { K_PLAIN, 0.90, T_FLUSH_ASYNC }, { K_PLAIN, 0.90, T_RESTART },
     };
     static const plan short_[] = {
         { K_FEED, 0.50, T_FLUSH_ASYNC }, { K_FEED, 0.50, T_RESTART },
@@ -1280,7 +1294,7 @@ void section_storm(void)
     for (size_t i = 0; i < np; i++) {
         run r;
         derived d;
-        char name[128], rec[32], back[32];
+        char name[128], rec[32], back[32], p99b[48];
         memset(&r, 0, sizeof r);
         r.k = pl[i].k;
         r.t = pl[i].t;
@@ -1295,9 +1309,10 @@ void section_storm(void)
         note("storm: %s (%.0f pages/s)", name, r.rate);
         run_one(&r);
         d = derive(&r);
-        note("storm: %s: steady p99 %.1f ms, peak %.1f ms, recovered at %d s, hit at end %.3f"
-             " (ideal %.3f), shed in the first 10 s %.3f", name, d.steady_p99, d.peak_p99,
-             d.recovered, d.hit_end, d.ideal_end, d.shed10);
+        note("storm: %s: steady p99 %.1f ms, peak %.1f ms, recovered at %d s, p99 back at %d s"
+             " (%d later seconds over 2x), hit at end %.3f (ideal %.3f), shed in the first 10 s"
+             " %.3f", name, d.steady_p99, d.peak_p99, d.recovered, d.p99_back, d.p99_over,
+             d.hit_end, d.ideal_end, d.shed10);
         if (d.recovered >= 0)
             snprintf(rec, sizeof rec, "%d s", d.recovered);
         else
@@ -1306,11 +1321,15 @@ void section_storm(void)
             snprintf(back, sizeof back, "%d s", d.hit_back);
         else
             snprintf(back, sizeof back, "never");
-        fprintf(rows, "| %s | %.0f%% (%s/s) | %s (%s) | %s | %s | %s | %s | %.3f (%.3f) | %.1f%% | %llu |"
+        if (d.p99_back >= 0)
+            snprintf(p99b, sizeof p99b, "%d s (%d)", d.p99_back, d.p99_over);
+        else
+            snprintf(p99b, sizeof p99b, "never");
+        fprintf(rows, "| %s | %.0f%% (%s/s) | %s (%s) | %s | %s | %s | %s | %s | %.3f (%.3f) | %.1f%% | %llu |"
                 " %llu (max %s) | %s | %llu / %llu | %d | %d / %u | %.1f%% | %llu |\n",
                 kind_name[r.k], r.frac * 100, NUM(r.rate), trig_name[r.t], ms_txt(r.trig_ms),
                 ms_txt(d.steady_p99), ms_txt(d.peak_p99),
-                rec, back, d.hit_end, d.ideal_end,
+                rec, back, p99b, d.hit_end, d.ideal_end,
                 100 * d.shed10, (unsigned long long)d.shed_after, (unsigned long long)d.late,
                 ms_txt(r.max_ms), ms_txt(r.lag_ms), (unsigned long long)d.rebuilds, (unsigned long long)d.refused,
                 d.no_install_s, d.pg_max, budget, 100 * d.served,
@@ -1374,22 +1393,24 @@ void section_storm(void)
             " window, the hit rate stays within 5 points of the ideal and p99 < 2x the steady"
             " p99 (seconds 2 to %d before the trigger, pooled); *hit rate back at*: the same"
             " for the hit rate alone (a steady p99 of a few ms makes the first test trip on"
-            " one noisy second of a shared machine). PostgreSQL statements in"
+            " one noisy second of a shared machine); *p99 back at*: the first second of %d in"
+            " a row with p99 < 2x the steady p99 (the queue the trigger left is drained),"
+            " with the count of later seconds over it. PostgreSQL statements in"
             " flight: active client backends of the database in `pg_stat_activity`, sampled"
             " every %d ms on a connection of its own (a sample: bursts between two are"
             " missed), against `pg_budget`.\n\n"
             "| reader | offered | trigger (took) | steady p99 | p99 peak | recovered at |"
-            " hit rate back at |"
+            " hit rate back at | p99 back at (later seconds over 2x) |"
             " hit rate, last 10 s (ideal) | shed, first 10 s | shed after recovery |"
             " pages > %u ms (slowest) | generator behind, most | rebuilds installed / installs refused | seconds with"
             " misses and no install | PostgreSQL in flight, max / budget | served | unfinished"
             " or failed |\n"
-            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
             " ---: | ---: | ---: | ---: | ---: |\n",
             NWORK, NWORK, dflt.request_timeout_ms, budget, cpus, dflt.lease_ms,
             dflt.redis_timeout_ms, NWORK, PLAIN_TOP, ZIPF_S, NUM(NFEEDS), FIRST_SHARE * 100,
             PAGE_LIMIT, NUM(MAX_INFLIGHT), WARM_FLIGHT, wsecs, NUM(closed_feed), NUM(max_plain),
-            WARM_FLIGHT / NWORK, RAMP_S, RAMP_P99_MS, ramp_txt, NUM(max_feed), warm_s, secs, DRAIN_S, warm_s, STATS_MS, dflt.request_timeout_ms);
+            WARM_FLIGHT / NWORK, RAMP_S, RAMP_P99_MS, ramp_txt, NUM(max_feed), warm_s, secs, DRAIN_S, warm_s, P99_HOLD_S, STATS_MS, dflt.request_timeout_ms);
     fwrite(rows_buf, 1, rows_len, md);
     fprintf(md, "\nThe control's rebuilds are its fills (`ZADD` pipelines sent); it has no"
             " installs to refuse. Shed counts `FEED_EBUSY` and requests the generator"
