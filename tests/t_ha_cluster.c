@@ -443,13 +443,23 @@ static int takeover_on_thaw(redisContext *c)
  * lost them is a replica again, answers MOVED, and is told once more. */
 static int promote_back(int port, const char *key)
 {
+    const char *step = "";
+
     for (int i = 0; i < 3; i++) {
         if (i > 0)
-            tap_diag("%d does not serve %s after its takeover: once more", port, key);
-        if (node_ok(port, "CLUSTER FAILOVER TAKEOVER") == 0 && wait_primary(port, 10000) &&
-            cl_srv("cluster-wait", 0) == 0 && node_int(port, "EXISTS", key) >= 0)
+            tap_diag("%d does not serve %s after its takeover (%s): once more", port, key, step);
+        if (node_ok(port, "CLUSTER FAILOVER TAKEOVER") != 0)
+            step = "CLUSTER FAILOVER TAKEOVER not +OK";
+        else if (!wait_primary(port, 10000))
+            step = "not a primary within 10 s";
+        else if (cl_srv("cluster-wait", 0) != 0)
+            step = "the cluster did not agree";
+        else if (node_int(port, "EXISTS", key) < 0)
+            step = "EXISTS redirected or failed";
+        else
             return 0;
     }
+    tap_diag("%d: the last takeover failed so (%s)", port, step);
     return -1;
 }
 
