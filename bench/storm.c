@@ -1112,19 +1112,16 @@ static derived derive(const run *r)
     }
     d.p99_back = -1;
     for (int t = 0, held = 0; t < r->secs; t++) {
-        double p99 = sm_pct(&r->s[r->warm_s + t].lat_ms, 99);
+        const sec *s = &r->s[r->warm_s + t];
+        double p99 = sm_pct(&s->lat_ms, 99);
+        if (p99 > d.peak_p99)
+            d.peak_p99 = p99;
         if (d.p99_back >= 0)
             d.p99_over += p99 >= 2 * d.steady_p99;
         else if (p99 >= 2 * d.steady_p99)
             held = 0;
         else if (++held == P99_HOLD_S)
             d.p99_back = t + 1 - P99_HOLD_S;
-    }
-    for (int t = 0; t < r->secs; t++) {
-        const sec *s = &r->s[r->warm_s + t];
-        double p99 = sm_pct(&s->lat_ms, 99);
-        if (p99 > d.peak_p99)
-            d.peak_p99 = p99;
         if (t >= r->secs - 10) {
             cache += s->done_cache;
             ok += s->done_ok;

@@ -57,13 +57,15 @@ static int env_int(const char *name, int dflt)
 }
 
 /* A handle of the phases: lease waits end after lease_wait_ms, Redis calls
- * after phase_redis_ms: 200 ms while faults freeze and kill Redis (a frozen
- * Redis must cost little), 2000 ms in the healthy phase and the stampede's
- * handles. Those count failures, statements and SQL pages, and a reply late
- * on a machine busy with other tests (sanitizers, the whole suite and a
- * benchmark beside it) is a failed blocking call, not what they test: a
- * hook's 200 ms ran out once so, on a cluster node. */
-static int phase_redis_ms = 2000;   /* set by run_phase before its threads start */
+ * after phase_redis_ms: REDIS_MS_FAULTS while faults freeze and kill Redis
+ * (a frozen Redis must cost little), REDIS_MS_CALM in the healthy phase,
+ * the checks after each phase and the stampede. Those count failures,
+ * statements and SQL pages, and a reply late on a machine busy with other
+ * tests (sanitizers, the whole suite and a benchmark beside it) fails a
+ * blocking call, which is not what they test. */
+#define REDIS_MS_FAULTS 200
+#define REDIS_MS_CALM   2000
+static int phase_redis_ms = REDIS_MS_CALM;   /* set by run_phase before its threads start */
 
 static feed *open_handle_with(int lease_wait_ms, int redis_timeout_ms)
 {
@@ -450,7 +452,7 @@ static void run_phase(PGconn *pg, writer *wr, int with_faults, const char *name,
     atomic_store(&stop, 0);
     atomic_store(&stop_faults, 0);
     atomic_store(&faulting, with_faults);
-    phase_redis_ms = with_faults ? 200 : 2000;
+    phase_redis_ms = with_faults ? REDIS_MS_FAULTS : REDIS_MS_CALM;
     for (int i = 0; i < writers_n; i++)
         pthread_create(&wr[i].thread, NULL, writer_main, &wr[i]);
     for (int i = 0; i < readers_n; i++) {
@@ -534,7 +536,7 @@ static void run_phase(PGconn *pg, writer *wr, int with_faults, const char *name,
     is_int(t->hook_errors + t->maint_errors, 0, "%s: no hook, reload or invalidate failed%s", name,
            with_faults ? " except with FEED_EREDIS while Redis was down" : "");
     mismatches_total += t->violations;
-    phase_redis_ms = 2000;          /* the faults are over: checks wait as the healthy do */
+    phase_redis_ms = REDIS_MS_CALM;   /* the faults are over: the checks wait calmly */
     check_after(pg, name);
 }
 
@@ -579,7 +581,7 @@ static void stampede(PGconn *pg)
                " FROM generate_series(1, 500) g", STAMPEDE_UID);
     nwant = tu_sql_feed(pg, STAMPEDE_UID, &want);
     for (int i = 0; i < STAMPEDE_THREADS; i++)
-        c[i].f = open_handle_with(5000, 2000);   /* nobody gives up waiting on the lease */
+        c[i].f = open_handle_with(5000, REDIS_MS_CALM);   /* nobody gives up waiting on the lease */
     pthread_barrier_init(&go, NULL, STAMPEDE_THREADS + 1);
     pthread_barrier_init(&done, NULL, STAMPEDE_THREADS + 1);
     for (int i = 0; i < STAMPEDE_THREADS; i++)

@@ -88,7 +88,7 @@ int feed__info_id(const char *info, const char *field, char out[41])
     size_t len = strlen(field);
 
     out[0] = '\0';
-    for (const char *p = info; p && (p = strstr(p, field)) != NULL; p += len) {
+    for (const char *p = strstr(info, field); p; p = strstr(p + len, field)) {
         const char *v = p + len + 1;
 
         if ((p == info || p[-1] == '\n') && p[len] == ':' &&
